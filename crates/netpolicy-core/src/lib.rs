@@ -1,0 +1,80 @@
+//! # netpolicy-core
+//!
+//! The pure policy engine of [netpolicy](https://github.com/netpolicy/netpolicy): the
+//! typed model of a Kubernetes node's routing state (VLANs, addresses, routes, rules),
+//! validation with field paths, Kubernetes label selectors, the merge of one
+//! ClusterConfig and many NodeConfigs into per-node desired state (from scratch and
+//! incrementally), and the plan of kernel operations that takes a node from what it has
+//! to what it should have.
+//!
+//! No I/O: no tokio, no kube, no netlink, no clock. Adapters (`netpolicy-netlink`,
+//! `netpolicy-operator`) carry the results out.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`spec`] | wire types users write (camelCase, serde, schemars) |
+//! | [`model`] | validated, typed items and their identities |
+//! | [`validate`] | spec → model, every problem with its field path |
+//! | [`selector`] | label selectors with Kubernetes semantics |
+//! | [`merge`] | precedence, conflicts, the incremental [`merge::Engine`] |
+//! | [`plan`] | observed + desired → ordered kernel operations |
+//!
+//! # Examples
+//! ```
+//! use netpolicy_core::{
+//!     merge::{Engine, Policy},
+//!     selector::Labels,
+//!     spec::{LabelSelector, RouteSpec, RoutingSpec},
+//! };
+//!
+//! let routes = RoutingSpec {
+//!     routes: vec![RouteSpec {
+//!         to: "10.20.0.0/16".into(),
+//!         via: Some("10.10.0.1".into()),
+//!         table: Some(100),
+//!         ..Default::default()
+//!     }],
+//!     ..Default::default()
+//! };
+//! let selector = LabelSelector {
+//!     match_labels: [("zone".to_string(), "a".to_string())].into(),
+//!     ..Default::default()
+//! };
+//! let policy = Policy::node_config(
+//!     "zone-a",
+//!     0,
+//!     selector.validate("spec.nodeSelector")?,
+//!     routes.validate("spec")?,
+//! );
+//! let node = |zone: &str| Labels::from([("zone".to_string(), zone.to_string())]);
+//! let engine = Engine::build(
+//!     [("n1".to_string(), node("a")), ("n2".to_string(), node("b"))],
+//!     [policy],
+//! );
+//! let n1 = engine.outcome("n1").and_then(|o| o.config()).unwrap();
+//! assert_eq!(n1.routes.len(), 1);
+//! assert_eq!(n1.routes[0].sources[0].to_string(), "NodeConfig/zone-a");
+//! assert!(engine.outcome("n2").and_then(|o| o.config()).unwrap().is_empty());
+//! # Ok::<(), netpolicy_core::Error>(())
+//! ```
+//!
+//! # Complexity
+//!
+//! | operation | cost |
+//! |---|---|
+//! | validation | O(items log items) |
+//! | [`merge::merge`] of k policies with n items in all | O(n log n) |
+//! | [`merge::Engine::build`] | O(Σ selected nodes + distinct policy sets × merge) |
+//! | policy change in the engine | O(nodes it selected or selects + new policy sets × merge) |
+//! | node relabel in the engine | O(policies × requirements) |
+//! | [`plan::plan`] | O((observed + desired) log) |
+
+pub mod error;
+pub mod merge;
+pub mod model;
+pub mod plan;
+pub mod selector;
+pub mod spec;
+pub mod validate;
+
+pub use error::{Error, FieldError, Result};

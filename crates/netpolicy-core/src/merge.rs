@@ -1,0 +1,983 @@
+//! Merging ClusterConfig and NodeConfigs into one desired configuration per node.
+//!
+//! # Semantics (DESIGN.md)
+//! - Every item has an identity: a VLAN its interface name, a route `(table, to,
+//!   metric)`, a rule its priority and selector ([`crate::model::RuleKey`]).
+//! - Same identity and same content: one item, listing every source that said it.
+//! - Same identity, different content: the higher precedence wins. A NodeConfig beats the
+//!   ClusterConfig; a NodeConfig with a higher `priority` beats a lower one.
+//! - Equal precedence, different content: a [`Conflict`], naming every source at that
+//!   precedence. The node is [`NodeOutcome::Held`]: it keeps its last good config.
+//! - A policy that failed validation holds every node it selects (applying the rest
+//!   would half-apply the user's intent and delete what the bad object used to add).
+//! - The result never depends on the order of inputs: sources are ordered by
+//!   precedence, then kind and name, and output lists are sorted by identity.
+//!
+//! # Two forms
+//! - [`merge`]: the policies that apply to one node → that node's outcome.
+//! - [`Engine`]: the whole cluster, kept up to date incrementally as nodes and policies
+//!   change; it recomputes only the nodes a change affects.
+//!
+//! Nodes with the same set of matching policies get the same outcome, so the engine
+//! merges once per distinct set (a "signature") and shares the result (`Arc`) between
+//! nodes. In a real cluster node groups make the number of distinct signatures small
+//! compared with the number of nodes.
+
+use std::{
+    cmp::Ordering,
+    collections::{BTreeMap, HashMap},
+    fmt,
+    sync::Arc,
+};
+
+use crate::{
+    model::{IfName, Route, RouteKey, RoutingConfig, Rule, RuleKey, Vlan},
+    selector::{Labels, Requirement, Selector},
+};
+
+/// The kind of object an item came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SourceKind {
+    /// The cluster-wide `ClusterConfig`.
+    ClusterConfig,
+    /// A `NodeConfig`.
+    NodeConfig,
+}
+
+impl SourceKind {
+    /// The Kubernetes kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ClusterConfig => "ClusterConfig",
+            Self::NodeConfig => "NodeConfig",
+        }
+    }
+}
+
+/// The object an item came from (`NodeConfig/edge-routes`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Source {
+    /// Kind of the object.
+    pub kind: SourceKind,
+    /// Name of the object (cluster-scoped).
+    pub name: Arc<str>,
+}
+
+impl Source {
+    /// `ClusterConfig/<name>`.
+    pub fn cluster(name: &str) -> Self {
+        Self {
+            kind: SourceKind::ClusterConfig,
+            name: name.into(),
+        }
+    }
+
+    /// `NodeConfig/<name>`.
+    pub fn node_config(name: &str) -> Self {
+        Self {
+            kind: SourceKind::NodeConfig,
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.kind.as_str(), self.name)
+    }
+}
+
+/// How strongly a policy's items win over others with the same identity.
+/// Higher wins: every NodeConfig beats the ClusterConfig, then higher `priority` wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Precedence {
+    rank: u8,
+    priority: i64,
+}
+
+impl fmt::Display for Precedence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.rank == 0 {
+            f.write_str("cluster-wide")
+        } else {
+            write!(f, "priority {}", self.priority)
+        }
+    }
+}
+
+/// One policy object as the merge sees it: where it came from, which nodes it selects,
+/// how strongly it wins, and its validated content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    source: Source,
+    precedence: Precedence,
+    selector: Selector,
+    content: Option<Items>,
+}
+
+impl Policy {
+    /// The `ClusterConfig`: applies to every node, lowest precedence.
+    pub fn cluster(name: &str, config: RoutingConfig) -> Self {
+        Self {
+            source: Source::cluster(name),
+            precedence: Precedence {
+                rank: 0,
+                priority: 0,
+            },
+            selector: Selector::everything(),
+            content: Some(Items::from(config)),
+        }
+    }
+
+    /// A `NodeConfig` with its selector and priority.
+    pub fn node_config(
+        name: &str,
+        priority: i64,
+        selector: Selector,
+        config: RoutingConfig,
+    ) -> Self {
+        Self {
+            source: Source::node_config(name),
+            precedence: Precedence { rank: 1, priority },
+            selector,
+            content: Some(Items::from(config)),
+        }
+    }
+
+    /// A policy whose content failed validation. Nodes its selector matches are held at
+    /// their last good config until it is fixed or deleted. Use
+    /// [`Selector::everything`] when the selector itself is invalid: then no node can
+    /// be known to be unaffected.
+    pub fn invalid(source: Source, priority: i64, selector: Selector) -> Self {
+        let rank = u8::from(source.kind == SourceKind::NodeConfig);
+        Self {
+            source,
+            precedence: Precedence { rank, priority },
+            selector,
+            content: None,
+        }
+    }
+
+    /// The object this policy came from.
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// The policy's precedence.
+    pub fn precedence(&self) -> Precedence {
+        self.precedence
+    }
+
+    /// The nodes it applies to.
+    pub fn selector(&self) -> &Selector {
+        &self.selector
+    }
+
+    /// Whether the content is valid.
+    pub fn is_valid(&self) -> bool {
+        self.content.is_some()
+    }
+}
+
+/// Validated content with items behind `Arc`, so merged results share them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Items {
+    vlans: Vec<Arc<Vlan>>,
+    routes: Vec<Arc<Route>>,
+    rules: Vec<Arc<Rule>>,
+    table_hard_sync: Vec<u32>,
+}
+
+impl From<RoutingConfig> for Items {
+    fn from(c: RoutingConfig) -> Self {
+        Self {
+            vlans: c.vlans.into_iter().map(Arc::new).collect(),
+            routes: c.routes.into_iter().map(Arc::new).collect(),
+            rules: c.rules.into_iter().map(Arc::new).collect(),
+            table_hard_sync: c.table_hard_sync,
+        }
+    }
+}
+
+/// An item of the merged result with every object that asked for it (at the winning
+/// precedence), sorted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sourced<T> {
+    /// The item.
+    pub item: Arc<T>,
+    /// The objects it came from.
+    pub sources: Vec<Source>,
+}
+
+/// The merged desired configuration of one node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MergedConfig {
+    /// VLANs, sorted by name.
+    pub vlans: Vec<Sourced<Vlan>>,
+    /// Routes, sorted by `(table, to, metric)`.
+    pub routes: Vec<Sourced<Route>>,
+    /// Rules, sorted by identity.
+    pub rules: Vec<Sourced<Rule>>,
+    /// Union of the hard-synced tables of every applying policy, sorted.
+    pub table_hard_sync: Vec<u32>,
+}
+
+impl MergedConfig {
+    /// The merged items without their sources.
+    pub fn to_routing_config(&self) -> RoutingConfig {
+        RoutingConfig {
+            vlans: self.vlans.iter().map(|s| (*s.item).clone()).collect(),
+            routes: self.routes.iter().map(|s| (*s.item).clone()).collect(),
+            rules: self.rules.iter().map(|s| (*s.item).clone()).collect(),
+            table_hard_sync: self.table_hard_sync.clone(),
+        }
+    }
+
+    /// Number of items.
+    pub fn len(&self) -> usize {
+        self.vlans.len() + self.routes.len() + self.rules.len()
+    }
+
+    /// Whether there are no items.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Names one item by kind and identity, for reports.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ItemRef {
+    /// A VLAN by interface name.
+    Vlan(IfName),
+    /// A route by `(table, to, metric)`.
+    Route(RouteKey),
+    /// A rule by priority and selector.
+    Rule(RuleKey),
+}
+
+impl ItemRef {
+    /// The field the item lives in: `vlans`, `routes` or `rules`.
+    pub fn field(&self) -> &'static str {
+        match self {
+            Self::Vlan(_) => "vlans",
+            Self::Route(_) => "routes",
+            Self::Rule(_) => "rules",
+        }
+    }
+}
+
+impl fmt::Display for ItemRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Vlan(n) => write!(f, "vlan {n}"),
+            Self::Route(k) => write!(f, "route {k}"),
+            Self::Rule(k) => write!(f, "rule {k}"),
+        }
+    }
+}
+
+/// Two or more sources at the same precedence disagree about one item.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Conflict {
+    /// The item.
+    pub item: ItemRef,
+    /// Every source at the winning precedence that names the item, sorted (at least
+    /// two, and at least two of them differ).
+    pub sources: Vec<Source>,
+}
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<String> = self.sources.iter().map(ToString::to_string).collect();
+        write!(
+            f,
+            "{} is defined differently by {} at equal precedence",
+            self.item,
+            names.join(" and ")
+        )
+    }
+}
+
+/// Why a node is held at its last good config.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Problem {
+    /// Sources disagree at equal precedence.
+    Conflict(Conflict),
+    /// A policy that applies to the node failed validation.
+    InvalidPolicy(Source),
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Conflict(c) => c.fmt(f),
+            Self::InvalidPolicy(s) => write!(f, "{s} applies to this node but is invalid"),
+        }
+    }
+}
+
+/// The merge result for one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeOutcome {
+    /// The node's desired configuration.
+    Rendered(Arc<MergedConfig>),
+    /// The node keeps its last good configuration because of these problems (sorted).
+    Held(Arc<[Problem]>),
+}
+
+impl NodeOutcome {
+    /// The merged config, when rendered.
+    pub fn config(&self) -> Option<&MergedConfig> {
+        match self {
+            Self::Rendered(c) => Some(c),
+            Self::Held(_) => None,
+        }
+    }
+
+    /// The problems, when held.
+    pub fn problems(&self) -> &[Problem] {
+        match self {
+            Self::Rendered(_) => &[],
+            Self::Held(p) => p,
+        }
+    }
+
+    fn same(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Rendered(a), Self::Rendered(b)) => Arc::ptr_eq(a, b) || a == b,
+            (Self::Held(a), Self::Held(b)) => Arc::ptr_eq(a, b) || a == b,
+            _ => false,
+        }
+    }
+}
+
+/// Merges the policies that apply to one node. The order of `policies` does not matter.
+///
+/// # Examples
+/// ```
+/// use netpolicy_core::{merge::{merge, Policy}, selector::Selector, spec::{RouteSpec, RoutingSpec}};
+///
+/// let route = |via: &str| RoutingSpec {
+///     routes: vec![RouteSpec { to: "10.20.0.0/16".into(), via: Some(via.into()), ..Default::default() }],
+///     ..Default::default()
+/// }
+/// .validate("spec")
+/// .unwrap();
+/// let cluster = Policy::cluster("default", route("10.0.0.1"));
+/// let edge = Policy::node_config("edge", 10, Selector::everything(), route("10.0.0.2"));
+/// let out = merge([&cluster, &edge]);
+/// let cfg = out.config().unwrap();
+/// assert_eq!(cfg.routes[0].item.via.unwrap().to_string(), "10.0.0.2"); // NodeConfig wins
+/// assert_eq!(cfg.routes[0].sources[0].to_string(), "NodeConfig/edge");
+/// ```
+pub fn merge<'a>(policies: impl IntoIterator<Item = &'a Policy>) -> NodeOutcome {
+    let mut ps: Vec<&Policy> = policies.into_iter().collect();
+    merge_sorted(&mut ps)
+}
+
+fn by_precedence(a: &&Policy, b: &&Policy) -> Ordering {
+    b.precedence
+        .cmp(&a.precedence)
+        .then_with(|| a.source.cmp(&b.source))
+}
+
+fn merge_sorted(ps: &mut Vec<&Policy>) -> NodeOutcome {
+    ps.sort_by(by_precedence);
+    // The same object given twice is one object.
+    ps.dedup_by(|a, b| a.source == b.source && a == b);
+    let mut problems: Vec<Problem> = ps
+        .iter()
+        .filter(|p| p.content.is_none())
+        .map(|p| Problem::InvalidPolicy(p.source.clone()))
+        .collect();
+    let valid: Vec<(&Policy, &Items)> = ps
+        .iter()
+        .filter_map(|p| p.content.as_ref().map(|c| (*p, c)))
+        .collect();
+    let mut conflicts = Vec::new();
+    let vlans = merge_kind(
+        &valid,
+        |i| &i.vlans,
+        |a, b| a.name.cmp(&b.name),
+        |v| ItemRef::Vlan(v.name.clone()),
+        &mut conflicts,
+    );
+    let routes = merge_kind(
+        &valid,
+        |i| &i.routes,
+        |a, b| a.key().cmp(&b.key()),
+        |r| ItemRef::Route(r.key()),
+        &mut conflicts,
+    );
+    let rules = merge_kind(
+        &valid,
+        |i| &i.rules,
+        |a, b| a.key.cmp(&b.key),
+        |r| ItemRef::Rule(r.key.clone()),
+        &mut conflicts,
+    );
+    problems.extend(conflicts.into_iter().map(Problem::Conflict));
+    if !problems.is_empty() {
+        problems.sort();
+        return NodeOutcome::Held(problems.into());
+    }
+    let mut table_hard_sync: Vec<u32> = valid
+        .iter()
+        .flat_map(|(_, i)| i.table_hard_sync.iter().copied())
+        .collect();
+    table_hard_sync.sort_unstable();
+    table_hard_sync.dedup();
+    NodeOutcome::Rendered(Arc::new(MergedConfig {
+        vlans,
+        routes,
+        rules,
+        table_hard_sync,
+    }))
+}
+
+/// Merges one kind of item. `valid` is sorted by precedence (highest first), then source.
+fn merge_kind<T: Eq>(
+    valid: &[(&Policy, &Items)],
+    items: impl Fn(&Items) -> &Vec<Arc<T>>,
+    key_cmp: impl Fn(&T, &T) -> Ordering,
+    item_ref: impl Fn(&T) -> ItemRef,
+    conflicts: &mut Vec<Conflict>,
+) -> Vec<Sourced<T>> {
+    // Fast path: one contributing policy; its items are already sorted and unique.
+    let mut contributing = valid.iter().filter(|(_, i)| !items(i).is_empty());
+    let (first, second) = (contributing.next(), contributing.next());
+    if let (Some((p, i)), None) = (first, second) {
+        return items(i)
+            .iter()
+            .map(|item| Sourced {
+                item: Arc::clone(item),
+                sources: vec![p.source.clone()],
+            })
+            .collect();
+    }
+    let mut cands: Vec<(&Arc<T>, usize)> = Vec::new();
+    for (pi, (_, i)) in valid.iter().enumerate() {
+        cands.extend(items(i).iter().map(|item| (item, pi)));
+    }
+    // Stable order: identity, then policy position (precedence desc, source asc).
+    cands.sort_by(|a, b| key_cmp(a.0, b.0).then(a.1.cmp(&b.1)));
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < cands.len() {
+        let (winner, wp) = cands[i];
+        let top = valid[wp].0.precedence;
+        let mut j = i + 1;
+        let mut sources = vec![valid[wp].0.source.clone()];
+        let mut contenders = vec![valid[wp].0.source.clone()];
+        let mut differs = false;
+        while j < cands.len() && key_cmp(cands[j].0, winner) == Ordering::Equal {
+            let (item, pj) = cands[j];
+            if valid[pj].0.precedence == top {
+                contenders.push(valid[pj].0.source.clone());
+                if **item == **winner {
+                    sources.push(valid[pj].0.source.clone());
+                } else {
+                    differs = true;
+                }
+            }
+            j += 1;
+        }
+        if differs {
+            contenders.sort();
+            conflicts.push(Conflict {
+                item: item_ref(winner),
+                sources: contenders,
+            });
+        } else {
+            sources.sort();
+            out.push(Sourced {
+                item: Arc::clone(winner),
+                sources,
+            });
+        }
+        i = j;
+    }
+    out
+}
+
+/// Nodes whose outcome changed, sorted by name.
+pub type Changed = Vec<Arc<str>>;
+
+#[derive(Debug)]
+struct NodeEntry {
+    name: Arc<str>,
+    labels: Labels,
+    sig: Arc<[u32]>,
+    outcome: NodeOutcome,
+}
+
+/// Inverted index of node labels, for selecting candidates without scanning all nodes.
+/// Posting lists are sorted node ids.
+#[derive(Debug, Default)]
+struct LabelIndex {
+    by_pair: HashMap<String, HashMap<String, Vec<u32>>>,
+    by_key: HashMap<String, Vec<u32>>,
+    all: Vec<u32>,
+}
+
+fn sorted_insert(v: &mut Vec<u32>, x: u32) {
+    if let Err(at) = v.binary_search(&x) {
+        v.insert(at, x);
+    }
+}
+
+fn sorted_remove(v: &mut Vec<u32>, x: u32) {
+    if let Ok(at) = v.binary_search(&x) {
+        v.remove(at);
+    }
+}
+
+impl LabelIndex {
+    fn add(&mut self, id: u32, labels: &Labels) {
+        sorted_insert(&mut self.all, id);
+        for (k, v) in labels {
+            self.add_label(id, k, v);
+        }
+    }
+
+    fn add_label(&mut self, id: u32, k: &str, v: &str) {
+        let values = self.by_pair.entry(k.to_owned()).or_default();
+        sorted_insert(values.entry(v.to_owned()).or_default(), id);
+        sorted_insert(self.by_key.entry(k.to_owned()).or_default(), id);
+    }
+
+    fn remove(&mut self, id: u32, labels: &Labels) {
+        sorted_remove(&mut self.all, id);
+        for (k, v) in labels {
+            self.remove_label(id, k, v);
+        }
+    }
+
+    fn remove_label(&mut self, id: u32, k: &str, v: &str) {
+        if let Some(values) = self.by_pair.get_mut(k) {
+            if let Some(list) = values.get_mut(v) {
+                sorted_remove(list, id);
+                if list.is_empty() {
+                    values.remove(v);
+                }
+            }
+            if values.is_empty() {
+                self.by_pair.remove(k);
+            }
+        }
+        if let Some(list) = self.by_key.get_mut(k) {
+            sorted_remove(list, id);
+            if list.is_empty() {
+                self.by_key.remove(k);
+            }
+        }
+    }
+
+    /// Changes only the labels that differ (a relabel usually touches one).
+    fn relabel(&mut self, id: u32, old: &Labels, new: &Labels) {
+        for (k, v) in old {
+            if new.get(k) != Some(v) {
+                self.remove_label(id, k, v);
+            }
+        }
+        for (k, v) in new {
+            if old.get(k) != Some(v) {
+                self.add_label(id, k, v);
+            }
+        }
+    }
+
+    /// A superset of the nodes `sel` matches: the smallest posting list among its
+    /// positive requirements, or every node when it has none.
+    fn candidates(&self, sel: &Selector) -> Vec<u32> {
+        const EMPTY: &[u32] = &[];
+        let mut best: Option<Vec<&[u32]>> = None;
+        let size = |lists: &Vec<&[u32]>| lists.iter().map(|l| l.len()).sum::<usize>();
+        for r in sel.requirements() {
+            let lists: Vec<&[u32]> = match r {
+                Requirement::Equals { key, value } => vec![
+                    self.by_pair
+                        .get(key)
+                        .and_then(|m| m.get(value))
+                        .map_or(EMPTY, Vec::as_slice),
+                ],
+                Requirement::In { key, values } => match self.by_pair.get(key) {
+                    Some(m) => values
+                        .iter()
+                        .filter_map(|v| m.get(v).map(Vec::as_slice))
+                        .collect(),
+                    None => vec![],
+                },
+                Requirement::Exists { key } => {
+                    vec![self.by_key.get(key).map_or(EMPTY, Vec::as_slice)]
+                }
+                Requirement::NotIn { .. } | Requirement::DoesNotExist { .. } => continue,
+            };
+            if best.as_ref().is_none_or(|b| size(&lists) < size(b)) {
+                best = Some(lists);
+            }
+        }
+        match best {
+            None => self.all.clone(),
+            Some(lists) if lists.len() == 1 => lists[0].to_vec(),
+            Some(lists) => {
+                let mut v: Vec<u32> = lists.concat();
+                v.sort_unstable();
+                v
+            }
+        }
+    }
+}
+
+/// The incremental merge engine: the cluster's nodes and policies, and every node's
+/// merged outcome, kept up to date as they change.
+///
+/// # Guarantees
+/// - After any sequence of calls, every node's outcome equals what [`Engine::build`]
+///   computes from scratch over the same nodes and policies (property-tested).
+/// - A change recomputes only the nodes it can affect: a policy change, the nodes its
+///   old or new selector matches; a node change, that node.
+/// - Outcomes are shared: nodes with the same set of matching policies hold the same
+///   `Arc`.
+///
+/// # Complexity
+///
+/// | operation | cost |
+/// |---|---|
+/// | [`Engine::build`] | O(Σ selected nodes + distinct signatures × merge) |
+/// | [`Engine::upsert_policy`] / [`Engine::remove_policy`] | O(old + new selection + new signatures × merge) |
+/// | [`Engine::upsert_node`] | O(policies × requirements + labels changed × log n) |
+///
+/// # Examples
+/// ```
+/// use netpolicy_core::{merge::{Engine, Policy}, selector::{Labels, Selector}, model::RoutingConfig};
+///
+/// let mut engine = Engine::new();
+/// engine.upsert_node("n1", Labels::new());
+/// let changed = engine.upsert_policy(Policy::cluster("default", RoutingConfig::default()));
+/// assert_eq!(changed.len(), 0); // still empty: nothing to apply
+/// assert!(engine.outcome("n1").unwrap().config().unwrap().is_empty());
+/// ```
+#[derive(Debug, Default)]
+pub struct Engine {
+    policies: Vec<Option<Policy>>,
+    free_policies: Vec<u32>,
+    policy_ids: HashMap<Source, u32>,
+    nodes: Vec<Option<NodeEntry>>,
+    free_nodes: Vec<u32>,
+    node_ids: HashMap<Arc<str>, u32>,
+    index: LabelIndex,
+    cache: HashMap<Arc<[u32]>, NodeOutcome>,
+}
+
+impl Engine {
+    /// An empty engine.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Builds the engine from scratch: every node and every policy at once. A later
+    /// node or policy with the same name replaces an earlier one.
+    pub fn build(
+        nodes: impl IntoIterator<Item = (String, Labels)>,
+        policies: impl IntoIterator<Item = Policy>,
+    ) -> Self {
+        let mut e = Self::new();
+        let mut sigs: Vec<Vec<u32>> = Vec::new();
+        for (name, labels) in nodes {
+            let name: Arc<str> = name.into();
+            if let Some(&id) = e.node_ids.get(&name) {
+                let old = e.nodes[id as usize].take();
+                if let Some(old) = old {
+                    e.index.remove(id, &old.labels);
+                }
+                e.index.add(id, &labels);
+                e.nodes[id as usize] = Some(NodeEntry {
+                    name,
+                    labels,
+                    sig: Arc::from([]),
+                    outcome: NodeOutcome::Held(Arc::from([])),
+                });
+                continue;
+            }
+            let id = e.nodes.len() as u32;
+            e.index.add(id, &labels);
+            e.node_ids.insert(Arc::clone(&name), id);
+            e.nodes.push(Some(NodeEntry {
+                name,
+                labels,
+                sig: Arc::from([]),
+                outcome: NodeOutcome::Held(Arc::from([])),
+            }));
+            sigs.push(Vec::new());
+        }
+        for p in policies {
+            match e.policy_ids.get(&p.source) {
+                Some(&id) => e.policies[id as usize] = Some(p),
+                None => {
+                    let id = e.policies.len() as u32;
+                    e.policy_ids.insert(p.source.clone(), id);
+                    e.policies.push(Some(p));
+                }
+            }
+        }
+        for (pid, p) in e.policies.iter().enumerate() {
+            let Some(p) = p else { continue };
+            for nid in e.select(p.selector()) {
+                sigs[nid as usize].push(pid as u32);
+            }
+        }
+        for (nid, sig) in sigs.into_iter().enumerate() {
+            let (sig, outcome) = e.intern(&sig);
+            if let Some(n) = e.nodes[nid].as_mut() {
+                n.sig = sig;
+                n.outcome = outcome;
+            }
+        }
+        e
+    }
+
+    /// Node ids the selector matches, sorted.
+    fn select(&self, sel: &Selector) -> Vec<u32> {
+        let mut c = self.index.candidates(sel);
+        c.retain(|&id| {
+            self.nodes[id as usize]
+                .as_ref()
+                .is_some_and(|n| sel.matches(&n.labels))
+        });
+        c
+    }
+
+    /// The shared signature and outcome for a sorted list of policy ids.
+    fn intern(&mut self, sig: &[u32]) -> (Arc<[u32]>, NodeOutcome) {
+        if let Some((k, v)) = self.cache.get_key_value(sig) {
+            return (Arc::clone(k), v.clone());
+        }
+        let mut ps: Vec<&Policy> = sig
+            .iter()
+            .filter_map(|&id| self.policies[id as usize].as_ref())
+            .collect();
+        let outcome = merge_sorted(&mut ps);
+        let key: Arc<[u32]> = sig.into();
+        self.cache.insert(Arc::clone(&key), outcome.clone());
+        (key, outcome)
+    }
+
+    /// Drops cached outcomes that used policy `pid`, and any no node holds any more.
+    fn invalidate(&mut self, pid: u32) {
+        self.cache
+            .retain(|k, _| Arc::strong_count(k) > 1 && !k.contains(&pid));
+    }
+
+    fn set_sig(&mut self, nid: u32, sig: Vec<u32>, changed: &mut Changed) {
+        let (sig, outcome) = self.intern(&sig);
+        if let Some(n) = self.nodes[nid as usize].as_mut() {
+            let same = n.outcome.same(&outcome);
+            n.sig = sig;
+            if !same {
+                n.outcome = outcome;
+                changed.push(Arc::clone(&n.name));
+            }
+        }
+    }
+
+    /// Adds or replaces a policy (by source). Returns the nodes whose outcome changed.
+    pub fn upsert_policy(&mut self, policy: Policy) -> Changed {
+        let mut changed = Vec::new();
+        let (pid, old_sel, content_changed) = match self.policy_ids.get(&policy.source) {
+            Some(&pid) => {
+                let Some(old) = self.policies[pid as usize].take() else {
+                    return changed;
+                };
+                if old == policy {
+                    self.policies[pid as usize] = Some(old);
+                    return changed;
+                }
+                let sel = self.select(old.selector());
+                let content_changed =
+                    old.content != policy.content || old.precedence != policy.precedence;
+                (pid, sel, content_changed)
+            }
+            None => {
+                let pid = self.free_policies.pop().unwrap_or_else(|| {
+                    self.policies.push(None);
+                    (self.policies.len() - 1) as u32
+                });
+                self.policy_ids.insert(policy.source.clone(), pid);
+                (pid, Vec::new(), false)
+            }
+        };
+        let new_sel = self.select(policy.selector());
+        self.policies[pid as usize] = Some(policy);
+        if content_changed {
+            self.invalidate(pid);
+        }
+        let mut affected = old_sel;
+        affected.extend_from_slice(&new_sel);
+        affected.sort_unstable();
+        affected.dedup();
+        for nid in affected {
+            let Some(n) = self.nodes[nid as usize].as_ref() else {
+                continue;
+            };
+            let selected = new_sel.binary_search(&nid).is_ok();
+            let mut sig: Vec<u32> = n.sig.iter().copied().filter(|&p| p != pid).collect();
+            if selected {
+                let at = sig.partition_point(|&p| p < pid);
+                sig.insert(at, pid);
+            }
+            if !content_changed && *sig == *n.sig {
+                continue;
+            }
+            self.set_sig(nid, sig, &mut changed);
+        }
+        self.finish(changed)
+    }
+
+    /// Removes a policy. Returns the nodes whose outcome changed.
+    pub fn remove_policy(&mut self, source: &Source) -> Changed {
+        let mut changed = Vec::new();
+        let Some(pid) = self.policy_ids.remove(source) else {
+            return changed;
+        };
+        let Some(old) = self.policies[pid as usize].take() else {
+            return changed;
+        };
+        let affected = self.select(old.selector());
+        self.invalidate(pid);
+        self.free_policies.push(pid);
+        for nid in affected {
+            let Some(n) = self.nodes[nid as usize].as_ref() else {
+                continue;
+            };
+            let sig: Vec<u32> = n.sig.iter().copied().filter(|&p| p != pid).collect();
+            self.set_sig(nid, sig, &mut changed);
+        }
+        self.finish(changed)
+    }
+
+    /// Adds a node or changes its labels. Returns the nodes whose outcome changed (this
+    /// one, or none).
+    pub fn upsert_node(&mut self, name: &str, labels: Labels) -> Changed {
+        let mut changed = Vec::new();
+        let nid = match self.node_ids.get(name) {
+            Some(&nid) => {
+                let Some(n) = self.nodes[nid as usize].as_mut() else {
+                    return changed;
+                };
+                if n.labels == labels {
+                    return changed;
+                }
+                let old = std::mem::replace(&mut n.labels, labels);
+                if let Some(n) = self.nodes[nid as usize].as_ref() {
+                    self.index.relabel(nid, &old, &n.labels);
+                }
+                nid
+            }
+            None => {
+                let name: Arc<str> = name.into();
+                let entry = NodeEntry {
+                    name: Arc::clone(&name),
+                    labels,
+                    sig: Arc::from([]),
+                    outcome: NodeOutcome::Held(Arc::from([])),
+                };
+                let nid = match self.free_nodes.pop() {
+                    Some(nid) => {
+                        self.nodes[nid as usize] = Some(entry);
+                        nid
+                    }
+                    None => {
+                        self.nodes.push(Some(entry));
+                        (self.nodes.len() - 1) as u32
+                    }
+                };
+                if let Some(n) = self.nodes[nid as usize].as_ref() {
+                    self.index.add(nid, &n.labels);
+                }
+                self.node_ids.insert(name, nid);
+                nid
+            }
+        };
+        let Some(n) = self.nodes[nid as usize].as_ref() else {
+            return changed;
+        };
+        let sig: Vec<u32> = self
+            .policies
+            .iter()
+            .enumerate()
+            .filter_map(|(pid, p)| {
+                p.as_ref()
+                    .filter(|p| p.selector().matches(&n.labels))
+                    .map(|_| pid as u32)
+            })
+            .collect();
+        self.set_sig(nid, sig, &mut changed);
+        self.finish(changed)
+    }
+
+    /// Removes a node. Returns whether it was known.
+    pub fn remove_node(&mut self, name: &str) -> bool {
+        let Some(nid) = self.node_ids.remove(name) else {
+            return false;
+        };
+        if let Some(n) = self.nodes[nid as usize].take() {
+            self.index.remove(nid, &n.labels);
+        }
+        self.free_nodes.push(nid);
+        true
+    }
+
+    fn finish(&mut self, mut changed: Changed) -> Changed {
+        // Keep the cache from growing without bound as signatures fall out of use.
+        if self.cache.len() > 1024 && self.cache.len() > 2 * self.node_ids.len() {
+            self.cache.retain(|k, _| Arc::strong_count(k) > 1);
+        }
+        changed.sort();
+        changed.dedup();
+        changed
+    }
+
+    /// The outcome of one node.
+    pub fn outcome(&self, node: &str) -> Option<&NodeOutcome> {
+        let nid = *self.node_ids.get(node)?;
+        self.nodes[nid as usize].as_ref().map(|n| &n.outcome)
+    }
+
+    /// Every node's outcome, by node name.
+    pub fn outcomes(&self) -> BTreeMap<&str, &NodeOutcome> {
+        self.nodes
+            .iter()
+            .flatten()
+            .map(|n| (&*n.name, &n.outcome))
+            .collect()
+    }
+
+    /// The policies that apply to a node, highest precedence first.
+    pub fn policies_for(&self, node: &str) -> Vec<&Policy> {
+        let Some(&nid) = self.node_ids.get(node) else {
+            return Vec::new();
+        };
+        let Some(n) = self.nodes[nid as usize].as_ref() else {
+            return Vec::new();
+        };
+        let mut ps: Vec<&Policy> = n
+            .sig
+            .iter()
+            .filter_map(|&p| self.policies[p as usize].as_ref())
+            .collect();
+        ps.sort_by(by_precedence);
+        ps
+    }
+
+    /// Number of nodes.
+    pub fn node_count(&self) -> usize {
+        self.node_ids.len()
+    }
+
+    /// Number of distinct merged outcomes currently cached (one per distinct set of
+    /// matching policies still in use or recently used).
+    pub fn distinct_outcomes(&self) -> usize {
+        self.cache.len()
+    }
+}

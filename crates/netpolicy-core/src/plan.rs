@@ -1,0 +1,422 @@
+//! Planning: from what a node has (observed) and what it should have (desired), the
+//! ordered kernel operations that take it there. Pure: the netlink adapter executes the
+//! operations.
+//!
+//! # Order
+//! Deletions first, in reverse dependency order (rules, routes, addresses, links), then
+//! creations and changes in dependency order (links, MTU, link up, addresses, routes,
+//! rules). Within a step, operations are sorted by identity, so the same input always
+//! gives the same plan.
+//!
+//! # One operation per changed item
+//! A route change is one `ReplaceRoute` (`NLM_F_REPLACE`), a rule whose action changed
+//! one `ReplaceRule`. A VLAN whose parent, id or protocol changed cannot be changed in
+//! place: it is deleted and created (its addresses are added again).
+//!
+//! # Ownership
+//! Observed items carry `owned`: whether netpolicy created them (the adapter decides by
+//! its markers). Foreign items are never deleted or changed, with one opt-in exception:
+//! routes in a table listed in `table_hard_sync`, where every route not desired is
+//! deleted and every desired route is replaced, whoever made it. A desired item whose
+//! identity is taken by a foreign item is reported in [`Plan::skipped`]: untouched when
+//! it already has the desired content ([`SkipReason::ForeignIdentical`]), blocked when
+//! it differs ([`SkipReason::ForeignDiffers`]).
+//!
+//! The adapter reports observed items normalized the way validation produces them
+//! (for example `scope: None` for the kernel's default scope), so that equal means equal.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ipnetwork::IpNetwork;
+
+use crate::{
+    merge::ItemRef,
+    model::{IfName, IpFamily, Route, RouteKey, RoutingConfig, Rule, RuleKey, Vlan},
+};
+
+/// A VLAN link as observed, with its addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedVlan {
+    /// The link; `mtu` is the current MTU.
+    pub vlan: Vlan,
+    /// Whether the link is administratively up.
+    pub up: bool,
+    /// Whether netpolicy created it. Addresses on an owned link are owned.
+    pub owned: bool,
+}
+
+/// A route as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedRoute {
+    /// The route.
+    pub route: Route,
+    /// Whether netpolicy created it.
+    pub owned: bool,
+}
+
+/// A rule as observed. The kernel keeps rules per family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedRule {
+    /// The family the rule is installed in.
+    pub family: IpFamily,
+    /// The rule.
+    pub rule: Rule,
+    /// Whether netpolicy created it.
+    pub owned: bool,
+}
+
+/// What the node has: every owned item, plus the foreign items the adapter saw (routes
+/// in hard-synced tables, and whatever else shares an identity with a desired item).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// VLAN links.
+    pub vlans: Vec<ObservedVlan>,
+    /// Routes.
+    pub routes: Vec<ObservedRoute>,
+    /// Rules.
+    pub rules: Vec<ObservedRule>,
+}
+
+/// One kernel operation.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Op {
+    /// Delete a rule.
+    DeleteRule {
+        /// Family the rule lives in.
+        family: IpFamily,
+        /// The rule as observed.
+        rule: Rule,
+    },
+    /// Delete a route.
+    DeleteRoute(Route),
+    /// Delete an address from a link.
+    DeleteAddress {
+        /// Interface.
+        dev: IfName,
+        /// Address with prefix length.
+        address: IpNetwork,
+    },
+    /// Delete a link (its addresses and routes through it go with it).
+    DeleteLink(IfName),
+    /// Create a VLAN link (without addresses: those follow as `AddAddress`).
+    CreateLink(Vlan),
+    /// Set a link's MTU.
+    SetMtu {
+        /// Interface.
+        dev: IfName,
+        /// New MTU.
+        mtu: u32,
+    },
+    /// Set a link administratively up.
+    SetUp(IfName),
+    /// Add an address to a link.
+    AddAddress {
+        /// Interface.
+        dev: IfName,
+        /// Address with prefix length.
+        address: IpNetwork,
+    },
+    /// Create or replace a route (`NLM_F_CREATE | NLM_F_REPLACE`).
+    ReplaceRoute(Route),
+    /// Add a rule.
+    AddRule {
+        /// Family to install the rule in.
+        family: IpFamily,
+        /// The rule.
+        rule: Rule,
+    },
+    /// Replace a rule whose action changed (delete `old`, add `new`: the kernel has no
+    /// rule replace).
+    ReplaceRule {
+        /// Family.
+        family: IpFamily,
+        /// The rule as observed.
+        old: Rule,
+        /// The rule as desired.
+        new: Rule,
+    },
+}
+
+impl Op {
+    /// Whether the operation removes something.
+    pub fn is_delete(&self) -> bool {
+        matches!(
+            self,
+            Self::DeleteRule { .. }
+                | Self::DeleteRoute(_)
+                | Self::DeleteAddress { .. }
+                | Self::DeleteLink(_)
+        )
+    }
+
+    fn step(&self) -> u8 {
+        match self {
+            Self::DeleteRule { .. } => 0,
+            Self::DeleteRoute(_) => 1,
+            Self::DeleteAddress { .. } => 2,
+            Self::DeleteLink(_) => 3,
+            Self::CreateLink(_) => 4,
+            Self::SetMtu { .. } => 5,
+            Self::SetUp(_) => 6,
+            Self::AddAddress { .. } => 7,
+            Self::ReplaceRoute(_) => 8,
+            Self::AddRule { .. } | Self::ReplaceRule { .. } => 9,
+        }
+    }
+}
+
+/// Why a desired item was left alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SkipReason {
+    /// A foreign item with the same identity and the same content exists: nothing to do,
+    /// and netpolicy will not remove it later either.
+    ForeignIdentical,
+    /// A foreign item with the same identity and different content exists: netpolicy
+    /// does not overwrite what it did not create.
+    ForeignDiffers,
+}
+
+/// A desired item the plan does not touch.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Skipped {
+    /// The item.
+    pub item: ItemRef,
+    /// Why.
+    pub reason: SkipReason,
+}
+
+/// The result of [`plan`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Operations in execution order.
+    pub ops: Vec<Op>,
+    /// Desired items left alone because a foreign item holds their identity.
+    pub skipped: Vec<Skipped>,
+}
+
+impl Plan {
+    /// Whether the node already has its desired state.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+/// Plans the operations that take `observed` to `desired`.
+///
+/// # Examples
+/// ```
+/// use netpolicy_core::{plan::{plan, Observed, Op}, spec::{RouteSpec, RoutingSpec}};
+///
+/// let desired = RoutingSpec {
+///     routes: vec![RouteSpec { to: "10.20.0.0/16".into(), dev: Some("eth0".into()), ..Default::default() }],
+///     ..Default::default()
+/// }
+/// .validate("spec")
+/// .unwrap();
+/// let p = plan(&Observed::default(), &desired);
+/// assert!(matches!(&p.ops[..], [Op::ReplaceRoute(r)] if r.to.to_string() == "10.20.0.0/16"));
+/// ```
+pub fn plan(observed: &Observed, desired: &RoutingConfig) -> Plan {
+    let mut ops = Vec::new();
+    let mut skipped = Vec::new();
+    let recreated = plan_vlans(observed, desired, &mut ops, &mut skipped);
+    plan_routes(observed, desired, &recreated, &mut ops, &mut skipped);
+    plan_rules(observed, desired, &mut ops, &mut skipped);
+    ops.sort_by(|a, b| a.step().cmp(&b.step()).then_with(|| a.cmp(b)));
+    skipped.sort();
+    skipped.dedup();
+    Plan { ops, skipped }
+}
+
+/// Returns the links that are deleted and created again: routes through them are lost
+/// with them and must be installed again.
+fn plan_vlans(
+    observed: &Observed,
+    desired: &RoutingConfig,
+    ops: &mut Vec<Op>,
+    skipped: &mut Vec<Skipped>,
+) -> BTreeSet<IfName> {
+    let mut recreated = BTreeSet::new();
+    let have: BTreeMap<&IfName, &ObservedVlan> =
+        observed.vlans.iter().map(|o| (&o.vlan.name, o)).collect();
+    let want: BTreeSet<&IfName> = desired.vlans.iter().map(|v| &v.name).collect();
+    for o in &observed.vlans {
+        if o.owned && !want.contains(&o.vlan.name) {
+            ops.push(Op::DeleteLink(o.vlan.name.clone()));
+        }
+    }
+    for v in &desired.vlans {
+        let add_all = |ops: &mut Vec<Op>| {
+            ops.push(Op::CreateLink(Vlan {
+                addresses: Vec::new(),
+                ..v.clone()
+            }));
+            ops.push(Op::SetUp(v.name.clone()));
+            for a in &v.addresses {
+                ops.push(Op::AddAddress {
+                    dev: v.name.clone(),
+                    address: *a,
+                });
+            }
+        };
+        match have.get(&v.name) {
+            None => add_all(ops),
+            Some(o) if !o.owned => {
+                let same = o.vlan.link == v.link
+                    && o.vlan.id == v.id
+                    && o.vlan.protocol == v.protocol
+                    && v.mtu.is_none_or(|m| o.vlan.mtu == Some(m))
+                    && o.vlan.addresses == v.addresses;
+                skipped.push(Skipped {
+                    item: ItemRef::Vlan(v.name.clone()),
+                    reason: if same {
+                        SkipReason::ForeignIdentical
+                    } else {
+                        SkipReason::ForeignDiffers
+                    },
+                });
+            }
+            Some(o) => {
+                if o.vlan.link != v.link || o.vlan.id != v.id || o.vlan.protocol != v.protocol {
+                    ops.push(Op::DeleteLink(v.name.clone()));
+                    add_all(ops);
+                    recreated.insert(v.name.clone());
+                    continue;
+                }
+                if let Some(m) = v.mtu
+                    && o.vlan.mtu != Some(m)
+                {
+                    ops.push(Op::SetMtu {
+                        dev: v.name.clone(),
+                        mtu: m,
+                    });
+                }
+                if !o.up {
+                    ops.push(Op::SetUp(v.name.clone()));
+                }
+                let has: BTreeSet<&IpNetwork> = o.vlan.addresses.iter().collect();
+                let wants: BTreeSet<&IpNetwork> = v.addresses.iter().collect();
+                for a in has.difference(&wants) {
+                    ops.push(Op::DeleteAddress {
+                        dev: v.name.clone(),
+                        address: **a,
+                    });
+                }
+                for a in wants.difference(&has) {
+                    ops.push(Op::AddAddress {
+                        dev: v.name.clone(),
+                        address: **a,
+                    });
+                }
+            }
+        }
+    }
+    recreated
+}
+
+fn plan_routes(
+    observed: &Observed,
+    desired: &RoutingConfig,
+    recreated: &BTreeSet<IfName>,
+    ops: &mut Vec<Op>,
+    skipped: &mut Vec<Skipped>,
+) {
+    let through_recreated = |r: &Route| {
+        r.dev.as_ref().is_some_and(|d| recreated.contains(d))
+            || r.nexthops
+                .iter()
+                .any(|n| n.dev.as_ref().is_some_and(|d| recreated.contains(d)))
+    };
+    let hard: BTreeSet<u32> = desired.table_hard_sync.iter().copied().collect();
+    let want: BTreeMap<RouteKey, &Route> = desired.routes.iter().map(|r| (r.key(), r)).collect();
+    let mut have: BTreeMap<RouteKey, &ObservedRoute> = BTreeMap::new();
+    for o in &observed.routes {
+        let k = o.route.key();
+        let manageable = o.owned || hard.contains(&k.table);
+        if !want.contains_key(&k) && manageable {
+            ops.push(Op::DeleteRoute(o.route.clone()));
+        }
+        // If the kernel shows two routes with one identity, an owned one decides.
+        if o.owned || !have.contains_key(&k) {
+            have.insert(k, o);
+        }
+    }
+    for (k, r) in &want {
+        match have.get(k) {
+            None => ops.push(Op::ReplaceRoute((*r).clone())),
+            Some(o) if o.route == **r && !through_recreated(r) => {
+                if !o.owned && !hard.contains(&k.table) {
+                    skipped.push(Skipped {
+                        item: ItemRef::Route(*k),
+                        reason: SkipReason::ForeignIdentical,
+                    });
+                }
+            }
+            Some(o) if o.owned || hard.contains(&k.table) => {
+                ops.push(Op::ReplaceRoute((*r).clone()));
+            }
+            Some(_) => skipped.push(Skipped {
+                item: ItemRef::Route(*k),
+                reason: SkipReason::ForeignDiffers,
+            }),
+        }
+    }
+}
+
+fn plan_rules(
+    observed: &Observed,
+    desired: &RoutingConfig,
+    ops: &mut Vec<Op>,
+    skipped: &mut Vec<Skipped>,
+) {
+    let mut want: BTreeMap<(IpFamily, &RuleKey), &Rule> = BTreeMap::new();
+    for r in &desired.rules {
+        match r.key.family() {
+            Some(f) => {
+                want.insert((f, &r.key), r);
+            }
+            None => {
+                want.insert((IpFamily::V4, &r.key), r);
+                want.insert((IpFamily::V6, &r.key), r);
+            }
+        }
+    }
+    let mut have: BTreeMap<(IpFamily, &RuleKey), &ObservedRule> = BTreeMap::new();
+    for o in &observed.rules {
+        let k = (o.family, &o.rule.key);
+        if o.owned && !want.contains_key(&k) {
+            ops.push(Op::DeleteRule {
+                family: o.family,
+                rule: o.rule.clone(),
+            });
+        }
+        if o.owned || !have.contains_key(&k) {
+            have.insert(k, o);
+        }
+    }
+    for ((family, key), r) in &want {
+        match have.get(&(*family, *key)) {
+            None => ops.push(Op::AddRule {
+                family: *family,
+                rule: (*r).clone(),
+            }),
+            Some(o) if o.rule == **r => {
+                if !o.owned {
+                    skipped.push(Skipped {
+                        item: ItemRef::Rule((*key).clone()),
+                        reason: SkipReason::ForeignIdentical,
+                    });
+                }
+            }
+            Some(o) if o.owned => ops.push(Op::ReplaceRule {
+                family: *family,
+                old: o.rule.clone(),
+                new: (*r).clone(),
+            }),
+            Some(_) => skipped.push(Skipped {
+                item: ItemRef::Rule((*key).clone()),
+                reason: SkipReason::ForeignDiffers,
+            }),
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! Kubernetes label selectors, with Kubernetes' semantics.
+//!
+//! | requirement | matches a node when |
+//! |---|---|
+//! | `matchLabels: {k: v}` | label `k` is present with value `v` |
+//! | `In [v...]` | label `k` is present with one of the values |
+//! | `NotIn [v...]` | label `k` is absent, or present with none of the values |
+//! | `Exists` | label `k` is present (any value) |
+//! | `DoesNotExist` | label `k` is absent |
+//!
+//! All requirements must hold; a selector with none matches every node.
+
+use std::collections::BTreeMap;
+
+use crate::{error::Result, spec::LabelSelector, validate::Problems};
+
+/// A node's labels.
+pub type Labels = BTreeMap<String, String>;
+
+/// One requirement of a validated [`Selector`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Requirement {
+    /// `key` is present with exactly `value` (from `matchLabels`).
+    Equals {
+        /// Label key.
+        key: String,
+        /// Required value.
+        value: String,
+    },
+    /// `key` is present with one of `values` (sorted, deduplicated).
+    In {
+        /// Label key.
+        key: String,
+        /// Allowed values.
+        values: Vec<String>,
+    },
+    /// `key` is absent or has none of `values`.
+    NotIn {
+        /// Label key.
+        key: String,
+        /// Excluded values.
+        values: Vec<String>,
+    },
+    /// `key` is present.
+    Exists {
+        /// Label key.
+        key: String,
+    },
+    /// `key` is absent.
+    DoesNotExist {
+        /// Label key.
+        key: String,
+    },
+}
+
+impl Requirement {
+    /// Whether `labels` satisfy the requirement.
+    pub fn matches(&self, labels: &Labels) -> bool {
+        match self {
+            Self::Equals { key, value } => labels.get(key) == Some(value),
+            Self::In { key, values } => labels
+                .get(key)
+                .is_some_and(|v| values.binary_search(v).is_ok()),
+            Self::NotIn { key, values } => labels
+                .get(key)
+                .is_none_or(|v| values.binary_search(v).is_err()),
+            Self::Exists { key } => labels.contains_key(key),
+            Self::DoesNotExist { key } => !labels.contains_key(key),
+        }
+    }
+
+    /// The label key.
+    pub fn key(&self) -> &str {
+        match self {
+            Self::Equals { key, .. }
+            | Self::In { key, .. }
+            | Self::NotIn { key, .. }
+            | Self::Exists { key }
+            | Self::DoesNotExist { key } => key,
+        }
+    }
+}
+
+/// A validated label selector.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Selector {
+    requirements: Vec<Requirement>,
+}
+
+impl Selector {
+    /// The selector that matches every node.
+    pub fn everything() -> Self {
+        Self::default()
+    }
+
+    /// A selector from requirements (all must hold).
+    pub fn from_requirements(requirements: Vec<Requirement>) -> Self {
+        Self { requirements }
+    }
+
+    /// The requirements.
+    pub fn requirements(&self) -> &[Requirement] {
+        &self.requirements
+    }
+
+    /// Whether the selector has no requirements and so matches every node.
+    pub fn is_everything(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
+    /// Whether `labels` satisfy every requirement.
+    ///
+    /// # Examples
+    /// ```
+    /// use netpolicy_core::{selector::Labels, spec::{LabelSelector, LabelSelectorRequirement}};
+    ///
+    /// let sel = LabelSelector {
+    ///     match_expressions: vec![LabelSelectorRequirement {
+    ///         key: "zone".into(), operator: "NotIn".into(), values: vec!["a".into()],
+    ///     }],
+    ///     ..Default::default()
+    /// }
+    /// .validate("spec.nodeSelector")
+    /// .unwrap();
+    /// assert!(sel.matches(&Labels::new())); // NotIn matches an absent label
+    /// assert!(!sel.matches(&Labels::from([("zone".into(), "a".into())])));
+    /// ```
+    pub fn matches(&self, labels: &Labels) -> bool {
+        self.requirements.iter().all(|r| r.matches(labels))
+    }
+}
+
+impl LabelSelector {
+    /// Validates the selector. `path` names it in errors (`spec.nodeSelector`).
+    ///
+    /// # Errors
+    /// [`crate::Error::Invalid`] for bad keys or values, an unknown operator, `In`/`NotIn`
+    /// without values, or `Exists`/`DoesNotExist` with values.
+    pub fn validate(&self, path: &str) -> Result<Selector> {
+        let mut p = Problems::default();
+        let mut reqs = Vec::new();
+        for (k, v) in &self.match_labels {
+            let at = format!("{path}.matchLabels.{k}");
+            check_key(k, &at, &mut p);
+            check_value(v, &at, &mut p);
+            reqs.push(Requirement::Equals {
+                key: k.clone(),
+                value: v.clone(),
+            });
+        }
+        for (i, e) in self.match_expressions.iter().enumerate() {
+            let at = format!("{path}.matchExpressions[{i}]");
+            check_key(&e.key, &format!("{at}.key"), &mut p);
+            let mut values = e.values.clone();
+            for (j, v) in values.iter().enumerate() {
+                check_value(v, &format!("{at}.values[{j}]"), &mut p);
+            }
+            values.sort_unstable();
+            values.dedup();
+            let key = e.key.clone();
+            let needs_values = match e.operator.as_str() {
+                "In" => {
+                    reqs.push(Requirement::In { key, values });
+                    true
+                }
+                "NotIn" => {
+                    reqs.push(Requirement::NotIn { key, values });
+                    true
+                }
+                "Exists" => {
+                    reqs.push(Requirement::Exists { key });
+                    false
+                }
+                "DoesNotExist" => {
+                    reqs.push(Requirement::DoesNotExist { key });
+                    false
+                }
+                other => {
+                    p.push(
+                        format!("{at}.operator"),
+                        format!(
+                            "{other:?} is not an operator; use In, NotIn, Exists or DoesNotExist"
+                        ),
+                    );
+                    continue;
+                }
+            };
+            if needs_values && e.values.is_empty() {
+                p.push(
+                    format!("{at}.values"),
+                    format!("operator {} needs at least one value", e.operator),
+                );
+            } else if !needs_values && !e.values.is_empty() {
+                p.push(
+                    format!("{at}.values"),
+                    format!("operator {} takes no values", e.operator),
+                );
+            }
+        }
+        p.finish(Selector { requirements: reqs })
+    }
+}
+
+fn is_name_segment(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|l| {
+            let b = l.as_bytes();
+            !b.is_empty()
+                && b.len() <= 63
+                && b[0].is_ascii_alphanumeric()
+                && b[b.len() - 1].is_ascii_alphanumeric()
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        })
+}
+
+fn check_key(k: &str, path: &str, p: &mut Problems) {
+    let ok = match k.split_once('/') {
+        Some((prefix, name)) => is_dns_subdomain(prefix) && is_name_segment(name),
+        None => is_name_segment(k),
+    };
+    if !ok {
+        p.push(
+            path,
+            format!(
+                "{k:?} is not a valid label key ([prefix/]name, name at most 63 characters of \
+                 letters, digits, '-', '_', '.')"
+            ),
+        );
+    }
+}
+
+fn check_value(v: &str, path: &str, p: &mut Problems) {
+    if !v.is_empty() && !is_name_segment(v) {
+        p.push(
+            path,
+            format!(
+                "{v:?} is not a valid label value (at most 63 characters of letters, digits, \
+                 '-', '_', '.', starting and ending with a letter or digit)"
+            ),
+        );
+    }
+}

@@ -1,0 +1,314 @@
+//! The wire form of routing items: what users write in ClusterConfig and NodeConfig
+//! specs, and what the operator writes into NodeNetworkConfig specs.
+//!
+//! Field names are the camelCase names of DESIGN.md. Addresses, prefixes, ports and
+//! marks are kept as the user's text so that validation ([`RoutingSpec::validate`]) can
+//! report *every* problem with its field path instead of stopping at the first one a
+//! deserializer meets. Going the other way, [`RoutingSpec::from_config`] renders a
+//! validated [`RoutingConfig`] in canonical text (`10.20.0.0/16`, compressed lowercase
+//! IPv6, tables as numbers).
+
+use std::{borrow::Cow, collections::BTreeMap, fmt};
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
+
+use crate::model::{Route, RoutingConfig, Rule, RuleAction, TABLE_MAIN, Vlan};
+
+/// Routing items shared by ClusterConfig, NodeConfig and NodeNetworkConfig specs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RoutingSpec {
+    /// VLAN sub-interfaces, with their addresses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vlans: Vec<VlanSpec>,
+    /// Routes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<RouteSpec>,
+    /// Policy routing rules.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<RuleSpec>,
+    /// Route tables in which the agent removes every route that is not desired, even
+    /// routes it did not create. Opt-in; nodes get the union over all their policies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub table_hard_sync: Vec<u32>,
+}
+
+/// A VLAN sub-interface.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VlanSpec {
+    /// Parent interface.
+    pub link: String,
+    /// VLAN id, 1..4094.
+    pub id: u32,
+    /// Interface name; default `<link>.<id>`. At most 15 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `802.1Q` (default) or `802.1ad`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// MTU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    /// Addresses with prefix length, IPv4 or IPv6 (`10.10.0.5/24`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
+}
+
+/// A route.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RouteSpec {
+    /// Destination prefix; `default` means `0.0.0.0/0` (write `::/0` for IPv6).
+    pub to: String,
+    /// Gateway. Exclusive with `nexthops`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
+    /// Output interface. Exclusive with `nexthops`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev: Option<String>,
+    /// Routing table, default 254 (main).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<u32>,
+    /// Metric, default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric: Option<u32>,
+    /// `global`, `link` or `host`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// Treat the gateway as on-link.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub onlink: bool,
+    /// Preferred source address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src: Option<String>,
+    /// ECMP next hops. Exclusive with `via` and `dev`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nexthops: Vec<NextHopSpec>,
+}
+
+/// One ECMP next hop.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NextHopSpec {
+    /// Gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
+    /// Output interface.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev: Option<String>,
+    /// Weight 1..256, default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+}
+
+/// A policy routing rule.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RuleSpec {
+    /// Priority 1..32765 (0, 32766 and 32767 belong to the kernel).
+    pub priority: u32,
+    /// Source prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// Destination prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Input interface.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iif: Option<String>,
+    /// Output interface.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oif: Option<String>,
+    /// Firewall mark, `value` or `value/mask` (decimal or `0x` hex).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fwmark: Option<IntOrString>,
+    /// IP protocol: `tcp`, `udp`, `sctp`, `icmp`, `icmpv6` or a number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_proto: Option<IntOrString>,
+    /// Source port or range (`2000` or `2000-3000`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sport: Option<IntOrString>,
+    /// Destination port or range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dport: Option<IntOrString>,
+    /// Table for `action: lookup`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<u32>,
+    /// `lookup` (default), `blackhole`, `unreachable` or `prohibit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// Match packets the selector does *not* match.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub invert: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// A value YAML may give as a number or a string (`dport: 443` or `dport: "2000-3000"`),
+/// kept as text. Its schema is Kubernetes' `x-kubernetes-int-or-string`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct IntOrString(pub String);
+
+impl IntOrString {
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for IntOrString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for IntOrString {
+    fn from(s: &str) -> Self {
+        Self(s.to_owned())
+    }
+}
+
+impl Serialize for IntOrString {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for IntOrString {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl de::Visitor<'_> for V {
+            type Value = IntOrString;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number or a string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(IntOrString(v.to_owned()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(IntOrString(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(IntOrString(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl JsonSchema for IntOrString {
+    fn schema_name() -> Cow<'static, str> {
+        "IntOrString".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "x-kubernetes-int-or-string": true })
+    }
+}
+
+/// A Kubernetes label selector (`metav1.LabelSelector`). An empty selector matches
+/// every node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LabelSelector {
+    /// Labels that must be present with exactly these values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    /// Set-based requirements; all must hold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+/// One set-based requirement of a [`LabelSelector`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LabelSelectorRequirement {
+    /// Label key.
+    pub key: String,
+    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
+    pub operator: String,
+    /// Values for `In` / `NotIn`; empty for `Exists` / `DoesNotExist`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+impl RoutingSpec {
+    /// Renders a validated configuration in canonical text. Validating the result gives
+    /// back `config`.
+    pub fn from_config(config: &RoutingConfig) -> Self {
+        Self {
+            vlans: config.vlans.iter().map(VlanSpec::from).collect(),
+            routes: config.routes.iter().map(RouteSpec::from).collect(),
+            rules: config.rules.iter().map(RuleSpec::from).collect(),
+            table_hard_sync: config.table_hard_sync.clone(),
+        }
+    }
+}
+
+impl From<&Vlan> for VlanSpec {
+    fn from(v: &Vlan) -> Self {
+        Self {
+            link: v.link.to_string(),
+            id: u32::from(v.id),
+            name: Some(v.name.to_string()),
+            protocol: Some(v.protocol.to_string()),
+            mtu: v.mtu,
+            addresses: v.addresses.iter().map(ToString::to_string).collect(),
+        }
+    }
+}
+
+impl From<&Route> for RouteSpec {
+    fn from(r: &Route) -> Self {
+        Self {
+            to: r.to.to_string(),
+            via: r.via.map(|a| a.to_string()),
+            dev: r.dev.as_ref().map(ToString::to_string),
+            table: Some(r.table).filter(|t| *t != TABLE_MAIN),
+            metric: Some(r.metric).filter(|m| *m != 0),
+            scope: r.scope.map(|s| s.as_str().to_owned()),
+            onlink: r.onlink,
+            src: r.src.map(|a| a.to_string()),
+            nexthops: r
+                .nexthops
+                .iter()
+                .map(|n| NextHopSpec {
+                    via: n.via.map(|a| a.to_string()),
+                    dev: n.dev.as_ref().map(ToString::to_string),
+                    weight: Some(u32::from(n.weight)),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<&Rule> for RuleSpec {
+    fn from(r: &Rule) -> Self {
+        let k = &r.key;
+        Self {
+            priority: k.priority,
+            from: k.from.map(|n| n.to_string()),
+            to: k.to.map(|n| n.to_string()),
+            iif: k.iif.as_ref().map(ToString::to_string),
+            oif: k.oif.as_ref().map(ToString::to_string),
+            fwmark: k.fwmark.map(|m| IntOrString(m.to_string())),
+            ip_proto: k.ip_proto.map(|p| IntOrString(p.to_string())),
+            sport: k.sport.map(|p| IntOrString(p.to_string())),
+            dport: k.dport.map(|p| IntOrString(p.to_string())),
+            table: r.action.table(),
+            action: match r.action {
+                RuleAction::Lookup(_) => None,
+                other => Some(other.name().to_owned()),
+            },
+            invert: k.invert,
+        }
+    }
+}

@@ -1,0 +1,677 @@
+//! Validation: wire form ([`RoutingSpec`]) → typed model ([`RoutingConfig`]).
+//!
+//! Validation never stops at the first problem: it walks the whole spec and returns
+//! every [`FieldError`] it finds, each with its path (`spec.routes[2].via`), in field
+//! order.
+
+use std::{net::IpAddr, str::FromStr};
+
+use ipnetwork::IpNetwork;
+
+use crate::{
+    error::{Error, FieldError, Result},
+    model::{
+        FwMark, IfName, IpFamily, IpProto, NextHop, PortRange, RULE_PRIORITY_MAX,
+        RULE_PRIORITY_MIN, Route, RouteScope, RoutingConfig, Rule, RuleAction, RuleKey,
+        TABLE_DEFAULT, TABLE_LOCAL, TABLE_MAIN, Vlan, VlanProtocol,
+    },
+    spec::{IntOrString, NextHopSpec, RouteSpec, RoutingSpec, RuleSpec, VlanSpec},
+};
+
+/// Collects problems under a path prefix.
+#[derive(Debug, Default)]
+pub(crate) struct Problems {
+    pub(crate) list: Vec<FieldError>,
+}
+
+impl Problems {
+    pub(crate) fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.list.push(FieldError::new(path, message));
+    }
+
+    pub(crate) fn finish<T>(self, value: T) -> Result<T> {
+        if self.list.is_empty() {
+            Ok(value)
+        } else {
+            Err(Error::Invalid(self.list))
+        }
+    }
+}
+
+impl RoutingSpec {
+    /// Validates the spec and returns its typed form, or every problem found. `path` is
+    /// the prefix for field paths, usually `"spec"`.
+    ///
+    /// Items that appear twice with the same identity and content are kept once; the
+    /// same identity with different content is an error naming both entries.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] with one [`FieldError`] per problem.
+    ///
+    /// # Examples
+    /// ```
+    /// use netpolicy_core::spec::{RouteSpec, RoutingSpec};
+    ///
+    /// let spec = RoutingSpec {
+    ///     routes: vec![RouteSpec { to: "10.0.0.1/24".into(), dev: Some("eth0".into()), ..Default::default() }],
+    ///     ..Default::default()
+    /// };
+    /// let err = spec.validate("spec").unwrap_err();
+    /// assert_eq!(err.field_errors()[0].path, "spec.routes[0].to");
+    /// assert!(err.to_string().contains("did you mean 10.0.0.0/24?"));
+    /// ```
+    pub fn validate(&self, path: &str) -> Result<RoutingConfig> {
+        let mut p = Problems::default();
+        let mut vlans: Vec<(usize, Vlan)> = Vec::new();
+        for (i, v) in self.vlans.iter().enumerate() {
+            if let Some(v) = validate_vlan(v, &format!("{path}.vlans[{i}]"), &mut p) {
+                vlans.push((i, v));
+            }
+        }
+        let mut routes = Vec::new();
+        for (i, r) in self.routes.iter().enumerate() {
+            if let Some(r) = validate_route(r, &format!("{path}.routes[{i}]"), &mut p) {
+                routes.push((i, r));
+            }
+        }
+        let mut rules = Vec::new();
+        for (i, r) in self.rules.iter().enumerate() {
+            if let Some(r) = validate_rule(r, &format!("{path}.rules[{i}]"), &mut p) {
+                rules.push((i, r));
+            }
+        }
+        let mut hard = Vec::new();
+        for (i, t) in self.table_hard_sync.iter().enumerate() {
+            let at = format!("{path}.tableHardSync[{i}]");
+            match *t {
+                0 => p.push(at, "table 0 is not a routing table"),
+                TABLE_MAIN | TABLE_DEFAULT | TABLE_LOCAL => p.push(
+                    at,
+                    format!(
+                        "table {t} is managed by the kernel and other tools; hard-syncing it \
+                         would delete routes the node needs"
+                    ),
+                ),
+                t => hard.push(t),
+            }
+        }
+        hard.sort_unstable();
+        hard.dedup();
+
+        let vlans = dedup_by_identity(
+            vlans,
+            |v| v.name.clone(),
+            &format!("{path}.vlans"),
+            "interface name",
+            &mut p,
+        );
+        let routes = dedup_by_identity(
+            routes,
+            Route::key,
+            &format!("{path}.routes"),
+            "table, destination and metric",
+            &mut p,
+        );
+        let rules = dedup_by_identity(
+            rules,
+            |r| r.key.clone(),
+            &format!("{path}.rules"),
+            "priority and selector",
+            &mut p,
+        );
+        p.list.sort_by(|a, b| natural_path_cmp(&a.path, &b.path));
+        p.finish(RoutingConfig {
+            vlans,
+            routes,
+            rules,
+            table_hard_sync: hard,
+        })
+    }
+}
+
+/// Sorts by identity, drops exact duplicates, reports same-identity/different-content.
+fn dedup_by_identity<T: Eq, K: Ord>(
+    mut items: Vec<(usize, T)>,
+    key: impl Fn(&T) -> K,
+    path: &str,
+    what: &str,
+    p: &mut Problems,
+) -> Vec<T> {
+    items.sort_by(|a, b| key(&a.1).cmp(&key(&b.1)).then(a.0.cmp(&b.0)));
+    let mut out: Vec<(usize, T)> = Vec::with_capacity(items.len());
+    for (i, item) in items {
+        match out.last() {
+            Some((j, prev)) if key(prev) == key(&item) => {
+                if *prev != item {
+                    p.push(
+                        format!("{path}[{i}]"),
+                        format!(
+                            "has the same {what} as {path}[{j}] but different content; \
+                             one object cannot say both"
+                        ),
+                    );
+                }
+            }
+            _ => out.push((i, item)),
+        }
+    }
+    out.into_iter().map(|(_, t)| t).collect()
+}
+
+/// Orders `a[10]` after `a[9]`.
+fn natural_path_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    fn parts(s: &str) -> Vec<Result<u64, &str>> {
+        s.split(['[', ']'])
+            .map(|x| x.parse::<u64>().map_err(|_| x))
+            .collect()
+    }
+    parts(a).cmp(&parts(b))
+}
+
+pub(crate) fn ifname(s: &str, path: &str, p: &mut Problems) -> Option<IfName> {
+    IfName::new(s).map_err(|m| p.push(path, m)).ok()
+}
+
+fn addr(s: &str, path: &str, p: &mut Problems) -> Option<IpAddr> {
+    match IpAddr::from_str(s.trim()) {
+        Ok(a) => Some(a),
+        Err(_) => {
+            let hint = if s.contains('/') {
+                " (an address here, not a prefix: drop the /length)"
+            } else {
+                ""
+            };
+            p.push(path, format!("{s:?} is not an IPv4 or IPv6 address{hint}"));
+            None
+        }
+    }
+}
+
+/// An address with a prefix length, as on an interface: host bits allowed.
+fn interface_address(s: &str, path: &str, p: &mut Problems) -> Option<IpNetwork> {
+    if !s.contains('/') {
+        p.push(
+            path,
+            format!("{s:?} needs a prefix length, for example {s}/24 or {s}/64"),
+        );
+        return None;
+    }
+    match IpNetwork::from_str(s.trim()) {
+        Ok(n) => Some(n),
+        Err(_) => {
+            p.push(
+                path,
+                format!("{s:?} is not an address with prefix length (10.10.0.5/24, fd00::5/64)"),
+            );
+            None
+        }
+    }
+}
+
+/// A prefix (a destination or source network): host bits must be clear.
+pub(crate) fn prefix(s: &str, path: &str, p: &mut Problems) -> Option<IpNetwork> {
+    let s = s.trim();
+    if s == "default" {
+        return IpNetwork::new(crate::model::unspecified(IpFamily::V4), 0).ok();
+    }
+    let net = match IpNetwork::from_str(s) {
+        Ok(n) => n,
+        Err(_) => {
+            p.push(
+                path,
+                format!("{s:?} is not a prefix (10.20.0.0/16, fd00:20::/48 or default)"),
+            );
+            return None;
+        }
+    };
+    let canonical = IpNetwork::new(net.network(), net.prefix()).ok()?;
+    if canonical.ip() != net.ip() {
+        p.push(
+            path,
+            format!("{s} has host bits set; did you mean {canonical}?"),
+        );
+        return None;
+    }
+    Some(canonical)
+}
+
+fn validate_vlan(v: &VlanSpec, path: &str, p: &mut Problems) -> Option<Vlan> {
+    let before = p.list.len();
+    let link = ifname(&v.link, &format!("{path}.link"), p);
+    if !(1..=4094).contains(&v.id) {
+        p.push(
+            format!("{path}.id"),
+            format!("VLAN id {} is outside 1..4094", v.id),
+        );
+    }
+    let name = match &v.name {
+        Some(n) => ifname(n, &format!("{path}.name"), p),
+        None => {
+            let n = format!("{}.{}", v.link, v.id);
+            match IfName::new(&n) {
+                Ok(n) => Some(n),
+                Err(_) if link.is_some() => {
+                    p.push(
+                        format!("{path}.name"),
+                        format!(
+                            "the default name {n:?} is longer than 15 bytes; set a shorter name"
+                        ),
+                    );
+                    None
+                }
+                Err(_) => None,
+            }
+        }
+    };
+    let protocol = match v.protocol.as_deref() {
+        None => VlanProtocol::Dot1Q,
+        Some(s) if s.eq_ignore_ascii_case("802.1q") => VlanProtocol::Dot1Q,
+        Some(s) if s.eq_ignore_ascii_case("802.1ad") => VlanProtocol::Dot1AD,
+        Some(s) => {
+            p.push(
+                format!("{path}.protocol"),
+                format!("{s:?} is not a VLAN protocol; use 802.1Q or 802.1ad"),
+            );
+            VlanProtocol::Dot1Q
+        }
+    };
+    if let Some(m) = v.mtu
+        && !(68..=65535).contains(&m)
+    {
+        p.push(
+            format!("{path}.mtu"),
+            format!("MTU {m} is outside 68..65535"),
+        );
+    }
+    let mut addresses = Vec::new();
+    for (i, a) in v.addresses.iter().enumerate() {
+        if let Some(a) = interface_address(a, &format!("{path}.addresses[{i}]"), p) {
+            addresses.push(a);
+        }
+    }
+    addresses.sort_unstable();
+    addresses.dedup();
+    if p.list.len() != before {
+        return None;
+    }
+    Some(Vlan {
+        name: name?,
+        link: link?,
+        id: u16::try_from(v.id).ok()?,
+        protocol,
+        mtu: v.mtu,
+        addresses,
+    })
+}
+
+fn check_family(
+    family: Option<IpFamily>,
+    a: IpAddr,
+    what: &str,
+    path: &str,
+    dest: &str,
+    p: &mut Problems,
+) {
+    if let Some(f) = family
+        && IpFamily::of(a) != f
+    {
+        let hint = if dest == "default" && f == IpFamily::V4 {
+            "; `default` means 0.0.0.0/0, write ::/0 for the IPv6 default route"
+        } else {
+            ""
+        };
+        p.push(
+            path,
+            format!(
+                "{what} {a} is {} but the destination {dest} is {f}{hint}",
+                IpFamily::of(a)
+            ),
+        );
+    }
+}
+
+fn route_table(t: Option<u32>, path: &str, p: &mut Problems) -> u32 {
+    let t = t.unwrap_or(TABLE_MAIN);
+    match t {
+        0 => p.push(path, "table 0 is not a routing table"),
+        TABLE_LOCAL => p.push(path, "table 255 (local) is reserved: the kernel owns it"),
+        TABLE_DEFAULT => p.push(
+            path,
+            "table 253 (default) is reserved; use a table of your own",
+        ),
+        _ => {}
+    }
+    t
+}
+
+fn validate_route(r: &RouteSpec, path: &str, p: &mut Problems) -> Option<Route> {
+    let before = p.list.len();
+    let to = prefix(&r.to, &format!("{path}.to"), p);
+    let family = to.map(IpFamily::of_net);
+    let via = r
+        .via
+        .as_deref()
+        .and_then(|s| addr(s, &format!("{path}.via"), p));
+    if let Some(a) = via {
+        check_family(family, a, "gateway", &format!("{path}.via"), &r.to, p);
+    }
+    let dev = r
+        .dev
+        .as_deref()
+        .and_then(|s| ifname(s, &format!("{path}.dev"), p));
+    let src = r
+        .src
+        .as_deref()
+        .and_then(|s| addr(s, &format!("{path}.src"), p));
+    if let Some(a) = src {
+        check_family(family, a, "source", &format!("{path}.src"), &r.to, p);
+    }
+    let table = route_table(r.table, &format!("{path}.table"), p);
+    let scope = match r.scope.as_deref() {
+        None => None,
+        Some("global" | "universe") => Some(RouteScope::Global),
+        Some("link") => Some(RouteScope::Link),
+        Some("host") => Some(RouteScope::Host),
+        Some(s) => {
+            p.push(
+                format!("{path}.scope"),
+                format!("{s:?} is not a scope; use global, link or host"),
+            );
+            None
+        }
+    };
+    let mut nexthops = Vec::new();
+    if !r.nexthops.is_empty() {
+        if r.via.is_some() || r.dev.is_some() {
+            p.push(
+                format!("{path}.nexthops"),
+                "nexthops cannot be combined with via or dev; put them in each next hop",
+            );
+        }
+        for (i, n) in r.nexthops.iter().enumerate() {
+            if let Some(n) = validate_nexthop(n, family, &r.to, &format!("{path}.nexthops[{i}]"), p)
+            {
+                nexthops.push(n);
+            }
+        }
+        nexthops.sort_unstable();
+        for w in nexthops.windows(2) {
+            if w[0].via == w[1].via && w[0].dev == w[1].dev {
+                p.push(
+                    format!("{path}.nexthops"),
+                    "the same next hop is listed twice; use weight instead",
+                );
+                break;
+            }
+        }
+    } else if r.via.is_none() && r.dev.is_none() {
+        p.push(path, "a route needs via, dev or nexthops");
+    }
+    if r.onlink {
+        let has_dev = if r.nexthops.is_empty() {
+            r.dev.is_some()
+        } else {
+            r.nexthops.iter().all(|n| n.dev.is_some())
+        };
+        if !has_dev {
+            p.push(
+                format!("{path}.onlink"),
+                "onlink needs an output interface (dev) on the route or on every next hop",
+            );
+        }
+    }
+    if p.list.len() != before {
+        return None;
+    }
+    Some(Route {
+        table,
+        to: to?,
+        metric: r.metric.unwrap_or(0),
+        via,
+        dev,
+        scope,
+        onlink: r.onlink,
+        src,
+        nexthops,
+    })
+}
+
+fn validate_nexthop(
+    n: &NextHopSpec,
+    family: Option<IpFamily>,
+    dest: &str,
+    path: &str,
+    p: &mut Problems,
+) -> Option<NextHop> {
+    let before = p.list.len();
+    let via = n
+        .via
+        .as_deref()
+        .and_then(|s| addr(s, &format!("{path}.via"), p));
+    if let Some(a) = via {
+        check_family(family, a, "gateway", &format!("{path}.via"), dest, p);
+    }
+    let dev = n
+        .dev
+        .as_deref()
+        .and_then(|s| ifname(s, &format!("{path}.dev"), p));
+    if n.via.is_none() && n.dev.is_none() {
+        p.push(path, "a next hop needs via or dev");
+    }
+    let weight = n.weight.unwrap_or(1);
+    if !(1..=256).contains(&weight) {
+        p.push(
+            format!("{path}.weight"),
+            format!("weight {weight} is outside 1..256"),
+        );
+    }
+    if p.list.len() != before {
+        return None;
+    }
+    Some(NextHop {
+        via,
+        dev,
+        weight: u16::try_from(weight).ok()?,
+    })
+}
+
+fn parse_u32(s: &str) -> Option<u32> {
+    let s = s.trim();
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+fn fwmark(v: &IntOrString, path: &str, p: &mut Problems) -> Option<FwMark> {
+    let s = v.as_str();
+    let (value, mask) = match s.split_once('/') {
+        Some((v, m)) => (parse_u32(v), parse_u32(m)),
+        None => (parse_u32(s), Some(u32::MAX)),
+    };
+    match (value, mask) {
+        (Some(value), Some(mask)) => {
+            if value & !mask != 0 {
+                p.push(
+                    path,
+                    format!("fwmark {s}: the value has bits outside the mask"),
+                );
+                return None;
+            }
+            Some(FwMark { value, mask })
+        }
+        _ => {
+            p.push(
+                path,
+                format!("{s:?} is not a mark; use a 32-bit number or value/mask, like 0x10/0xff"),
+            );
+            None
+        }
+    }
+}
+
+fn port_range(v: &IntOrString, path: &str, p: &mut Problems) -> Option<PortRange> {
+    let s = v.as_str().trim();
+    let parse = |x: &str| x.trim().parse::<u16>().ok();
+    let (start, end) = match s.split_once('-') {
+        Some((a, b)) => (parse(a), parse(b)),
+        None => (parse(s), parse(s)),
+    };
+    match (start, end) {
+        (Some(start), Some(end)) if start <= end => Some(PortRange { start, end }),
+        (Some(start), Some(end)) => {
+            p.push(
+                path,
+                format!("port range {s} runs backwards; did you mean {end}-{start}?"),
+            );
+            None
+        }
+        _ => {
+            p.push(
+                path,
+                format!("{s:?} is not a port (0..65535) or a range like 2000-3000"),
+            );
+            None
+        }
+    }
+}
+
+fn validate_rule(r: &RuleSpec, path: &str, p: &mut Problems) -> Option<Rule> {
+    let before = p.list.len();
+    if !(RULE_PRIORITY_MIN..=RULE_PRIORITY_MAX).contains(&r.priority) {
+        p.push(
+            format!("{path}.priority"),
+            format!(
+                "priority {} is outside {RULE_PRIORITY_MIN}..{RULE_PRIORITY_MAX} (0, 32766 and \
+                 32767 belong to the kernel's own rules)",
+                r.priority
+            ),
+        );
+    }
+    let from = r
+        .from
+        .as_deref()
+        .and_then(|s| prefix(s, &format!("{path}.from"), p));
+    let to =
+        r.to.as_deref()
+            .and_then(|s| prefix(s, &format!("{path}.to"), p));
+    if let (Some(f), Some(t)) = (from, to)
+        && IpFamily::of_net(f) != IpFamily::of_net(t)
+    {
+        p.push(
+            format!("{path}.to"),
+            format!(
+                "from {f} is {} but to {t} is {}; a rule matches one family",
+                IpFamily::of_net(f),
+                IpFamily::of_net(t)
+            ),
+        );
+    }
+    let iif = r
+        .iif
+        .as_deref()
+        .and_then(|s| ifname(s, &format!("{path}.iif"), p));
+    let oif = r
+        .oif
+        .as_deref()
+        .and_then(|s| ifname(s, &format!("{path}.oif"), p));
+    let fwmark = r
+        .fwmark
+        .as_ref()
+        .and_then(|s| fwmark(s, &format!("{path}.fwmark"), p));
+    let ip_proto = match &r.ip_proto {
+        None => None,
+        Some(s) => match IpProto::parse(s.as_str()) {
+            Some(v) => Some(v),
+            None => {
+                p.push(
+                    format!("{path}.ipProto"),
+                    format!("{s:?} is not tcp, udp, sctp, icmp, icmpv6 or a number 0..255"),
+                );
+                None
+            }
+        },
+    };
+    let sport = r
+        .sport
+        .as_ref()
+        .and_then(|s| port_range(s, &format!("{path}.sport"), p));
+    let dport = r
+        .dport
+        .as_ref()
+        .and_then(|s| port_range(s, &format!("{path}.dport"), p));
+    if let Some(proto) = ip_proto
+        && !proto.has_ports()
+    {
+        for (field, set) in [("sport", r.sport.is_some()), ("dport", r.dport.is_some())] {
+            if set {
+                p.push(
+                    format!("{path}.{field}"),
+                    format!("ipProto {proto} has no ports; ports need tcp, udp or sctp"),
+                );
+            }
+        }
+    }
+    let action = match r.action.as_deref().unwrap_or("lookup") {
+        "lookup" | "table" => match r.table {
+            None => {
+                p.push(format!("{path}.table"), "action lookup needs a table");
+                None
+            }
+            Some(0) => {
+                p.push(format!("{path}.table"), "table 0 is not a routing table");
+                None
+            }
+            Some(TABLE_LOCAL) => {
+                p.push(
+                    format!("{path}.table"),
+                    "table 255 (local) is looked up by the kernel's own rule at priority 0",
+                );
+                None
+            }
+            Some(t) => Some(RuleAction::Lookup(t)),
+        },
+        other => {
+            let a = match other {
+                "blackhole" => Some(RuleAction::Blackhole),
+                "unreachable" => Some(RuleAction::Unreachable),
+                "prohibit" => Some(RuleAction::Prohibit),
+                _ => {
+                    p.push(
+                        format!("{path}.action"),
+                        format!(
+                            "{other:?} is not an action; use lookup, blackhole, unreachable or \
+                             prohibit"
+                        ),
+                    );
+                    None
+                }
+            };
+            if a.is_some() && r.table.is_some() {
+                p.push(
+                    format!("{path}.table"),
+                    format!("action {other} takes no table; remove table or use lookup"),
+                );
+            }
+            a
+        }
+    };
+    if p.list.len() != before {
+        return None;
+    }
+    Some(Rule {
+        key: RuleKey {
+            priority: r.priority,
+            from,
+            to,
+            iif,
+            oif,
+            fwmark,
+            ip_proto,
+            sport,
+            dport,
+            invert: r.invert,
+        },
+        action: action?,
+    })
+}
