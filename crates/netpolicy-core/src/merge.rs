@@ -342,12 +342,29 @@ impl NodeOutcome {
         }
     }
 
-    fn same(&self, other: &Self) -> bool {
-        match (self, other) {
-            (Self::Rendered(a), Self::Rendered(b)) => Arc::ptr_eq(a, b) || a == b,
-            (Self::Held(a), Self::Held(b)) => Arc::ptr_eq(a, b) || a == b,
-            _ => false,
+    /// Address of the shared result, to memoise comparisons.
+    fn ptr(&self) -> usize {
+        match self {
+            Self::Rendered(a) => Arc::as_ptr(a) as *const () as usize,
+            Self::Held(a) => Arc::as_ptr(a) as *const () as usize,
         }
+    }
+
+    /// Value equality, compared once per pair of shared results.
+    fn same(&self, other: &Self, memo: &mut Memo) -> bool {
+        let key = (self.ptr(), other.ptr());
+        if key.0 == key.1 {
+            return true;
+        }
+        if let Some(&same) = memo.seen.get(&key) {
+            return same;
+        }
+        let same = self == other;
+        memo.seen.insert(key, same);
+        // Keep both alive so that no address in `seen` is reused during this call.
+        memo.keep.push(self.clone());
+        memo.keep.push(other.clone());
+        same
     }
 }
 
@@ -502,6 +519,13 @@ fn merge_kind<T: Eq>(
 
 /// Nodes whose outcome changed, sorted by name.
 pub type Changed = Vec<Arc<str>>;
+
+/// Outcome comparisons already made during one engine call.
+#[derive(Default)]
+struct Memo {
+    seen: HashMap<(usize, usize), bool>,
+    keep: Vec<NodeOutcome>,
+}
 
 #[derive(Debug)]
 struct NodeEntry {
@@ -769,10 +793,10 @@ impl Engine {
             .retain(|k, _| Arc::strong_count(k) > 1 && !k.contains(&pid));
     }
 
-    fn set_sig(&mut self, nid: u32, sig: Vec<u32>, changed: &mut Changed) {
+    fn set_sig(&mut self, nid: u32, sig: Vec<u32>, changed: &mut Changed, memo: &mut Memo) {
         let (sig, outcome) = self.intern(&sig);
         if let Some(n) = self.nodes[nid as usize].as_mut() {
-            let same = n.outcome.same(&outcome);
+            let same = n.outcome.same(&outcome, memo);
             n.sig = sig;
             if !same {
                 n.outcome = outcome;
@@ -784,6 +808,7 @@ impl Engine {
     /// Adds or replaces a policy (by source). Returns the nodes whose outcome changed.
     pub fn upsert_policy(&mut self, policy: Policy) -> Changed {
         let mut changed = Vec::new();
+        let mut memo = Memo::default();
         let (pid, old_sel, content_changed) = match self.policy_ids.get(&policy.source) {
             Some(&pid) => {
                 let Some(old) = self.policies[pid as usize].take() else {
@@ -829,7 +854,7 @@ impl Engine {
             if !content_changed && *sig == *n.sig {
                 continue;
             }
-            self.set_sig(nid, sig, &mut changed);
+            self.set_sig(nid, sig, &mut changed, &mut memo);
         }
         self.finish(changed)
     }
@@ -837,6 +862,7 @@ impl Engine {
     /// Removes a policy. Returns the nodes whose outcome changed.
     pub fn remove_policy(&mut self, source: &Source) -> Changed {
         let mut changed = Vec::new();
+        let mut memo = Memo::default();
         let Some(pid) = self.policy_ids.remove(source) else {
             return changed;
         };
@@ -851,7 +877,7 @@ impl Engine {
                 continue;
             };
             let sig: Vec<u32> = n.sig.iter().copied().filter(|&p| p != pid).collect();
-            self.set_sig(nid, sig, &mut changed);
+            self.set_sig(nid, sig, &mut changed, &mut memo);
         }
         self.finish(changed)
     }
@@ -860,6 +886,7 @@ impl Engine {
     /// one, or none).
     pub fn upsert_node(&mut self, name: &str, labels: Labels) -> Changed {
         let mut changed = Vec::new();
+        let mut memo = Memo::default();
         let nid = match self.node_ids.get(name) {
             Some(&nid) => {
                 let Some(n) = self.nodes[nid as usize].as_mut() else {
@@ -912,7 +939,7 @@ impl Engine {
                     .map(|_| pid as u32)
             })
             .collect();
-        self.set_sig(nid, sig, &mut changed);
+        self.set_sig(nid, sig, &mut changed, &mut memo);
         self.finish(changed)
     }
 

@@ -252,3 +252,101 @@ fn check_value(v: &str, path: &str, p: &mut Problems) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::LabelSelectorRequirement;
+
+    fn labels(pairs: &[(&str, &str)]) -> Labels {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn expr(key: &str, op: &str, values: &[&str]) -> LabelSelectorRequirement {
+        LabelSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: values.iter().map(|v| v.to_string()).collect(),
+        }
+    }
+
+    fn sel(exprs: Vec<LabelSelectorRequirement>) -> Selector {
+        LabelSelector {
+            match_expressions: exprs,
+            ..Default::default()
+        }
+        .validate("s")
+        .unwrap()
+    }
+
+    #[test]
+    fn an_empty_selector_matches_every_node() {
+        let s = LabelSelector::default().validate("s").unwrap();
+        assert!(s.matches(&Labels::new()));
+        assert!(s.matches(&labels(&[("a", "b")])));
+    }
+
+    #[test]
+    fn operators_follow_kubernetes_semantics() {
+        let node = labels(&[("zone", "a"), ("role", "edge")]);
+        let bare = Labels::new();
+        let cases = [
+            (expr("zone", "In", &["a", "b"]), true, false),
+            (expr("zone", "In", &["c"]), false, false),
+            (expr("zone", "NotIn", &["b"]), true, true),
+            (expr("zone", "NotIn", &["a"]), false, true),
+            (expr("role", "Exists", &[]), true, false),
+            (expr("role", "DoesNotExist", &[]), false, true),
+        ];
+        for (e, on_node, on_bare) in cases {
+            let s = sel(vec![e.clone()]);
+            assert_eq!(s.matches(&node), on_node, "{e:?} on labelled node");
+            assert_eq!(s.matches(&bare), on_bare, "{e:?} on unlabelled node");
+        }
+        let both = LabelSelector {
+            match_labels: [("zone".into(), "a".into())].into(),
+            match_expressions: vec![expr("role", "In", &["core"])],
+        }
+        .validate("s")
+        .unwrap();
+        assert!(!both.matches(&node), "all requirements must hold");
+    }
+
+    #[test]
+    fn bad_selectors_name_the_field() {
+        let e = LabelSelector {
+            match_labels: [("bad key!".into(), "x".into())].into(),
+            match_expressions: vec![
+                expr("zone", "Within", &["a"]),
+                expr("zone", "In", &[]),
+                expr("zone", "Exists", &["a"]),
+            ],
+        }
+        .validate("spec.nodeSelector")
+        .unwrap_err();
+        let paths: Vec<&str> = e.field_errors().iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "spec.nodeSelector.matchLabels.bad key!",
+                "spec.nodeSelector.matchExpressions[0].operator",
+                "spec.nodeSelector.matchExpressions[1].values",
+                "spec.nodeSelector.matchExpressions[2].values",
+            ]
+        );
+    }
+
+    #[test]
+    fn prefixed_keys_are_accepted() {
+        let s = LabelSelector {
+            match_labels: [("topology.kubernetes.io/zone".into(), "eu-1a".into())].into(),
+            ..Default::default()
+        }
+        .validate("s")
+        .unwrap();
+        assert!(s.matches(&labels(&[("topology.kubernetes.io/zone", "eu-1a")])));
+    }
+}

@@ -119,7 +119,22 @@ impl RoutingSpec {
             "priority and selector",
             &mut p,
         );
-        p.list.sort_by(|a, b| natural_path_cmp(&a.path, &b.path));
+        // Field order: the spec's own field order, then index order within a list.
+        let prefix_len = path.len() + 1;
+        let section = |path: &str| {
+            ["vlans", "routes", "rules", "tableHardSync"]
+                .iter()
+                .position(|f| {
+                    path.get(prefix_len..)
+                        .is_some_and(|rest| rest.starts_with(f))
+                })
+                .unwrap_or(usize::MAX)
+        };
+        p.list.sort_by(|a, b| {
+            section(&a.path)
+                .cmp(&section(&b.path))
+                .then_with(|| natural_path_cmp(&a.path, &b.path))
+        });
         p.finish(RoutingConfig {
             vlans,
             routes,
@@ -674,4 +689,326 @@ fn validate_rule(r: &RuleSpec, path: &str, p: &mut Problems) -> Option<Rule> {
         },
         action: action?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{NextHopSpec, RouteSpec, RuleSpec, VlanSpec};
+
+    fn errors(spec: RoutingSpec) -> Vec<(String, String)> {
+        match spec.validate("spec") {
+            Ok(c) => panic!("expected errors, got {c:?}"),
+            Err(e) => e
+                .field_errors()
+                .iter()
+                .map(|f| (f.path.clone(), f.message.clone()))
+                .collect(),
+        }
+    }
+
+    fn route(to: &str) -> RouteSpec {
+        RouteSpec {
+            to: to.into(),
+            dev: Some("eth0".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_field_path() {
+        let e = errors(RoutingSpec {
+            vlans: vec![VlanSpec {
+                link: "eth0".into(),
+                id: 5000,
+                name: Some("a-very-long-interface".into()),
+                ..Default::default()
+            }],
+            routes: vec![
+                route("10.0.0.0/8"),
+                route("10.0.0.1/24"),
+                RouteSpec {
+                    via: Some("fd00::1".into()),
+                    ..route("10.1.0.0/16")
+                },
+            ],
+            rules: vec![RuleSpec {
+                priority: 0,
+                table: Some(100),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let paths: Vec<&str> = e.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "spec.vlans[0].id",
+                "spec.vlans[0].name",
+                "spec.routes[1].to",
+                "spec.routes[2].via",
+                "spec.rules[0].priority"
+            ]
+        );
+        assert_eq!(
+            e[2].1,
+            "10.0.0.1/24 has host bits set; did you mean 10.0.0.0/24?"
+        );
+        assert!(e[0].1.contains("5000"), "{}", e[0].1);
+        assert!(
+            e[3].1.contains("IPv6") && e[3].1.contains("IPv4"),
+            "{}",
+            e[3].1
+        );
+    }
+
+    #[test]
+    fn ipv6_prefixes_are_canonicalised_and_checked_for_host_bits() {
+        let c = RoutingSpec {
+            routes: vec![route("FD00:0:0:0::/48")],
+            ..Default::default()
+        }
+        .validate("spec")
+        .unwrap();
+        assert_eq!(c.routes[0].to.to_string(), "fd00::/48");
+        let e = errors(RoutingSpec {
+            routes: vec![route("fd00::1/64")],
+            ..Default::default()
+        });
+        assert_eq!(
+            e[0].1,
+            "fd00::1/64 has host bits set; did you mean fd00::/64?"
+        );
+    }
+
+    #[test]
+    fn default_means_the_ipv4_default_route_and_hints_for_ipv6() {
+        let c = RoutingSpec {
+            routes: vec![RouteSpec {
+                to: "default".into(),
+                via: Some("10.0.0.1".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+        .validate("spec")
+        .unwrap();
+        assert_eq!(c.routes[0].to.to_string(), "0.0.0.0/0");
+        let e = errors(RoutingSpec {
+            routes: vec![RouteSpec {
+                to: "default".into(),
+                via: Some("fd00::1".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        assert!(e[0].1.contains("write ::/0"), "{}", e[0].1);
+    }
+
+    #[test]
+    fn nexthops_cannot_be_combined_with_via_or_dev() {
+        let e = errors(RoutingSpec {
+            routes: vec![RouteSpec {
+                to: "10.0.0.0/8".into(),
+                via: Some("10.1.0.1".into()),
+                nexthops: vec![
+                    NextHopSpec {
+                        via: Some("10.1.0.2".into()),
+                        ..Default::default()
+                    },
+                    NextHopSpec {
+                        via: Some("10.1.0.3".into()),
+                        weight: Some(300),
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        assert_eq!(e[0].0, "spec.routes[0].nexthops");
+        assert_eq!(e[1].0, "spec.routes[0].nexthops[1].weight");
+    }
+
+    #[test]
+    fn reserved_tables_are_refused() {
+        for t in [0, 253, 255] {
+            let e = errors(RoutingSpec {
+                routes: vec![RouteSpec {
+                    table: Some(t),
+                    ..route("10.0.0.0/8")
+                }],
+                ..Default::default()
+            });
+            assert_eq!(e[0].0, "spec.routes[0].table", "table {t}");
+        }
+        let e = errors(RoutingSpec {
+            table_hard_sync: vec![100, 254],
+            ..Default::default()
+        });
+        assert_eq!(e[0].0, "spec.tableHardSync[1]");
+    }
+
+    #[test]
+    fn rule_fields_are_parsed_and_bad_ones_named() {
+        let ok = RoutingSpec {
+            rules: vec![RuleSpec {
+                priority: 1000,
+                from: Some("10.10.0.0/24".into()),
+                fwmark: Some("0x10/0xff".into()),
+                ip_proto: Some("tcp".into()),
+                sport: Some("20000-21000".into()),
+                dport: Some("443".into()),
+                table: Some(100),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+        .validate("spec")
+        .unwrap();
+        let r = &ok.rules[0];
+        assert_eq!(r.key.fwmark.unwrap().to_string(), "0x10/0xff");
+        assert_eq!(r.key.sport.unwrap().to_string(), "20000-21000");
+        assert_eq!(r.action, RuleAction::Lookup(100));
+
+        let e = errors(RoutingSpec {
+            rules: vec![RuleSpec {
+                priority: 32766,
+                from: Some("10.0.0.0/8".into()),
+                to: Some("fd00::/8".into()),
+                fwmark: Some("0x1ff/0xff".into()),
+                ip_proto: Some("icmp".into()),
+                dport: Some("3000-2000".into()),
+                action: Some("blackhole".into()),
+                table: Some(100),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let paths: Vec<&str> = e.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "spec.rules[0].dport",
+                "spec.rules[0].dport",
+                "spec.rules[0].fwmark",
+                "spec.rules[0].priority",
+                "spec.rules[0].table",
+                "spec.rules[0].to",
+            ]
+        );
+        assert!(e.iter().any(|(_, m)| m.contains("did you mean 2000-3000?")));
+    }
+
+    #[test]
+    fn lookup_needs_a_table() {
+        let e = errors(RoutingSpec {
+            rules: vec![RuleSpec {
+                priority: 10,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        assert_eq!(
+            e,
+            [(
+                "spec.rules[0].table".into(),
+                "action lookup needs a table".into()
+            )]
+        );
+    }
+
+    #[test]
+    fn same_identity_twice_in_one_object_is_an_error_unless_identical() {
+        let c = RoutingSpec {
+            routes: vec![route("10.0.0.0/8"), route("10.0.0.0/8")],
+            ..Default::default()
+        }
+        .validate("spec")
+        .unwrap();
+        assert_eq!(c.routes.len(), 1);
+        let e = errors(RoutingSpec {
+            routes: vec![
+                route("10.0.0.0/8"),
+                RouteSpec {
+                    dev: Some("eth1".into()),
+                    ..route("10.0.0.0/8")
+                },
+            ],
+            ..Default::default()
+        });
+        assert_eq!(e[0].0, "spec.routes[1]");
+        assert!(e[0].1.contains("spec.routes[0]"));
+    }
+
+    #[test]
+    fn vlan_defaults_and_name_length() {
+        let c = RoutingSpec {
+            vlans: vec![VlanSpec {
+                link: "eth0".into(),
+                id: 100,
+                protocol: Some("802.1ad".into()),
+                addresses: vec!["10.10.0.5/24".into(), "fd00::5/64".into()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+        .validate("spec")
+        .unwrap();
+        assert_eq!(c.vlans[0].name.as_str(), "eth0.100");
+        assert_eq!(c.vlans[0].protocol, VlanProtocol::Dot1AD);
+        let e = errors(RoutingSpec {
+            vlans: vec![VlanSpec {
+                link: "enp0s31f6abc".into(),
+                id: 4000,
+                addresses: vec!["10.10.0.5".into()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        assert_eq!(e[0].0, "spec.vlans[0].addresses[0]");
+        assert_eq!(e[1].0, "spec.vlans[0].name");
+    }
+
+    #[test]
+    fn canonical_rendering_validates_back_to_the_same_config() {
+        let spec = RoutingSpec {
+            vlans: vec![VlanSpec {
+                link: "eth0".into(),
+                id: 7,
+                mtu: Some(9000),
+                addresses: vec!["10.7.0.2/24".into()],
+                ..Default::default()
+            }],
+            routes: vec![RouteSpec {
+                to: "fd00:20::/48".into(),
+                nexthops: vec![
+                    NextHopSpec {
+                        via: Some("fd00::1".into()),
+                        dev: Some("eth0".into()),
+                        weight: Some(3),
+                    },
+                    NextHopSpec {
+                        via: Some("fd00::2".into()),
+                        ..Default::default()
+                    },
+                ],
+                table: Some(100),
+                metric: Some(10),
+                ..Default::default()
+            }],
+            rules: vec![RuleSpec {
+                priority: 5,
+                iif: Some("eth0".into()),
+                ip_proto: Some("99".into()),
+                action: Some("prohibit".into()),
+                invert: true,
+                ..Default::default()
+            }],
+            table_hard_sync: vec![100],
+        };
+        let c = spec.validate("spec").unwrap();
+        let again = RoutingSpec::from_config(&c).validate("spec").unwrap();
+        assert_eq!(c, again);
+    }
 }

@@ -1,0 +1,546 @@
+//! Property tests of the merge against a naive oracle.
+//!
+//! - the engine's outcome for every node equals a straightforward per-node merge written
+//!   here with BTreeMaps (the oracle);
+//! - the result does not depend on the order nodes and policies are given;
+//! - conflicts are symmetric (both orders name the same sources);
+//! - merging is idempotent (upserting the same policy again changes nothing; the merged
+//!   result, merged again as one policy, is the same items);
+//! - after any sequence of node, label and policy changes, the incremental engine equals
+//!   a build from scratch.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use netpolicy_core::{
+    merge::{
+        Conflict, Engine, ItemRef, MergedConfig, NodeOutcome, Policy, Problem, Source, Sourced,
+        merge,
+    },
+    selector::Labels,
+    spec::{LabelSelector, LabelSelectorRequirement, RouteSpec, RoutingSpec, RuleSpec, VlanSpec},
+};
+use proptest::prelude::*;
+
+const KEYS: [&str; 3] = ["zone", "role", "rack"];
+const VALUES: [&str; 3] = ["a", "b", "c"];
+
+fn labels_strategy() -> impl Strategy<Value = Labels> {
+    proptest::collection::btree_map(
+        prop::sample::select(KEYS.to_vec()).prop_map(String::from),
+        prop::sample::select(VALUES.to_vec()).prop_map(String::from),
+        0..=3,
+    )
+}
+
+fn selector_strategy() -> impl Strategy<Value = LabelSelector> {
+    let expr = (
+        prop::sample::select(KEYS.to_vec()),
+        prop::sample::select(vec!["In", "NotIn", "Exists", "DoesNotExist"]),
+        proptest::collection::vec(prop::sample::select(VALUES.to_vec()), 1..=2),
+    )
+        .prop_map(|(k, op, vals)| LabelSelectorRequirement {
+            key: k.into(),
+            operator: op.into(),
+            values: if matches!(op, "In" | "NotIn") {
+                vals.into_iter().map(String::from).collect()
+            } else {
+                vec![]
+            },
+        });
+    (
+        proptest::collection::btree_map(
+            prop::sample::select(KEYS.to_vec()).prop_map(String::from),
+            prop::sample::select(VALUES.to_vec()).prop_map(String::from),
+            0..=1,
+        ),
+        proptest::collection::vec(expr, 0..=1),
+    )
+        .prop_map(|(match_labels, match_expressions)| LabelSelector {
+            match_labels,
+            match_expressions,
+        })
+}
+
+/// Small pools of identities and contents so that overlaps and conflicts are common.
+fn spec_strategy() -> impl Strategy<Value = RoutingSpec> {
+    let route = (0..3usize, 0..2usize, 0..2usize).prop_map(|(to, via, table)| RouteSpec {
+        to: ["10.1.0.0/16", "10.2.0.0/16", "fd00:1::/48"][to].into(),
+        via: Some(
+            if to == 2 {
+                ["fd00::1", "fd00::2"][via]
+            } else {
+                ["10.0.0.1", "10.0.0.2"][via]
+            }
+            .into(),
+        ),
+        table: Some([100, 254][table]),
+        ..Default::default()
+    });
+    let rule = (0..3usize, 0..2usize).prop_map(|(prio, table)| RuleSpec {
+        priority: [100, 200, 300][prio],
+        from: (prio == 1).then(|| "10.9.0.0/24".into()),
+        table: Some([100, 101][table]),
+        ..Default::default()
+    });
+    let vlan = (0..2usize, 0..2usize).prop_map(|(name, mtu)| VlanSpec {
+        link: "eth0".into(),
+        id: [10, 20][name],
+        mtu: Some([1500, 9000][mtu]),
+        ..Default::default()
+    });
+    (
+        proptest::collection::vec(route, 0..4),
+        proptest::collection::vec(rule, 0..3),
+        proptest::collection::vec(vlan, 0..2),
+        proptest::collection::vec(prop::sample::select(vec![100u32, 101]), 0..2),
+    )
+        .prop_map(|(routes, rules, vlans, table_hard_sync)| RoutingSpec {
+            vlans,
+            routes,
+            rules,
+            table_hard_sync,
+        })
+}
+
+/// Specs from the strategy may repeat an identity with different content inside one
+/// object; keep the first of each so every generated policy is valid.
+fn first_per_identity(spec: RoutingSpec) -> RoutingSpec {
+    let mut seen = std::collections::BTreeSet::new();
+    let routes = spec
+        .routes
+        .into_iter()
+        .filter(|r| seen.insert(("r", r.to.clone(), r.table)))
+        .collect();
+    let rules = spec
+        .rules
+        .into_iter()
+        .filter(|r| seen.insert(("u", format!("{}{:?}", r.priority, r.from), None)))
+        .collect();
+    let vlans = spec
+        .vlans
+        .into_iter()
+        .filter(|v| seen.insert(("v", v.id.to_string(), None)))
+        .collect();
+    RoutingSpec {
+        vlans,
+        routes,
+        rules,
+        ..spec
+    }
+}
+
+#[derive(Debug, Clone)]
+enum PolicyInput {
+    Cluster(RoutingSpec),
+    Node {
+        name: String,
+        priority: i64,
+        selector: LabelSelector,
+        spec: RoutingSpec,
+        valid: bool,
+    },
+}
+
+impl PolicyInput {
+    fn name(&self) -> String {
+        match self {
+            Self::Cluster(_) => "ClusterConfig/default".into(),
+            Self::Node { name, .. } => format!("NodeConfig/{name}"),
+        }
+    }
+
+    fn policy(&self) -> Policy {
+        match self {
+            Self::Cluster(spec) => Policy::cluster("default", spec.validate("spec").unwrap()),
+            Self::Node {
+                name,
+                priority,
+                selector,
+                spec,
+                valid,
+            } => {
+                let sel = selector.validate("spec.nodeSelector").unwrap();
+                if *valid {
+                    Policy::node_config(name, *priority, sel, spec.validate("spec").unwrap())
+                } else {
+                    Policy::invalid(Source::node_config(name), *priority, sel)
+                }
+            }
+        }
+    }
+}
+
+fn policy_strategy() -> impl Strategy<Value = PolicyInput> {
+    prop_oneof![
+        1 => spec_strategy().prop_map(|s| PolicyInput::Cluster(first_per_identity(s))),
+        6 => (0..6usize, 0..3i64, selector_strategy(), spec_strategy(), prop::bool::weighted(0.9))
+            .prop_map(|(n, priority, selector, spec, valid)| PolicyInput::Node {
+                name: format!("nc{n}"),
+                priority,
+                selector,
+                spec: first_per_identity(spec),
+                valid,
+            }),
+    ]
+}
+
+/// Later policies with the same name replace earlier ones, as in the API server.
+fn unique(policies: Vec<PolicyInput>) -> Vec<PolicyInput> {
+    let mut by: BTreeMap<String, PolicyInput> = BTreeMap::new();
+    for p in policies {
+        by.insert(p.name(), p);
+    }
+    by.into_values().collect()
+}
+
+// ---- The oracle: the merge rules of DESIGN.md written out the plain way. ----
+
+fn oracle_kind<T: Clone + Eq + std::fmt::Debug, K: Ord + Clone>(
+    policies: &[Policy],
+    items: impl Fn(&netpolicy_core::model::RoutingConfig) -> Vec<T>,
+    key: impl Fn(&T) -> K,
+    item_ref: impl Fn(&K) -> ItemRef,
+    configs: &BTreeMap<Source, netpolicy_core::model::RoutingConfig>,
+    conflicts: &mut Vec<Conflict>,
+) -> Vec<Sourced<T>> {
+    let mut groups: BTreeMap<K, Vec<(&Policy, T)>> = BTreeMap::new();
+    for p in policies {
+        if let Some(c) = configs.get(p.source()) {
+            for it in items(c) {
+                groups.entry(key(&it)).or_default().push((p, it));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (k, cands) in groups {
+        let top = cands.iter().map(|(p, _)| p.precedence()).max().unwrap();
+        let at_top: Vec<&(&Policy, T)> = cands
+            .iter()
+            .filter(|(p, _)| p.precedence() == top)
+            .collect();
+        let first = &at_top[0].1;
+        if at_top.iter().all(|(_, it)| it == first) {
+            let mut sources: Vec<Source> = at_top.iter().map(|(p, _)| p.source().clone()).collect();
+            sources.sort();
+            out.push(Sourced {
+                item: Arc::new(first.clone()),
+                sources,
+            });
+        } else {
+            let mut sources: Vec<Source> = at_top.iter().map(|(p, _)| p.source().clone()).collect();
+            sources.sort();
+            conflicts.push(Conflict {
+                item: item_ref(&k),
+                sources,
+            });
+        }
+    }
+    out
+}
+
+fn oracle(inputs: &[PolicyInput], labels: &Labels) -> NodeOutcome {
+    let applying: Vec<(&PolicyInput, Policy)> = inputs
+        .iter()
+        .map(|i| (i, i.policy()))
+        .filter(|(_, p)| p.selector().matches(labels))
+        .collect();
+    let mut problems: Vec<Problem> = applying
+        .iter()
+        .filter(|(_, p)| !p.is_valid())
+        .map(|(_, p)| Problem::InvalidPolicy(p.source().clone()))
+        .collect();
+    let mut configs = BTreeMap::new();
+    for (i, p) in &applying {
+        let spec = match i {
+            PolicyInput::Cluster(s) => s,
+            PolicyInput::Node { spec, valid, .. } => {
+                if !valid {
+                    continue;
+                }
+                spec
+            }
+        };
+        configs.insert(p.source().clone(), spec.validate("spec").unwrap());
+    }
+    let policies: Vec<Policy> = applying.into_iter().map(|(_, p)| p).collect();
+    let mut conflicts = Vec::new();
+    let vlans = oracle_kind(
+        &policies,
+        |c| c.vlans.clone(),
+        |v| v.name.clone(),
+        |k| ItemRef::Vlan(k.clone()),
+        &configs,
+        &mut conflicts,
+    );
+    let routes = oracle_kind(
+        &policies,
+        |c| c.routes.clone(),
+        |r| r.key(),
+        |k| ItemRef::Route(*k),
+        &configs,
+        &mut conflicts,
+    );
+    let rules = oracle_kind(
+        &policies,
+        |c| c.rules.clone(),
+        |r| r.key.clone(),
+        |k| ItemRef::Rule(k.clone()),
+        &configs,
+        &mut conflicts,
+    );
+    problems.extend(conflicts.into_iter().map(Problem::Conflict));
+    if !problems.is_empty() {
+        problems.sort();
+        return NodeOutcome::Held(problems.into());
+    }
+    let mut hard: Vec<u32> = configs
+        .values()
+        .flat_map(|c| c.table_hard_sync.clone())
+        .collect();
+    hard.sort_unstable();
+    hard.dedup();
+    NodeOutcome::Rendered(Arc::new(MergedConfig {
+        vlans,
+        routes,
+        rules,
+        table_hard_sync: hard,
+    }))
+}
+
+fn snapshot(e: &Engine) -> BTreeMap<String, NodeOutcome> {
+    e.outcomes()
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.clone()))
+        .collect()
+}
+
+fn nodes_strategy() -> impl Strategy<Value = Vec<(String, Labels)>> {
+    proptest::collection::btree_map(0..12usize, labels_strategy(), 0..12).prop_map(|m| {
+        m.into_iter()
+            .map(|(i, l)| (format!("node-{i:02}"), l))
+            .collect()
+    })
+}
+
+#[derive(Debug, Clone)]
+enum Change {
+    UpsertNode(usize, Labels),
+    RemoveNode(usize),
+    UpsertPolicy(PolicyInput),
+    RemovePolicy(usize),
+}
+
+fn change_strategy() -> impl Strategy<Value = Change> {
+    prop_oneof![
+        3 => (0..14usize, labels_strategy()).prop_map(|(i, l)| Change::UpsertNode(i, l)),
+        1 => (0..14usize).prop_map(Change::RemoveNode),
+        3 => policy_strategy().prop_map(Change::UpsertPolicy),
+        1 => (0..7usize).prop_map(Change::RemovePolicy),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn engine_matches_the_naive_oracle_on_every_node(
+        nodes in nodes_strategy(),
+        policies in proptest::collection::vec(policy_strategy(), 0..7),
+    ) {
+        let policies = unique(policies);
+        let engine = Engine::build(nodes.clone(), policies.iter().map(PolicyInput::policy));
+        for (name, labels) in &nodes {
+            let want = oracle(&policies, labels);
+            prop_assert_eq!(engine.outcome(name), Some(&want), "node {}", name);
+        }
+    }
+
+    #[test]
+    fn merge_does_not_depend_on_input_order(
+        nodes in nodes_strategy(),
+        policies in proptest::collection::vec(policy_strategy(), 0..7),
+        seed in any::<u64>(),
+    ) {
+        let policies = unique(policies);
+        let a = Engine::build(nodes.clone(), policies.iter().map(PolicyInput::policy));
+        let mut shuffled_nodes = nodes.clone();
+        let mut shuffled_policies = policies.clone();
+        shuffle(&mut shuffled_nodes, seed);
+        shuffle(&mut shuffled_policies, seed.rotate_left(17));
+        let b = Engine::build(shuffled_nodes, shuffled_policies.iter().map(PolicyInput::policy));
+        prop_assert_eq!(snapshot(&a), snapshot(&b));
+        // The single-node merge as well.
+        let ps: Vec<Policy> = policies.iter().map(PolicyInput::policy).collect();
+        let mut rev: Vec<&Policy> = ps.iter().collect();
+        rev.reverse();
+        prop_assert_eq!(merge(&ps), merge(rev));
+    }
+
+    #[test]
+    fn merge_is_idempotent(
+        nodes in nodes_strategy(),
+        policies in proptest::collection::vec(policy_strategy(), 1..7),
+    ) {
+        let policies = unique(policies);
+        let mut engine = Engine::build(nodes, policies.iter().map(PolicyInput::policy));
+        let before = snapshot(&engine);
+        for p in &policies {
+            prop_assert!(engine.upsert_policy(p.policy()).is_empty());
+        }
+        prop_assert_eq!(&before, &snapshot(&engine));
+        // The merged result of a node, given back as one policy, merges to itself.
+        for outcome in before.values() {
+            if let NodeOutcome::Rendered(cfg) = outcome {
+                let again = merge([&Policy::cluster("default", cfg.to_routing_config())]);
+                let items = again.config().unwrap().to_routing_config();
+                prop_assert_eq!(items, cfg.to_routing_config());
+            }
+        }
+    }
+
+    #[test]
+    fn incremental_merge_equals_a_full_recompute(
+        nodes in nodes_strategy(),
+        policies in proptest::collection::vec(policy_strategy(), 0..5),
+        changes in proptest::collection::vec(change_strategy(), 1..25),
+    ) {
+        let mut policies: BTreeMap<String, PolicyInput> =
+            unique(policies).into_iter().map(|p| (p.name(), p)).collect();
+        let mut nodes: BTreeMap<String, Labels> = nodes.into_iter().collect();
+        let mut engine = Engine::build(
+            nodes.clone(),
+            policies.values().map(PolicyInput::policy),
+        );
+        for change in changes {
+            let changed = match change {
+                Change::UpsertNode(i, l) => {
+                    let name = format!("node-{i:02}");
+                    nodes.insert(name.clone(), l.clone());
+                    engine.upsert_node(&name, l)
+                }
+                Change::RemoveNode(i) => {
+                    let name = format!("node-{i:02}");
+                    prop_assert_eq!(nodes.remove(&name).is_some(), engine.remove_node(&name));
+                    vec![]
+                }
+                Change::UpsertPolicy(p) => {
+                    policies.insert(p.name(), p.clone());
+                    engine.upsert_policy(p.policy())
+                }
+                Change::RemovePolicy(i) => {
+                    let name = format!("nc{i}");
+                    let source = Source::node_config(&name);
+                    policies.remove(&format!("NodeConfig/{name}"));
+                    engine.remove_policy(&source)
+                }
+            };
+            let full = Engine::build(nodes.clone(), policies.values().map(PolicyInput::policy));
+            prop_assert_eq!(snapshot(&engine), snapshot(&full));
+            // Every node reported as changed really is in the new state.
+            for n in changed {
+                prop_assert!(nodes.contains_key(&*n));
+            }
+        }
+    }
+}
+
+/// Fisher-Yates with a splitmix64 stream: deterministic for a seed.
+fn shuffle<T>(v: &mut [T], mut seed: u64) {
+    for i in (1..v.len()).rev() {
+        seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = seed;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        v.swap(i, (z % (i as u64 + 1)) as usize);
+    }
+}
+
+#[test]
+fn conflicts_are_symmetric_and_name_both_sources() {
+    let spec = |via: &str| {
+        RoutingSpec {
+            routes: vec![RouteSpec {
+                to: "10.20.0.0/16".into(),
+                via: Some(via.into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+        .validate("spec")
+        .unwrap()
+    };
+    let all = netpolicy_core::selector::Selector::everything();
+    let a = Policy::node_config("a", 5, all.clone(), spec("10.0.0.1"));
+    let b = Policy::node_config("b", 5, all.clone(), spec("10.0.0.2"));
+    let ab = merge([&a, &b]);
+    let ba = merge([&b, &a]);
+    assert_eq!(ab, ba);
+    let problems = ab.problems();
+    assert_eq!(problems.len(), 1);
+    assert_eq!(
+        problems[0].to_string(),
+        "route 10.20.0.0/16 table 254 is defined differently by NodeConfig/a and NodeConfig/b \
+         at equal precedence"
+    );
+    // A higher priority resolves it, whatever the order.
+    let c = Policy::node_config("c", 6, all, spec("10.0.0.3"));
+    let out = merge([&a, &c, &b]);
+    let cfg = out.config().unwrap();
+    assert_eq!(cfg.routes[0].item.via.unwrap().to_string(), "10.0.0.3");
+    assert_eq!(cfg.routes[0].sources, vec![Source::node_config("c")]);
+}
+
+#[test]
+fn same_item_from_two_sources_is_one_item_listing_both() {
+    let spec = RoutingSpec {
+        routes: vec![RouteSpec {
+            to: "10.20.0.0/16".into(),
+            dev: Some("eth0".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+    .validate("spec")
+    .unwrap();
+    let all = netpolicy_core::selector::Selector::everything();
+    let a = Policy::node_config("a", 0, all.clone(), spec.clone());
+    let b = Policy::node_config("b", 0, all, spec);
+    let out = merge([&b, &a]);
+    let cfg = out.config().unwrap();
+    assert_eq!(cfg.routes.len(), 1);
+    assert_eq!(
+        cfg.routes[0].sources,
+        vec![Source::node_config("a"), Source::node_config("b")]
+    );
+}
+
+#[test]
+fn an_invalid_policy_holds_the_nodes_it_selects_only() {
+    let sel = LabelSelector {
+        match_labels: [("zone".into(), "a".into())].into(),
+        ..Default::default()
+    }
+    .validate("s")
+    .unwrap();
+    let engine = Engine::build(
+        [
+            (
+                "n1".to_string(),
+                Labels::from([("zone".into(), "a".into())]),
+            ),
+            (
+                "n2".to_string(),
+                Labels::from([("zone".into(), "b".into())]),
+            ),
+        ],
+        [Policy::invalid(Source::node_config("bad"), 0, sel)],
+    );
+    assert_eq!(
+        engine.outcome("n1").unwrap().problems(),
+        [Problem::InvalidPolicy(Source::node_config("bad"))]
+    );
+    assert!(engine.outcome("n2").unwrap().config().is_some());
+}
