@@ -420,3 +420,203 @@ fn plan_rules(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{RouteSpec, RoutingSpec, RuleSpec, VlanSpec};
+
+    fn desired(spec: RoutingSpec) -> RoutingConfig {
+        spec.validate("spec").unwrap()
+    }
+
+    fn route(to: &str, dev: &str, table: u32) -> RouteSpec {
+        RouteSpec {
+            to: to.into(),
+            dev: Some(dev.into()),
+            table: Some(table),
+            ..Default::default()
+        }
+    }
+
+    fn observed_from(cfg: &RoutingConfig, owned: bool) -> Observed {
+        Observed {
+            vlans: cfg
+                .vlans
+                .iter()
+                .map(|v| ObservedVlan {
+                    vlan: v.clone(),
+                    up: true,
+                    owned,
+                })
+                .collect(),
+            routes: cfg
+                .routes
+                .iter()
+                .map(|r| ObservedRoute {
+                    route: r.clone(),
+                    owned,
+                })
+                .collect(),
+            rules: cfg
+                .rules
+                .iter()
+                .flat_map(|r| {
+                    let fams = match r.key.family() {
+                        Some(f) => vec![f],
+                        None => vec![IpFamily::V4, IpFamily::V6],
+                    };
+                    fams.into_iter().map(|family| ObservedRule {
+                        family,
+                        rule: r.clone(),
+                        owned,
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    fn full() -> RoutingConfig {
+        desired(RoutingSpec {
+            vlans: vec![VlanSpec {
+                link: "eth0".into(),
+                id: 100,
+                addresses: vec!["10.10.0.5/24".into()],
+                ..Default::default()
+            }],
+            routes: vec![route("10.20.0.0/16", "eth0.100", 100)],
+            rules: vec![RuleSpec {
+                priority: 1000,
+                from: Some("10.10.0.0/24".into()),
+                table: Some(100),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn from_nothing_creates_links_then_addresses_then_routes_then_rules() {
+        let p = plan(&Observed::default(), &full());
+        let kinds: Vec<u8> = p.ops.iter().map(Op::step).collect();
+        assert_eq!(kinds, [4, 6, 7, 8, 9], "{:?}", p.ops);
+    }
+
+    #[test]
+    fn applying_the_same_state_again_is_a_no_op() {
+        let d = full();
+        assert!(plan(&observed_from(&d, true), &d).is_empty());
+    }
+
+    #[test]
+    fn removing_everything_deletes_in_reverse_order() {
+        let p = plan(&observed_from(&full(), true), &RoutingConfig::default());
+        let kinds: Vec<u8> = p.ops.iter().map(Op::step).collect();
+        assert_eq!(kinds, [0, 1, 3], "{:?}", p.ops);
+    }
+
+    #[test]
+    fn one_changed_route_is_one_replace() {
+        let d = full();
+        let mut o = observed_from(&d, true);
+        o.routes[0].route.dev = Some(IfName::new("eth1").unwrap());
+        let p = plan(&o, &d);
+        assert_eq!(p.ops, [Op::ReplaceRoute(d.routes[0].clone())]);
+    }
+
+    #[test]
+    fn foreign_items_are_never_touched_outside_hard_synced_tables() {
+        let d = desired(RoutingSpec {
+            routes: vec![route("10.20.0.0/16", "eth0", 100)],
+            ..Default::default()
+        });
+        let foreign = desired(RoutingSpec {
+            routes: vec![
+                route("10.20.0.0/16", "eth1", 100),
+                route("10.30.0.0/16", "eth1", 100),
+            ],
+            ..Default::default()
+        });
+        let o = observed_from(&foreign, false);
+        let p = plan(&o, &d);
+        assert!(p.ops.is_empty(), "{:?}", p.ops);
+        assert_eq!(p.skipped[0].reason, SkipReason::ForeignDiffers);
+
+        // With table 100 hard-synced, the foreign route is replaced and the extra deleted.
+        let hard = RoutingConfig {
+            table_hard_sync: vec![100],
+            ..d
+        };
+        let p = plan(&o, &hard);
+        assert_eq!(
+            p.ops,
+            [
+                Op::DeleteRoute(foreign.routes[1].clone()),
+                Op::ReplaceRoute(hard.routes[0].clone())
+            ]
+        );
+        assert!(p.skipped.is_empty());
+    }
+
+    #[test]
+    fn an_identical_foreign_item_is_left_and_reported() {
+        let d = full();
+        let p = plan(&observed_from(&d, false), &d);
+        assert!(p.ops.is_empty());
+        assert_eq!(p.skipped.len(), 3);
+        assert!(p.skipped.iter().all(|s| s.reason == SkipReason::ForeignIdentical));
+    }
+
+    #[test]
+    fn a_rule_without_prefixes_is_planned_for_both_families() {
+        let d = desired(RoutingSpec {
+            rules: vec![RuleSpec {
+                priority: 10,
+                fwmark: Some("0x1".into()),
+                table: Some(100),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let p = plan(&Observed::default(), &d);
+        assert_eq!(p.ops.len(), 2);
+        assert!(plan(&observed_from(&d, true), &d).is_empty());
+    }
+
+    #[test]
+    fn a_vlan_with_a_new_id_is_recreated_and_its_routes_reinstalled() {
+        let d = full();
+        let mut o = observed_from(&d, true);
+        o.vlans[0].vlan.id = 101;
+        let p = plan(&o, &d);
+        assert_eq!(
+            p.ops,
+            [
+                Op::DeleteLink(d.vlans[0].name.clone()),
+                Op::CreateLink(Vlan {
+                    addresses: vec![],
+                    ..d.vlans[0].clone()
+                }),
+                Op::SetUp(d.vlans[0].name.clone()),
+                Op::AddAddress {
+                    dev: d.vlans[0].name.clone(),
+                    address: d.vlans[0].addresses[0]
+                },
+                Op::ReplaceRoute(d.routes[0].clone()),
+            ]
+        );
+    }
+
+    #[test]
+    fn address_and_mtu_drift_are_repaired_item_by_item() {
+        let mut d = full();
+        d.vlans[0].mtu = Some(9000);
+        let mut o = observed_from(&full(), true);
+        o.vlans[0].vlan.mtu = Some(1500);
+        o.vlans[0].up = false;
+        o.vlans[0].vlan.addresses = vec!["10.10.0.6/24".parse().unwrap()];
+        let p = plan(&o, &d);
+        let kinds: Vec<u8> = p.ops.iter().map(Op::step).collect();
+        assert_eq!(kinds, [2, 5, 6, 7], "{:?}", p.ops);
+    }
+}
