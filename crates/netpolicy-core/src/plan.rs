@@ -564,7 +564,11 @@ mod tests {
         let p = plan(&observed_from(&d, false), &d);
         assert!(p.ops.is_empty());
         assert_eq!(p.skipped.len(), 3);
-        assert!(p.skipped.iter().all(|s| s.reason == SkipReason::ForeignIdentical));
+        assert!(
+            p.skipped
+                .iter()
+                .all(|s| s.reason == SkipReason::ForeignIdentical)
+        );
     }
 
     #[test]

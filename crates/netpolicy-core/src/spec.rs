@@ -6,18 +6,25 @@
 //! report *every* problem with its field path instead of stopping at the first one a
 //! deserializer meets. Going the other way, [`RoutingSpec::from_config`] renders a
 //! validated [`RoutingConfig`] in canonical text (`10.20.0.0/16`, compressed lowercase
-//! IPv6, tables as numbers).
+//! IPv6, tables as numbers), and [`RenderedSpec::from_merged`] does the same for a
+//! node's merged configuration, with the source of every item.
+//!
+//! Like Kubernetes, deserialization ignores unknown fields (the API server prunes them);
+//! `netpolicy plan` checks manifests strictly against the CRD schema and reports them.
 
 use std::{borrow::Cow, collections::BTreeMap, fmt};
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 
-use crate::model::{Route, RoutingConfig, Rule, RuleAction, TABLE_MAIN, Vlan};
+use crate::{
+    merge::{MergedConfig, Source, Sourced},
+    model::{Route, RoutingConfig, Rule, RuleAction, Vlan},
+};
 
 /// Routing items shared by ClusterConfig, NodeConfig and NodeNetworkConfig specs.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct RoutingSpec {
     /// VLAN sub-interfaces, with their addresses.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -36,7 +43,7 @@ pub struct RoutingSpec {
 
 /// A VLAN sub-interface.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct VlanSpec {
     /// Parent interface.
     pub link: String,
@@ -58,7 +65,7 @@ pub struct VlanSpec {
 
 /// A route.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct RouteSpec {
     /// Destination prefix; `default` means `0.0.0.0/0` (write `::/0` for IPv6).
     pub to: String,
@@ -90,7 +97,7 @@ pub struct RouteSpec {
 
 /// One ECMP next hop.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct NextHopSpec {
     /// Gateway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -105,7 +112,7 @@ pub struct NextHopSpec {
 
 /// A policy routing rule.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct RuleSpec {
     /// Priority 1..32765 (0, 32766 and 32767 belong to the kernel).
     pub priority: u32,
@@ -217,7 +224,7 @@ impl JsonSchema for IntOrString {
 /// A Kubernetes label selector (`metav1.LabelSelector`). An empty selector matches
 /// every node.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct LabelSelector {
     /// Labels that must be present with exactly these values.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -229,7 +236,7 @@ pub struct LabelSelector {
 
 /// One set-based requirement of a [`LabelSelector`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct LabelSelectorRequirement {
     /// Label key.
     pub key: String,
@@ -272,8 +279,8 @@ impl From<&Route> for RouteSpec {
             to: r.to.to_string(),
             via: r.via.map(|a| a.to_string()),
             dev: r.dev.as_ref().map(ToString::to_string),
-            table: Some(r.table).filter(|t| *t != TABLE_MAIN),
-            metric: Some(r.metric).filter(|m| *m != 0),
+            table: Some(r.table),
+            metric: Some(r.metric),
             scope: r.scope.map(|s| s.as_str().to_owned()),
             onlink: r.onlink,
             src: r.src.map(|a| a.to_string()),
@@ -309,6 +316,80 @@ impl From<&Rule> for RuleSpec {
                 other => Some(other.name().to_owned()),
             },
             invert: k.invert,
+        }
+    }
+}
+
+/// The object an item of a rendered configuration came from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceRef {
+    /// `ClusterConfig` or `NodeConfig`.
+    pub kind: String,
+    /// Object name.
+    pub name: String,
+}
+
+impl From<&Source> for SourceRef {
+    fn from(s: &Source) -> Self {
+        Self {
+            kind: s.kind.as_str().to_owned(),
+            name: s.name.to_string(),
+        }
+    }
+}
+
+/// An item of a rendered configuration with the objects it came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourcedSpec<T> {
+    /// The item, in canonical text.
+    #[serde(flatten)]
+    pub item: T,
+    /// Every object that asked for the item at the winning precedence.
+    pub sources: Vec<SourceRef>,
+}
+
+/// A node's merged configuration in wire form: the spec of a `NodeNetworkConfig`, and
+/// a node's entry in `netpolicy plan -o json`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RenderedSpec {
+    /// VLANs with their addresses.
+    #[serde(default)]
+    pub vlans: Vec<SourcedSpec<VlanSpec>>,
+    /// Routes.
+    #[serde(default)]
+    pub routes: Vec<SourcedSpec<RouteSpec>>,
+    /// Rules.
+    #[serde(default)]
+    pub rules: Vec<SourcedSpec<RuleSpec>>,
+    /// Tables the agent hard-syncs on this node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub table_hard_sync: Vec<u32>,
+}
+
+fn sourced<T, S>(items: &[Sourced<T>]) -> Vec<SourcedSpec<S>>
+where
+    for<'a> S: From<&'a T>,
+{
+    items
+        .iter()
+        .map(|s| SourcedSpec {
+            item: S::from(&*s.item),
+            sources: s.sources.iter().map(SourceRef::from).collect(),
+        })
+        .collect()
+}
+
+impl RenderedSpec {
+    /// Renders a merged configuration in canonical text.
+    pub fn from_merged(m: &MergedConfig) -> Self {
+        Self {
+            vlans: sourced(&m.vlans),
+            routes: sourced(&m.routes),
+            rules: sourced(&m.rules),
+            table_hard_sync: m.table_hard_sync.clone(),
         }
     }
 }

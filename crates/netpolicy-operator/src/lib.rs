@@ -1,1 +1,11 @@
-//! placeholder
+//! # netpolicy-operator
+//!
+//! The Kubernetes side of netpolicy: the `netpolicy.io/v1alpha1` custom resources
+//! ([`api`]), reading Kubernetes manifests from disk ([`manifest`]), the cluster-less
+//! planner behind `netpolicy plan` ([`plan`]), and the `netpolicy` command line
+//! ([`cli`]).
+
+pub mod api;
+pub mod cli;
+pub mod manifest;
+pub mod plan;

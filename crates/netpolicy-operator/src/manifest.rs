@@ -1,0 +1,469 @@
+//! Reading Kubernetes manifests from disk: files or directories of multi-document YAML.
+//!
+//! Every document is located (file and first line), its `apiVersion`/`kind` read first,
+//! then the whole document is deserialized into its kind. Problems are reported with
+//! file and line: malformed YAML and documents that do not fit their kind are errors of
+//! the input; unknown kinds are warnings and are skipped. netpolicy kinds are also
+//! checked strictly against their CRD schema, so a misspelt field
+//! (`spec.routes[0].gatway`) is an error instead of being silently dropped.
+
+use std::{
+    fmt, fs,
+    path::{Path, PathBuf},
+};
+
+use k8s_openapi::{
+    api::core::v1::{Namespace, Node},
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+        JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+    },
+};
+use kube::{CustomResourceExt, Resource};
+use serde::{Deserialize, de::DeserializeOwned};
+
+use crate::api::{API_VERSION, ClusterConfig, NodeConfig, NodeNetworkConfig};
+
+/// Where a document starts.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Origin {
+    /// The file.
+    pub file: PathBuf,
+    /// 1-based line of the document's first line.
+    pub line: u64,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file.display(), self.line)
+    }
+}
+
+/// An object read from disk, with where it was found.
+#[derive(Debug, Clone)]
+pub struct Located<T> {
+    /// The object.
+    pub object: T,
+    /// Where its document starts.
+    pub origin: Origin,
+}
+
+/// A problem with the input: one entry of `errors` in `netpolicy plan` output.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct InputError {
+    /// Kind of the object, when known.
+    pub kind: String,
+    /// Name of the object, when known.
+    pub name: String,
+    /// Field path (`spec.routes[0].gatway`), or `file:line:column` for YAML errors.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Failures that stop reading altogether (the CLI exits 2 for them).
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A path could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A directory held no YAML files, or a path is neither file nor directory.
+    #[error("{}: no YAML files (*.yaml, *.yml) found", path.display())]
+    NoManifests {
+        /// The path.
+        path: PathBuf,
+    },
+}
+
+/// Everything read from the input.
+#[derive(Debug, Default)]
+pub struct Manifests {
+    /// core/v1 Nodes.
+    pub nodes: Vec<Located<Node>>,
+    /// core/v1 Namespaces.
+    pub namespaces: Vec<Located<Namespace>>,
+    /// ClusterConfigs.
+    pub cluster_configs: Vec<Located<ClusterConfig>>,
+    /// NodeConfigs.
+    pub node_configs: Vec<Located<NodeConfig>>,
+    /// Problems with documents (the rest of the input is still used).
+    pub errors: Vec<InputError>,
+    /// Things skipped on purpose (unknown kinds), for a person to read.
+    pub warnings: Vec<String>,
+}
+
+/// Reads every path: a file, or a directory whose `*.yaml`/`*.yml` files are read in
+/// name order (recursively).
+///
+/// # Errors
+/// [`LoadError`] when a path cannot be read; problems *inside* documents are collected
+/// in [`Manifests::errors`] instead.
+pub fn load(paths: &[PathBuf]) -> Result<Manifests, LoadError> {
+    let mut files = Vec::new();
+    for p in paths {
+        collect_files(p, &mut files)?;
+    }
+    let mut m = Manifests::default();
+    for f in files {
+        let text = fs::read_to_string(&f).map_err(|source| LoadError::Io {
+            path: f.clone(),
+            source,
+        })?;
+        m.add_text(&f, &text);
+    }
+    Ok(m)
+}
+
+fn collect_files(p: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
+    let meta = fs::metadata(p).map_err(|source| LoadError::Io {
+        path: p.to_owned(),
+        source,
+    })?;
+    if meta.is_file() {
+        out.push(p.to_owned());
+        return Ok(());
+    }
+    if !meta.is_dir() {
+        return Err(LoadError::NoManifests { path: p.to_owned() });
+    }
+    let before = out.len();
+    walk(p, out)?;
+    if out.len() == before {
+        return Err(LoadError::NoManifests { path: p.to_owned() });
+    }
+    Ok(())
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
+    let io = |source| LoadError::Io {
+        path: dir.to_owned(),
+        source,
+    };
+    let mut entries: Vec<PathBuf> = fs::read_dir(dir)
+        .map_err(io)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()
+        .map_err(io)?;
+    entries.sort();
+    for e in entries {
+        if e.is_dir() {
+            walk(&e, out)?;
+        } else if e.extension().is_some_and(|x| x == "yaml" || x == "yml") {
+            out.push(e);
+        }
+    }
+    Ok(())
+}
+
+/// Splits a YAML stream into documents: `(first line, text)`. A line that starts with
+/// `---` or is `...` separates documents; empty and comment-only documents are dropped.
+pub fn split_documents(text: &str) -> Vec<(u64, String)> {
+    let mut docs = Vec::new();
+    let mut cur = String::new();
+    let mut start = 1u64;
+    let push = |start: u64, cur: &mut String, docs: &mut Vec<(u64, String)>| {
+        let meaningful = cur.lines().any(|l| {
+            let t = l.trim();
+            !t.is_empty() && !t.starts_with('#') && !t.starts_with('%')
+        });
+        if meaningful {
+            docs.push((start, std::mem::take(cur)));
+        } else {
+            cur.clear();
+        }
+    };
+    for (i, line) in text.lines().enumerate() {
+        let n = i as u64 + 1;
+        let is_start = line == "---" || line.starts_with("--- ") || line.starts_with("---\t");
+        if is_start || line == "..." {
+            push(start, &mut cur, &mut docs);
+            start = n + 1;
+            if let Some(rest) = line.strip_prefix("---").filter(|r| !r.trim().is_empty()) {
+                // Content on the marker line belongs to the new document.
+                start = n;
+                cur.push_str(rest.trim_start());
+                cur.push('\n');
+            }
+            continue;
+        }
+        if cur.is_empty() && line.trim().is_empty() {
+            start = n + 1;
+            continue;
+        }
+        cur.push_str(line);
+        cur.push('\n');
+    }
+    push(start, &mut cur, &mut docs);
+    docs
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Head {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    metadata: HeadMeta,
+}
+
+#[derive(Deserialize, Default)]
+struct HeadMeta {
+    #[serde(default)]
+    name: String,
+}
+
+/// `file:line:column: message` for a YAML error in a document starting at `origin`.
+fn yaml_error(origin: &Origin, err: &serde_saphyr::Error) -> (String, String) {
+    let inner = err.without_snippet();
+    let (line, col) = inner.location().map_or((origin.line, 1), |l| {
+        (origin.line + l.line().saturating_sub(1), l.column())
+    });
+    let mut message = inner.to_string();
+    // The parser's own position is relative to the document; ours is in the file.
+    if let Some(at) = message.find(" at line ") {
+        message.truncate(at);
+    }
+    (format!("{}:{line}:{col}", origin.file.display()), message)
+}
+
+impl Manifests {
+    /// Adds every document of one file's text.
+    pub fn add_text(&mut self, file: &Path, text: &str) {
+        for (line, doc) in split_documents(text) {
+            let origin = Origin {
+                file: file.to_owned(),
+                line,
+            };
+            self.add_document(origin, &doc);
+        }
+    }
+
+    fn add_document(&mut self, origin: Origin, doc: &str) {
+        let head: Head = match serde_saphyr::from_str(doc) {
+            Ok(h) => h,
+            Err(e) => {
+                let (field, message) = yaml_error(&origin, &e);
+                self.errors.push(InputError {
+                    kind: String::new(),
+                    name: String::new(),
+                    field,
+                    message: format!("malformed YAML: {message}"),
+                });
+                return;
+            }
+        };
+        let input_error = |field: String, message: String| InputError {
+            kind: head.kind.clone(),
+            name: head.metadata.name.clone(),
+            field,
+            message,
+        };
+        if head.kind.is_empty() || head.api_version.is_empty() {
+            self.errors.push(input_error(
+                origin.to_string(),
+                "document has no apiVersion or kind; is this a Kubernetes manifest?".into(),
+            ));
+            return;
+        }
+        match (head.api_version.as_str(), head.kind.as_str()) {
+            ("v1", "Node") => self.parse_into(origin, doc, &head, None, |m| &mut m.nodes),
+            ("v1", "Namespace") => self.parse_into(origin, doc, &head, None, |m| &mut m.namespaces),
+            (API_VERSION, "ClusterConfig") => {
+                self.parse_into(origin, doc, &head, Some(ClusterConfig::crd()), |m| {
+                    &mut m.cluster_configs
+                })
+            }
+            (API_VERSION, "NodeConfig") => {
+                self.parse_into(origin, doc, &head, Some(NodeConfig::crd()), |m| {
+                    &mut m.node_configs
+                })
+            }
+            (API_VERSION, "NodeNetworkConfig") => self.warnings.push(format!(
+                "{origin}: ignoring NodeNetworkConfig {:?}: it is output, rendered by the \
+                 operator",
+                head.metadata.name
+            )),
+            (v, k) if v.starts_with("netpolicy.io/") => self.errors.push(input_error(
+                "apiVersion".into(),
+                format!(
+                    "{k} in {v} is not a kind this netpolicy knows (it reads {} kinds)",
+                    NodeNetworkConfig::api_version(&())
+                ),
+            )),
+            (v, k) => self.warnings.push(format!(
+                "{origin}: ignoring {k} {:?} ({v}): not a kind netpolicy plan reads",
+                head.metadata.name
+            )),
+        }
+    }
+
+    fn parse_into<T: DeserializeOwned>(
+        &mut self,
+        origin: Origin,
+        doc: &str,
+        head: &Head,
+        crd: Option<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
+        list: impl FnOnce(&mut Self) -> &mut Vec<Located<T>>,
+    ) {
+        let object: T = match serde_saphyr::from_str(doc) {
+            Ok(o) => o,
+            Err(e) => {
+                let (field, message) = yaml_error(&origin, &e);
+                self.errors.push(InputError {
+                    kind: head.kind.clone(),
+                    name: head.metadata.name.clone(),
+                    field,
+                    message,
+                });
+                return;
+            }
+        };
+        if head.metadata.name.is_empty() {
+            self.errors.push(InputError {
+                kind: head.kind.clone(),
+                name: String::new(),
+                field: "metadata.name".into(),
+                message: format!("{origin}: {} has no name", head.kind),
+            });
+            return;
+        }
+        if let Some(crd) = crd {
+            let schema = crd
+                .spec
+                .versions
+                .first()
+                .and_then(|v| v.schema.as_ref())
+                .and_then(|s| s.open_api_v3_schema.as_ref());
+            if let (Some(schema), Ok(value)) =
+                (schema, serde_saphyr::from_str::<serde_json::Value>(doc))
+            {
+                let mut unknown = Vec::new();
+                if let (Some(spec_schema), Some(spec)) = (
+                    schema.properties.as_ref().and_then(|p| p.get("spec")),
+                    value.get("spec"),
+                ) {
+                    unknown_fields(spec_schema, spec, "spec", &mut unknown);
+                }
+                for (field, known) in unknown {
+                    self.errors.push(InputError {
+                        kind: head.kind.clone(),
+                        name: head.metadata.name.clone(),
+                        field,
+                        message: format!("unknown field (known here: {})", known.join(", ")),
+                    });
+                }
+            }
+        }
+        list(self).push(Located { object, origin });
+    }
+}
+
+/// Finds fields in `value` that `schema` does not declare (what the API server's strict
+/// field validation rejects).
+fn unknown_fields(
+    schema: &JSONSchemaProps,
+    value: &serde_json::Value,
+    path: &str,
+    out: &mut Vec<(String, Vec<String>)>,
+) {
+    if schema.x_kubernetes_preserve_unknown_fields == Some(true)
+        || schema.x_kubernetes_int_or_string == Some(true)
+    {
+        return;
+    }
+    match value {
+        serde_json::Value::Object(map) => {
+            if let Some(props) = &schema.properties {
+                for (k, v) in map {
+                    match props.get(k) {
+                        Some(s) => unknown_fields(s, v, &format!("{path}.{k}"), out),
+                        None => out.push((format!("{path}.{k}"), props.keys().cloned().collect())),
+                    }
+                }
+            } else if let Some(JSONSchemaPropsOrBool::Schema(s)) = &schema.additional_properties {
+                for (k, v) in map {
+                    unknown_fields(s, v, &format!("{path}.{k}"), out);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => {
+            if let Some(JSONSchemaPropsOrArray::Schema(s)) = &schema.items {
+                for (i, v) in items.iter().enumerate() {
+                    unknown_fields(s, v, &format!("{path}[{i}]"), out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn documents_are_split_with_their_first_line() {
+        let text = "# c\n---\na: 1\n---\n\n# only a comment\n---\nb: 2\nc: 3\n...\n--- d: 4\n";
+        let docs = split_documents(text);
+        assert_eq!(
+            docs,
+            [
+                (3, "a: 1\n".to_string()),
+                (8, "b: 2\nc: 3\n".to_string()),
+                (11, "d: 4\n".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn malformed_yaml_names_file_and_line() {
+        let mut m = Manifests::default();
+        m.add_text(
+            Path::new("x.yaml"),
+            "apiVersion: v1\nkind: Node\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Node\nmetadata:\n  name: [b\n",
+        );
+        assert_eq!(m.nodes.len(), 1);
+        assert_eq!(m.errors.len(), 1);
+        assert!(m.errors[0].field.starts_with("x.yaml:8:"), "{:?}", m.errors);
+        assert!(
+            m.errors[0].message.starts_with("malformed YAML"),
+            "{:?}",
+            m.errors
+        );
+    }
+
+    #[test]
+    fn misspelt_fields_of_netpolicy_kinds_are_errors() {
+        let mut m = Manifests::default();
+        m.add_text(
+            Path::new("x.yaml"),
+            "apiVersion: netpolicy.io/v1alpha1\nkind: NodeConfig\nmetadata: {name: a}\nspec:\n  routes:\n  - to: 10.0.0.0/8\n    gatway: 10.1.1.1\n",
+        );
+        assert_eq!(m.errors.len(), 1, "{:?}", m.errors);
+        assert_eq!(m.errors[0].field, "spec.routes[0].gatway");
+        assert!(
+            m.errors[0].message.contains("via"),
+            "{}",
+            m.errors[0].message
+        );
+    }
+
+    #[test]
+    fn unknown_kinds_are_warnings() {
+        let mut m = Manifests::default();
+        m.add_text(
+            Path::new("x.yaml"),
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n",
+        );
+        assert!(m.errors.is_empty());
+        assert_eq!(m.warnings.len(), 1);
+        assert!(m.warnings[0].contains("Deployment"));
+    }
+}

@@ -1,0 +1,406 @@
+//! `netpolicy plan`: every pure pipeline over manifests on disk, no cluster needed.
+//!
+//! [`plan`] turns [`Manifests`] into a [`PlanReport`]: per node, the merged routing
+//! items with their sources; and every problem (invalid objects, conflicts, nodes held
+//! at their last good config). [`PlanReport::to_table`] renders it for a person;
+//! serde renders the JSON/YAML contract of DESIGN.md.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt::Write as _,
+    sync::Arc,
+};
+
+use comfy_table::{ContentArrangement, Table, presets};
+use netpolicy_core::{
+    Error as CoreError,
+    merge::{Engine, NodeOutcome, Policy, Problem, Source},
+    selector::{Labels, Selector},
+    spec::{RenderedSpec, RouteSpec, RuleSpec, SourceRef, VlanSpec},
+};
+use serde::Serialize;
+
+use crate::{
+    api::CLUSTER_CONFIG_NAME,
+    manifest::{InputError, Located, Manifests},
+};
+
+/// The result of `netpolicy plan`, in the JSON shape of DESIGN.md.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanReport {
+    /// Per node (rendered ones only), the merged items. Nodes with identical results
+    /// share one value.
+    pub nodes: BTreeMap<String, Arc<RenderedSpec>>,
+    /// Nodes that keep their last good config, with why.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub held_nodes: BTreeMap<String, Vec<String>>,
+    /// Every problem with the input.
+    pub errors: Vec<InputError>,
+    /// Things skipped on purpose (printed to stderr, not part of the output).
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+}
+
+impl PlanReport {
+    /// Whether the input had validation errors or conflicts (exit status 1).
+    pub fn has_errors(&self) -> bool {
+        !self.errors.is_empty()
+    }
+}
+
+fn field_errors(kind: &str, name: &str, e: &CoreError, out: &mut Vec<InputError>) {
+    for f in e.field_errors() {
+        out.push(InputError {
+            kind: kind.into(),
+            name: name.into(),
+            field: f.path.clone(),
+            message: f.message.clone(),
+        });
+    }
+}
+
+/// Keeps the first object of each name and reports the others.
+fn unique_by_name<T>(
+    kind: &str,
+    items: &[Located<T>],
+    name: impl Fn(&T) -> Option<&String>,
+    errors: &mut Vec<InputError>,
+) -> Vec<usize> {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut keep = Vec::new();
+    for (i, it) in items.iter().enumerate() {
+        let n = name(&it.object).map_or("", String::as_str);
+        match seen.get(n) {
+            Some(&first) => errors.push(InputError {
+                kind: kind.into(),
+                name: n.into(),
+                field: "metadata.name".into(),
+                message: format!(
+                    "defined twice: at {} and at {}; the second is ignored",
+                    items[first].origin, it.origin
+                ),
+            }),
+            None => {
+                seen.insert(n, i);
+                keep.push(i);
+            }
+        }
+    }
+    keep
+}
+
+/// Runs the merge over the manifests.
+pub fn plan(m: &Manifests) -> PlanReport {
+    let mut errors = m.errors.clone();
+    let mut policies = Vec::new();
+
+    for i in unique_by_name(
+        "ClusterConfig",
+        &m.cluster_configs,
+        |o| o.metadata.name.as_ref(),
+        &mut errors,
+    ) {
+        let cc = &m.cluster_configs[i].object;
+        let name = cc.metadata.name.clone().unwrap_or_default();
+        if name != CLUSTER_CONFIG_NAME {
+            errors.push(InputError {
+                kind: "ClusterConfig".into(),
+                name,
+                field: "metadata.name".into(),
+                message: format!(
+                    "a ClusterConfig must be named {CLUSTER_CONFIG_NAME:?} (there is only one); \
+                     this one is ignored"
+                ),
+            });
+            continue;
+        }
+        match cc.spec.routing.validate("spec") {
+            Ok(cfg) => policies.push(Policy::cluster(&name, cfg)),
+            Err(e) => {
+                field_errors("ClusterConfig", &name, &e, &mut errors);
+                policies.push(Policy::invalid(
+                    Source::cluster(&name),
+                    0,
+                    Selector::everything(),
+                ));
+            }
+        }
+    }
+
+    for i in unique_by_name(
+        "NodeConfig",
+        &m.node_configs,
+        |o| o.metadata.name.as_ref(),
+        &mut errors,
+    ) {
+        let nc = &m.node_configs[i].object;
+        let name = nc.metadata.name.clone().unwrap_or_default();
+        let selector = nc.spec.node_selector.validate("spec.nodeSelector");
+        let routing = nc.spec.routing.validate("spec");
+        match (selector, routing) {
+            (Ok(sel), Ok(cfg)) => {
+                policies.push(Policy::node_config(&name, nc.spec.priority, sel, cfg));
+            }
+            (sel, routing) => {
+                for e in [sel.as_ref().err(), routing.as_ref().err()]
+                    .into_iter()
+                    .flatten()
+                {
+                    field_errors("NodeConfig", &name, e, &mut errors);
+                }
+                // With a broken selector no node can be known to be unaffected.
+                let sel = sel.unwrap_or_else(|_| Selector::everything());
+                policies.push(Policy::invalid(
+                    Source::node_config(&name),
+                    nc.spec.priority,
+                    sel,
+                ));
+            }
+        }
+    }
+
+    let nodes: Vec<(String, Labels)> =
+        unique_by_name("Node", &m.nodes, |o| o.metadata.name.as_ref(), &mut errors)
+            .into_iter()
+            .map(|i| {
+                let n = &m.nodes[i].object;
+                (
+                    n.metadata.name.clone().unwrap_or_default(),
+                    n.metadata.labels.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+
+    let engine = Engine::build(nodes, policies);
+    let mut report = PlanReport {
+        warnings: m.warnings.clone(),
+        ..PlanReport::default()
+    };
+    let mut rendered: HashMap<usize, Arc<RenderedSpec>> = HashMap::new();
+    let mut by_problem: BTreeMap<Problem, Vec<&str>> = BTreeMap::new();
+    for (node, outcome) in engine.outcomes() {
+        match outcome {
+            NodeOutcome::Rendered(cfg) => {
+                let key = Arc::as_ptr(cfg) as usize;
+                let spec = rendered
+                    .entry(key)
+                    .or_insert_with(|| Arc::new(RenderedSpec::from_merged(cfg)));
+                report.nodes.insert(node.to_owned(), Arc::clone(spec));
+            }
+            NodeOutcome::Held(problems) => {
+                report.held_nodes.insert(
+                    node.to_owned(),
+                    problems.iter().map(ToString::to_string).collect(),
+                );
+                for p in problems.iter() {
+                    by_problem.entry(p.clone()).or_default().push(node);
+                }
+            }
+        }
+    }
+    for (problem, nodes) in by_problem {
+        let on = node_list(&nodes);
+        match problem {
+            Problem::Conflict(c) => errors.push(InputError {
+                kind: c.sources[0].kind.as_str().into(),
+                name: c.sources[0].name.to_string(),
+                field: format!("spec.{}", c.item.field()),
+                message: format!("{c} on {on}; they keep their last good config"),
+            }),
+            Problem::InvalidPolicy(s) => errors.push(InputError {
+                kind: s.kind.as_str().into(),
+                name: s.name.to_string(),
+                field: "spec".into(),
+                message: format!("is invalid, so {on} it applies to keep their last good config"),
+            }),
+        }
+    }
+    report.errors = errors;
+    report
+}
+
+fn node_list(nodes: &[&str]) -> String {
+    const SHOWN: usize = 5;
+    let mut s = format!(
+        "{} node{} (",
+        nodes.len(),
+        if nodes.len() == 1 { "" } else { "s" }
+    );
+    s.push_str(&nodes[..nodes.len().min(SHOWN)].join(", "));
+    if nodes.len() > SHOWN {
+        let _ = write!(s, ", and {} more", nodes.len() - SHOWN);
+    }
+    s.push(')');
+    s
+}
+
+fn sources(s: &[SourceRef]) -> String {
+    s.iter()
+        .map(|s| format!("{}/{}", s.kind, s.name))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn vlan_row(v: &VlanSpec) -> (String, String) {
+    let mut d = format!(
+        "{} id {} on {}",
+        v.protocol.as_deref().unwrap_or("802.1Q"),
+        v.id,
+        v.link
+    );
+    if let Some(m) = v.mtu {
+        let _ = write!(d, ", mtu {m}");
+    }
+    if !v.addresses.is_empty() {
+        let _ = write!(d, ", {}", v.addresses.join(" "));
+    }
+    (v.name.clone().unwrap_or_default(), d)
+}
+
+fn route_row(r: &RouteSpec) -> (String, String) {
+    let item = format!("{} table {}", r.to, r.table.unwrap_or(254));
+    let mut d = Vec::new();
+    if let Some(v) = &r.via {
+        d.push(format!("via {v}"));
+    }
+    if let Some(v) = &r.dev {
+        d.push(format!("dev {v}"));
+    }
+    for n in &r.nexthops {
+        let mut h = String::from("nexthop");
+        if let Some(v) = &n.via {
+            let _ = write!(h, " via {v}");
+        }
+        if let Some(v) = &n.dev {
+            let _ = write!(h, " dev {v}");
+        }
+        let _ = write!(h, " weight {}", n.weight.unwrap_or(1));
+        d.push(h);
+    }
+    if let Some(m) = r.metric.filter(|m| *m != 0) {
+        d.push(format!("metric {m}"));
+    }
+    if let Some(s) = &r.scope {
+        d.push(format!("scope {s}"));
+    }
+    if let Some(s) = &r.src {
+        d.push(format!("src {s}"));
+    }
+    if r.onlink {
+        d.push("onlink".into());
+    }
+    (item, d.join(", "))
+}
+
+fn rule_row(r: &RuleSpec) -> (String, String) {
+    let mut item = format!("priority {}", r.priority);
+    if r.invert {
+        item.push_str(" not");
+    }
+    for (k, v) in [
+        ("from", r.from.as_deref()),
+        ("to", r.to.as_deref()),
+        ("iif", r.iif.as_deref()),
+        ("oif", r.oif.as_deref()),
+        ("fwmark", r.fwmark.as_ref().map(|x| x.as_str())),
+        ("ipproto", r.ip_proto.as_ref().map(|x| x.as_str())),
+        ("sport", r.sport.as_ref().map(|x| x.as_str())),
+        ("dport", r.dport.as_ref().map(|x| x.as_str())),
+    ] {
+        if let Some(v) = v {
+            let _ = write!(item, " {k} {v}");
+        }
+    }
+    let action = match (r.action.as_deref(), r.table) {
+        (Some(a), _) => a.to_owned(),
+        (None, Some(t)) => format!("lookup {t}"),
+        (None, None) => "lookup".into(),
+    };
+    (item, action)
+}
+
+impl PlanReport {
+    /// Renders the report for a person: one table per group of nodes with the same
+    /// result (what, details, and from which object), then held nodes and errors.
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        let mut groups: Vec<(Arc<RenderedSpec>, Vec<&str>)> = Vec::new();
+        let mut index: HashMap<usize, usize> = HashMap::new();
+        for (node, spec) in &self.nodes {
+            let key = Arc::as_ptr(spec) as usize;
+            let at = *index.entry(key).or_insert_with(|| {
+                groups.push((Arc::clone(spec), Vec::new()));
+                groups.len() - 1
+            });
+            groups[at].1.push(node);
+        }
+        for (spec, nodes) in &groups {
+            let _ = writeln!(
+                out,
+                "{} {}",
+                if nodes.len() == 1 { "NODE" } else { "NODES" },
+                nodes.join(", ")
+            );
+            if spec.vlans.is_empty() && spec.routes.is_empty() && spec.rules.is_empty() {
+                out.push_str("  (no items: nothing netpolicy manages on these nodes)\n\n");
+                continue;
+            }
+            let mut t = Table::new();
+            t.load_style(presets::UTF8_FULL_CONDENSED)
+                .set_content_arrangement(ContentArrangement::Dynamic)
+                .set_header(["WHAT", "ITEM", "DETAILS", "FROM"]);
+            for v in &spec.vlans {
+                let (i, d) = vlan_row(&v.item);
+                t.add_row(["vlan".into(), i, d, sources(&v.sources)]);
+            }
+            for r in &spec.routes {
+                let (i, d) = route_row(&r.item);
+                t.add_row(["route".into(), i, d, sources(&r.sources)]);
+            }
+            for r in &spec.rules {
+                let (i, d) = rule_row(&r.item);
+                t.add_row(["rule".into(), i, d, sources(&r.sources)]);
+            }
+            let _ = writeln!(out, "{t}");
+            if !spec.table_hard_sync.is_empty() {
+                let tables: Vec<String> = spec
+                    .table_hard_sync
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "  hard-synced tables: {} (routes there that are not listed are removed)",
+                    tables.join(", ")
+                );
+            }
+            out.push('\n');
+        }
+        if !self.held_nodes.is_empty() {
+            let _ = writeln!(out, "HELD NODES (keep their last good config)");
+            for (node, why) in &self.held_nodes {
+                let _ = writeln!(out, "  {node}: {}", why.join("; "));
+            }
+            out.push('\n');
+        }
+        if self.errors.is_empty() {
+            let _ = writeln!(out, "No errors.");
+        } else {
+            let mut t = Table::new();
+            t.load_style(presets::UTF8_FULL_CONDENSED)
+                .set_content_arrangement(ContentArrangement::Dynamic)
+                .set_header(["OBJECT", "FIELD", "PROBLEM"]);
+            for e in &self.errors {
+                let object = if e.kind.is_empty() {
+                    "-".to_owned()
+                } else {
+                    format!("{}/{}", e.kind, e.name)
+                };
+                t.add_row([object, e.field.clone(), e.message.clone()]);
+            }
+            let _ = writeln!(out, "ERRORS ({})\n{t}", self.errors.len());
+        }
+        out
+    }
+}
