@@ -1,0 +1,330 @@
+//! `netpolicy plan` end to end: the real binary over the examples and over bad input,
+//! checking exit codes, output and messages.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::{fs, path::PathBuf};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::Value;
+
+fn examples() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster")
+}
+
+fn netpolicy() -> Command {
+    Command::cargo_bin("netpolicy").unwrap()
+}
+
+const NODES: &str = "---
+apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {zone: a}}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n2, labels: {zone: b}}
+";
+
+fn node_config(name: &str, priority: i64, selector: &str, via: &str) -> String {
+    format!(
+        "---
+apiVersion: netpolicy.io/v1alpha1
+kind: NodeConfig
+metadata: {{name: {name}}}
+spec:
+  nodeSelector: {selector}
+  priority: {priority}
+  routes:
+    - to: 10.20.0.0/16
+      via: {via}
+"
+    )
+}
+
+/// Writes `text` to a temporary file and runs `plan -o json` on it.
+fn plan_json(text: &str) -> (i32, Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("in.yaml");
+    fs::write(&f, text).unwrap();
+    let out = netpolicy()
+        .args(["plan", "-o", "json", "-f"])
+        .arg(&f)
+        .output()
+        .unwrap();
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (
+        out.status.code().unwrap(),
+        json,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_example_cluster_plans_without_errors() {
+    let out = netpolicy()
+        .args(["plan", "-o", "json", "-f"])
+        .arg(examples())
+        .assert()
+        .success();
+    let v: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert_eq!(v["nodes"].as_object().unwrap().len(), 12);
+    assert_eq!(v["errors"], Value::Array(vec![]));
+    // Priority 20 beats 10 on the zone-c edge node only.
+    let default_300 = |node: &str| {
+        v["nodes"][node]["routes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["to"] == "0.0.0.0/0" && r["table"] == 300)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(default_300("edge-c1")["via"], "192.0.2.2");
+    assert_eq!(
+        default_300("edge-c1")["sources"][0]["name"],
+        "edge-zone-c-backup"
+    );
+    assert_eq!(default_300("edge-a1")["via"], "192.0.2.1");
+    // The NodeConfig's route replaced the ClusterConfig's with the same identity.
+    let d200 = v["nodes"]["edge-a1"]["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["to"] == "0.0.0.0/0" && r["table"] == 200)
+        .cloned()
+        .unwrap();
+    assert_eq!(d200["sources"][0]["kind"], "NodeConfig");
+    assert!(
+        v["nodes"]["general-a1"]["routes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["table"] != 300)
+    );
+}
+
+#[test]
+fn the_table_output_names_nodes_items_and_sources() {
+    netpolicy()
+        .args(["plan", "-f"])
+        .arg(examples())
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("NODES general-a1, general-a2"))
+        .stdout(predicate::str::contains("NodeConfig/edge-zone-c-backup"))
+        .stdout(predicate::str::contains("hard-synced tables: 200"))
+        .stdout(predicate::str::contains("No errors."));
+}
+
+#[test]
+fn yaml_output_has_the_same_content_as_json() {
+    let json = netpolicy()
+        .args(["plan", "-o", "json", "-f"])
+        .arg(examples())
+        .output()
+        .unwrap();
+    let yaml = netpolicy()
+        .args(["plan", "-o", "yaml", "-f"])
+        .arg(examples())
+        .output()
+        .unwrap();
+    assert!(yaml.status.success());
+    let from_json: Value = serde_json::from_slice(&json.stdout).unwrap();
+    let from_yaml: Value =
+        serde_saphyr::from_str(std::str::from_utf8(&yaml.stdout).unwrap()).unwrap();
+    assert_eq!(from_json, from_yaml);
+}
+
+#[test]
+fn an_invalid_cidr_exits_1_and_names_the_field() {
+    let text = format!(
+        "{NODES}---
+apiVersion: netpolicy.io/v1alpha1
+kind: NodeConfig
+metadata: {{name: bad}}
+spec:
+  routes:
+    - to: 10.20.0.1/16
+      dev: eth0
+    - to: not-a-prefix
+      dev: eth0
+"
+    );
+    let (code, v, stderr) = plan_json(&text);
+    assert_eq!(code, 1, "{stderr}");
+    let errors = v["errors"].as_array().unwrap();
+    assert_eq!(errors[0]["kind"], "NodeConfig");
+    assert_eq!(errors[0]["name"], "bad");
+    assert_eq!(errors[0]["field"], "spec.routes[0].to");
+    assert_eq!(
+        errors[0]["message"],
+        "10.20.0.1/16 has host bits set; did you mean 10.20.0.0/16?"
+    );
+    assert_eq!(errors[1]["field"], "spec.routes[1].to");
+    // The invalid NodeConfig selects every node: all are held, none rendered.
+    assert_eq!(v["nodes"], serde_json::json!({}));
+    assert_eq!(v["heldNodes"].as_object().unwrap().len(), 2);
+}
+
+#[test]
+fn a_conflict_exits_1_names_both_sources_and_holds_only_affected_nodes() {
+    let text = format!(
+        "{NODES}{}{}",
+        node_config("x", 5, "{matchLabels: {zone: a}}", "10.0.0.1"),
+        node_config("y", 5, "{}", "10.0.0.2"),
+    );
+    let (code, v, _) = plan_json(&text);
+    assert_eq!(code, 1);
+    let e = &v["errors"][0];
+    assert_eq!(e["field"], "spec.routes");
+    let msg = e["message"].as_str().unwrap();
+    assert!(msg.contains("NodeConfig/x and NodeConfig/y"), "{msg}");
+    assert!(msg.contains("1 node (n1)"), "{msg}");
+    assert!(v["nodes"].get("n1").is_none());
+    assert_eq!(v["nodes"]["n2"]["routes"][0]["via"], "10.0.0.2");
+    assert!(
+        v["heldNodes"]["n1"][0]
+            .as_str()
+            .unwrap()
+            .contains("equal precedence")
+    );
+
+    // Swapping the documents gives the same result: no list-order tie-break.
+    let swapped = format!(
+        "{}{}{NODES}",
+        node_config("y", 5, "{}", "10.0.0.2"),
+        node_config("x", 5, "{matchLabels: {zone: a}}", "10.0.0.1"),
+    );
+    let (code2, v2, _) = plan_json(&swapped);
+    assert_eq!((code, &v), (code2, &v2));
+}
+
+#[test]
+fn a_higher_priority_resolves_what_would_conflict() {
+    let text = format!(
+        "{NODES}{}{}",
+        node_config("x", 6, "{matchLabels: {zone: a}}", "10.0.0.1"),
+        node_config("y", 5, "{}", "10.0.0.2"),
+    );
+    let (code, v, _) = plan_json(&text);
+    assert_eq!(code, 0);
+    assert_eq!(v["nodes"]["n1"]["routes"][0]["via"], "10.0.0.1");
+}
+
+#[test]
+fn malformed_yaml_names_the_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("broken.yaml");
+    fs::write(
+        &f,
+        format!("{NODES}---\napiVersion: v1\nkind: Node\nmetadata:\n  name: [n3\n"),
+    )
+    .unwrap();
+    netpolicy()
+        .args(["plan", "-f"])
+        .arg(&f)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("broken.yaml:13:"))
+        .stdout(predicate::str::contains("malformed YAML"));
+}
+
+#[test]
+fn unknown_kinds_are_ignored_with_a_warning() {
+    let text =
+        format!("{NODES}---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\n");
+    let (code, v, stderr) = plan_json(&text);
+    assert_eq!(code, 0);
+    assert!(
+        stderr.contains("warning:") && stderr.contains("Deployment"),
+        "{stderr}"
+    );
+    assert_eq!(v["nodes"].as_object().unwrap().len(), 2);
+}
+
+#[test]
+fn a_misspelt_field_is_an_error_not_silently_dropped() {
+    let text = format!(
+        "{NODES}---
+apiVersion: netpolicy.io/v1alpha1
+kind: NodeConfig
+metadata: {{name: typo}}
+spec:
+  nodeSelecter: {{matchLabels: {{zone: a}}}}
+"
+    );
+    let (code, v, _) = plan_json(&text);
+    assert_eq!(code, 1);
+    assert_eq!(v["errors"][0]["field"], "spec.nodeSelecter");
+}
+
+#[test]
+fn a_cluster_config_not_named_default_is_refused() {
+    let text = format!(
+        "{NODES}---
+apiVersion: netpolicy.io/v1alpha1
+kind: ClusterConfig
+metadata: {{name: prod}}
+spec: {{}}
+"
+    );
+    let (code, v, _) = plan_json(&text);
+    assert_eq!(code, 1);
+    assert_eq!(v["errors"][0]["field"], "metadata.name");
+    assert!(
+        v["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"default\"")
+    );
+}
+
+#[test]
+fn a_missing_file_is_a_usage_error() {
+    netpolicy()
+        .args(["plan", "-f", "/nonexistent/netpolicy.yaml"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "cannot read /nonexistent/netpolicy.yaml",
+        ));
+}
+
+#[test]
+fn missing_arguments_are_a_usage_error() {
+    netpolicy().arg("plan").assert().code(2);
+    netpolicy()
+        .args(["plan", "-o", "xml", "-f"])
+        .arg(examples())
+        .assert()
+        .code(2);
+}
+
+#[test]
+fn garbage_input_never_panics() {
+    for text in [
+        "\u{0}\u{1}",
+        "- a\n- b\n",
+        "apiVersion: netpolicy.io/v1alpha1\nkind: NodeConfig\nmetadata: {name: a}\nspec: 5\n",
+        "apiVersion: netpolicy.io/v1alpha1\nkind: NodeConfig\nmetadata: {name: a}\nspec:\n  routes: [{to: 99999}]\n  priority: x\n",
+        "apiVersion: netpolicy.io/v1alpha1\nkind: NodeConfig\nmetadata: {name: a}\nspec:\n  vlans: [{link: eth0, id: -1}]\n",
+        "apiVersion: v1\nkind: Node\n",
+        ": : :\n",
+    ] {
+        let (code, _, stderr) = plan_json(text);
+        assert!(code == 0 || code == 1, "{text:?} exited {code}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{text:?}: {stderr}");
+    }
+}
+
+#[test]
+fn crds_are_printed() {
+    netpolicy()
+        .arg("crds")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("name: nodeconfigs.netpolicy.io"))
+        .stdout(predicate::str::contains("x-kubernetes-int-or-string: true"));
+}
