@@ -1,1 +1,278 @@
-//! placeholder
+//! Seeded workload generators for netpolicy's criterion benchmarks, and the naive
+//! baselines they are measured against.
+//!
+//! Every bench runs our code and a named baseline on identical input in the same run
+//! and prints the ratio (see `benches/README.md`).
+
+use std::{collections::BTreeMap, fs, path::PathBuf};
+
+use netpolicy_core::{
+    merge::{NodeOutcome, Policy, merge},
+    selector::Labels,
+    spec::{
+        LabelSelector, LabelSelectorRequirement, RouteSpec, RoutingSpec, RuleSpec, VlanSpec,
+    },
+};
+
+/// A small deterministic generator (SplitMix64), so inputs are the same in every run.
+#[derive(Debug, Clone)]
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number below `n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
+/// Label keys of the generated cluster.
+pub const ZONE: &str = "topology.kubernetes.io/zone";
+/// Node pool label.
+pub const POOL: &str = "node.netpolicy.io/pool";
+/// Instance type label (derived from the pool).
+pub const INSTANCE: &str = "node.kubernetes.io/instance-type";
+/// A label only some nodes carry.
+pub const GPU: &str = "node.netpolicy.io/gpu";
+
+/// Shape of the generated cluster.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    /// Nodes.
+    pub nodes: usize,
+    /// Zones.
+    pub zones: usize,
+    /// Node pools (each spread over all zones).
+    pub pools: usize,
+    /// Instance types (pool `p` has type `p % types`).
+    pub types: usize,
+    /// NodeConfigs.
+    pub configs: usize,
+    /// Routes per NodeConfig.
+    pub routes: usize,
+    /// Rules per NodeConfig.
+    pub rules: usize,
+    /// VLANs per NodeConfig.
+    pub vlans: usize,
+}
+
+impl Shape {
+    /// The issue's workload: 15,000 nodes, 300 NodeConfigs of 50 routes, 10 rules and
+    /// 5 VLANs each, with overlapping selectors.
+    pub const ISSUE: Self = Self {
+        nodes: 15_000,
+        zones: 3,
+        pools: 50,
+        types: 8,
+        configs: 300,
+        routes: 50,
+        rules: 10,
+        vlans: 5,
+    };
+}
+
+/// Node `k`'s labels: zone `k % zones`, pool `(k / zones) % pools`, its pool's instance
+/// type, and a GPU label on one pool in five.
+pub fn node_labels(shape: &Shape, k: usize, rng: &mut SplitMix64) -> Labels {
+    let zone = k % shape.zones;
+    let pool = (k / shape.zones + rng.below(2) as usize) % shape.pools;
+    let mut l = Labels::new();
+    l.insert(ZONE.into(), format!("zone-{zone}"));
+    l.insert(POOL.into(), format!("pool-{pool}"));
+    l.insert(INSTANCE.into(), format!("type-{}", pool % shape.types));
+    l.insert("kubernetes.io/hostname".into(), format!("node-{k:05}"));
+    if pool % 5 == 0 {
+        l.insert(GPU.into(), "true".into());
+    }
+    l
+}
+
+/// The generated nodes.
+pub fn nodes(shape: &Shape, seed: u64) -> Vec<(String, Labels)> {
+    let mut rng = SplitMix64(seed);
+    (0..shape.nodes)
+        .map(|k| (format!("node-{k:05}"), node_labels(shape, k, &mut rng)))
+        .collect()
+}
+
+fn expr(key: &str, op: &str, values: &[String]) -> LabelSelectorRequirement {
+    LabelSelectorRequirement {
+        key: key.into(),
+        operator: op.into(),
+        values: values.to_vec(),
+    }
+}
+
+/// Selector of NodeConfig `i`: zone-wide, pool-wide, pool-and-zone, and set-based ones
+/// (instance types `In`, zone `NotIn`, GPU `Exists`/`DoesNotExist`), so selectors
+/// overlap the way node-group configs do.
+pub fn selector(shape: &Shape, i: usize) -> LabelSelector {
+    let mut s = LabelSelector::default();
+    match i % 6 {
+        0 => {
+            s.match_labels
+                .insert(ZONE.into(), format!("zone-{}", i % shape.zones));
+        }
+        1 | 2 => {
+            s.match_labels
+                .insert(POOL.into(), format!("pool-{}", i % shape.pools));
+        }
+        3 => {
+            s.match_labels
+                .insert(POOL.into(), format!("pool-{}", i % shape.pools));
+            s.match_labels
+                .insert(ZONE.into(), format!("zone-{}", i % shape.zones));
+        }
+        4 => s.match_expressions.push(expr(
+            INSTANCE,
+            "In",
+            &[format!("type-{}", i % shape.types)],
+        )),
+        _ => {
+            s.match_expressions.push(expr(GPU, "Exists", &[]));
+            s.match_expressions.push(expr(
+                ZONE,
+                "NotIn",
+                &[format!("zone-{}", i % shape.zones)],
+            ));
+        }
+    }
+    s
+}
+
+/// Content of NodeConfig `i` (`variant` changes the gateways, for edits). Routes 0..5 of
+/// every config share identities across configs (so precedence decides), the rest are
+/// the config's own. Priority `i` keeps equal-precedence conflicts out of the workload.
+pub fn spec(shape: &Shape, i: usize, variant: u8) -> RoutingSpec {
+    let routes = (0..shape.routes)
+        .map(|j| {
+            let to = if j < 5 {
+                format!("10.250.{j}.0/24")
+            } else {
+                format!("10.{}.{}.{}/32", 100 + i / 250, i % 250, j)
+            };
+            RouteSpec {
+                to,
+                via: Some(format!("10.0.{}.{}", variant, 1 + (i + j) % 250)),
+                table: Some(100 + (j % 4) as u32),
+                ..Default::default()
+            }
+        })
+        .collect();
+    let rules = (0..shape.rules)
+        .map(|j| RuleSpec {
+            priority: (1 + i * shape.rules + j) as u32,
+            from: Some(format!("10.{}.{}.0/24", 100 + i / 250, i % 250)),
+            table: Some(100 + (j % 4) as u32),
+            ..Default::default()
+        })
+        .collect();
+    let vlans = (0..shape.vlans)
+        .map(|j| VlanSpec {
+            link: "eth1".into(),
+            id: (1 + (i * shape.vlans + j) % 4094) as u32,
+            name: Some(format!("v{i}-{j}")),
+            ..Default::default()
+        })
+        .collect();
+    RoutingSpec {
+        vlans,
+        routes,
+        rules,
+        table_hard_sync: vec![],
+    }
+}
+
+/// NodeConfig `i` as a merge policy.
+///
+/// # Panics
+/// If the generator produced an invalid spec (a bug in the generator).
+#[allow(clippy::expect_used)]
+pub fn policy(shape: &Shape, i: usize, variant: u8) -> Policy {
+    Policy::node_config(
+        &format!("nc-{i:03}"),
+        i as i64,
+        selector(shape, i)
+            .validate("spec.nodeSelector")
+            .expect("generated selector is valid"),
+        spec(shape, i, variant)
+            .validate("spec")
+            .expect("generated spec is valid"),
+    )
+}
+
+/// Every generated policy.
+pub fn policies(shape: &Shape) -> Vec<Policy> {
+    (0..shape.configs).map(|i| policy(shape, i, 0)).collect()
+}
+
+/// The baseline: the naive way the anchors do it. Every node is tested against every
+/// selector, and each node's config is merged from scratch.
+pub fn naive_merge_all(
+    nodes: &[(String, Labels)],
+    policies: &[Policy],
+) -> BTreeMap<String, NodeOutcome> {
+    nodes
+        .iter()
+        .map(|(name, labels)| (name.clone(), naive_merge_node(labels, policies)))
+        .collect()
+}
+
+/// The baseline for one node.
+pub fn naive_merge_node(labels: &Labels, policies: &[Policy]) -> NodeOutcome {
+    merge(policies.iter().filter(|p| p.selector().matches(labels)))
+}
+
+/// Prints `baseline / ours` for pairs of criterion results of this run, read from
+/// criterion's `estimates.json` files (mean point estimates).
+pub fn print_ratios(pairs: &[(&str, &str, &str)]) {
+    let dir = criterion_dir();
+    println!("\nratios (baseline mean / ours mean), from {}:", dir.display());
+    for (group, ours, baseline) in pairs {
+        let read = |id: &str| -> Option<f64> {
+            let p = dir.join(group).join(id).join("new/estimates.json");
+            let v: serde_json::Value = serde_json::from_str(&fs::read_to_string(p).ok()?).ok()?;
+            v["mean"]["point_estimate"].as_f64()
+        };
+        match (read(ours), read(baseline)) {
+            (Some(o), Some(b)) => println!(
+                "  {group}: ours {} vs {baseline} {} -> {:.1}x",
+                human(o),
+                human(b),
+                b / o
+            ),
+            _ => println!("  {group}: not measured in this run"),
+        }
+    }
+}
+
+fn human(ns: f64) -> String {
+    if ns >= 1e9 {
+        format!("{:.2} s", ns / 1e9)
+    } else if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.2} us", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+fn criterion_dir() -> PathBuf {
+    if let Ok(d) = std::env::var("CRITERION_HOME") {
+        return PathBuf::from(d);
+    }
+    let target = std::env::var("CARGO_TARGET_DIR").map_or_else(
+        |_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"),
+        PathBuf::from,
+    );
+    target.join("criterion")
+}

@@ -25,10 +25,13 @@
 
 use std::{
     cmp::Ordering,
-    collections::{BTreeMap, HashMap},
+    collections::BTreeMap,
     fmt,
     sync::Arc,
 };
+
+use rustc_hash::FxHashMap as HashMap;
+use smallvec::SmallVec;
 
 use crate::{
     model::{IfName, Route, RouteKey, RoutingConfig, Rule, RuleKey, Vlan},
@@ -199,6 +202,9 @@ impl From<RoutingConfig> for Items {
     }
 }
 
+/// The objects an item came from. Almost always one: stored inline, no allocation.
+pub type Sources = SmallVec<[Source; 1]>;
+
 /// An item of the merged result with every object that asked for it (at the winning
 /// precedence), sorted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,7 +212,7 @@ pub struct Sourced<T> {
     /// The item.
     pub item: Arc<T>,
     /// The objects it came from.
-    pub sources: Vec<Source>,
+    pub sources: Sources,
 }
 
 /// The merged desired configuration of one node.
@@ -468,23 +474,18 @@ fn merge_kind<T: Eq>(
             .iter()
             .map(|item| Sourced {
                 item: Arc::clone(item),
-                sources: vec![p.source.clone()],
+                sources: smallvec::smallvec![p.source.clone()],
             })
             .collect();
     }
-    let mut cands: Vec<(&Arc<T>, usize)> = Vec::new();
-    for (pi, (_, i)) in valid.iter().enumerate() {
-        cands.extend(items(i).iter().map(|item| (item, pi)));
-    }
-    // Stable order: identity, then policy position (precedence desc, source asc).
-    cands.sort_by(|a, b| key_cmp(a.0, b.0).then(a.1.cmp(&b.1)));
+    let cands = kway_merge(valid.iter().map(|(_, i)| items(i).as_slice()), &key_cmp);
     let mut out = Vec::new();
     let mut i = 0;
     while i < cands.len() {
         let (winner, wp) = cands[i];
         let top = valid[wp].0.precedence;
         let mut j = i + 1;
-        let mut sources = vec![valid[wp].0.source.clone()];
+        let mut sources: Sources = smallvec::smallvec![valid[wp].0.source.clone()];
         let mut contenders = vec![valid[wp].0.source.clone()];
         let mut differs = false;
         while j < cands.len() && key_cmp(cands[j].0, winner) == Ordering::Equal {
@@ -513,6 +514,50 @@ fn merge_kind<T: Eq>(
             });
         }
         i = j;
+    }
+    out
+}
+
+/// Merges sorted lists into one stream sorted by `(identity, list index)`, in
+/// O(n log k) comparisons for n items in k lists (a binary min-heap of list heads).
+/// Each policy's items are already sorted, so this is cheaper than sorting them all.
+fn kway_merge<'a, T>(
+    lists: impl Iterator<Item = &'a [Arc<T>]>,
+    key_cmp: &impl Fn(&T, &T) -> Ordering,
+) -> Vec<(&'a Arc<T>, usize)> {
+    let lists: Vec<&[Arc<T>]> = lists.collect();
+    let mut pos = vec![0usize; lists.len()];
+    let total = lists.iter().map(|l| l.len()).sum();
+    let mut out = Vec::with_capacity(total);
+    let less = |a: usize, b: usize, pos: &[usize]| {
+        key_cmp(&lists[a][pos[a]], &lists[b][pos[b]]).then(a.cmp(&b)) == Ordering::Less
+    };
+    let sift_down = |heap: &mut [usize], mut at: usize, pos: &[usize]| loop {
+        let (l, r) = (2 * at + 1, 2 * at + 2);
+        let mut m = at;
+        if l < heap.len() && less(heap[l], heap[m], pos) {
+            m = l;
+        }
+        if r < heap.len() && less(heap[r], heap[m], pos) {
+            m = r;
+        }
+        if m == at {
+            break;
+        }
+        heap.swap(at, m);
+        at = m;
+    };
+    let mut heap: Vec<usize> = (0..lists.len()).filter(|&l| !lists[l].is_empty()).collect();
+    for at in (0..heap.len() / 2).rev() {
+        sift_down(&mut heap, at, &pos);
+    }
+    while let Some(&l) = heap.first() {
+        out.push((&lists[l][pos[l]], l));
+        pos[l] += 1;
+        if pos[l] == lists[l].len() {
+            heap.swap_remove(0);
+        }
+        sift_down(&mut heap, 0, &pos);
     }
     out
 }
@@ -565,9 +610,24 @@ impl LabelIndex {
     }
 
     fn add_label(&mut self, id: u32, k: &str, v: &str) {
-        let values = self.by_pair.entry(k.to_owned()).or_default();
-        sorted_insert(values.entry(v.to_owned()).or_default(), id);
-        sorted_insert(self.by_key.entry(k.to_owned()).or_default(), id);
+        // Look up before inserting: keys repeat on every node, so allocate only once.
+        if !self.by_pair.contains_key(k) {
+            self.by_pair.insert(k.to_owned(), HashMap::default());
+        }
+        if let Some(values) = self.by_pair.get_mut(k) {
+            match values.get_mut(v) {
+                Some(list) => sorted_insert(list, id),
+                None => {
+                    values.insert(v.to_owned(), vec![id]);
+                }
+            }
+        }
+        match self.by_key.get_mut(k) {
+            Some(list) => sorted_insert(list, id),
+            None => {
+                self.by_key.insert(k.to_owned(), vec![id]);
+            }
+        }
     }
 
     fn remove(&mut self, id: u32, labels: &Labels) {
@@ -612,12 +672,13 @@ impl LabelIndex {
     }
 
     /// A superset of the nodes `sel` matches: the smallest posting list among its
-    /// positive requirements, or every node when it has none.
-    fn candidates(&self, sel: &Selector) -> Vec<u32> {
+    /// positive requirements (or every node when it has none), and which requirement
+    /// that list already satisfies exactly, so the caller need not test it again.
+    fn candidates(&self, sel: &Selector) -> (Vec<u32>, Option<usize>) {
         const EMPTY: &[u32] = &[];
-        let mut best: Option<Vec<&[u32]>> = None;
+        let mut best: Option<(usize, Vec<&[u32]>)> = None;
         let size = |lists: &Vec<&[u32]>| lists.iter().map(|l| l.len()).sum::<usize>();
-        for r in sel.requirements() {
+        for (ri, r) in sel.requirements().iter().enumerate() {
             let lists: Vec<&[u32]> = match r {
                 Requirement::Equals { key, value } => vec![
                     self.by_pair
@@ -637,17 +698,17 @@ impl LabelIndex {
                 }
                 Requirement::NotIn { .. } | Requirement::DoesNotExist { .. } => continue,
             };
-            if best.as_ref().is_none_or(|b| size(&lists) < size(b)) {
-                best = Some(lists);
+            if best.as_ref().is_none_or(|(_, b)| size(&lists) < size(b)) {
+                best = Some((ri, lists));
             }
         }
         match best {
-            None => self.all.clone(),
-            Some(lists) if lists.len() == 1 => lists[0].to_vec(),
-            Some(lists) => {
+            None => (self.all.clone(), None),
+            Some((ri, lists)) if lists.len() == 1 => (lists[0].to_vec(), Some(ri)),
+            Some((ri, lists)) => {
                 let mut v: Vec<u32> = lists.concat();
                 v.sort_unstable();
-                v
+                (v, Some(ri))
             }
         }
     }
@@ -763,12 +824,21 @@ impl Engine {
 
     /// Node ids the selector matches, sorted.
     fn select(&self, sel: &Selector) -> Vec<u32> {
-        let mut c = self.index.candidates(sel);
-        c.retain(|&id| {
-            self.nodes[id as usize]
-                .as_ref()
-                .is_some_and(|n| sel.matches(&n.labels))
-        });
+        let (mut c, exact) = self.index.candidates(sel);
+        let rest: Vec<&Requirement> = sel
+            .requirements()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != exact)
+            .map(|(_, r)| r)
+            .collect();
+        if !rest.is_empty() {
+            c.retain(|&id| {
+                self.nodes[id as usize]
+                    .as_ref()
+                    .is_some_and(|n| rest.iter().all(|r| r.matches(&n.labels)))
+            });
+        }
         c
     }
 

@@ -226,7 +226,7 @@ fn oracle_kind<T: Clone + Eq + std::fmt::Debug, K: Ord + Clone>(
             sources.sort();
             out.push(Sourced {
                 item: Arc::new(first.clone()),
-                sources,
+                sources: sources.into(),
             });
         } else {
             let mut sources: Vec<Source> = at_top.iter().map(|(p, _)| p.source().clone()).collect();
@@ -490,7 +490,7 @@ fn conflicts_are_symmetric_and_name_both_sources() {
     let out = merge([&a, &c, &b]);
     let cfg = out.config().unwrap();
     assert_eq!(cfg.routes[0].item.via.unwrap().to_string(), "10.0.0.3");
-    assert_eq!(cfg.routes[0].sources, vec![Source::node_config("c")]);
+    assert_eq!(cfg.routes[0].sources[..], [Source::node_config("c")]);
 }
 
 #[test]
@@ -512,8 +512,8 @@ fn same_item_from_two_sources_is_one_item_listing_both() {
     let cfg = out.config().unwrap();
     assert_eq!(cfg.routes.len(), 1);
     assert_eq!(
-        cfg.routes[0].sources,
-        vec![Source::node_config("a"), Source::node_config("b")]
+        cfg.routes[0].sources[..],
+        [Source::node_config("a"), Source::node_config("b")]
     );
 }
 
