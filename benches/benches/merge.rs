@@ -13,8 +13,7 @@ use std::{hint::black_box, time::Duration};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group};
 use netpolicy_benches::{
-    INSTANCE, POOL, Shape, naive_merge_all, naive_merge_node, nodes, policies, policy,
-    print_ratios,
+    INSTANCE, POOL, Shape, naive_merge_all, naive_merge_node, nodes, policies, policy, print_ratios,
 };
 use netpolicy_core::merge::Engine;
 

@@ -9,9 +9,7 @@ use std::{collections::BTreeMap, fs, path::PathBuf};
 use netpolicy_core::{
     merge::{NodeOutcome, Policy, merge},
     selector::Labels,
-    spec::{
-        LabelSelector, LabelSelectorRequirement, RouteSpec, RoutingSpec, RuleSpec, VlanSpec,
-    },
+    spec::{LabelSelector, LabelSelectorRequirement, RouteSpec, RoutingSpec, RuleSpec, VlanSpec},
 };
 
 /// A small deterministic generator (SplitMix64), so inputs are the same in every run.
@@ -131,18 +129,13 @@ pub fn selector(shape: &Shape, i: usize) -> LabelSelector {
             s.match_labels
                 .insert(ZONE.into(), format!("zone-{}", i % shape.zones));
         }
-        4 => s.match_expressions.push(expr(
-            INSTANCE,
-            "In",
-            &[format!("type-{}", i % shape.types)],
-        )),
+        4 => s
+            .match_expressions
+            .push(expr(INSTANCE, "In", &[format!("type-{}", i % shape.types)])),
         _ => {
             s.match_expressions.push(expr(GPU, "Exists", &[]));
-            s.match_expressions.push(expr(
-                ZONE,
-                "NotIn",
-                &[format!("zone-{}", i % shape.zones)],
-            ));
+            s.match_expressions
+                .push(expr(ZONE, "NotIn", &[format!("zone-{}", i % shape.zones)]));
         }
     }
     s
@@ -235,7 +228,10 @@ pub fn naive_merge_node(labels: &Labels, policies: &[Policy]) -> NodeOutcome {
 /// criterion's `estimates.json` files (mean point estimates).
 pub fn print_ratios(pairs: &[(&str, &str, &str)]) {
     let dir = criterion_dir();
-    println!("\nratios (baseline mean / ours mean), from {}:", dir.display());
+    println!(
+        "\nratios (baseline mean / ours mean), from {}:",
+        dir.display()
+    );
     for (group, ours, baseline) in pairs {
         let read = |id: &str| -> Option<f64> {
             let p = dir.join(group).join(id).join("new/estimates.json");

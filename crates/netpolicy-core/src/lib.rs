@@ -78,3 +78,7 @@ pub mod spec;
 pub mod validate;
 
 pub use error::{Error, FieldError, Result};
+
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -23,12 +23,7 @@
 //! nodes. In a real cluster node groups make the number of distinct signatures small
 //! compared with the number of nodes.
 
-use std::{
-    cmp::Ordering,
-    collections::BTreeMap,
-    fmt,
-    sync::Arc,
-};
+use std::{cmp::Ordering, collections::BTreeMap, fmt, sync::Arc};
 
 use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;

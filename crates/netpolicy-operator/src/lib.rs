@@ -9,3 +9,7 @@ pub mod api;
 pub mod cli;
 pub mod manifest;
 pub mod plan;
+
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
