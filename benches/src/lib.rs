@@ -87,7 +87,7 @@ pub fn node_labels(shape: &Shape, k: usize, rng: &mut SplitMix64) -> Labels {
     l.insert(POOL.into(), format!("pool-{pool}"));
     l.insert(INSTANCE.into(), format!("type-{}", pool % shape.types));
     l.insert("kubernetes.io/hostname".into(), format!("node-{k:05}"));
-    if pool % 5 == 0 {
+    if pool.is_multiple_of(5) {
         l.insert(GPU.into(), "true".into());
     }
     l
