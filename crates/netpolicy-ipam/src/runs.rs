@@ -38,10 +38,10 @@ impl RunSet {
     /// Adds `x`; returns false when it was already a member.
     pub(crate) fn insert(&mut self, x: u128) -> bool {
         let before = self.runs.range(..=x).next_back().map(|(&s, &e)| (s, e));
-        if let Some((_, e)) = before {
-            if x <= e {
-                return false;
-            }
+        if let Some((_, e)) = before
+            && x <= e
+        {
+            return false;
         }
         let after = x
             .checked_add(1)

@@ -230,14 +230,14 @@ impl AddressSpace {
         }
         let mut excluded = Vec::new();
         for &(i, ref n) in exclude {
-            if let Some((f, first)) = &family {
-                if IpFamily::of_net(*n) != *f {
-                    problems.push(FieldError::new(
-                        format!("exclude[{i}]"),
-                        format!("{n} is {} but {first} is {f}", IpFamily::of_net(*n)),
-                    ));
-                    continue;
-                }
+            if let Some((f, first)) = &family
+                && IpFamily::of_net(*n) != *f
+            {
+                problems.push(FieldError::new(
+                    format!("exclude[{i}]"),
+                    format!("{n} is {} but {first} is {f}", IpFamily::of_net(*n)),
+                ));
+                continue;
             }
             excluded.push(net_bounds(
                 IpNetwork::new(n.network(), n.prefix()).unwrap_or(*n),
