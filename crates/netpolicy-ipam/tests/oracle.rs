@@ -44,7 +44,10 @@ struct Oracle<V> {
 
 impl<V: Ord + Clone> Oracle<V> {
     fn by_owner(&self, owner: &str) -> Option<V> {
-        self.held.iter().find(|(_, o)| *o == owner).map(|(v, _)| v.clone())
+        self.held
+            .iter()
+            .find(|(_, o)| *o == owner)
+            .map(|(v, _)| v.clone())
     }
 }
 
@@ -62,9 +65,9 @@ where
         match op {
             Op::Allocate(o) => {
                 let owner = format!("ns/o{o}");
-                let want = m.by_owner(&owner).or_else(|| {
-                    m.usable.iter().find(|v| !m.held.contains_key(*v)).cloned()
-                });
+                let want = m
+                    .by_owner(&owner)
+                    .or_else(|| m.usable.iter().find(|v| !m.held.contains_key(*v)).cloned());
                 let got = a.allocate(&owner);
                 match want {
                     Some(v) => {
@@ -130,11 +133,13 @@ where
         }
         // Invariants after every step.
         assert_eq!(a.allocated(), m.held.len() as u128, "allocated count");
-        let listed: Vec<(S::Value, String)> =
-            a.iter().map(|(v, o)| (v, o.to_owned())).collect();
+        let listed: Vec<(S::Value, String)> = a.iter().map(|(v, o)| (v, o.to_owned())).collect();
         let want: Vec<(S::Value, String)> =
             m.held.iter().map(|(v, o)| (v.clone(), o.clone())).collect();
-        assert_eq!(listed, want, "no value held twice, nothing outside the pool");
+        assert_eq!(
+            listed, want,
+            "no value held twice, nothing outside the pool"
+        );
         for (v, o) in &m.held {
             assert_eq!(a.holder(v), Some(o.as_str()));
             assert_eq!(a.by_owner(o).as_ref(), Some(v));
@@ -153,7 +158,10 @@ fn v4_pool() -> (AddressSpace, Vec<IpAddr>, Vec<IpAddr>) {
             start: v4("10.0.1.5"),
             end: v4("10.0.1.9"),
         }],
-        &["10.0.0.4/30".parse().unwrap(), "10.0.1.7/32".parse().unwrap()],
+        &[
+            "10.0.0.4/30".parse().unwrap(),
+            "10.0.1.7/32".parse().unwrap(),
+        ],
     )
     .unwrap();
     // Written out by hand: /28 minus network (0), broadcast (15) and 4..=7; the range

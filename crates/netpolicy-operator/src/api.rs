@@ -3,8 +3,9 @@
 //! Routing items are `netpolicy-core`'s wire types, so the CRDs, the `plan` CLI and
 //! embedders share one definition. All kinds are cluster-scoped.
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::CustomResource;
+use kube::{CustomResource, CustomResourceExt};
 use netpolicy_core::spec::{LabelSelector, RenderedSpec, RoutingSpec};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -17,6 +18,15 @@ pub const VERSION: &str = "v1alpha1";
 pub const API_VERSION: &str = "netpolicy.io/v1alpha1";
 /// The only allowed name of the ClusterConfig.
 pub const CLUSTER_CONFIG_NAME: &str = "default";
+
+/// Every netpolicy CRD, in the order `netpolicy crds` prints them.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        ClusterConfig::crd(),
+        NodeConfig::crd(),
+        NodeNetworkConfig::crd(),
+    ]
+}
 
 /// Cluster-wide routing items, applied to every node. At most one exists, named
 /// `default`.

@@ -5,13 +5,8 @@
 
 use std::{io::Write, path::PathBuf, process::ExitCode};
 
+use crate::{manifest, plan};
 use clap::{Parser, Subcommand, ValueEnum};
-use kube::CustomResourceExt;
-
-use crate::{
-    api::{ClusterConfig, NodeConfig, NodeNetworkConfig},
-    manifest, plan,
-};
 
 /// Kubernetes node networking: routing policy, floating IPs, routed cloud IPs and BGP
 /// route reflectors, in one pipeline.
@@ -136,11 +131,7 @@ fn run_plan(a: &PlanArgs) -> ExitCode {
 /// When serialization fails (it does not for these types).
 pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
     let mut out = String::new();
-    for crd in [
-        ClusterConfig::crd(),
-        NodeConfig::crd(),
-        NodeNetworkConfig::crd(),
-    ] {
+    for crd in crate::api::crds() {
         out.push_str("---\n");
         out.push_str(&serde_saphyr::to_string(&crd)?);
     }

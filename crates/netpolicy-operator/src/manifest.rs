@@ -10,15 +10,16 @@
 use std::{
     fmt, fs,
     path::{Path, PathBuf},
+    sync::OnceLock,
 };
 
 use k8s_openapi::{
     api::core::v1::{Namespace, Node},
     apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-        JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+        CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
     },
 };
-use kube::{CustomResourceExt, Resource};
+use kube::Resource;
 use serde::{Deserialize, de::DeserializeOwned};
 
 use crate::api::{API_VERSION, ClusterConfig, NodeConfig, NodeNetworkConfig};
@@ -276,12 +277,12 @@ impl Manifests {
             ("v1", "Node") => self.parse_into(origin, doc, &head, None, |m| &mut m.nodes),
             ("v1", "Namespace") => self.parse_into(origin, doc, &head, None, |m| &mut m.namespaces),
             (API_VERSION, "ClusterConfig") => {
-                self.parse_into(origin, doc, &head, Some(ClusterConfig::crd()), |m| {
+                self.parse_into(origin, doc, &head, crd("ClusterConfig"), |m| {
                     &mut m.cluster_configs
                 })
             }
             (API_VERSION, "NodeConfig") => {
-                self.parse_into(origin, doc, &head, Some(NodeConfig::crd()), |m| {
+                self.parse_into(origin, doc, &head, crd("NodeConfig"), |m| {
                     &mut m.node_configs
                 })
             }
@@ -309,7 +310,7 @@ impl Manifests {
         origin: Origin,
         doc: &str,
         head: &Head,
-        crd: Option<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
+        crd: Option<&CustomResourceDefinition>,
         list: impl FnOnce(&mut Self) -> &mut Vec<Located<T>>,
     ) {
         let object: T = match serde_saphyr::from_str(doc) {
@@ -363,6 +364,14 @@ impl Manifests {
         }
         list(self).push(Located { object, origin });
     }
+}
+
+/// The CRD of a netpolicy kind, generated once.
+fn crd(kind: &str) -> Option<&'static CustomResourceDefinition> {
+    static CRDS: OnceLock<Vec<CustomResourceDefinition>> = OnceLock::new();
+    CRDS.get_or_init(crate::api::crds)
+        .iter()
+        .find(|c| c.spec.names.kind == kind)
 }
 
 /// Finds fields in `value` that `schema` does not declare (what the API server's strict
