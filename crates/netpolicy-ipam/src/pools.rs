@@ -140,6 +140,22 @@ impl Pools {
         p.alloc.allocate_static(owner, address)
     }
 
+    /// Replaces a pool's allocations with persisted `(address, owner)` pairs, exactly as
+    /// they were (also in a draining pool: restoring is not allocating).
+    ///
+    /// # Errors
+    /// [`Error::UnknownPool`], or [`Error::Restore`] listing every problem; the pool is
+    /// unchanged then.
+    pub fn restore(
+        &mut self,
+        pool: &str,
+        entries: impl IntoIterator<Item = (IpAddr, String)>,
+    ) -> Result<()> {
+        let p = self.pool_mut(pool)?;
+        p.alloc = Allocator::restore(p.alloc.space().clone(), entries)?;
+        Ok(())
+    }
+
     /// Releases what `owner` holds in `pool`.
     pub fn release(&mut self, pool: &str, owner: &str) -> Option<IpAddr> {
         self.pools.get_mut(pool)?.alloc.release(owner)

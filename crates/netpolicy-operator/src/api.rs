@@ -25,6 +25,8 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         ClusterConfig::crd(),
         NodeConfig::crd(),
         NodeNetworkConfig::crd(),
+        FloatingIPRange::crd(),
+        FloatingIP::crd(),
     ]
 }
 
@@ -125,4 +127,131 @@ pub struct ItemError {
     pub errno: Option<i32>,
     /// What went wrong.
     pub message: String,
+}
+
+/// A pool of floating IPs: CIDRs and start-end ranges minus exclusions.
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "netpolicy.io",
+    version = "v1alpha1",
+    kind = "FloatingIPRange",
+    plural = "floatingipranges",
+    shortname = "fipr",
+    status = "FloatingIPRangeStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    printcolumn = r#"{"name":"Capacity","type":"string","jsonPath":".status.capacity"}"#,
+    printcolumn = r#"{"name":"Allocated","type":"string","jsonPath":".status.allocated"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct FloatingIPRangeSpec {
+    /// Prefixes (`10.135.10.192/26`, `fd00:10::/64`). An IPv4 prefix shorter than /31
+    /// loses its network and broadcast addresses; an IPv6 prefix shorter than /127 its
+    /// first (subnet-router anycast) address.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cidrs: Vec<String>,
+    /// Start-end ranges, whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranges: Vec<AddressRangeSpec>,
+    /// Addresses or prefixes never handed out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
+    /// Keep existing allocations, make no new ones.
+    #[serde(default)]
+    pub draining: bool,
+    /// Give every matching Namespace a FloatingIP from this range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_allocate: Option<AutoAllocate>,
+    /// Publish allocations to kube-vip.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_vip: Option<KubeVip>,
+}
+
+/// A start-end address range, inclusive.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AddressRangeSpec {
+    /// First address.
+    pub start: String,
+    /// Last address.
+    pub end: String,
+}
+
+/// Automatic FloatingIPs for Namespaces.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoAllocate {
+    /// Namespaces that get a FloatingIP; empty selects every Namespace.
+    #[serde(default)]
+    pub namespace_selector: LabelSelector,
+    /// The FloatingIP is named `<namePrefix><range name>`. Default empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name_prefix: Option<String>,
+}
+
+/// kube-vip publishing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeVip {
+    /// Whether to publish.
+    #[serde(default)]
+    pub publish: bool,
+    /// Namespace of kube-vip's ConfigMap (default `kube-system`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Name of kube-vip's ConfigMap (default `kubevip`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<String>,
+}
+
+/// What the operator reports about a FloatingIPRange. Counts are decimal strings: an
+/// IPv6 range holds more addresses than a Kubernetes integer can.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FloatingIPRangeStatus {
+    /// Usable addresses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<String>,
+    /// Allocated addresses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated: Option<String>,
+    /// Standard conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A floating IP from a FloatingIPRange: the lowest free address, or a static request.
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "netpolicy.io",
+    version = "v1alpha1",
+    kind = "FloatingIP",
+    plural = "floatingips",
+    shortname = "fip",
+    namespaced,
+    status = "FloatingIPStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    printcolumn = r#"{"name":"Range","type":"string","jsonPath":".spec.range"}"#,
+    printcolumn = r#"{"name":"Address","type":"string","jsonPath":".status.address"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct FloatingIPSpec {
+    /// The FloatingIPRange to allocate from.
+    pub range: String,
+    /// A static request. A taken or out-of-range address is reported, never replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+}
+
+/// What the operator reports about a FloatingIP.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FloatingIPStatus {
+    /// The allocated address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// Standard conditions (`Allocated`, with the holder when a static request is taken).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
 }

@@ -22,7 +22,9 @@ use k8s_openapi::{
 use kube::Resource;
 use serde::{Deserialize, de::DeserializeOwned};
 
-use crate::api::{API_VERSION, ClusterConfig, NodeConfig, NodeNetworkConfig};
+use crate::api::{
+    API_VERSION, ClusterConfig, FloatingIP, FloatingIPRange, NodeConfig, NodeNetworkConfig,
+};
 
 /// Where a document starts.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -92,6 +94,10 @@ pub struct Manifests {
     pub cluster_configs: Vec<Located<ClusterConfig>>,
     /// NodeConfigs.
     pub node_configs: Vec<Located<NodeConfig>>,
+    /// FloatingIPRanges.
+    pub floating_ip_ranges: Vec<Located<FloatingIPRange>>,
+    /// FloatingIPs.
+    pub floating_ips: Vec<Located<FloatingIP>>,
     /// Problems with documents (the rest of the input is still used).
     pub errors: Vec<InputError>,
     /// Things skipped on purpose (unknown kinds), for a person to read.
@@ -284,6 +290,16 @@ impl Manifests {
             (API_VERSION, "NodeConfig") => {
                 self.parse_into(origin, doc, &head, crd("NodeConfig"), |m| {
                     &mut m.node_configs
+                })
+            }
+            (API_VERSION, "FloatingIPRange") => {
+                self.parse_into(origin, doc, &head, crd("FloatingIPRange"), |m| {
+                    &mut m.floating_ip_ranges
+                })
+            }
+            (API_VERSION, "FloatingIP") => {
+                self.parse_into(origin, doc, &head, crd("FloatingIP"), |m| {
+                    &mut m.floating_ips
                 })
             }
             (API_VERSION, "NodeNetworkConfig") => self.warnings.push(format!(

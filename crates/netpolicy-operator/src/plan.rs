@@ -20,8 +20,10 @@ use netpolicy_core::{
 };
 use serde::Serialize;
 
+use netpolicy_ipam::{pools::Pools, space::AddressSpace};
+
 use crate::{
-    api::CLUSTER_CONFIG_NAME,
+    api::{CLUSTER_CONFIG_NAME, FloatingIPRange},
     manifest::{InputError, Located, Manifests},
 };
 
@@ -35,11 +37,49 @@ pub struct PlanReport {
     /// Nodes that keep their last good config, with why.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub held_nodes: BTreeMap<String, Vec<String>>,
+    /// Every FloatingIPRange with its counts.
+    #[serde(rename = "floatingIPRanges")]
+    pub floating_ip_ranges: Vec<RangeReport>,
+    /// Every FloatingIP (explicit and auto-allocated), by namespace and name.
+    #[serde(rename = "floatingIPs")]
+    pub floating_ips: Vec<FloatingIPReport>,
     /// Every problem with the input.
     pub errors: Vec<InputError>,
     /// Things skipped on purpose (printed to stderr, not part of the output).
     #[serde(skip)]
     pub warnings: Vec<String>,
+}
+
+/// One FloatingIPRange in the plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RangeReport {
+    /// Range name.
+    pub name: String,
+    /// Usable addresses (exact, any size).
+    pub capacity: u128,
+    /// Allocated addresses.
+    pub allocated: u128,
+    /// Whether the range is draining.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub draining: bool,
+}
+
+/// One FloatingIP in the plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FloatingIPReport {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// The range it allocates from.
+    pub range: String,
+    /// The allocated address; empty when the request failed (see `errors`).
+    pub address: String,
+    /// Whether it was created by the range's `autoAllocate`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub auto: bool,
 }
 
 impl PlanReport {
@@ -216,8 +256,248 @@ pub fn plan(m: &Manifests) -> PlanReport {
             }),
         }
     }
+    let (ranges, fips) = plan_floating_ips(m, &mut errors);
+    report.floating_ip_ranges = ranges;
+    report.floating_ips = fips;
     report.errors = errors;
     report
+}
+
+/// A FloatingIP request, explicit or automatic.
+struct Request {
+    namespace: String,
+    name: String,
+    range: String,
+    address: Option<String>,
+    auto: bool,
+}
+
+fn fip_error(namespace: &str, name: &str, field: &str, message: String) -> InputError {
+    InputError {
+        kind: "FloatingIP".into(),
+        name: format!("{namespace}/{name}"),
+        field: field.into(),
+        message,
+    }
+}
+
+/// Allocates every FloatingIP: static requests first (so no dynamic request takes an
+/// address someone asked for by name), then dynamic ones; each group by namespace, then
+/// name. A failed static request is an error, never a different address.
+fn plan_floating_ips(
+    m: &Manifests,
+    errors: &mut Vec<InputError>,
+) -> (Vec<RangeReport>, Vec<FloatingIPReport>) {
+    let mut pools = Pools::new();
+    let keep = unique_by_name(
+        "FloatingIPRange",
+        &m.floating_ip_ranges,
+        |o| o.metadata.name.as_ref(),
+        errors,
+    );
+    let mut ranges: Vec<&FloatingIPRange> = keep
+        .iter()
+        .map(|&i| &m.floating_ip_ranges[i].object)
+        .collect();
+    ranges.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let mut requests = Vec::new();
+    for r in &ranges {
+        let name = r.metadata.name.clone().unwrap_or_default();
+        let range_error = |field: String, message: String| InputError {
+            kind: "FloatingIPRange".into(),
+            name: name.clone(),
+            field,
+            message,
+        };
+        let spans: Vec<(String, String)> = r
+            .spec
+            .ranges
+            .iter()
+            .map(|x| (x.start.clone(), x.end.clone()))
+            .collect();
+        match AddressSpace::parse("spec", &r.spec.cidrs, &spans, &r.spec.exclude) {
+            Ok(space) => {
+                if let Err(e) = pools.add(&name, space, r.spec.draining) {
+                    errors.push(range_error("spec.cidrs".into(), e.to_string()));
+                }
+            }
+            Err(e) => {
+                for f in e.field_errors() {
+                    errors.push(range_error(f.path.clone(), f.message.clone()));
+                }
+            }
+        }
+        if let Some(auto) = &r.spec.auto_allocate {
+            match auto
+                .namespace_selector
+                .validate("spec.autoAllocate.namespaceSelector")
+            {
+                Ok(sel) => {
+                    for ns in &m.namespaces {
+                        let labels = ns.object.metadata.labels.clone().unwrap_or_default();
+                        if sel.matches(&labels) {
+                            requests.push(Request {
+                                namespace: ns.object.metadata.name.clone().unwrap_or_default(),
+                                name: format!(
+                                    "{}{name}",
+                                    auto.name_prefix.as_deref().unwrap_or("")
+                                ),
+                                range: name.clone(),
+                                address: None,
+                                auto: true,
+                            });
+                        }
+                    }
+                }
+                Err(e) => {
+                    for f in e.field_errors() {
+                        errors.push(range_error(f.path.clone(), f.message.clone()));
+                    }
+                }
+            }
+        }
+    }
+    // Addresses already handed out (FloatingIP status) are restored first: an owner
+    // never moves.
+    let mut persisted: BTreeMap<&str, Vec<(std::net::IpAddr, String)>> = BTreeMap::new();
+    for f in &m.floating_ips {
+        let o = &f.object;
+        let Some(addr) = o.status.as_ref().and_then(|s| s.address.as_deref()) else {
+            continue;
+        };
+        let namespace = o.metadata.namespace.as_deref().unwrap_or("default");
+        let name = o.metadata.name.as_deref().unwrap_or_default();
+        match addr.trim().parse() {
+            Ok(a) => persisted
+                .entry(o.spec.range.as_str())
+                .or_default()
+                .push((a, format!("{namespace}/{name}"))),
+            Err(_) => errors.push(fip_error(
+                namespace,
+                name,
+                "status.address",
+                format!("{addr:?} is not an IPv4 or IPv6 address"),
+            )),
+        }
+    }
+    for (range, entries) in persisted {
+        if pools.get(range).is_none() {
+            continue; // reported with each FloatingIP below
+        }
+        if let Err(e) = pools.restore(range, entries) {
+            errors.push(InputError {
+                kind: "FloatingIPRange".into(),
+                name: range.to_owned(),
+                field: "status".into(),
+                message: format!("{e}; no address is restored from this range"),
+            });
+        }
+    }
+    let mut explicit: Vec<Request> = Vec::new();
+    for f in &m.floating_ips {
+        let o = &f.object;
+        let (namespace, name) = (
+            o.metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            o.metadata.name.clone().unwrap_or_default(),
+        );
+        if explicit
+            .iter()
+            .any(|r| r.namespace == namespace && r.name == name)
+        {
+            errors.push(fip_error(
+                &namespace,
+                &name,
+                "metadata.name",
+                format!(
+                    "defined twice (again at {}); the second is ignored",
+                    f.origin
+                ),
+            ));
+            continue;
+        }
+        explicit.push(Request {
+            namespace,
+            name,
+            range: o.spec.range.clone(),
+            address: o.spec.address.clone(),
+            auto: false,
+        });
+    }
+    // An explicit FloatingIP replaces the automatic one of the same name.
+    requests.retain(|a| {
+        !explicit
+            .iter()
+            .any(|e| e.namespace == a.namespace && e.name == a.name)
+    });
+    requests.extend(explicit);
+    requests.sort_by(|a, b| {
+        (a.address.is_none(), &a.namespace, &a.name).cmp(&(
+            b.address.is_none(),
+            &b.namespace,
+            &b.name,
+        ))
+    });
+    let mut fips = Vec::new();
+    for r in requests {
+        let owner = format!("{}/{}", r.namespace, r.name);
+        let result = if pools.get(&r.range).is_none() {
+            let known = ranges
+                .iter()
+                .any(|x| x.metadata.name.as_deref() == Some(r.range.as_str()));
+            Err(if known {
+                format!(
+                    "range {:?} is invalid (see its errors), so nothing is allocated from it",
+                    r.range
+                )
+            } else {
+                format!("there is no FloatingIPRange named {:?}", r.range)
+            })
+            .map_err(|m| ("spec.range", m))
+        } else {
+            match &r.address {
+                Some(text) => match text.trim().parse::<std::net::IpAddr>() {
+                    Ok(a) => pools
+                        .allocate_static(&r.range, &owner, &a)
+                        .map_err(|e| ("spec.address", e.to_string())),
+                    Err(_) => Err((
+                        "spec.address",
+                        format!("{text:?} is not an IPv4 or IPv6 address"),
+                    )),
+                },
+                None => pools
+                    .allocate(&r.range, &owner)
+                    .map_err(|e| ("spec.range", e.to_string())),
+            }
+        };
+        let address = match result {
+            Ok(a) => a.to_string(),
+            Err((field, message)) => {
+                errors.push(fip_error(&r.namespace, &r.name, field, message));
+                String::new()
+            }
+        };
+        fips.push(FloatingIPReport {
+            namespace: r.namespace,
+            name: r.name,
+            range: r.range,
+            address,
+            auto: r.auto,
+        });
+    }
+    fips.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    let ranges = pools
+        .iter()
+        .map(|(name, p)| RangeReport {
+            name: name.to_owned(),
+            capacity: p.alloc.capacity(),
+            allocated: p.alloc.allocated(),
+            draining: p.draining,
+        })
+        .collect();
+    (ranges, fips)
 }
 
 fn node_list(nodes: &[&str]) -> String {
@@ -376,6 +656,49 @@ impl PlanReport {
                 );
             }
             out.push('\n');
+        }
+        if !self.floating_ip_ranges.is_empty() || !self.floating_ips.is_empty() {
+            let mut t = Table::new();
+            t.load_style(presets::UTF8_FULL_CONDENSED).set_header([
+                "FLOATING IP RANGE",
+                "CAPACITY",
+                "ALLOCATED",
+                "STATE",
+            ]);
+            for r in &self.floating_ip_ranges {
+                t.add_row([
+                    r.name.clone(),
+                    r.capacity.to_string(),
+                    r.allocated.to_string(),
+                    if r.draining { "draining" } else { "open" }.to_owned(),
+                ]);
+            }
+            let _ = writeln!(out, "{t}");
+            let mut t = Table::new();
+            t.load_style(presets::UTF8_FULL_CONDENSED).set_header([
+                "FLOATING IP",
+                "RANGE",
+                "ADDRESS",
+                "HOW",
+            ]);
+            for f in &self.floating_ips {
+                t.add_row([
+                    format!("{}/{}", f.namespace, f.name),
+                    f.range.clone(),
+                    if f.address.is_empty() {
+                        "(none: see errors)".to_owned()
+                    } else {
+                        f.address.clone()
+                    },
+                    if f.auto {
+                        "auto (namespace selector)"
+                    } else {
+                        "requested"
+                    }
+                    .to_owned(),
+                ]);
+            }
+            let _ = writeln!(out, "{t}\n");
         }
         if !self.held_nodes.is_empty() {
             let _ = writeln!(out, "HELD NODES (keep their last good config)");

@@ -328,3 +328,188 @@ fn crds_are_printed() {
         .stdout(predicate::str::contains("name: nodeconfigs.netpolicy.io"))
         .stdout(predicate::str::contains("x-kubernetes-int-or-string: true"));
 }
+
+const RANGES: &str = "---
+apiVersion: netpolicy.io/v1alpha1
+kind: FloatingIPRange
+metadata: {name: blue}
+spec:
+  cidrs: [10.135.10.192/26]
+  exclude: [10.135.10.193]
+---
+apiVersion: netpolicy.io/v1alpha1
+kind: FloatingIPRange
+metadata: {name: old}
+spec:
+  ranges: [{start: 10.9.0.1, end: 10.9.0.2}]
+  draining: true
+";
+
+fn fip(ns: &str, name: &str, range: &str, address: Option<&str>) -> String {
+    let address = address.map_or(String::new(), |a| format!("\n  address: {a}"));
+    format!(
+        "---
+apiVersion: netpolicy.io/v1alpha1
+kind: FloatingIP
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  range: {range}{address}
+"
+    )
+}
+
+#[test]
+fn the_floating_ip_example_allocates_without_errors() {
+    let out = netpolicy()
+        .args(["plan", "-o", "json", "-f"])
+        .arg(examples().join("../floating-ips"))
+        .assert()
+        .success();
+    let v: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let ranges = v["floatingIPRanges"].as_array().unwrap();
+    let v4 = ranges.iter().find(|r| r["name"] == "public-v4").unwrap();
+    assert_eq!(v4["capacity"], 61);
+    let v6 = ranges.iter().find(|r| r["name"] == "public-v6").unwrap();
+    assert_eq!(v6["capacity"].to_string(), "18446744073709551615");
+    let fips = v["floatingIPs"].as_array().unwrap();
+    let addr = |ns: &str, n: &str| {
+        fips.iter()
+            .find(|f| f["namespace"] == ns && f["name"] == n)
+            .map(|f| f["address"].as_str().unwrap().to_owned())
+            .unwrap()
+    };
+    assert_eq!(addr("team-a", "web"), "203.0.113.200");
+    assert_eq!(addr("team-c", "old-gateway"), "198.51.100.12");
+    assert!(
+        fips.iter()
+            .all(|f| f["namespace"] != "team-c" || f["auto"].is_null())
+    );
+}
+
+#[test]
+fn dynamic_requests_go_by_namespace_then_name_after_static_ones() {
+    let text = format!(
+        "{RANGES}{}{}{}",
+        fip("ns-b", "x", "blue", None),
+        fip("ns-a", "y", "blue", None),
+        fip("ns-z", "s", "blue", Some("10.135.10.194")),
+    );
+    let (code, v, _) = plan_json(&text);
+    assert_eq!(code, 0, "{v}");
+    let got: Vec<(String, String)> = v["floatingIPs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                format!(
+                    "{}/{}",
+                    f["namespace"].as_str().unwrap(),
+                    f["name"].as_str().unwrap()
+                ),
+                f["address"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("ns-a/y".to_owned(), "10.135.10.195".to_owned()),
+            ("ns-b/x".to_owned(), "10.135.10.196".to_owned()),
+            ("ns-z/s".to_owned(), "10.135.10.194".to_owned()),
+        ]
+    );
+}
+
+#[test]
+fn a_taken_or_invalid_static_request_is_an_error_never_another_address() {
+    let text = format!(
+        "{RANGES}{}{}{}{}{}",
+        fip("a", "first", "blue", Some("10.135.10.200")),
+        fip("b", "second", "blue", Some("10.135.10.200")),
+        fip("c", "excluded", "blue", Some("10.135.10.193")),
+        fip("d", "outside", "blue", Some("10.0.0.1")),
+        fip("e", "nowhere", "green", None),
+    );
+    let (code, v, _) = plan_json(&text);
+    assert_eq!(code, 1);
+    let errors: Vec<(String, String, String)> = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_owned(),
+                e["field"].as_str().unwrap().to_owned(),
+                e["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(errors.contains(&(
+        "b/second".into(),
+        "spec.address".into(),
+        "10.135.10.200 is taken by a/first".into()
+    )));
+    assert!(errors.contains(&(
+        "c/excluded".into(),
+        "spec.address".into(),
+        "10.135.10.193 is excluded from the pool".into()
+    )));
+    assert!(errors.contains(&(
+        "d/outside".into(),
+        "spec.address".into(),
+        "10.0.0.1 is outside the pool".into()
+    )));
+    assert!(errors.contains(&(
+        "e/nowhere".into(),
+        "spec.range".into(),
+        "there is no FloatingIPRange named \"green\"".into()
+    )));
+    for f in v["floatingIPs"].as_array().unwrap() {
+        if f["name"] != "first" {
+            assert_eq!(f["address"], "", "{f}");
+        }
+    }
+}
+
+#[test]
+fn a_draining_range_keeps_what_it_has_and_gives_nothing_new() {
+    let kept = "---
+apiVersion: netpolicy.io/v1alpha1
+kind: FloatingIP
+metadata: {name: kept, namespace: a}
+spec: {range: old}
+status: {address: 10.9.0.2}
+";
+    let text = format!("{RANGES}{kept}{}", fip("b", "new", "old", None));
+    let (code, v, _) = plan_json(&text);
+    assert_eq!(code, 1);
+    assert_eq!(v["floatingIPs"][0]["address"], "10.9.0.2");
+    assert_eq!(v["floatingIPs"][1]["address"], "");
+    assert!(
+        v["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("draining")
+    );
+}
+
+#[test]
+fn overlapping_ranges_are_reported_naming_both() {
+    let text = format!(
+        "{RANGES}---
+apiVersion: netpolicy.io/v1alpha1
+kind: FloatingIPRange
+metadata: {{name: green}}
+spec:
+  cidrs: [10.135.10.0/24]
+"
+    );
+    let (code, v, _) = plan_json(&text);
+    assert_eq!(code, 1);
+    let msg = v["errors"][0]["message"].as_str().unwrap();
+    assert_eq!(
+        msg,
+        "pools blue and green overlap (both contain 10.135.10.194)"
+    );
+}
