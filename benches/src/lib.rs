@@ -272,3 +272,148 @@ fn criterion_dir() -> PathBuf {
     );
     target.join("criterion")
 }
+
+/// Baselines for the IPAM benchmarks, faithful to the allocators the anchors use.
+pub mod ipam_baselines {
+    use std::collections::HashMap;
+
+    use super::SplitMix64;
+
+    /// Kubernetes' bitmap allocator (`pkg/registry/core/service/allocator`): a bit per
+    /// value; `AllocateNext` picks a random offset and scans bit by bit, wrapping, for
+    /// the first free one.
+    #[derive(Debug, Clone)]
+    pub struct BitmapAllocator {
+        words: Vec<u64>,
+        max: u64,
+        count: u64,
+        rng: SplitMix64,
+    }
+
+    impl BitmapAllocator {
+        /// `max` values, all free.
+        pub fn new(max: u64, seed: u64) -> Self {
+            Self {
+                words: vec![0; max.div_ceil(64) as usize],
+                max,
+                count: 0,
+                rng: SplitMix64(seed),
+            }
+        }
+
+        fn bit(&self, at: u64) -> bool {
+            self.words[(at / 64) as usize] >> (at % 64) & 1 == 1
+        }
+
+        /// Allocates a free value: random start, linear scan.
+        pub fn allocate_next(&mut self) -> Option<u64> {
+            if self.count == self.max {
+                return None;
+            }
+            let offset = self.rng.below(self.max);
+            for i in 0..self.max {
+                let at = (offset + i) % self.max;
+                if !self.bit(at) {
+                    self.words[(at / 64) as usize] |= 1 << (at % 64);
+                    self.count += 1;
+                    return Some(at);
+                }
+            }
+            None
+        }
+
+        /// Releases a value.
+        pub fn release(&mut self, at: u64) {
+            if self.bit(at) {
+                self.words[(at / 64) as usize] &= !(1 << (at % 64));
+                self.count -= 1;
+            }
+        }
+
+        /// Bytes of the bitmap.
+        pub fn bytes(&self) -> usize {
+            self.words.len() * 8
+        }
+    }
+
+    /// kube-fip-operator's way: a map with an entry for every address of the pool, and
+    /// a linear scan in address order for the first free one.
+    #[derive(Debug, Clone)]
+    pub struct LinearScanAllocator {
+        addresses: Vec<u32>,
+        taken: HashMap<u32, Option<String>>,
+    }
+
+    impl LinearScanAllocator {
+        /// Every address `first..first + n`, all free.
+        pub fn new(first: u32, n: u32) -> Self {
+            let addresses: Vec<u32> = (first..first + n).collect();
+            let taken = addresses.iter().map(|&a| (a, None)).collect();
+            Self { addresses, taken }
+        }
+
+        /// The first free address in order, given to `owner`.
+        pub fn allocate(&mut self, owner: &str) -> Option<u32> {
+            for a in &self.addresses {
+                if let Some(slot @ None) = self.taken.get_mut(a) {
+                    *slot = Some(owner.to_owned());
+                    return Some(*a);
+                }
+            }
+            None
+        }
+
+        /// Releases an address.
+        pub fn release(&mut self, a: u32) {
+            if let Some(slot) = self.taken.get_mut(&a) {
+                *slot = None;
+            }
+        }
+    }
+}
+
+/// Per-operation latency statistics from individually timed operations.
+#[derive(Debug, Clone, Copy)]
+pub struct Latency {
+    /// Operations timed.
+    pub ops: usize,
+    /// Mean, ns.
+    pub mean_ns: f64,
+    /// 99th percentile, ns.
+    pub p99_ns: u64,
+    /// 99.9th percentile, ns.
+    pub p999_ns: u64,
+    /// Worst, ns.
+    pub max_ns: u64,
+}
+
+impl Latency {
+    /// Statistics of `samples` (ns).
+    pub fn of(mut samples: Vec<u64>) -> Self {
+        samples.sort_unstable();
+        let n = samples.len().max(1);
+        let at = |q: f64| {
+            samples
+                .get(((n as f64 * q) as usize).min(n - 1))
+                .copied()
+                .unwrap_or(0)
+        };
+        Self {
+            ops: samples.len(),
+            mean_ns: samples.iter().sum::<u64>() as f64 / n as f64,
+            p99_ns: at(0.99),
+            p999_ns: at(0.999),
+            max_ns: samples.last().copied().unwrap_or(0),
+        }
+    }
+}
+
+impl std::fmt::Display for Latency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ops: mean {:.0} ns, p99 {} ns, p99.9 {} ns, worst {} ns",
+            self.ops, self.mean_ns, self.p99_ns, self.p999_ns, self.max_ns
+        )
+    }
+}

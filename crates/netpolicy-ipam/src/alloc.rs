@@ -1,6 +1,18 @@
 //! One pool's allocations: an owner per value, static and dynamic requests, release,
 //! lookups both ways, snapshot and restore.
 //!
+//! Two layers:
+//! - [`IdAllocator`]: owners are `u32` ids the caller assigns (compact: what an
+//!   embedder with its own owner table uses);
+//! - [`Allocator`]: owners are names (`namespace/name`), interned to ids.
+//!
+//! # How the lowest free value is found
+//! A watermark `w`: every offset below `w` is allocated or listed in `holes` (offsets
+//! released below `w`). The lowest free offset is the smallest hole, or `w` itself.
+//! Allocating at `w` moves it past any allocated offsets just above it. So a pool
+//! filled from the bottom keeps no per-address bookkeeping besides its owners, and the
+//! structures grow with allocations and releases, never with free space.
+//!
 //! # Guarantees
 //! - A value has at most one owner; an owner holds at most one value per allocator.
 //! - Dynamic allocation takes the lowest free value: deterministic for the same history.
@@ -9,45 +21,69 @@
 //! - Restore never moves an owner: it restores exactly what was persisted, or reports
 //!   every problem and restores nothing.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::collections::{BTreeMap, BTreeSet};
 
-use rustc_hash::FxHashMap;
+use hashbrown::HashTable;
 
 use crate::{
     error::{Error, RestoreProblem, Result},
-    runs::RunSet,
     space::Space,
 };
 
-/// Pools up to this many values keep owners in a flat array indexed by offset
-/// (4 bytes a value, grown on demand); larger pools keep them in a B-tree.
+/// Pools up to this many values keep owner ids in a paged array indexed by offset
+/// (4 bytes a value, in pages allocated on first use, so no operation copies the whole
+/// array); larger pools keep them in a B-tree.
 const DENSE_MAX: u128 = 1 << 21;
+const PAGE: usize = 1024;
 const NONE: u32 = u32::MAX;
 
+/// Offset → owner id.
 #[derive(Debug, Clone)]
 enum Holders {
-    Dense(Vec<u32>),
-    Sparse(BTreeMap<u128, u32>),
+    Dense(Vec<Option<Box<[u32]>>>),
+    /// Pools of at most 2^64 values: 12 bytes a key-value pair.
+    Sparse64(BTreeMap<u64, u32>),
+    Sparse128(BTreeMap<u128, u32>),
 }
 
 impl Holders {
+    fn for_capacity(capacity: u128) -> Self {
+        if capacity <= DENSE_MAX {
+            Self::Dense(vec![None; (capacity as usize).div_ceil(PAGE)])
+        } else if capacity <= u128::from(u64::MAX) {
+            Self::Sparse64(BTreeMap::new())
+        } else {
+            Self::Sparse128(BTreeMap::new())
+        }
+    }
+
     fn get(&self, off: u128) -> Option<u32> {
         match self {
-            Self::Dense(v) => v.get(off as usize).copied().filter(|&id| id != NONE),
-            Self::Sparse(m) => m.get(&off).copied(),
+            Self::Dense(pages) => {
+                let i = off as usize;
+                pages
+                    .get(i / PAGE)?
+                    .as_ref()
+                    .map(|p| p[i % PAGE])
+                    .filter(|&id| id != NONE)
+            }
+            Self::Sparse64(m) => m.get(&(off as u64)).copied(),
+            Self::Sparse128(m) => m.get(&off).copied(),
         }
     }
 
     fn set(&mut self, off: u128, id: u32) {
         match self {
-            Self::Dense(v) => {
+            Self::Dense(pages) => {
                 let i = off as usize;
-                if i >= v.len() {
-                    v.resize(i + 1, NONE);
+                if let Some(page) = pages.get_mut(i / PAGE) {
+                    page.get_or_insert_with(|| vec![NONE; PAGE].into_boxed_slice())[i % PAGE] = id;
                 }
-                v[i] = id;
             }
-            Self::Sparse(m) => {
+            Self::Sparse64(m) => {
+                m.insert(off as u64, id);
+            }
+            Self::Sparse128(m) => {
                 m.insert(off, id);
             }
         }
@@ -55,71 +91,358 @@ impl Holders {
 
     fn clear(&mut self, off: u128) {
         match self {
-            Self::Dense(v) => {
-                if let Some(slot) = v.get_mut(off as usize) {
-                    *slot = NONE;
+            Self::Dense(pages) => {
+                let i = off as usize;
+                if let Some(Some(page)) = pages.get_mut(i / PAGE) {
+                    page[i % PAGE] = NONE;
                 }
             }
-            Self::Sparse(m) => {
+            Self::Sparse64(m) => {
+                m.remove(&(off as u64));
+            }
+            Self::Sparse128(m) => {
                 m.remove(&off);
             }
         }
     }
+
+    /// Every `(offset, id)`, ascending.
+    fn iter(&self) -> Box<dyn Iterator<Item = (u128, u32)> + '_> {
+        match self {
+            Self::Dense(pages) => Box::new(pages.iter().enumerate().flat_map(|(p, page)| {
+                page.iter().flat_map(move |page| {
+                    page.iter()
+                        .enumerate()
+                        .filter(|(_, id)| **id != NONE)
+                        .map(move |(i, id)| ((p * PAGE + i) as u128, *id))
+                })
+            })),
+            Self::Sparse64(m) => Box::new(m.iter().map(|(&o, &id)| (u128::from(o), id))),
+            Self::Sparse128(m) => Box::new(m.iter().map(|(&o, &id)| (o, id))),
+        }
+    }
 }
 
-/// Interned owners: id → (name, offset) and name → id.
-#[derive(Debug, Clone, Default)]
-struct Owners {
-    ids: FxHashMap<Arc<str>, u32>,
-    slots: Vec<Option<(Arc<str>, u128)>>,
-    free: Vec<u32>,
+/// Owner id → offset.
+#[derive(Debug, Clone)]
+enum Offsets {
+    U64(Vec<u64>),
+    U128(Vec<u128>),
 }
 
-impl Owners {
-    fn offset(&self, owner: &str) -> Option<u128> {
-        let id = *self.ids.get(owner)?;
-        self.slots[id as usize].as_ref().map(|(_, o)| *o)
+impl Offsets {
+    fn get(&self, id: u32) -> Option<u128> {
+        match self {
+            Self::U64(v) => v
+                .get(id as usize)
+                .filter(|&&o| o != u64::MAX)
+                .map(|&o| u128::from(o)),
+            Self::U128(v) => v.get(id as usize).copied().filter(|&o| o != u128::MAX),
+        }
     }
 
-    fn name(&self, id: u32) -> &str {
-        self.slots[id as usize].as_ref().map_or("", |(n, _)| n)
-    }
-
-    fn add(&mut self, owner: Arc<str>, off: u128) -> u32 {
-        let id = match self.free.pop() {
-            Some(id) => {
-                self.slots[id as usize] = Some((Arc::clone(&owner), off));
-                id
+    fn set(&mut self, id: u32, off: Option<u128>) {
+        let i = id as usize;
+        match self {
+            Self::U64(v) => {
+                if i >= v.len() {
+                    v.resize(i + 1, u64::MAX);
+                }
+                v[i] = off.map_or(u64::MAX, |o| o as u64);
             }
-            None => {
-                self.slots.push(Some((Arc::clone(&owner), off)));
-                (self.slots.len() - 1) as u32
+            Self::U128(v) => {
+                if i >= v.len() {
+                    v.resize(i + 1, u128::MAX);
+                }
+                v[i] = off.unwrap_or(u128::MAX);
             }
-        };
-        self.ids.insert(owner, id);
-        id
+        }
     }
 
-    fn remove(&mut self, owner: &str) -> Option<u128> {
-        let id = self.ids.remove(owner)?;
-        let (_, off) = self.slots[id as usize].take()?;
-        self.free.push(id);
-        Some(off)
+    fn reserve(&mut self, n: usize) {
+        match self {
+            Self::U64(v) => v.reserve(n),
+            Self::U128(v) => v.reserve(n),
+        }
     }
 }
 
-/// Allocations in one [`Space`].
+/// Allocations in one [`Space`], owners being `u32` ids chosen by the caller (small,
+/// dense ids keep the owner table small: it is indexed by id).
 ///
 /// # Complexity
 ///
-/// | operation | cost (n allocated, r runs of consecutive allocations) |
+/// | operation | cost (n allocated, h holes released below the watermark) |
 /// |---|---|
-/// | [`Allocator::allocate`] (lowest free) | O(log r) |
-/// | [`Allocator::allocate_static`], [`Allocator::release`] | O(log r + log n) |
-/// | [`Allocator::by_owner`] | O(1) expected |
-/// | [`Allocator::holder`] | O(1) dense, O(log n) sparse |
-/// | [`Allocator::capacity`], [`Allocator::allocated`] | O(1), exact for any size |
-/// | [`Allocator::restore`] | O(n log n) |
+/// | [`IdAllocator::allocate`] (lowest free) | O(log h), or O(1) dense / O(log n) sparse at the watermark |
+/// | [`IdAllocator::allocate_static`], [`IdAllocator::release`] | O(log n + log h) sparse, O(log h) dense |
+/// | [`IdAllocator::by_owner`] | O(1) |
+/// | [`IdAllocator::holder`] | O(1) dense, O(log n) sparse |
+/// | [`IdAllocator::capacity`], [`IdAllocator::allocated`] | O(1), exact for any size |
+///
+/// A dynamic allocation that lands right below k contiguous *static* allocations steps
+/// over them once (O(k)); that is the only step that is not logarithmic.
+#[derive(Debug, Clone)]
+pub struct IdAllocator<S: Space> {
+    space: S,
+    holders: Holders,
+    offsets: Offsets,
+    holes: BTreeSet<u128>,
+    watermark: u128,
+    allocated: u128,
+}
+
+impl<S: Space> IdAllocator<S> {
+    /// An allocator with nothing allocated.
+    pub fn new(space: S) -> Self {
+        let capacity = space.capacity();
+        Self {
+            holders: Holders::for_capacity(capacity),
+            offsets: if capacity <= u128::from(u64::MAX) {
+                Offsets::U64(Vec::new())
+            } else {
+                Offsets::U128(Vec::new())
+            },
+            space,
+            holes: BTreeSet::new(),
+            watermark: 0,
+            allocated: 0,
+        }
+    }
+
+    /// The space values come from.
+    pub fn space(&self) -> &S {
+        &self.space
+    }
+
+    /// Number of values in the pool.
+    pub fn capacity(&self) -> u128 {
+        self.space.capacity()
+    }
+
+    /// Number of values allocated.
+    pub fn allocated(&self) -> u128 {
+        self.allocated
+    }
+
+    /// Number of free offsets remembered below the watermark (released values).
+    pub fn holes(&self) -> usize {
+        self.holes.len()
+    }
+
+    /// Reserves room for owner ids up to `additional` more.
+    pub fn reserve_owners(&mut self, additional: usize) {
+        self.offsets.reserve(additional);
+    }
+
+    /// The value `owner` holds.
+    pub fn by_owner(&self, owner: u32) -> Option<S::Value> {
+        self.offsets.get(owner).map(|o| self.space.value_at(o))
+    }
+
+    /// Who holds `value`.
+    pub fn holder(&self, value: &S::Value) -> Option<u32> {
+        let off = self.space.offset_of(value).ok()?;
+        self.holders.get(off)
+    }
+
+    fn lowest_free(&self) -> Option<u128> {
+        let off = self.holes.first().copied().unwrap_or(self.watermark);
+        (off < self.space.capacity()).then_some(off)
+    }
+
+    fn take(&mut self, owner: u32, off: u128) {
+        self.holders.set(off, owner);
+        self.offsets.set(owner, Some(off));
+        self.allocated += 1;
+        if off < self.watermark {
+            self.holes.remove(&off);
+        } else if off == self.watermark {
+            let cap = self.space.capacity();
+            let mut w = off + 1;
+            while w < cap && self.holders.get(w).is_some() {
+                w += 1;
+            }
+            self.watermark = w;
+        }
+    }
+
+    /// Gives `owner` the lowest free value, or the value it already holds.
+    ///
+    /// # Errors
+    /// [`Error::Exhausted`] when nothing is free.
+    pub fn allocate(&mut self, owner: u32) -> Result<S::Value> {
+        if let Some(off) = self.offsets.get(owner) {
+            return Ok(self.space.value_at(off));
+        }
+        let off = self.lowest_free().ok_or(Error::Exhausted {
+            capacity: self.space.capacity(),
+        })?;
+        self.take(owner, off);
+        Ok(self.space.value_at(off))
+    }
+
+    /// Gives `owner` exactly `value`. Idempotent when `owner` already holds it.
+    ///
+    /// # Errors
+    /// [`Error::Taken`] (holder as `#id`), [`Error::OwnerHoldsOther`], or why the value
+    /// is not in the pool. Never a different value.
+    pub fn allocate_static(&mut self, owner: u32, value: &S::Value) -> Result<S::Value> {
+        let off = self.space.offset_of(value)?;
+        self.check_static(
+            owner,
+            off,
+            value,
+            |id| format!("#{id}"),
+            |id| format!("#{id}"),
+        )?;
+        if self.holders.get(off) != Some(owner) {
+            self.take(owner, off);
+        }
+        Ok(value.clone())
+    }
+
+    /// Checks a static request without changing anything.
+    fn check_static(
+        &self,
+        owner: u32,
+        off: u128,
+        value: &S::Value,
+        holder_name: impl Fn(u32) -> String,
+        owner_name: impl Fn(u32) -> String,
+    ) -> Result<()> {
+        if let Some(id) = self.holders.get(off) {
+            if id == owner {
+                return Ok(());
+            }
+            return Err(Error::Taken {
+                value: value.to_string(),
+                holder: holder_name(id),
+            });
+        }
+        if let Some(held) = self.offsets.get(owner) {
+            return Err(Error::OwnerHoldsOther {
+                owner: owner_name(owner),
+                held: self.space.value_at(held).to_string(),
+                requested: value.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Releases what `owner` holds; returns it.
+    pub fn release(&mut self, owner: u32) -> Option<S::Value> {
+        let off = self.offsets.get(owner)?;
+        self.offsets.set(owner, None);
+        self.holders.clear(off);
+        self.allocated -= 1;
+        if off < self.watermark {
+            self.holes.insert(off);
+        }
+        Some(self.space.value_at(off))
+    }
+
+    /// Every allocation as `(value, owner)`, ascending by value.
+    pub fn iter(&self) -> impl Iterator<Item = (S::Value, u32)> + '_ {
+        self.holders
+            .iter()
+            .map(|(off, id)| (self.space.value_at(off), id))
+    }
+
+    /// Rebuilds from `(offset, owner)` pairs sorted by offset, distinct in both.
+    fn from_sorted(space: S, rows: &[(u128, u32)]) -> Self {
+        let mut a = Self::new(space);
+        let mut w = 0u128;
+        for &(off, id) in rows {
+            a.holders.set(off, id);
+            a.offsets.set(id, Some(off));
+            if off == w {
+                w += 1;
+            }
+        }
+        a.allocated = rows.len() as u128;
+        a.watermark = w;
+        a
+    }
+}
+
+/// Interned owner names: id → name in a vector, name → id in a hash table that stores
+/// only the ids (each name is kept once).
+#[derive(Debug, Clone, Default)]
+struct Names {
+    table: HashTable<u32>,
+    names: Vec<Option<Box<str>>>,
+    free: Vec<u32>,
+}
+
+fn hash_name(name: &str) -> u64 {
+    use std::hash::BuildHasher;
+    rustc_hash::FxBuildHasher.hash_one(name)
+}
+
+impl Names {
+    fn id(&self, owner: &str) -> Option<u32> {
+        self.table
+            .find(hash_name(owner), |&id| {
+                self.names[id as usize].as_deref() == Some(owner)
+            })
+            .copied()
+    }
+
+    fn name(&self, id: u32) -> &str {
+        self.names
+            .get(id as usize)
+            .and_then(Option::as_deref)
+            .unwrap_or("")
+    }
+
+    fn reserve(&mut self, n: usize) {
+        let names = &self.names;
+        self.table.reserve(n, |&id| {
+            hash_name(names[id as usize].as_deref().unwrap_or(""))
+        });
+        self.names.reserve(n);
+    }
+
+    fn intern(&mut self, owner: &str) -> u32 {
+        if let Some(id) = self.id(owner) {
+            return id;
+        }
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.names[id as usize] = Some(owner.into());
+                id
+            }
+            None => {
+                self.names.push(Some(owner.into()));
+                (self.names.len() - 1) as u32
+            }
+        };
+        let names = &self.names;
+        self.table.insert_unique(hash_name(owner), id, |&i| {
+            hash_name(names[i as usize].as_deref().unwrap_or(""))
+        });
+        id
+    }
+
+    fn forget(&mut self, owner: &str) -> Option<u32> {
+        let names = &self.names;
+        let entry = self
+            .table
+            .find_entry(hash_name(owner), |&id| {
+                names[id as usize].as_deref() == Some(owner)
+            })
+            .ok()?;
+        let (id, _) = entry.remove();
+        self.names[id as usize] = None;
+        self.free.push(id);
+        Some(id)
+    }
+}
+
+/// Allocations in one [`Space`], owners by name.
+///
+/// Costs are those of [`IdAllocator`] plus one hash lookup of the owner name.
 ///
 /// # Examples
 /// ```
@@ -141,63 +464,54 @@ impl Owners {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Allocator<S: Space> {
-    space: S,
-    used: RunSet,
-    holders: Holders,
-    owners: Owners,
+    inner: IdAllocator<S>,
+    names: Names,
 }
 
 impl<S: Space> Allocator<S> {
     /// An allocator with nothing allocated.
     pub fn new(space: S) -> Self {
-        let holders = if space.capacity() <= DENSE_MAX {
-            Holders::Dense(Vec::new())
-        } else {
-            Holders::Sparse(BTreeMap::new())
-        };
         Self {
-            space,
-            used: RunSet::default(),
-            holders,
-            owners: Owners::default(),
+            inner: IdAllocator::new(space),
+            names: Names::default(),
         }
+    }
+
+    /// Reserves room for `additional` more owners, so that growing the owner tables
+    /// happens now and not during a later allocation.
+    pub fn reserve_owners(&mut self, additional: usize) {
+        self.inner.reserve_owners(additional);
+        self.names.reserve(additional);
     }
 
     /// The space values come from.
     pub fn space(&self) -> &S {
-        &self.space
+        self.inner.space()
     }
 
     /// Number of values in the pool.
     pub fn capacity(&self) -> u128 {
-        self.space.capacity()
+        self.inner.capacity()
     }
 
     /// Number of values allocated.
     pub fn allocated(&self) -> u128 {
-        self.used.len()
+        self.inner.allocated()
     }
 
-    /// Number of runs of consecutive allocations (the structure's size).
-    pub fn runs(&self) -> usize {
-        self.used.run_count()
+    /// Number of released values remembered below the watermark.
+    pub fn holes(&self) -> usize {
+        self.inner.holes()
     }
 
     /// The value `owner` holds.
     pub fn by_owner(&self, owner: &str) -> Option<S::Value> {
-        self.owners.offset(owner).map(|o| self.space.value_at(o))
+        self.inner.by_owner(self.names.id(owner)?)
     }
 
     /// Who holds `value`.
     pub fn holder(&self, value: &S::Value) -> Option<&str> {
-        let off = self.space.offset_of(value).ok()?;
-        self.holders.get(off).map(|id| self.owners.name(id))
-    }
-
-    fn take(&mut self, owner: &str, off: u128) {
-        self.used.insert(off);
-        let id = self.owners.add(owner.into(), off);
-        self.holders.set(off, id);
+        self.inner.holder(value).map(|id| self.names.name(id))
     }
 
     /// Gives `owner` the lowest free value, or the value it already holds.
@@ -205,17 +519,16 @@ impl<S: Space> Allocator<S> {
     /// # Errors
     /// [`Error::Exhausted`] when nothing is free.
     pub fn allocate(&mut self, owner: &str) -> Result<S::Value> {
-        if let Some(off) = self.owners.offset(owner) {
-            return Ok(self.space.value_at(off));
+        if let Some(v) = self.by_owner(owner) {
+            return Ok(v);
         }
-        let off = self
-            .used
-            .first_free(self.space.capacity())
-            .ok_or(Error::Exhausted {
-                capacity: self.space.capacity(),
-            })?;
-        self.take(owner, off);
-        Ok(self.space.value_at(off))
+        if self.inner.lowest_free().is_none() {
+            return Err(Error::Exhausted {
+                capacity: self.capacity(),
+            });
+        }
+        let id = self.names.intern(owner);
+        self.inner.allocate(id)
     }
 
     /// Gives `owner` exactly `value`. Idempotent when `owner` already holds it.
@@ -225,51 +538,37 @@ impl<S: Space> Allocator<S> {
     /// is not in the pool ([`Error::OutsidePool`], [`Error::Excluded`],
     /// [`Error::Unusable`], [`Error::WrongFamily`]). Never a different value.
     pub fn allocate_static(&mut self, owner: &str, value: &S::Value) -> Result<S::Value> {
-        let off = self.space.offset_of(value)?;
-        if let Some(id) = self.holders.get(off) {
-            let holder = self.owners.name(id);
-            if holder == owner {
-                return Ok(value.clone());
-            }
-            return Err(Error::Taken {
-                value: value.to_string(),
-                holder: holder.to_owned(),
-            });
-        }
-        if let Some(held) = self.owners.offset(owner) {
-            return Err(Error::OwnerHoldsOther {
-                owner: owner.to_owned(),
-                held: self.space.value_at(held).to_string(),
-                requested: value.to_string(),
-            });
-        }
-        self.take(owner, off);
-        Ok(value.clone())
+        let off = self.inner.space.offset_of(value)?;
+        let id = self.names.id(owner).unwrap_or(NONE);
+        self.inner.check_static(
+            id,
+            off,
+            value,
+            |h| self.names.name(h).to_owned(),
+            |_| owner.to_owned(),
+        )?;
+        let id = self.names.intern(owner);
+        self.inner.allocate_static(id, value)
     }
 
     /// Releases what `owner` holds; returns it.
     pub fn release(&mut self, owner: &str) -> Option<S::Value> {
-        let off = self.owners.remove(owner)?;
-        self.used.remove(off);
-        self.holders.clear(off);
-        Some(self.space.value_at(off))
+        let id = self.names.id(owner)?;
+        let v = self.inner.release(id);
+        self.names.forget(owner);
+        v
     }
 
     /// Releases `value`; returns who held it.
     pub fn release_value(&mut self, value: &S::Value) -> Option<String> {
-        let off = self.space.offset_of(value).ok()?;
-        let id = self.holders.get(off)?;
-        let owner = self.owners.name(id).to_owned();
+        let owner = self.holder(value)?.to_owned();
         self.release(&owner);
         Some(owner)
     }
 
     /// Every allocation, ascending by value.
     pub fn iter(&self) -> impl Iterator<Item = (S::Value, &str)> + '_ {
-        self.used.iter().map(|off| {
-            let owner = self.holders.get(off).map_or("", |id| self.owners.name(id));
-            (self.space.value_at(off), owner)
-        })
+        self.inner.iter().map(|(v, id)| (v, self.names.name(id)))
     }
 
     /// Every allocation as `(value, owner)`, ascending by value: what to persist.
@@ -288,10 +587,10 @@ impl<S: Space> Allocator<S> {
         entries: impl IntoIterator<Item = (S::Value, String)>,
     ) -> Result<Self> {
         let mut problems = Vec::new();
-        let mut rows: Vec<(u128, Arc<str>)> = Vec::new();
+        let mut rows: Vec<(u128, String)> = Vec::new();
         for (value, owner) in entries {
             match space.offset_of(&value) {
-                Ok(off) => rows.push((off, owner.into())),
+                Ok(off) => rows.push((off, owner)),
                 Err(e) => problems.push(RestoreProblem::NotInPool {
                     owner,
                     value: value.to_string(),
@@ -301,38 +600,42 @@ impl<S: Space> Allocator<S> {
         }
         rows.sort_unstable();
         rows.dedup();
-        for w in rows.windows(2) {
-            if w[0].0 == w[1].0 {
+        let mut names = Names::default();
+        names.reserve(rows.len());
+        let mut ids: Vec<(u128, u32)> = Vec::with_capacity(rows.len());
+        // Ids are handed out 0, 1, 2... here, so the first value of each is a Vec.
+        let mut first_value: Vec<u128> = Vec::with_capacity(rows.len());
+        for (i, (off, owner)) in rows.iter().enumerate() {
+            if i > 0 && rows[i - 1].0 == *off {
                 problems.push(RestoreProblem::SharedValue {
-                    value: space.value_at(w[0].0).to_string(),
-                    first: w[0].1.to_string(),
-                    second: w[1].1.to_string(),
+                    value: space.value_at(*off).to_string(),
+                    first: rows[i - 1].1.clone(),
+                    second: owner.clone(),
                 });
+                continue;
             }
-        }
-        let mut a = Self::new(space);
-        for (off, owner) in &rows {
-            if let Some(prev) = a.owners.offset(owner) {
-                if prev != *off {
+            let fresh = names.id(owner).is_none();
+            let id = names.intern(owner);
+            if !fresh {
+                if let Some(prev) = first_value.get(id as usize) {
                     problems.push(RestoreProblem::OwnerTwice {
-                        owner: owner.to_string(),
-                        first: a.space.value_at(prev).to_string(),
-                        second: a.space.value_at(*off).to_string(),
+                        owner: owner.clone(),
+                        first: space.value_at(*prev).to_string(),
+                        second: space.value_at(*off).to_string(),
                     });
                 }
                 continue;
             }
-            if a.holders.get(*off).is_some() {
-                continue; // reported as SharedValue above
-            }
-            let id = a.owners.add(Arc::clone(owner), *off);
-            a.holders.set(*off, id);
+            first_value.push(*off);
+            ids.push((*off, id));
         }
         if !problems.is_empty() {
             problems.sort();
             return Err(Error::Restore(problems));
         }
-        a.used = RunSet::from_sorted(rows.iter().map(|(o, _)| *o));
-        Ok(a)
+        Ok(Self {
+            inner: IdAllocator::from_sorted(space, &ids),
+            names,
+        })
     }
 }

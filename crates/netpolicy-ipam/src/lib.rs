@@ -8,6 +8,7 @@
 //!   (`10.135.10.192/26` has 62). [`space::PrefixSpace`]: aligned child prefixes.
 //! - [`alloc::Allocator`]: an owner per value; static and dynamic (lowest free)
 //!   allocation, release, lookups both ways, snapshot and restore.
+//!   [`alloc::IdAllocator`] is the same with `u32` owner ids instead of names.
 //! - [`pools::Pools`]: several named pools, overlap detection, draining.
 //! - [`prefix::PrefixAllocator`]: Meridio-style trench → conduit → node prefixes that
 //!   are freed when their owner leaves.
@@ -36,26 +37,29 @@
 //!
 //! # Complexity
 //!
-//! n allocated values, r runs of consecutive allocated values (r ≤ n; 1 when a pool is
-//! filled from the bottom), i intervals in a pool definition.
+//! n allocated values, h released values below the watermark (see [`alloc`]), i
+//! intervals in a pool definition. "Dense" pools have at most 2^21 values.
 //!
 //! | operation | cost |
 //! |---|---|
 //! | build a pool | O(i log i) |
 //! | capacity, allocated count | O(1) |
-//! | dynamic allocation (lowest free) | O(log r + log i) |
-//! | static allocation, release | O(log r + log n + log i) |
+//! | dynamic allocation (lowest free) | O(log h + log i), plus O(log n) sparse |
+//! | static allocation, release | O(log h + log i), plus O(log n) sparse |
 //! | lookup by owner | O(1) expected |
-//! | lookup by value | O(log i) dense (≤ 2^21 values), O(log n + log i) sparse |
+//! | lookup by value | O(log i) dense, O(log n + log i) sparse |
 //! | snapshot | O(n log i) |
 //! | restore | O(n log n) |
 //! | overlap check of two pools | O(i) |
+//!
+//! Memory grows with allocations and releases, never with free space: per allocated
+//! value 4 bytes (dense) or a 12-byte B-tree entry (sparse, pools up to 2^64 values),
+//! plus 8 bytes per owner id and the owner names.
 
 pub mod alloc;
 pub mod error;
 pub mod pools;
 pub mod prefix;
-mod runs;
 pub mod space;
 
 pub use error::{Error, RestoreProblem, Result};
