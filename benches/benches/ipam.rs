@@ -32,7 +32,7 @@ use netpolicy_benches::{
     print_ratios,
 };
 use netpolicy_ipam::{
-    alloc::Allocator,
+    alloc::{Allocator, IdAllocator},
     space::{AddressSpace, Space},
 };
 
@@ -63,7 +63,7 @@ fn ipam_i1_fill(c: &mut Criterion) {
     let owners: Vec<String> = (0..V4_USABLE).map(owner).collect();
     let mut g = c.benchmark_group("ipam_i1_fill");
     g.sample_size(10)
-        .measurement_time(Duration::from_secs(10))
+        .measurement_time(Duration::from_secs(20))
         .throughput(Throughput::Elements(V4_USABLE));
     g.bench_function("ours", |b| {
         b.iter_batched(
@@ -75,6 +75,22 @@ fn ipam_i1_fill(c: &mut Criterion) {
             |mut a| {
                 for o in &owners {
                     black_box(a.allocate(o).ok());
+                }
+                a
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    g.bench_function("ours_ids", |b| {
+        b.iter_batched(
+            || {
+                let mut a = IdAllocator::new(space.clone());
+                a.reserve_owners(V4_USABLE as usize);
+                a
+            },
+            |mut a| {
+                for id in 0..V4_USABLE as u32 {
+                    black_box(a.allocate(id).ok());
                 }
                 a
             },
@@ -108,9 +124,7 @@ fn ipam_i1_churn99(c: &mut Criterion) {
     }
     let first = u32::from(std::net::Ipv4Addr::new(10, 0, 0, 1));
     let mut linear = LinearScanAllocator::new(first, V4_USABLE as u32);
-    for o in &owners {
-        linear.allocate(o);
-    }
+    linear.fill("x");
     // Release 1% at random in all three.
     let mut held: Vec<u64> = (0..V4_USABLE).collect();
     for _ in 0..V4_USABLE / 100 {
@@ -135,6 +149,31 @@ fn ipam_i1_churn99(c: &mut Criterion) {
                 held_ours[i] = u64::from(u32::from(a) - first);
             }
             black_box(got)
+        })
+    });
+    let mut ids = IdAllocator::new(space.clone());
+    for id in 0..V4_USABLE as u32 {
+        let _ = ids.allocate(id);
+    }
+    // Same 1% released as above: every offset not in `held`.
+    let mut is_held = vec![false; V4_USABLE as usize];
+    for &off in &held {
+        is_held[off as usize] = true;
+    }
+    for (off, h) in is_held.iter().enumerate() {
+        if !h {
+            ids.release(off as u32);
+        }
+    }
+    let mut r4 = SplitMix64(1);
+    let held_ids = held.clone();
+    g.bench_function("ours_ids", |b| {
+        b.iter(|| {
+            let i = r4.below(held_ids.len() as u64) as usize;
+            let id = held_ids[i] as u32;
+            // Owner id = the offset it first got; release it and allocate for it again.
+            ids.release(id);
+            black_box(ids.allocate(id).ok())
         })
     });
     let mut r2 = SplitMix64(1);
@@ -217,6 +256,24 @@ fn ipam_i1_latency() {
             hb[j] = at;
         }
     }
+    let mut linear = LinearScanAllocator::new(first, V4_USABLE as u32);
+    linear.fill("x");
+    for off in (V4_USABLE * 99 / 100)..V4_USABLE {
+        linear.release(first + off as u32);
+    }
+    let mut l_lat = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        let a = linear.allocate("y");
+        l_lat.push(t.elapsed().as_nanos() as u64);
+        if let Some(a) = a {
+            linear.release(a);
+        }
+    }
+    println!(
+        "ipam_i1_latency linear scan, pool filled from the bottom to 99%: {}",
+        Latency::of(l_lat)
+    );
     let (o, b) = (Latency::of(o_lat), Latency::of(b_lat));
     println!("ipam_i1_latency churn 99% ours (release+allocate):   {o}");
     println!("ipam_i1_latency churn 99% bitmap (release+allocate): {b}");
@@ -405,7 +462,9 @@ fn main() {
     ipam_i2_latency();
     print_ratios(&[
         ("ipam_i1_fill", "ours", "bitmap"),
+        ("ipam_i1_fill", "ours_ids", "bitmap"),
         ("ipam_i1_churn99", "ours", "bitmap"),
+        ("ipam_i1_churn99", "ours_ids", "bitmap"),
         ("ipam_i1_churn99", "ours", "linear"),
         ("ipam_i4_restore", "ours", "replay"),
     ]);

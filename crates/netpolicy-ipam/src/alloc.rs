@@ -123,39 +123,61 @@ impl Holders {
     }
 }
 
-/// Owner id → offset.
+/// An array indexed by owner id, in fixed-size pages: growing it never copies the
+/// entries (only the page directory), so no single allocation pays for all earlier
+/// ones.
+#[derive(Debug, Clone)]
+struct Paged<T: Copy> {
+    pages: Vec<Option<Box<[T]>>>,
+    none: T,
+}
+
+impl<T: Copy + PartialEq> Paged<T> {
+    fn new(none: T) -> Self {
+        Self {
+            pages: Vec::new(),
+            none,
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<T> {
+        let v = self.pages.get(i / PAGE)?.as_ref()?[i % PAGE];
+        (v != self.none).then_some(v)
+    }
+
+    fn set(&mut self, i: usize, v: T) {
+        let p = i / PAGE;
+        if p >= self.pages.len() {
+            self.pages.resize(p + 1, None);
+        }
+        let none = self.none;
+        self.pages[p].get_or_insert_with(|| vec![none; PAGE].into_boxed_slice())[i % PAGE] = v;
+    }
+
+    fn reserve(&mut self, n: usize) {
+        self.pages.reserve(n.div_ceil(PAGE));
+    }
+}
+
+/// Owner id → offset, 8 bytes an id for pools of at most 2^64 values.
 #[derive(Debug, Clone)]
 enum Offsets {
-    U64(Vec<u64>),
-    U128(Vec<u128>),
+    U64(Paged<u64>),
+    U128(Paged<u128>),
 }
 
 impl Offsets {
     fn get(&self, id: u32) -> Option<u128> {
         match self {
-            Self::U64(v) => v
-                .get(id as usize)
-                .filter(|&&o| o != u64::MAX)
-                .map(|&o| u128::from(o)),
-            Self::U128(v) => v.get(id as usize).copied().filter(|&o| o != u128::MAX),
+            Self::U64(v) => v.get(id as usize).map(u128::from),
+            Self::U128(v) => v.get(id as usize),
         }
     }
 
     fn set(&mut self, id: u32, off: Option<u128>) {
-        let i = id as usize;
         match self {
-            Self::U64(v) => {
-                if i >= v.len() {
-                    v.resize(i + 1, u64::MAX);
-                }
-                v[i] = off.map_or(u64::MAX, |o| o as u64);
-            }
-            Self::U128(v) => {
-                if i >= v.len() {
-                    v.resize(i + 1, u128::MAX);
-                }
-                v[i] = off.unwrap_or(u128::MAX);
-            }
+            Self::U64(v) => v.set(id as usize, off.map_or(u64::MAX, |o| o as u64)),
+            Self::U128(v) => v.set(id as usize, off.unwrap_or(u128::MAX)),
         }
     }
 
@@ -163,6 +185,106 @@ impl Offsets {
         match self {
             Self::U64(v) => v.reserve(n),
             Self::U128(v) => v.reserve(n),
+        }
+    }
+}
+
+/// Free offsets below the watermark. Dense pools use a three-level bitmap (a bit per
+/// value, plus summary bits of non-empty words): the smallest hole in O(1) and at most
+/// capacity / 8 bytes. Larger pools use a B-tree of the holes themselves.
+#[derive(Debug, Clone)]
+enum Holes {
+    Bits {
+        l0: Vec<u64>,
+        l1: Vec<u64>,
+        l2: Vec<u64>,
+        len: usize,
+    },
+    Tree(BTreeSet<u128>),
+}
+
+impl Holes {
+    fn for_capacity(capacity: u128) -> Self {
+        if capacity <= DENSE_MAX {
+            let w0 = (capacity as usize).div_ceil(64).max(1);
+            let w1 = w0.div_ceil(64);
+            Self::Bits {
+                l0: vec![0; w0],
+                l1: vec![0; w1],
+                l2: vec![0; w1.div_ceil(64)],
+                len: 0,
+            }
+        } else {
+            Self::Tree(BTreeSet::new())
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Bits { len, .. } => *len,
+            Self::Tree(t) => t.len(),
+        }
+    }
+
+    fn first(&self) -> Option<u128> {
+        match self {
+            Self::Bits { l0, l1, l2, .. } => {
+                let i2 = l2.iter().position(|&w| w != 0)?;
+                let i1 = i2 * 64 + l2[i2].trailing_zeros() as usize;
+                let i0 = i1 * 64 + l1[i1].trailing_zeros() as usize;
+                Some((i0 * 64 + l0[i0].trailing_zeros() as usize) as u128)
+            }
+            Self::Tree(t) => t.first().copied(),
+        }
+    }
+
+    fn insert(&mut self, x: u128) {
+        match self {
+            Self::Bits { l0, l1, l2, len } => {
+                let i = x as usize;
+                let (w0, b0) = (i / 64, i % 64);
+                if l0[w0] >> b0 & 1 == 1 {
+                    return;
+                }
+                *len += 1;
+                let was_empty = l0[w0] == 0;
+                l0[w0] |= 1 << b0;
+                if was_empty {
+                    let (w1, b1) = (w0 / 64, w0 % 64);
+                    let was_empty = l1[w1] == 0;
+                    l1[w1] |= 1 << b1;
+                    if was_empty {
+                        l2[w1 / 64] |= 1 << (w1 % 64);
+                    }
+                }
+            }
+            Self::Tree(t) => {
+                t.insert(x);
+            }
+        }
+    }
+
+    fn remove(&mut self, x: u128) {
+        match self {
+            Self::Bits { l0, l1, l2, len } => {
+                let i = x as usize;
+                let (w0, b0) = (i / 64, i % 64);
+                if l0[w0] >> b0 & 1 == 0 {
+                    return;
+                }
+                *len -= 1;
+                l0[w0] &= !(1 << b0);
+                if l0[w0] == 0 {
+                    let (w1, b1) = (w0 / 64, w0 % 64);
+                    l1[w1] &= !(1 << b1);
+                    if l1[w1] == 0 {
+                        l2[w1 / 64] &= !(1 << (w1 % 64));
+                    }
+                }
+            }
+            Self::Tree(t) => {
+                t.remove(&x);
+            }
         }
     }
 }
@@ -187,7 +309,7 @@ pub struct IdAllocator<S: Space> {
     space: S,
     holders: Holders,
     offsets: Offsets,
-    holes: BTreeSet<u128>,
+    holes: Holes,
     watermark: u128,
     allocated: u128,
 }
@@ -199,12 +321,12 @@ impl<S: Space> IdAllocator<S> {
         Self {
             holders: Holders::for_capacity(capacity),
             offsets: if capacity <= u128::from(u64::MAX) {
-                Offsets::U64(Vec::new())
+                Offsets::U64(Paged::new(u64::MAX))
             } else {
-                Offsets::U128(Vec::new())
+                Offsets::U128(Paged::new(u128::MAX))
             },
+            holes: Holes::for_capacity(capacity),
             space,
-            holes: BTreeSet::new(),
             watermark: 0,
             allocated: 0,
         }
@@ -247,7 +369,7 @@ impl<S: Space> IdAllocator<S> {
     }
 
     fn lowest_free(&self) -> Option<u128> {
-        let off = self.holes.first().copied().unwrap_or(self.watermark);
+        let off = self.holes.first().unwrap_or(self.watermark);
         (off < self.space.capacity()).then_some(off)
     }
 
@@ -256,7 +378,7 @@ impl<S: Space> IdAllocator<S> {
         self.offsets.set(owner, Some(off));
         self.allocated += 1;
         if off < self.watermark {
-            self.holes.remove(&off);
+            self.holes.remove(off);
         } else if off == self.watermark {
             let cap = self.space.capacity();
             let mut w = off + 1;
@@ -382,8 +504,12 @@ fn hash_name(name: &str) -> u64 {
 
 impl Names {
     fn id(&self, owner: &str) -> Option<u32> {
+        self.find(hash_name(owner), owner)
+    }
+
+    fn find(&self, hash: u64, owner: &str) -> Option<u32> {
         self.table
-            .find(hash_name(owner), |&id| {
+            .find(hash, |&id| {
                 self.names[id as usize].as_deref() == Some(owner)
             })
             .copied()
@@ -405,9 +531,15 @@ impl Names {
     }
 
     fn intern(&mut self, owner: &str) -> u32 {
-        if let Some(id) = self.id(owner) {
-            return id;
+        let hash = hash_name(owner);
+        match self.find(hash, owner) {
+            Some(id) => id,
+            None => self.insert_new(hash, owner),
         }
+    }
+
+    /// Adds a name known to be absent, with its hash.
+    fn insert_new(&mut self, hash: u64, owner: &str) -> u32 {
         let id = match self.free.pop() {
             Some(id) => {
                 self.names[id as usize] = Some(owner.into());
@@ -419,7 +551,7 @@ impl Names {
             }
         };
         let names = &self.names;
-        self.table.insert_unique(hash_name(owner), id, |&i| {
+        self.table.insert_unique(hash, id, |&i| {
             hash_name(names[i as usize].as_deref().unwrap_or(""))
         });
         id
@@ -519,15 +651,17 @@ impl<S: Space> Allocator<S> {
     /// # Errors
     /// [`Error::Exhausted`] when nothing is free.
     pub fn allocate(&mut self, owner: &str) -> Result<S::Value> {
-        if let Some(v) = self.by_owner(owner) {
-            return Ok(v);
+        // A name is interned exactly while it holds a value.
+        let hash = hash_name(owner);
+        if let Some(id) = self.names.find(hash, owner) {
+            return self.inner.allocate(id);
         }
         if self.inner.lowest_free().is_none() {
             return Err(Error::Exhausted {
                 capacity: self.capacity(),
             });
         }
-        let id = self.names.intern(owner);
+        let id = self.names.insert_new(hash, owner);
         self.inner.allocate(id)
     }
 

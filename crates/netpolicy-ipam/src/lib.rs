@@ -63,3 +63,7 @@ pub mod prefix;
 pub mod space;
 
 pub use error::{Error, RestoreProblem, Result};
+
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
