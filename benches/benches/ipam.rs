@@ -460,6 +460,7 @@ fn main() {
     }
     ipam_i1_latency();
     ipam_i2_latency();
+    ipam_id_latency();
     print_ratios(&[
         ("ipam_i1_fill", "ours", "bitmap"),
         ("ipam_i1_fill", "ours_ids", "bitmap"),

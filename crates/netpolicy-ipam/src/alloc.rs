@@ -474,9 +474,18 @@ impl<S: Space> IdAllocator<S> {
     /// Rebuilds from `(offset, owner)` pairs sorted by offset, distinct in both.
     fn from_sorted(space: S, rows: &[(u128, u32)]) -> Self {
         let mut a = Self::new(space);
+        // B-trees are built in one pass from sorted input instead of key by key.
+        match &mut a.holders {
+            Holders::Sparse64(m) => *m = rows.iter().map(|&(o, id)| (o as u64, id)).collect(),
+            Holders::Sparse128(m) => *m = rows.iter().copied().collect(),
+            Holders::Dense(_) => {
+                for &(off, id) in rows {
+                    a.holders.set(off, id);
+                }
+            }
+        }
         let mut w = 0u128;
         for &(off, id) in rows {
-            a.holders.set(off, id);
             a.offsets.set(id, Some(off));
             if off == w {
                 w += 1;
@@ -540,13 +549,18 @@ impl Names {
 
     /// Adds a name known to be absent, with its hash.
     fn insert_new(&mut self, hash: u64, owner: &str) -> u32 {
+        self.insert_new_boxed(hash, owner.into())
+    }
+
+    /// [`Names::insert_new`] taking the name's allocation.
+    fn insert_new_boxed(&mut self, hash: u64, owner: Box<str>) -> u32 {
         let id = match self.free.pop() {
             Some(id) => {
-                self.names[id as usize] = Some(owner.into());
+                self.names[id as usize] = Some(owner);
                 id
             }
             None => {
-                self.names.push(Some(owner.into()));
+                self.names.push(Some(owner));
                 (self.names.len() - 1) as u32
             }
         };
@@ -739,29 +753,38 @@ impl<S: Space> Allocator<S> {
         let mut ids: Vec<(u128, u32)> = Vec::with_capacity(rows.len());
         // Ids are handed out 0, 1, 2... here, so the first value of each is a Vec.
         let mut first_value: Vec<u128> = Vec::with_capacity(rows.len());
-        for (i, (off, owner)) in rows.iter().enumerate() {
-            if i > 0 && rows[i - 1].0 == *off {
+        for w in rows.windows(2) {
+            if w[0].0 == w[1].0 {
                 problems.push(RestoreProblem::SharedValue {
-                    value: space.value_at(*off).to_string(),
-                    first: rows[i - 1].1.clone(),
-                    second: owner.clone(),
+                    value: space.value_at(w[0].0).to_string(),
+                    first: w[0].1.clone(),
+                    second: w[1].1.clone(),
                 });
-                continue;
             }
-            let fresh = names.id(owner).is_none();
-            let id = names.intern(owner);
+        }
+        let mut prev_off = None;
+        // By value: each name's allocation moves into the table, no copy.
+        for (off, owner) in rows {
+            if prev_off.replace(off) == Some(off) {
+                continue; // reported as SharedValue above
+            }
+            let hash = hash_name(&owner);
+            let (id, fresh) = match names.find(hash, &owner) {
+                Some(id) => (id, false),
+                None => (names.insert_new_boxed(hash, owner.into_boxed_str()), true),
+            };
             if !fresh {
                 if let Some(prev) = first_value.get(id as usize) {
                     problems.push(RestoreProblem::OwnerTwice {
-                        owner: owner.clone(),
+                        owner: names.name(id).to_owned(),
                         first: space.value_at(*prev).to_string(),
-                        second: space.value_at(*off).to_string(),
+                        second: space.value_at(off).to_string(),
                     });
                 }
                 continue;
             }
-            first_value.push(*off);
-            ids.push((*off, id));
+            first_value.push(off);
+            ids.push((off, id));
         }
         if !problems.is_empty() {
             problems.sort();
