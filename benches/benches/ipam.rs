@@ -444,6 +444,85 @@ fn ipam_i4_restore(c: &mut Criterion) {
     assert_eq!(space.capacity(), (1u128 << 64) - 1);
 }
 
+/// The id layer (`IdAllocator`, owners as u32 ids), timed per operation: I1 fill and
+/// churn at 99%, and I2's sequence on a /64.
+fn ipam_id_latency() {
+    let mut ids = IdAllocator::new(v4_space());
+    let mut fill = Vec::with_capacity(V4_USABLE as usize);
+    for id in 0..V4_USABLE as u32 {
+        let t = Instant::now();
+        black_box(ids.allocate(id).ok());
+        fill.push(t.elapsed().as_nanos() as u64);
+    }
+    println!("ipam_id_latency fill /12 (id layer): {}", Latency::of(fill));
+    let mut rng = SplitMix64(SEED);
+    let mut held: Vec<u32> = (0..V4_USABLE as u32).collect();
+    for _ in 0..V4_USABLE / 100 {
+        let i = rng.below(held.len() as u64) as usize;
+        ids.release(held.swap_remove(i));
+    }
+    let mut churn = Vec::with_capacity(200_000);
+    for _ in 0..200_000 {
+        let id = held[rng.below(held.len() as u64) as usize];
+        let t = Instant::now();
+        ids.release(id);
+        black_box(ids.allocate(id).ok());
+        churn.push(t.elapsed().as_nanos() as u64);
+    }
+    println!(
+        "ipam_id_latency churn 99% (id layer, release+allocate): {}",
+        Latency::of(churn)
+    );
+
+    let mut a = IdAllocator::new(v6_space());
+    let (mut dynamic, mut statics, mut release, mut again) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for id in 0..1_000_000u32 {
+        let t = Instant::now();
+        let _ = black_box(a.allocate(id));
+        dynamic.push(t.elapsed().as_nanos() as u64);
+    }
+    let base = u128::from("fd00:64::".parse::<Ipv6Addr>().expect("addr"));
+    for id in 1_000_000..1_100_000u32 {
+        let addr = IpAddr::V6(Ipv6Addr::from(
+            base + (u128::from(rng.next_u64()) | 1 << 40),
+        ));
+        let t = Instant::now();
+        let _ = black_box(a.allocate_static(id, &addr));
+        statics.push(t.elapsed().as_nanos() as u64);
+    }
+    let mut released = Vec::new();
+    for id in 0..1_100_000u32 {
+        if rng.below(2) == 0 {
+            let t = Instant::now();
+            black_box(a.release(id));
+            release.push(t.elapsed().as_nanos() as u64);
+            released.push(id);
+        }
+    }
+    for id in released {
+        let t = Instant::now();
+        let _ = black_box(a.allocate(id));
+        again.push(t.elapsed().as_nanos() as u64);
+    }
+    println!(
+        "ipam_id_latency /64 dynamic (id layer): {}",
+        Latency::of(dynamic)
+    );
+    println!(
+        "ipam_id_latency /64 static (id layer): {}",
+        Latency::of(statics)
+    );
+    println!(
+        "ipam_id_latency /64 release (id layer): {}",
+        Latency::of(release)
+    );
+    println!(
+        "ipam_id_latency /64 allocate again (id layer): {}",
+        Latency::of(again)
+    );
+}
+
 criterion_group!(
     benches,
     ipam_i1_fill,
