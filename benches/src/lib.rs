@@ -288,6 +288,8 @@ pub mod ipam_baselines {
         max: u64,
         count: u64,
         rng: SplitMix64,
+        /// Bits examined by the last `allocate_next` (its work, free of timer noise).
+        pub last_scan: u64,
     }
 
     impl BitmapAllocator {
@@ -298,6 +300,7 @@ pub mod ipam_baselines {
                 max,
                 count: 0,
                 rng: SplitMix64(seed),
+                last_scan: 0,
             }
         }
 
@@ -313,6 +316,7 @@ pub mod ipam_baselines {
             let offset = self.rng.below(self.max);
             for i in 0..self.max {
                 let at = (offset + i) % self.max;
+                self.last_scan = i + 1;
                 if !self.bit(at) {
                     self.words[(at / 64) as usize] |= 1 << (at % 64);
                     self.count += 1;

@@ -200,7 +200,9 @@ enum Holes {
         l2: Vec<u64>,
         len: usize,
     },
-    Tree(BTreeSet<u128>),
+    /// Pools of at most 2^64 values: 8-byte keys.
+    Tree64(BTreeSet<u64>),
+    Tree128(BTreeSet<u128>),
 }
 
 impl Holes {
@@ -214,15 +216,18 @@ impl Holes {
                 l2: vec![0; w1.div_ceil(64)],
                 len: 0,
             }
+        } else if capacity <= u128::from(u64::MAX) {
+            Self::Tree64(BTreeSet::new())
         } else {
-            Self::Tree(BTreeSet::new())
+            Self::Tree128(BTreeSet::new())
         }
     }
 
     fn len(&self) -> usize {
         match self {
             Self::Bits { len, .. } => *len,
-            Self::Tree(t) => t.len(),
+            Self::Tree64(t) => t.len(),
+            Self::Tree128(t) => t.len(),
         }
     }
 
@@ -234,7 +239,8 @@ impl Holes {
                 let i0 = i1 * 64 + l1[i1].trailing_zeros() as usize;
                 Some((i0 * 64 + l0[i0].trailing_zeros() as usize) as u128)
             }
-            Self::Tree(t) => t.first().copied(),
+            Self::Tree64(t) => t.first().map(|&x| u128::from(x)),
+            Self::Tree128(t) => t.first().copied(),
         }
     }
 
@@ -258,7 +264,10 @@ impl Holes {
                     }
                 }
             }
-            Self::Tree(t) => {
+            Self::Tree64(t) => {
+                t.insert(x as u64);
+            }
+            Self::Tree128(t) => {
                 t.insert(x);
             }
         }
@@ -282,7 +291,10 @@ impl Holes {
                     }
                 }
             }
-            Self::Tree(t) => {
+            Self::Tree64(t) => {
+                t.remove(&(x as u64));
+            }
+            Self::Tree128(t) => {
                 t.remove(&x);
             }
         }
@@ -701,10 +713,8 @@ impl<S: Space> Allocator<S> {
 
     /// Releases what `owner` holds; returns it.
     pub fn release(&mut self, owner: &str) -> Option<S::Value> {
-        let id = self.names.id(owner)?;
-        let v = self.inner.release(id);
-        self.names.forget(owner);
-        v
+        let id = self.names.forget(owner)?;
+        self.inner.release(id)
     }
 
     /// Releases `value`; returns who held it.
