@@ -326,6 +326,41 @@ pub mod ipam_baselines {
             None
         }
 
+        /// `AllocateNext` with its random start fixed at `offset`: the same scan, for
+        /// timing the case a random start can land on.
+        pub fn allocate_from(&mut self, offset: u64) -> Option<u64> {
+            for i in 0..self.max {
+                let at = (offset + i) % self.max;
+                self.last_scan = i + 1;
+                if !self.bit(at) {
+                    self.words[(at / 64) as usize] |= 1 << (at % 64);
+                    self.count += 1;
+                    return Some(at);
+                }
+            }
+            None
+        }
+
+        /// Start and length of the longest stretch of allocated values (where a random
+        /// start costs the longest scan).
+        pub fn longest_full_stretch(&self) -> (u64, u64) {
+            let (mut best, mut cur_start, mut cur) = ((0, 0), 0, 0);
+            for at in 0..self.max {
+                if self.bit(at) {
+                    if cur == 0 {
+                        cur_start = at;
+                    }
+                    cur += 1;
+                    if cur > best.1 {
+                        best = (cur_start, cur);
+                    }
+                } else {
+                    cur = 0;
+                }
+            }
+            best
+        }
+
         /// Releases a value.
         pub fn release(&mut self, at: u64) {
             if self.bit(at) {
