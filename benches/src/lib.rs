@@ -314,16 +314,7 @@ pub mod ipam_baselines {
                 return None;
             }
             let offset = self.rng.below(self.max);
-            for i in 0..self.max {
-                let at = (offset + i) % self.max;
-                self.last_scan = i + 1;
-                if !self.bit(at) {
-                    self.words[(at / 64) as usize] |= 1 << (at % 64);
-                    self.count += 1;
-                    return Some(at);
-                }
-            }
-            None
+            self.allocate_from(offset)
         }
 
         /// `AllocateNext` with its random start fixed at `offset`: the same scan, for
