@@ -3,7 +3,11 @@
 //! Exit status: 0 success; 1 the input has validation errors or conflicts (the plan is
 //! still printed); 2 usage errors or unreadable files.
 
-use std::{io::Write, path::PathBuf, process::ExitCode};
+use std::{
+    io::{BufWriter, Write},
+    path::PathBuf,
+    process::ExitCode,
+};
 
 use crate::{manifest, plan};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -95,24 +99,31 @@ fn run_plan(a: &PlanArgs) -> ExitCode {
     for w in &report.warnings {
         eprintln!("warning: {w}");
     }
-    let text = match a.output {
-        Output::Table => Ok(report.to_table()),
-        Output::Json => serde_json::to_string_pretty(&report)
-            .map(|mut s| {
-                s.push('\n');
-                s
-            })
-            .map_err(|e| e.to_string()),
-        Output::Yaml => serde_saphyr::to_string(&report).map_err(|e| e.to_string()),
-    };
-    let text = match text {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("error: cannot render the plan: {e}");
+    // JSON is streamed: on a large cluster it is far bigger than the report in memory
+    // (nodes with the same result share it; the output spells it out per node).
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let written = match a.output {
+        Output::Table => out.write_all(report.to_table().as_bytes()),
+        Output::Json => serde_json::to_writer_pretty(&mut out, &report)
+            .map_err(std::io::Error::from)
+            .and_then(|()| out.write_all(b"\n")),
+        Output::Yaml => match serde_saphyr::to_string(&report) {
+            Ok(y) => out.write_all(y.as_bytes()),
+            Err(e) => {
+                eprintln!("error: cannot render the plan as YAML: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    }
+    .and_then(|()| out.flush());
+    match written {
+        // A closed pipe (`| head`) is the reader's choice, not an error of ours.
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!("error: cannot write the plan: {e}");
             return ExitCode::from(2);
         }
-    };
-    print_out(&text);
+        _ => {}
+    }
     if report.has_errors() {
         eprintln!(
             "error: the input has {} problem{} (listed under errors)",
