@@ -380,11 +380,18 @@ fn plan_floating_ips(
             )),
         }
     }
+    // Owners whose persisted address could not be restored get no other address.
+    let mut unrestored: BTreeMap<String, String> = BTreeMap::new();
     for (range, entries) in persisted {
         if pools.get(range).is_none() {
             continue; // reported with each FloatingIP below
         }
+        let owners: Vec<(String, String)> = entries
+            .iter()
+            .map(|(a, o)| (o.clone(), a.to_string()))
+            .collect();
         if let Err(e) = pools.restore(range, entries) {
+            unrestored.extend(owners);
             errors.push(InputError {
                 kind: "FloatingIPRange".into(),
                 name: range.to_owned(),
@@ -443,7 +450,16 @@ fn plan_floating_ips(
     let mut fips = Vec::new();
     for r in requests {
         let owner = format!("{}/{}", r.namespace, r.name);
-        let result = if pools.get(&r.range).is_none() {
+        let result = if let Some(addr) = unrestored.get(&owner) {
+            Err((
+                "status.address",
+                format!(
+                    "its address {addr} could not be restored (see FloatingIPRange/{}); no \
+                     other address is given in its place",
+                    r.range
+                ),
+            ))
+        } else if pools.get(&r.range).is_none() {
             let known = ranges
                 .iter()
                 .any(|x| x.metadata.name.as_deref() == Some(r.range.as_str()));

@@ -513,3 +513,36 @@ spec:
         "pools blue and green overlap (both contain 10.135.10.194)"
     );
 }
+
+#[test]
+fn a_persisted_address_held_twice_is_reported_and_neither_owner_gets_another() {
+    let held = |ns: &str| {
+        format!(
+            "---
+apiVersion: netpolicy.io/v1alpha1
+kind: FloatingIP
+metadata: {{name: ip, namespace: {ns}}}
+spec: {{range: blue}}
+status: {{address: 10.135.10.210}}
+"
+        )
+    };
+    let text = format!(
+        "{RANGES}{}{}{}",
+        held("a"),
+        held("b"),
+        fip("c", "new", "blue", None)
+    );
+    let (code, v, _) = plan_json(&text);
+    assert_eq!(code, 1);
+    let msg = v["errors"][0]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("10.135.10.210 is held by both a/ip and b/ip"),
+        "{msg}"
+    );
+    let fips = v["floatingIPs"].as_array().unwrap();
+    assert_eq!(fips[0]["address"], "", "{fips:?}");
+    assert_eq!(fips[1]["address"], "", "{fips:?}");
+    // Others still allocate normally.
+    assert_eq!(fips[2]["address"], "10.135.10.194");
+}
