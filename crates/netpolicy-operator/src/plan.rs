@@ -6,7 +6,7 @@
 //! serde renders the JSON/YAML contract of DESIGN.md.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     fmt::Write as _,
     sync::Arc,
 };
@@ -20,7 +20,7 @@ use netpolicy_core::{
 };
 use serde::Serialize;
 
-use netpolicy_ipam::{pools::Pools, space::AddressSpace};
+use netpolicy_ipam::{Error as IpamError, RestoreProblem, pools::Pools, space::AddressSpace};
 
 use crate::{
     api::{CLUSTER_CONFIG_NAME, FloatingIPRange},
@@ -380,25 +380,62 @@ fn plan_floating_ips(
             )),
         }
     }
-    // Owners whose persisted address could not be restored get no other address.
+    // Persisted addresses that contradict each other are not guessed at: their owners get
+    // no address (not another one), contested addresses stay reserved, and everything
+    // else of the range is restored as it was.
     let mut unrestored: BTreeMap<String, String> = BTreeMap::new();
     for (range, entries) in persisted {
         if pools.get(range).is_none() {
             continue; // reported with each FloatingIP below
         }
-        let owners: Vec<(String, String)> = entries
-            .iter()
-            .map(|(a, o)| (o.clone(), a.to_string()))
-            .collect();
-        if let Err(e) = pools.restore(range, entries) {
-            unrestored.extend(owners);
-            errors.push(InputError {
-                kind: "FloatingIPRange".into(),
-                name: range.to_owned(),
-                field: "status".into(),
-                message: format!("{e}; no address is restored from this range"),
-            });
+        let Err(e) = pools.restore(range, entries.clone()) else {
+            continue;
+        };
+        let mut bad_owners = BTreeSet::new();
+        let mut contested = BTreeSet::new();
+        if let IpamError::Restore(problems) = &e {
+            for p in problems {
+                match p {
+                    RestoreProblem::SharedValue {
+                        value,
+                        first,
+                        second,
+                    } => {
+                        contested.insert(value.clone());
+                        bad_owners.insert(first.clone());
+                        bad_owners.insert(second.clone());
+                    }
+                    RestoreProblem::OwnerTwice { owner, .. }
+                    | RestoreProblem::NotInPool { owner, .. } => {
+                        bad_owners.insert(owner.clone());
+                    }
+                }
+            }
         }
+        let mut keep: Vec<(std::net::IpAddr, String)> = Vec::new();
+        for (a, o) in entries {
+            if bad_owners.contains(&o) {
+                unrestored.insert(o, a.to_string());
+            } else if !contested.contains(&a.to_string()) {
+                keep.push((a, o));
+            }
+        }
+        keep.extend(
+            contested
+                .iter()
+                .filter_map(|v| v.parse().ok())
+                .map(|a: std::net::IpAddr| (a, format!("(contested {a})"))),
+        );
+        let _ = pools.restore(range, keep);
+        errors.push(InputError {
+            kind: "FloatingIPRange".into(),
+            name: range.to_owned(),
+            field: "status".into(),
+            message: format!(
+                "{e}; those FloatingIPs get no address until this is resolved, and contested \
+                 addresses stay reserved"
+            ),
+        });
     }
     let mut explicit: Vec<Request> = Vec::new();
     for f in &m.floating_ips {

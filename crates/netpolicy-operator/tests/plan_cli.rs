@@ -527,8 +527,15 @@ status: {{address: 10.135.10.210}}
 "
         )
     };
+    let kept = "---
+apiVersion: netpolicy.io/v1alpha1
+kind: FloatingIP
+metadata: {name: kept, namespace: d}
+spec: {range: blue}
+status: {address: 10.135.10.194}
+";
     let text = format!(
-        "{RANGES}{}{}{}",
+        "{RANGES}{}{}{}{kept}",
         held("a"),
         held("b"),
         fip("c", "new", "blue", None)
@@ -543,6 +550,16 @@ status: {{address: 10.135.10.210}}
     let fips = v["floatingIPs"].as_array().unwrap();
     assert_eq!(fips[0]["address"], "", "{fips:?}");
     assert_eq!(fips[1]["address"], "", "{fips:?}");
-    // Others still allocate normally.
-    assert_eq!(fips[2]["address"], "10.135.10.194");
+    // The rest of the range is restored (d/kept keeps .194), the contested .210 stays
+    // reserved, and new requests allocate around both.
+    assert_eq!(fips[2]["address"], "10.135.10.195", "{fips:?}");
+    assert_eq!(fips[3]["address"], "10.135.10.194", "{fips:?}");
+    let blue = v["floatingIPRanges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "blue")
+        .unwrap()
+        .clone();
+    assert_eq!(blue["allocated"], 3, "kept, contested, new");
 }
