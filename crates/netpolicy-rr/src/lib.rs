@@ -4,9 +4,10 @@
 //! which nodes, and (coming) which `BGPPeer` objects and how to move between topologies
 //! without dropping a node's last session. Pure: no I/O, no clock, no randomness.
 //!
-//! **Status:** sizing, eligibility and stable placement with cluster IDs are here
-//! ([`place`]); peers, multi-zone topologies, transitions, the CRD and `netpolicy plan`
-//! output come with the rest of the route-reflector issue.
+//! **Status:** sizing, eligibility and stable placement with cluster IDs ([`place`]) and
+//! the `simple` topology with its BGPPeers and node label changes ([`simple_topology`])
+//! are here; the `multi` topology, transition plans, the CRD and `netpolicy plan` output
+//! come with the rest of the route-reflector issue.
 //!
 //! # Rules
 //! - Sizing: per zone, `clamp(ceil(ready × ratio), min, max)`, never more than the
@@ -252,11 +253,14 @@ impl Config {
     }
 }
 
-/// What exists now: reflector nodes and current peerings (client → reflectors).
+/// What exists now: reflector nodes, their cluster IDs, and current peerings
+/// (client → reflectors).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Current {
     /// Nodes that are reflectors now.
     pub reflectors: BTreeSet<String>,
+    /// Cluster ID annotations now, by node.
+    pub cluster_ids: BTreeMap<String, Ipv4Addr>,
     /// Each client's reflectors now.
     pub peerings: BTreeMap<String, Vec<String>>,
 }
@@ -459,6 +463,138 @@ fn choose(
     names
 }
 
+/// The annotation Calico reads a reflector's cluster ID from.
+pub const CLUSTER_ID_ANNOTATION: &str = "projectcalico.org/RouteReflectorClusterID";
+
+/// A Calico `BGPPeer` (`crd.projectcalico.org/v1`), by selectors.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BgpPeer {
+    /// Object name.
+    pub name: String,
+    /// Calico selector of the nodes that open the sessions.
+    pub node_selector: String,
+    /// Calico selector of the nodes they peer with.
+    pub peer_selector: String,
+}
+
+/// A change to one node's reflector label and cluster-ID annotation.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NodeChange {
+    /// Node name.
+    pub node: String,
+    /// The node becomes (true) or stops being (false) a reflector.
+    pub reflector: bool,
+    /// The annotation to set (`None` removes it).
+    pub cluster_id: Option<Ipv4Addr>,
+}
+
+/// The `simple` topology: who peers with whom, and its objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimpleTopology {
+    /// Each client's reflectors (all reflectors of its zone; all reflectors when its
+    /// zone has none), sorted.
+    pub clients: BTreeMap<String, Vec<String>>,
+    /// BGPPeer objects: one per zone for its clients, plus one full mesh between
+    /// reflectors: O(zones), not O(nodes).
+    pub bgp_peers: Vec<BgpPeer>,
+    /// Label and annotation changes from `current`, by node.
+    pub node_changes: Vec<NodeChange>,
+}
+
+/// A Calico selector string literal.
+fn quoted(v: &str) -> String {
+    format!("'{}'", v.replace('\'', ""))
+}
+
+/// An object-name fragment from a zone name (lowercase alphanumerics and dashes).
+fn name_part(zone: &str) -> String {
+    let s: String = zone
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let s = s.trim_matches('-').to_owned();
+    if s.is_empty() {
+        "no-zone".to_owned()
+    } else {
+        s
+    }
+}
+
+/// The `simple` topology for a placement: every client peers with every reflector of its
+/// zone, reflectors peer with each other.
+///
+/// `reflector_label` is the label key set on reflector nodes (value `"true"`).
+pub fn simple_topology(
+    nodes: &[NodeInfo],
+    config: &Config,
+    placement: &Placement,
+    current: &Current,
+    reflector_label: &str,
+) -> SimpleTopology {
+    let ids: BTreeMap<&str, Ipv4Addr> = placement.reflectors().collect();
+    let all: Vec<String> = ids.keys().map(|s| (*s).to_owned()).collect();
+    let by_zone: BTreeMap<&str, &ZonePlacement> = placement
+        .zones
+        .iter()
+        .map(|z| (z.zone.as_str(), z))
+        .collect();
+    let mut clients = BTreeMap::new();
+    for n in nodes {
+        if ids.contains_key(n.name.as_str()) {
+            continue;
+        }
+        let zone = n.labels.get(&config.zone_label).map_or("", String::as_str);
+        let rs = match by_zone.get(zone) {
+            Some(z) if !z.reflectors.is_empty() => z.reflectors.clone(),
+            _ => all.clone(),
+        };
+        clients.insert(n.name.clone(), rs);
+    }
+    let rr = format!("has({reflector_label})");
+    let mut bgp_peers = vec![BgpPeer {
+        name: "netpolicy-rr-mesh".to_owned(),
+        node_selector: rr.clone(),
+        peer_selector: rr.clone(),
+    }];
+    for z in &placement.zones {
+        let in_zone = format!("{} == {}", config.zone_label, quoted(&z.zone));
+        bgp_peers.push(BgpPeer {
+            name: format!("netpolicy-rr-clients-{}", name_part(&z.zone)),
+            node_selector: format!("!{rr} && {in_zone}"),
+            peer_selector: if z.reflectors.is_empty() {
+                rr.clone()
+            } else {
+                format!("{rr} && {in_zone}")
+            },
+        });
+    }
+    let mut node_changes = Vec::new();
+    for n in nodes {
+        let want = ids.get(n.name.as_str()).copied();
+        let is = current.reflectors.contains(&n.name);
+        let has_id = current.cluster_ids.get(&n.name).copied();
+        if want.is_some() != is || want != has_id {
+            node_changes.push(NodeChange {
+                node: n.name.clone(),
+                reflector: want.is_some(),
+                cluster_id: want,
+            });
+        }
+    }
+    node_changes.sort();
+    SimpleTopology {
+        clients,
+        bgp_peers,
+        node_changes,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -551,6 +687,7 @@ mod tests {
                 ),
             ]
             .into(),
+            ..Current::default()
         };
         let p = place(&nodes, &Config::default(), &current).unwrap();
         // 3 wanted: a-007 and a-008 have one client each; a-008 is the youngest.
@@ -588,6 +725,39 @@ mod tests {
             p.reflectors()
                 .all(|(_, id)| id == Ipv4Addr::new(224, 0, 0, 1))
         );
+    }
+
+    #[test]
+    fn simple_topology_peers_clients_with_their_zone_and_has_o_zones_objects() {
+        let mut nodes = zone_nodes("a", 6, 0);
+        nodes.extend(zone_nodes("b", 6, 0));
+        let mut c_only = zone_nodes("c", 2, 0);
+        for n in &mut c_only {
+            n.unschedulable = true; // zone c has no eligible node
+        }
+        nodes.extend(c_only);
+        let config = Config::default();
+        let current = Current {
+            reflectors: ["a-005".to_string()].into(),
+            cluster_ids: [("a-005".to_string(), Ipv4Addr::new(224, 0, 0, 9))].into(),
+            ..Current::default()
+        };
+        let p = place(&nodes, &config, &current).unwrap();
+        let t = simple_topology(&nodes, &config, &p, &current, "calico-route-reflector");
+        assert_eq!(t.clients["a-003"], ["a-000", "a-001", "a-005"]);
+        assert_eq!(t.clients["b-004"], ["b-000", "b-001", "b-002"]);
+        // Zone c has no reflector: its clients peer with all of them.
+        assert_eq!(t.clients["c-000"].len(), 6);
+        assert_eq!(t.bgp_peers.len(), 1 + 3);
+        assert_eq!(
+            t.bgp_peers[1].node_selector,
+            "!has(calico-route-reflector) && topology.kubernetes.io/zone == 'a'"
+        );
+        assert_eq!(t.bgp_peers[3].peer_selector, "has(calico-route-reflector)");
+        // a-005 stays but its cluster ID is corrected; five nodes become reflectors.
+        let a005 = t.node_changes.iter().find(|c| c.node == "a-005").unwrap();
+        assert_eq!(a005.cluster_id, Some(Ipv4Addr::new(224, 0, 0, 1)));
+        assert_eq!(t.node_changes.len(), 6);
     }
 
     #[test]

@@ -111,6 +111,17 @@ proptest! {
             shuffled.swap(i, (s >> 33) as usize % (i + 1));
         }
         prop_assert_eq!(place(&shuffled, &config, &current).unwrap(), p.clone());
+        // The simple topology: every client has a session whenever any reflector exists,
+        // only with reflectors, and the objects grow with zones, not nodes.
+        let t = netpolicy_rr::simple_topology(&nodes, &config, &p, &current, "rr");
+        let reflectors: BTreeSet<&str> = p.reflectors().map(|(r, _)| r).collect();
+        for (client, rs) in &t.clients {
+            prop_assert!(!reflectors.contains(client.as_str()));
+            prop_assert!(!rs.is_empty() || reflectors.is_empty(), "{client} has no session");
+            prop_assert!(rs.iter().all(|r| reflectors.contains(r.as_str())));
+        }
+        prop_assert_eq!(t.clients.len() + reflectors.len(), nodes.len());
+        prop_assert_eq!(t.bgp_peers.len(), p.zones.len() + 1);
         // Reflector names are unique across zones.
         let all: Vec<&str> = p.reflectors().map(|(r, _)| r).collect();
         prop_assert_eq!(all.len(), all.iter().collect::<BTreeSet<_>>().len());
