@@ -28,7 +28,8 @@ pub trait Space {
     /// [`Error::WrongFamily`].
     fn offset_of(&self, value: &Self::Value) -> Result<u128>;
 
-    /// The value at `offset` (`offset < capacity`).
+    /// The value at `offset`. Meaningful for `offset < capacity`; other offsets give an
+    /// unspecified value of the right type, never a panic.
     fn value_at(&self, offset: u128) -> Self::Value;
 }
 
@@ -411,8 +412,11 @@ impl Space for AddressSpace {
 
     fn value_at(&self, offset: u128) -> IpAddr {
         let i = self.intervals.partition_point(|iv| iv.base <= offset);
-        let iv = self.intervals[i.saturating_sub(1)];
-        from_u128(self.family, iv.start + (offset - iv.base))
+        match self.intervals.get(i.saturating_sub(1)) {
+            Some(iv) => from_u128(self.family, iv.start.saturating_add(offset - iv.base)),
+            // An empty pool (everything excluded) has no values; never panic.
+            None => from_u128(self.family, 0),
+        }
     }
 }
 
@@ -520,7 +524,8 @@ impl Space for PrefixSpace {
 
     fn value_at(&self, offset: u128) -> IpNetwork {
         let family = IpFamily::of_net(self.parent);
-        let start = to_u128(self.parent.network()) + (offset << self.shift());
+        // Wrapping: offsets past the capacity give some value, never a panic.
+        let start = to_u128(self.parent.network()).wrapping_add(offset.wrapping_shl(self.shift()));
         IpNetwork::new(from_u128(family, start), self.child_len).unwrap_or(self.parent)
     }
 }
@@ -588,6 +593,18 @@ mod tests {
                 "spec.ranges[0]"
             ]
         );
+    }
+
+    #[test]
+    fn a_pool_with_everything_excluded_is_empty_and_does_not_panic() {
+        let p = AddressSpace::new(&[net("10.0.0.0/30")], &[], &[net("10.0.0.0/30")]).unwrap();
+        assert_eq!(p.capacity(), 0);
+        let _ = p.value_at(0);
+        let mut a = crate::alloc::Allocator::new(p);
+        assert!(matches!(
+            a.allocate("x"),
+            Err(Error::Exhausted { capacity: 0 })
+        ));
     }
 
     #[test]
