@@ -9,7 +9,7 @@
 use std::{fmt, net::IpAddr, str::FromStr};
 
 use ipnetwork::IpNetwork;
-use netpolicy_core::{FieldError, model::IpFamily};
+use netpolicy_core::{FieldError, model::IpFamily, validate::network_prefix};
 
 use crate::error::{Error, Result};
 
@@ -187,15 +187,8 @@ impl AddressSpace {
         for &(i, ref n) in cidrs {
             let path = format!("cidrs[{i}]");
             check_family(IpFamily::of_net(*n), path.clone(), &mut problems);
-            if n.ip() != n.network() {
-                problems.push(FieldError::new(
-                    path,
-                    format!(
-                        "{n} has host bits set; did you mean {}/{}?",
-                        n.network(),
-                        n.prefix()
-                    ),
-                ));
+            if let Err(m) = network_prefix(*n) {
+                problems.push(FieldError::new(path, m));
                 continue;
             }
             let (s, e) = net_bounds(*n);
@@ -240,9 +233,10 @@ impl AddressSpace {
                 ));
                 continue;
             }
-            excluded.push(net_bounds(
-                IpNetwork::new(n.network(), n.prefix()).unwrap_or(*n),
-            ));
+            match network_prefix(*n) {
+                Ok(n) => excluded.push(net_bounds(n)),
+                Err(m) => problems.push(FieldError::new(format!("exclude[{i}]"), m)),
+            }
         }
         let Some((family, _)) = family else {
             problems.push(FieldError::new(
@@ -447,16 +441,8 @@ impl PrefixSpace {
     /// 2^128 children.
     pub fn new(parent: IpNetwork, child_len: u8) -> Result<Self> {
         let bits = if parent.is_ipv4() { 32 } else { 128 };
-        if parent.ip() != parent.network() {
-            return Err(Error::Invalid(vec![FieldError::new(
-                "parent",
-                format!(
-                    "{parent} has host bits set; did you mean {}/{}?",
-                    parent.network(),
-                    parent.prefix()
-                ),
-            )]));
-        }
+        let parent = network_prefix(parent)
+            .map_err(|m| Error::Invalid(vec![FieldError::new("parent", m)]))?;
         if child_len <= parent.prefix() || child_len > bits {
             return Err(Error::Invalid(vec![FieldError::new(
                 "childLength",
@@ -605,6 +591,22 @@ mod tests {
             a.allocate("x"),
             Err(Error::Exhausted { capacity: 0 })
         ));
+    }
+
+    #[test]
+    fn an_exclusion_with_host_bits_is_an_error_not_a_wider_exclusion() {
+        let e = AddressSpace::parse(
+            "spec",
+            &["10.0.0.0/16".into()],
+            &[],
+            &["10.0.1.5/24".into()],
+        )
+        .unwrap_err();
+        assert_eq!(e.field_errors()[0].path, "spec.exclude[0]");
+        assert_eq!(
+            e.field_errors()[0].message,
+            "10.0.1.5/24 has host bits set; did you mean 10.0.1.0/24?"
+        );
     }
 
     #[test]
