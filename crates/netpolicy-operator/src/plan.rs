@@ -13,7 +13,7 @@ use std::{
 
 use comfy_table::{ContentArrangement, Table, presets};
 use netpolicy_core::{
-    Error as CoreError,
+    FieldError,
     merge::{Engine, NodeOutcome, Policy, Problem, Source},
     selector::{Labels, Selector},
     spec::{RenderedSpec, RouteSpec, RuleSpec, SourceRef, VlanSpec},
@@ -89,8 +89,9 @@ impl PlanReport {
     }
 }
 
-fn field_errors(kind: &str, name: &str, e: &CoreError, out: &mut Vec<InputError>) {
-    for f in e.field_errors() {
+/// One `errors` entry per field problem of an object.
+fn field_errors(kind: &str, name: &str, problems: &[FieldError], out: &mut Vec<InputError>) {
+    for f in problems {
         out.push(InputError {
             kind: kind.into(),
             name: name.into(),
@@ -158,7 +159,7 @@ pub fn plan(m: &Manifests) -> PlanReport {
         match cc.spec.routing.validate("spec") {
             Ok(cfg) => policies.push(Policy::cluster(&name, cfg)),
             Err(e) => {
-                field_errors("ClusterConfig", &name, &e, &mut errors);
+                field_errors("ClusterConfig", &name, e.field_errors(), &mut errors);
                 policies.push(Policy::invalid(
                     Source::cluster(&name),
                     0,
@@ -187,7 +188,7 @@ pub fn plan(m: &Manifests) -> PlanReport {
                     .into_iter()
                     .flatten()
                 {
-                    field_errors("NodeConfig", &name, e, &mut errors);
+                    field_errors("NodeConfig", &name, e.field_errors(), &mut errors);
                 }
                 // With a broken selector no node can be known to be unaffected.
                 let sel = sel.unwrap_or_else(|_| Selector::everything());
@@ -321,11 +322,7 @@ fn plan_floating_ips(
                     errors.push(range_error("spec.cidrs".into(), e.to_string()));
                 }
             }
-            Err(e) => {
-                for f in e.field_errors() {
-                    errors.push(range_error(f.path.clone(), f.message.clone()));
-                }
-            }
+            Err(e) => field_errors("FloatingIPRange", &name, e.field_errors(), errors),
         }
         if let Some(auto) = &r.spec.auto_allocate {
             match auto
@@ -349,11 +346,7 @@ fn plan_floating_ips(
                         }
                     }
                 }
-                Err(e) => {
-                    for f in e.field_errors() {
-                        errors.push(range_error(f.path.clone(), f.message.clone()));
-                    }
-                }
+                Err(e) => field_errors("FloatingIPRange", &name, e.field_errors(), errors),
             }
         }
     }
@@ -438,6 +431,7 @@ fn plan_floating_ips(
         });
     }
     let mut explicit: Vec<Request> = Vec::new();
+    let mut explicit_names: BTreeSet<(String, String)> = BTreeSet::new();
     for f in &m.floating_ips {
         let o = &f.object;
         let (namespace, name) = (
@@ -447,10 +441,7 @@ fn plan_floating_ips(
                 .unwrap_or_else(|| "default".into()),
             o.metadata.name.clone().unwrap_or_default(),
         );
-        if explicit
-            .iter()
-            .any(|r| r.namespace == namespace && r.name == name)
-        {
+        if !explicit_names.insert((namespace.clone(), name.clone())) {
             errors.push(fip_error(
                 &namespace,
                 &name,
@@ -471,11 +462,7 @@ fn plan_floating_ips(
         });
     }
     // An explicit FloatingIP replaces the automatic one of the same name.
-    requests.retain(|a| {
-        !explicit
-            .iter()
-            .any(|e| e.namespace == a.namespace && e.name == a.name)
-    });
+    requests.retain(|a| !explicit_names.contains(&(a.namespace.clone(), a.name.clone())));
     requests.extend(explicit);
     requests.sort_by(|a, b| {
         (a.address.is_none(), &a.namespace, &a.name).cmp(&(

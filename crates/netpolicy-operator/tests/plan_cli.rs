@@ -563,3 +563,23 @@ status: {address: 10.135.10.194}
         .clone();
     assert_eq!(blue["allocated"], 3, "kept, contested, new");
 }
+
+#[test]
+fn a_floating_ip_defined_twice_keeps_the_first_and_says_where() {
+    let text = format!(
+        "{RANGES}{}{}",
+        fip("a", "web", "blue", Some("10.135.10.200")),
+        fip("a", "web", "blue", Some("10.135.10.201")),
+    );
+    let (code, v, _) = plan_json(&text);
+    assert_eq!(code, 1);
+    assert_eq!(v["errors"][0]["name"], "a/web");
+    assert!(
+        v["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("defined twice")
+    );
+    assert_eq!(v["floatingIPs"].as_array().unwrap().len(), 1);
+    assert_eq!(v["floatingIPs"][0]["address"], "10.135.10.200");
+}
