@@ -112,12 +112,31 @@ fn ipam_i1_fill(c: &mut Criterion) {
     g.finish();
 }
 
-/// Random release + allocate at 99% fill, for each allocator.
+/// The same 1% of a full /12, chosen at random: (offsets still held, offsets released).
+/// Owner `k` of a pool filled from the bottom holds offset `k`, so the held offsets are
+/// also the owners (names or ids) that still hold an address.
+fn one_percent_released() -> (Vec<u64>, Vec<u64>) {
+    let mut rng = SplitMix64(SEED);
+    let mut held: Vec<u64> = (0..V4_USABLE).collect();
+    let mut released = Vec::with_capacity((V4_USABLE / 100) as usize);
+    for _ in 0..V4_USABLE / 100 {
+        let i = rng.below(held.len() as u64) as usize;
+        released.push(held.swap_remove(i));
+    }
+    (held, released)
+}
+
+/// Random release + allocate at 99% fill, for each allocator. Ours releases a random
+/// holder and allocates for it again (it gets the lowest free address); the baselines
+/// release a random address and allocate the next one their way.
 fn ipam_i1_churn99(c: &mut Criterion) {
     let space = v4_space();
     let owners: Vec<String> = (0..V4_USABLE).map(owner).collect();
-    let mut rng = SplitMix64(SEED);
     let mut ours = filled(&space, &owners);
+    let mut ids = IdAllocator::new(space.clone());
+    for id in 0..V4_USABLE as u32 {
+        let _ = ids.allocate(id);
+    }
     let mut bitmap = BitmapAllocator::new(V4_USABLE, SEED);
     for _ in 0..V4_USABLE {
         bitmap.allocate_next();
@@ -125,53 +144,27 @@ fn ipam_i1_churn99(c: &mut Criterion) {
     let first = u32::from(std::net::Ipv4Addr::new(10, 0, 0, 1));
     let mut linear = LinearScanAllocator::new(first, V4_USABLE as u32);
     linear.fill("x");
-    // Release 1% at random in all three.
-    let mut held: Vec<u64> = (0..V4_USABLE).collect();
-    for _ in 0..V4_USABLE / 100 {
-        let i = rng.below(held.len() as u64) as usize;
-        let off = held.swap_remove(i);
+    let (held, released) = one_percent_released();
+    for &off in &released {
         ours.release(&owners[off as usize]);
+        ids.release(off as u32);
         bitmap.release(off);
         linear.release(first + off as u32);
     }
     let mut g = c.benchmark_group("ipam_i1_churn99");
     g.throughput(Throughput::Elements(2));
     let mut r1 = SplitMix64(1);
-    let mut held_ours = held.clone();
     g.bench_function("ours", |b| {
         b.iter(|| {
-            let i = r1.below(held_ours.len() as u64) as usize;
-            let off = held_ours[i];
-            let name = &owners[off as usize];
+            let name = &owners[held[r1.below(held.len() as u64) as usize] as usize];
             let _ = ours.release(name);
-            let got = ours.allocate(name).ok();
-            if let Some(IpAddr::V4(a)) = got {
-                held_ours[i] = u64::from(u32::from(a) - first);
-            }
-            black_box(got)
+            black_box(ours.allocate(name).ok())
         })
     });
-    let mut ids = IdAllocator::new(space.clone());
-    for id in 0..V4_USABLE as u32 {
-        let _ = ids.allocate(id);
-    }
-    // Same 1% released as above: every offset not in `held`.
-    let mut is_held = vec![false; V4_USABLE as usize];
-    for &off in &held {
-        is_held[off as usize] = true;
-    }
-    for (off, h) in is_held.iter().enumerate() {
-        if !h {
-            ids.release(off as u32);
-        }
-    }
     let mut r4 = SplitMix64(1);
-    let held_ids = held.clone();
     g.bench_function("ours_ids", |b| {
         b.iter(|| {
-            let i = r4.below(held_ids.len() as u64) as usize;
-            let id = held_ids[i] as u32;
-            // Owner id = the offset it first got; release it and allocate for it again.
+            let id = held[r4.below(held.len() as u64) as usize] as u32;
             ids.release(id);
             black_box(ids.allocate(id).ok())
         })
@@ -187,6 +180,7 @@ fn ipam_i1_churn99(c: &mut Criterion) {
             }
         })
     });
+    let holders = held.len() as u128;
     let mut r3 = SplitMix64(1);
     let mut held_linear = held;
     g.bench_function("linear", |b| {
@@ -199,6 +193,9 @@ fn ipam_i1_churn99(c: &mut Criterion) {
         })
     });
     g.finish();
+    // The churn kept the fill at 99%: every release was followed by one allocation.
+    assert_eq!(ours.allocated(), holders, "named churn drifted");
+    assert_eq!(ids.allocated(), holders, "id churn drifted");
 }
 
 /// Every operation timed on its own: mean, p99, p99.9 and worst, ours and bitmap, in
@@ -224,30 +221,23 @@ fn ipam_i1_latency() {
     println!("ipam_i1_latency fill /12 ours:   {}", Latency::of(fill));
     println!("ipam_i1_latency fill /12 bitmap: {}", Latency::of(bfill));
 
-    let mut rng = SplitMix64(SEED);
     let first = u32::from(std::net::Ipv4Addr::new(10, 0, 0, 1));
-    let mut held: Vec<u64> = (0..V4_USABLE).collect();
-    for _ in 0..V4_USABLE / 100 {
-        let i = rng.below(held.len() as u64) as usize;
-        let off = held.swap_remove(i);
+    let (held, released) = one_percent_released();
+    for &off in &released {
         ours.release(&owners[off as usize]);
         bitmap.release(off);
     }
     let rounds = 200_000;
     let (mut o_lat, mut b_lat) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
     let mut worst_scan = 0u64;
-    let (mut ho, mut hb) = (held.clone(), held);
+    let mut hb = held.clone();
     let (mut r1, mut r2) = (SplitMix64(2), SplitMix64(2));
     for _ in 0..rounds {
-        let i = r1.below(ho.len() as u64) as usize;
-        let name = &owners[ho[i] as usize];
+        let name = &owners[held[r1.below(held.len() as u64) as usize] as usize];
         let t = Instant::now();
         ours.release(name);
-        let got = ours.allocate(name).ok();
+        black_box(ours.allocate(name).ok());
         o_lat.push(t.elapsed().as_nanos() as u64);
-        if let Some(IpAddr::V4(a)) = got {
-            ho[i] = u64::from(u32::from(a) - first);
-        }
         let j = r2.below(hb.len() as u64) as usize;
         let t = Instant::now();
         bitmap.release(hb[j]);
@@ -276,6 +266,7 @@ fn ipam_i1_latency() {
         "ipam_i1_latency linear scan, pool filled from the bottom to 99%: {}",
         Latency::of(l_lat)
     );
+    assert_eq!(ours.allocated(), held.len() as u128, "churn drifted");
     let (o, b) = (Latency::of(o_lat), Latency::of(b_lat));
     println!("ipam_i1_latency churn 99% ours (release+allocate):   {o}");
     println!("ipam_i1_latency churn 99% bitmap (release+allocate): {b}");
@@ -485,15 +476,14 @@ fn ipam_id_latency() {
         fill.push(t.elapsed().as_nanos() as u64);
     }
     println!("ipam_id_latency fill /12 (id layer): {}", Latency::of(fill));
-    let mut rng = SplitMix64(SEED);
-    let mut held: Vec<u32> = (0..V4_USABLE as u32).collect();
-    for _ in 0..V4_USABLE / 100 {
-        let i = rng.below(held.len() as u64) as usize;
-        ids.release(held.swap_remove(i));
+    let (held, released) = one_percent_released();
+    for &off in &released {
+        ids.release(off as u32);
     }
+    let mut rng = SplitMix64(SEED);
     let mut churn = Vec::with_capacity(200_000);
     for _ in 0..200_000 {
-        let id = held[rng.below(held.len() as u64) as usize];
+        let id = held[rng.below(held.len() as u64) as usize] as u32;
         let t = Instant::now();
         ids.release(id);
         black_box(ids.allocate(id).ok());
