@@ -575,6 +575,18 @@ struct NodeEntry {
     outcome: NodeOutcome,
 }
 
+impl NodeEntry {
+    /// A node not yet merged (its signature and outcome are set right after).
+    fn new(name: Arc<str>, labels: Labels) -> Self {
+        Self {
+            name,
+            labels,
+            sig: Arc::from([]),
+            outcome: NodeOutcome::Held(Arc::from([])),
+        }
+    }
+}
+
 /// Inverted index of node labels, for selecting candidates without scanning all nodes.
 /// Posting lists are sorted node ids.
 #[derive(Debug, Default)]
@@ -766,30 +778,23 @@ impl Engine {
         let mut sigs: Vec<Vec<u32>> = Vec::new();
         for (name, labels) in nodes {
             let name: Arc<str> = name.into();
-            if let Some(&id) = e.node_ids.get(&name) {
-                let old = e.nodes[id as usize].take();
-                if let Some(old) = old {
-                    e.index.remove(id, &old.labels);
+            let id = match e.node_ids.get(&name) {
+                Some(&id) => {
+                    if let Some(old) = e.nodes[id as usize].take() {
+                        e.index.remove(id, &old.labels);
+                    }
+                    id
                 }
-                e.index.add(id, &labels);
-                e.nodes[id as usize] = Some(NodeEntry {
-                    name,
-                    labels,
-                    sig: Arc::from([]),
-                    outcome: NodeOutcome::Held(Arc::from([])),
-                });
-                continue;
-            }
-            let id = e.nodes.len() as u32;
+                None => {
+                    e.nodes.push(None);
+                    sigs.push(Vec::new());
+                    let id = (e.nodes.len() - 1) as u32;
+                    e.node_ids.insert(Arc::clone(&name), id);
+                    id
+                }
+            };
             e.index.add(id, &labels);
-            e.node_ids.insert(Arc::clone(&name), id);
-            e.nodes.push(Some(NodeEntry {
-                name,
-                labels,
-                sig: Arc::from([]),
-                outcome: NodeOutcome::Held(Arc::from([])),
-            }));
-            sigs.push(Vec::new());
+            e.nodes[id as usize] = Some(NodeEntry::new(name, labels));
         }
         for p in policies {
             match e.policy_ids.get(&p.source) {
@@ -968,12 +973,7 @@ impl Engine {
             }
             None => {
                 let name: Arc<str> = name.into();
-                let entry = NodeEntry {
-                    name: Arc::clone(&name),
-                    labels,
-                    sig: Arc::from([]),
-                    outcome: NodeOutcome::Held(Arc::from([])),
-                };
+                let entry = NodeEntry::new(Arc::clone(&name), labels);
                 let nid = match self.free_nodes.pop() {
                     Some(nid) => {
                         self.nodes[nid as usize] = Some(entry);

@@ -544,3 +544,30 @@ fn an_invalid_policy_holds_the_nodes_it_selects_only() {
     );
     assert!(engine.outcome("n2").unwrap().config().is_some());
 }
+
+#[test]
+fn a_node_given_twice_to_build_keeps_its_last_labels() {
+    let sel = LabelSelector {
+        match_labels: [("zone".into(), "a".into())].into(),
+        ..Default::default()
+    }
+    .validate("s")
+    .unwrap();
+    let routes = RoutingSpec {
+        routes: vec![RouteSpec {
+            to: "10.0.0.0/8".into(),
+            dev: Some("eth0".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+    .validate("spec")
+    .unwrap();
+    let label = |z: &str| Labels::from([("zone".to_string(), z.to_string())]);
+    let engine = Engine::build(
+        [("n1".to_string(), label("a")), ("n1".to_string(), label("b"))],
+        [Policy::node_config("p", 0, sel, routes)],
+    );
+    assert_eq!(engine.node_count(), 1);
+    assert!(engine.outcome("n1").unwrap().config().unwrap().is_empty());
+}
