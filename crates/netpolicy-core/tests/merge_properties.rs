@@ -565,7 +565,10 @@ fn a_node_given_twice_to_build_keeps_its_last_labels() {
     .unwrap();
     let label = |z: &str| Labels::from([("zone".to_string(), z.to_string())]);
     let engine = Engine::build(
-        [("n1".to_string(), label("a")), ("n1".to_string(), label("b"))],
+        [
+            ("n1".to_string(), label("a")),
+            ("n1".to_string(), label("b")),
+        ],
         [Policy::node_config("p", 0, sel, routes)],
     );
     assert_eq!(engine.node_count(), 1);

@@ -301,8 +301,19 @@ impl Holes {
     }
 }
 
+/// `u32::MAX` marks a free slot in the owner tables, so it cannot be an owner.
+fn check_owner(owner: u32) -> Result<()> {
+    if owner == NONE {
+        return Err(Error::Invalid(vec![netpolicy_core::FieldError::new(
+            "owner",
+            "owner id 4294967295 (u32::MAX) is reserved; use a smaller id",
+        )]));
+    }
+    Ok(())
+}
+
 /// Allocations in one [`Space`], owners being `u32` ids chosen by the caller (small,
-/// dense ids keep the owner table small: it is indexed by id).
+/// dense ids keep the owner table small: it is indexed by id; `u32::MAX` is reserved).
 ///
 /// # Complexity
 ///
@@ -406,6 +417,7 @@ impl<S: Space> IdAllocator<S> {
     /// # Errors
     /// [`Error::Exhausted`] when nothing is free.
     pub fn allocate(&mut self, owner: u32) -> Result<S::Value> {
+        check_owner(owner)?;
         if let Some(off) = self.offsets.get(owner) {
             return Ok(self.space.value_at(off));
         }
@@ -422,6 +434,7 @@ impl<S: Space> IdAllocator<S> {
     /// [`Error::Taken`] (holder as `#id`), [`Error::OwnerHoldsOther`], or why the value
     /// is not in the pool. Never a different value.
     pub fn allocate_static(&mut self, owner: u32, value: &S::Value) -> Result<S::Value> {
+        check_owner(owner)?;
         let off = self.space.offset_of(value)?;
         self.check_static(
             owner,

@@ -306,3 +306,14 @@ fn huge_pools_count_exactly_and_allocate_without_scanning() {
     assert_eq!(a.allocated(), 2);
     assert_eq!(a.holder(&top), Some("ns/top"));
 }
+
+#[test]
+fn the_reserved_owner_id_is_refused_not_lost() {
+    let (space, _, _) = v4_pool();
+    let mut ids = netpolicy_ipam::alloc::IdAllocator::new(space);
+    let err = ids.allocate(u32::MAX).unwrap_err();
+    assert_eq!(err.field_errors()[0].path, "owner");
+    assert!(ids.allocate_static(u32::MAX, &v4("10.0.0.1")).is_err());
+    assert_eq!(ids.allocated(), 0);
+    assert_eq!(ids.allocate(7).unwrap(), v4("10.0.0.1"));
+}
