@@ -257,11 +257,20 @@ impl Manifests {
             Ok(h) => h,
             Err(e) => {
                 let (field, message) = yaml_error(&origin, &e);
+                // Well-formed YAML that is not a mapping is not malformed, just not an object.
+                let message = if serde_saphyr::from_str::<serde_json::Value>(doc).is_ok() {
+                    format!(
+                        "not a Kubernetes object (a mapping with apiVersion, kind and metadata): \
+                         {message}"
+                    )
+                } else {
+                    format!("malformed YAML: {message}")
+                };
                 self.errors.push(InputError {
                     kind: String::new(),
                     name: String::new(),
                     field,
-                    message: format!("malformed YAML: {message}"),
+                    message,
                 });
                 return;
             }
@@ -337,7 +346,7 @@ impl Manifests {
                     kind: head.kind.clone(),
                     name: head.metadata.name.clone(),
                     field,
-                    message,
+                    message: format!("does not fit the {} schema: {message}", head.kind),
                 });
                 return;
             }
@@ -459,6 +468,30 @@ mod tests {
         assert!(m.errors[0].field.starts_with("x.yaml:8:"), "{:?}", m.errors);
         assert!(
             m.errors[0].message.starts_with("malformed YAML"),
+            "{:?}",
+            m.errors
+        );
+    }
+
+    #[test]
+    fn well_formed_yaml_that_is_not_an_object_is_said_so() {
+        let mut m = Manifests::default();
+        m.add_text(Path::new("x.yaml"), "- a\n- b\n");
+        assert!(
+            m.errors[0].message.starts_with("not a Kubernetes object"),
+            "{:?}",
+            m.errors
+        );
+        let mut m = Manifests::default();
+        m.add_text(
+            Path::new("x.yaml"),
+            "apiVersion: netpolicy.io/v1alpha1\nkind: NodeConfig\nmetadata: {name: a}\nspec:\n  priority: high\n",
+        );
+        assert_eq!(m.errors[0].field, "x.yaml:5:13");
+        assert!(
+            m.errors[0]
+                .message
+                .starts_with("does not fit the NodeConfig schema"),
             "{:?}",
             m.errors
         );
