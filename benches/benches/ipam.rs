@@ -4,14 +4,17 @@
 //! - `bitmap`: Kubernetes' bitmap allocator (random start offset, bit-by-bit scan);
 //! - `linear`: kube-fip-operator's map of every address, scanned in order.
 //!
+//! `ours` is `Allocator` (owners by name), `ours_ids` is `IdAllocator` (u32 owner ids).
+//!
 //! | group | workload |
 //! |---|---|
-//! | `ipam_i1_fill` | IPv4 /12 (1,048,574 usable) from empty to full (ours, bitmap; linear is O(n^2) here: see `ipam_i1_latency`) |
-//! | `ipam_i1_churn99` | at 99% fill: release a random address, allocate one (ours, bitmap, linear) |
-//! | `ipam_i2_v6` | IPv6 /64 after 1M dynamic + 100k random static allocations and half released: allocate + release |
+//! | `ipam_i1_fill` | IPv4 /12 (1,048,574 usable) from empty to full (ours, ours_ids, bitmap; linear is O(n^2) here: see `ipam_i1_latency`) |
+//! | `ipam_i1_churn99` | at 99% fill: release a random holder or address, allocate one (ours, ours_ids, bitmap, linear) |
+//! | `ipam_i2_v6` | IPv6 /64 after 1M dynamic + 100k random static allocations and half released: allocate + release (ours only: no baseline can hold a /64) |
 //! | `ipam_i4_restore` | restore 1M persisted allocations (ours; baseline: replay them one by one) |
 //!
-//! `ipam_i1_latency` and `ipam_i2_latency` time every operation on its own and print mean,
+//! `ipam_i1_latency`, `ipam_i2_latency` and `ipam_id_latency` time every operation on its
+//! own and print mean,
 //! p99, p99.9 and worst, which criterion does not report. Memory (I3) is in
 //! `benches/ipam_memory.rs`.
 //!
