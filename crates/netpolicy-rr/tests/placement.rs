@@ -59,10 +59,8 @@ proptest! {
         current_picks in proptest::collection::btree_set(0..80usize, 0..12),
         seed in any::<u64>(),
     ) {
-        let current = Current {
-            reflectors: current_picks.iter().map(|i| format!("n{i:03}")).collect(),
-            ..Current::default()
-        };
+        let picks: Vec<String> = current_picks.iter().map(|i| format!("n{i:03}")).collect();
+        let current = Current::with_reflectors(picks.iter().map(String::as_str));
         let p = place(&nodes, &config, &current).unwrap();
         let by_name = |n: &str| nodes.iter().find(|x| x.name == n).unwrap();
         let mut total = 0;
@@ -83,10 +81,10 @@ proptest! {
                 prop_assert_eq!(z.reflectors.len(), want.min(eligible));
             }
             // Stability: eligible current reflectors stay while the zone needs as many.
-            let kept: Vec<&String> = z.reflectors.iter().filter(|r| current.reflectors.contains(*r)).collect();
+            let kept: Vec<&String> = z.reflectors.iter().filter(|r| current.is_reflector(r)).collect();
             let eligible_current = zone_nodes
                 .iter()
-                .filter(|n| current.reflectors.contains(&n.name) && config.is_eligible(n))
+                .filter(|n| current.is_reflector(&n.name) && config.is_eligible(n))
                 .count();
             prop_assert_eq!(kept.len(), eligible_current.min(z.reflectors.len()));
             total += z.reflectors.len();
@@ -113,7 +111,7 @@ proptest! {
         prop_assert_eq!(place(&shuffled, &config, &current).unwrap(), p.clone());
         // The simple topology: every client has a session whenever any reflector exists,
         // only with reflectors, and the objects grow with zones, not nodes.
-        let t = netpolicy_rr::simple_topology(&nodes, &config, &p, &current, "rr");
+        let t = netpolicy_rr::topology_for(&nodes, &config, &current, p.clone()).unwrap();
         let reflectors: BTreeSet<&str> = p.reflectors().map(|(r, _)| r).collect();
         for (client, rs) in &t.clients {
             prop_assert!(!reflectors.contains(client.as_str()));

@@ -1,0 +1,623 @@
+//! Who peers with whom, the `BGPPeer` objects that say so, and the marks on nodes.
+//!
+//! # `simple`
+//! Every client peers with every reflector of its zone (with every reflector when its
+//! zone has none); reflectors mesh. Objects: one mesh, one per zone.
+//!
+//! # `multi`
+//! Reflectors are laid out in one ring, round-robin over zones (zone-name order, each
+//! zone's reflectors in name order), and a *reflector set* is any `peersPerNode`
+//! consecutive reflectors of the ring: `R` sets for `R` reflectors, each reflector in
+//! `peersPerNode` of them. A client may use a set that holds a reflector of its own zone
+//! and one of another zone (where those exist); round-robin makes such sets exist for
+//! every zone. Each client is labelled `rr.netpolicy.io/set-<id>` for its set, and each
+//! set in use is one `BGPPeer` (`has(set label) && !has(reflector label)` →
+//! `reflector label in {its reflectors}`): objects grow with reflectors (at most
+//! `R + 1`), never with nodes. The set id hashes the set's members, so an object never
+//! changes meaning: moving a client is adding one label and removing another.
+//!
+//! Assignment keeps every client's current set while it is still a valid set; new
+//! clients take the valid set whose most-loaded reflector has the fewest clients (then
+//! the lowest total, then the emptiest set, then ring order). Only if a reflector then
+//! has more than `1.05 × mean + 1` clients are clients moved, one at a time, from its
+//! fullest set to the least-loaded valid set without it, until none does. So adding or
+//! removing a client changes exactly its own `peersPerNode` peerings unless the bound
+//! would break. Changing the reflectors re-forms the sets around the changed positions
+//! of the ring; clients of sets that no longer exist move (make before break, see
+//! [`crate::transition()`]). When zone sizes make the bound unreachable (a zone with many
+//! clients and one eligible node: its clients must all use it), the topology says so in
+//! `warnings`.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    fmt::Write as _,
+};
+
+use crate::{
+    BgpPeer, Config, Current, Error, Kind, Marks, NodeInfo, Placement, Result, place,
+    state::{
+        BGP_PEER_PREFIX, SET_LABEL_PREFIX, SET_OBJECT_PREFIX, fnv1a, name_part, quoted,
+        reflector_token,
+    },
+};
+
+/// A computed topology: the desired state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Topology {
+    /// Reflectors per zone.
+    pub placement: Placement,
+    /// Each client's reflectors, sorted.
+    pub clients: BTreeMap<String, Vec<String>>,
+    /// Our `BGPPeer` objects, by name.
+    pub bgp_peers: Vec<BgpPeer>,
+    /// The marks every node should carry (nodes without marks are left out).
+    pub marks: BTreeMap<String, Marks>,
+    /// What could not be done as configured (short zones, no reflectors, balance).
+    pub warnings: Vec<String>,
+}
+
+impl Topology {
+    /// Clients per reflector (every reflector listed, including those with none).
+    pub fn loads(&self) -> BTreeMap<&str, usize> {
+        let mut out: BTreeMap<&str, usize> =
+            self.placement.reflectors().map(|(r, _)| (r, 0)).collect();
+        for rs in self.clients.values() {
+            for r in rs {
+                *out.entry(r.as_str()).or_default() += 1;
+            }
+        }
+        out
+    }
+}
+
+/// The balance bound of `multi`: at most `1.05 × mean + 1` clients per reflector.
+pub fn balance_bound(peerings: usize, reflectors: usize) -> usize {
+    if reflectors == 0 {
+        return 0;
+    }
+    let mean = peerings as f64 / reflectors as f64;
+    (1.05 * mean + 1.0).floor() as usize
+}
+
+/// Places reflectors and computes the topology `config.topology` asks for.
+///
+/// # Errors
+/// [`Error::Invalid`] for an invalid configuration (see [`place`]).
+pub fn topology(nodes: &[NodeInfo], config: &Config, current: &Current) -> Result<Topology> {
+    let placement = place(nodes, config, current)?;
+    topology_for(nodes, config, current, placement)
+}
+
+/// The topology for a given placement.
+///
+/// # Errors
+/// [`Error::Collision`] in the astronomically unlikely case that two reflector sets hash
+/// to the same id.
+pub fn topology_for(
+    nodes: &[NodeInfo],
+    config: &Config,
+    current: &Current,
+    placement: Placement,
+) -> Result<Topology> {
+    let mut marks: BTreeMap<String, Marks> = BTreeMap::new();
+    let mut is_reflector: HashMap<&str, ()> = HashMap::new();
+    for (r, id) in placement.reflectors() {
+        is_reflector.insert(r, ());
+        marks.insert(
+            r.to_owned(),
+            Marks {
+                reflector: Some(reflector_token(r)),
+                cluster_id: Some(id),
+                sets: BTreeSet::new(),
+            },
+        );
+    }
+    let zone_index: HashMap<&str, usize> = placement
+        .zones
+        .iter()
+        .enumerate()
+        .map(|(i, z)| (z.zone.as_str(), i))
+        .collect();
+    let mut clients: Vec<(&str, usize)> = nodes
+        .iter()
+        .filter(|n| !is_reflector.contains_key(n.name.as_str()))
+        .map(|n| {
+            let z = zone_index.get(config.zone_of(n)).copied().unwrap_or(0);
+            (n.name.as_str(), z)
+        })
+        .collect();
+    clients.sort_unstable();
+    clients.dedup_by(|a, b| a.0 == b.0);
+    let mut warnings = base_warnings(&placement, !clients.is_empty());
+    let rl = &config.reflector_label;
+    let mesh = BgpPeer {
+        name: format!("{BGP_PEER_PREFIX}mesh"),
+        node_selector: format!("has({rl})"),
+        peer_selector: format!("has({rl})"),
+    };
+    let (client_map, mut bgp_peers) = match config.topology {
+        Kind::Simple => simple(config, &placement, &clients),
+        Kind::Multi => multi(
+            config,
+            &placement,
+            &clients,
+            current,
+            &mut marks,
+            &mut warnings,
+        )?,
+    };
+    bgp_peers.push(mesh);
+    bgp_peers.sort();
+    Ok(Topology {
+        placement,
+        clients: client_map,
+        bgp_peers,
+        marks,
+        warnings,
+    })
+}
+
+/// Warnings that depend only on the placement: short zones, no reflector at all.
+pub(crate) fn base_warnings(placement: &Placement, has_clients: bool) -> Vec<String> {
+    let mut w: Vec<String> = placement
+        .zones
+        .iter()
+        .filter_map(|z| {
+            z.shortfall
+                .as_ref()
+                .map(|s| format!("zone {:?}: {s}", z.zone))
+        })
+        .collect();
+    if has_clients && placement.reflectors().next().is_none() {
+        w.push("no node can be a route reflector: clients have no reflector sessions".to_owned());
+    }
+    w
+}
+
+type Built = (BTreeMap<String, Vec<String>>, Vec<BgpPeer>);
+
+fn simple(config: &Config, placement: &Placement, clients: &[(&str, usize)]) -> Built {
+    let rl = &config.reflector_label;
+    let all: Vec<String> = {
+        let mut v: Vec<String> = placement.reflectors().map(|(r, _)| r.to_owned()).collect();
+        v.sort();
+        v
+    };
+    let mut out = BTreeMap::new();
+    for &(c, z) in clients {
+        let rs = match placement.zones.get(z) {
+            Some(zp) if !zp.reflectors.is_empty() => zp.reflectors.clone(),
+            _ => all.clone(),
+        };
+        out.insert(c.to_owned(), rs);
+    }
+    let mut peers = Vec::new();
+    let mut used = BTreeSet::new();
+    for z in &placement.zones {
+        let in_zone = if z.zone.is_empty() {
+            format!("!has({})", config.zone_label)
+        } else {
+            format!("{} == {}", config.zone_label, quoted(&z.zone))
+        };
+        let mut name = format!("{BGP_PEER_PREFIX}zone-{}", name_part(&z.zone));
+        if !used.insert(name.clone()) {
+            // Two zone names that differ only in punctuation or case.
+            let _ = write!(name, "-{:08x}", fnv1a(&[&z.zone]) as u32);
+            used.insert(name.clone());
+        }
+        peers.push(BgpPeer {
+            name,
+            node_selector: format!("!has({rl}) && {in_zone}"),
+            peer_selector: if z.reflectors.is_empty() {
+                format!("has({rl})")
+            } else {
+                format!("has({rl}) && {in_zone}")
+            },
+        });
+    }
+    (out, peers)
+}
+
+/// The ring of reflectors and its sets.
+pub(crate) struct Ring {
+    /// Reflector names in ring order.
+    pub(crate) names: Vec<String>,
+    /// Members of each set (reflector indices, sorted by name).
+    pub(crate) sets: Vec<Vec<usize>>,
+    /// Label key and id of each set.
+    pub(crate) keys: Vec<String>,
+    ids: Vec<String>,
+    /// Valid sets per zone.
+    valid: Vec<Vec<usize>>,
+}
+
+impl Ring {
+    pub(crate) fn new(placement: &Placement, p: usize) -> Result<Self> {
+        let mut names = Vec::new();
+        let mut zone = Vec::new();
+        let rounds = placement
+            .zones
+            .iter()
+            .map(|z| z.reflectors.len())
+            .max()
+            .unwrap_or(0);
+        for round in 0..rounds {
+            for (zi, z) in placement.zones.iter().enumerate() {
+                if let Some(r) = z.reflectors.get(round) {
+                    names.push(r.clone());
+                    zone.push(zi);
+                }
+            }
+        }
+        let n = names.len();
+        let mut sets: Vec<Vec<usize>> = Vec::new();
+        if n > 0 && p >= n {
+            sets.push((0..n).collect());
+        } else if n > 0 {
+            for i in 0..n {
+                sets.push((0..p).map(|t| (i + t) % n).collect());
+            }
+        }
+        for s in &mut sets {
+            s.sort_by(|a, b| names[*a].cmp(&names[*b]));
+        }
+        let mut ids = Vec::with_capacity(sets.len());
+        let mut seen = HashMap::new();
+        for s in &sets {
+            let tokens: Vec<String> = s.iter().map(|i| reflector_token(&names[*i])).collect();
+            let refs: Vec<&str> = tokens.iter().map(String::as_str).collect();
+            let id = format!("{:016x}", fnv1a(&refs));
+            if let Some(other) = seen.insert(id.clone(), refs.join(",")) {
+                if other != refs.join(",") {
+                    return Err(Error::Collision(format!(
+                        "reflector sets {{{other}}} and {{{}}} hash to the same id {id}",
+                        refs.join(",")
+                    )));
+                }
+            }
+            ids.push(id);
+        }
+        let keys = ids
+            .iter()
+            .map(|id| format!("{SET_LABEL_PREFIX}{id}"))
+            .collect();
+        let zones = placement.zones.len();
+        let mut count = vec![0usize; zones];
+        for z in &zone {
+            count[*z] += 1;
+        }
+        let valid = (0..zones)
+            .map(|z| {
+                let own = count[z] > 0;
+                let others = n > count[z] && p >= 2;
+                let ok = |s: &Vec<usize>| {
+                    (!own || s.iter().any(|r| zone[*r] == z))
+                        && (!others || s.iter().any(|r| zone[*r] != z))
+                };
+                let v: Vec<usize> = (0..sets.len()).filter(|i| ok(&sets[*i])).collect();
+                // Cannot happen with a round-robin ring; any set beats none.
+                if v.is_empty() {
+                    (0..sets.len()).collect()
+                } else {
+                    v
+                }
+            })
+            .collect();
+        Ok(Self {
+            names,
+            sets,
+            keys,
+            ids,
+            valid,
+        })
+    }
+}
+
+/// Assignment of clients to sets, with reflector loads.
+struct Assign {
+    load: Vec<usize>,
+    of: Vec<Option<usize>>,
+    members: Vec<BTreeSet<usize>>,
+}
+
+impl Assign {
+    fn put(&mut self, ring: &Ring, client: usize, set: usize) {
+        if let Some(old) = self.of[client].replace(set) {
+            self.members[old].remove(&client);
+            for r in &ring.sets[old] {
+                self.load[*r] -= 1;
+            }
+        }
+        self.members[set].insert(client);
+        for r in &ring.sets[set] {
+            self.load[*r] += 1;
+        }
+    }
+
+    fn best(&self, ring: &Ring, zone: usize, avoid: Option<usize>) -> Option<usize> {
+        best(ring, &self.load, |s| self.members[s].len(), zone, avoid)
+    }
+}
+
+/// The best valid set for a client of `zone`, optionally avoiding reflector `avoid`:
+/// lowest most-loaded member, then lowest total, then fewest clients, then ring order.
+pub(crate) fn best(
+    ring: &Ring,
+    load: &[usize],
+    count: impl Fn(usize) -> usize,
+    zone: usize,
+    avoid: Option<usize>,
+) -> Option<usize> {
+    ring.valid
+        .get(zone)?
+        .iter()
+        .copied()
+        .filter(|s| avoid.is_none_or(|a| !ring.sets[*s].contains(&a)))
+        .min_by_key(|s| {
+            let m = &ring.sets[*s];
+            let max = m.iter().map(|r| load[*r]).max().unwrap_or(0);
+            let sum: usize = m.iter().map(|r| load[*r]).sum();
+            (max, sum, count(*s), *s)
+        })
+}
+
+fn multi(
+    config: &Config,
+    placement: &Placement,
+    clients: &[(&str, usize)],
+    current: &Current,
+    marks: &mut BTreeMap<String, Marks>,
+    warnings: &mut Vec<String>,
+) -> Result<Built> {
+    let p = usize::try_from(config.peers_per_node).unwrap_or(usize::MAX);
+    let ring = Ring::new(placement, p)?;
+    let mut a = Assign {
+        load: vec![0; ring.names.len()],
+        of: vec![None; clients.len()],
+        members: vec![BTreeSet::new(); ring.sets.len()],
+    };
+    if ring.sets.is_empty() {
+        return Ok((
+            clients
+                .iter()
+                .map(|(c, _)| ((*c).to_owned(), Vec::new()))
+                .collect(),
+            Vec::new(),
+        ));
+    }
+    let by_key = ring.by_key();
+    // Keep current sets that are still valid.
+    for (ci, (c, z)) in clients.iter().enumerate() {
+        let Some(m) = current.marks.get(*c) else {
+            continue;
+        };
+        let keep = m
+            .sets
+            .iter()
+            .filter_map(|k| by_key.get(k.as_str()).copied())
+            .find(|s| ring.valid[*z].contains(s));
+        if let Some(s) = keep {
+            a.put(&ring, ci, s);
+        }
+    }
+    // New clients and clients of vanished sets.
+    for (ci, (_, z)) in clients.iter().enumerate() {
+        if a.of[ci].is_none() {
+            if let Some(s) = a.best(&ring, *z, None) {
+                a.put(&ring, ci, s);
+            }
+        }
+    }
+    rebalance(&ring, clients, &mut a);
+    let peerings: usize = a.load.iter().sum();
+    let bound = balance_bound(peerings, ring.names.len());
+    if let Some((r, l)) = a.load.iter().enumerate().max_by_key(|(_, l)| **l) {
+        if *l > bound {
+            warnings.push(format!(
+                "reflector {} has {l} clients, more than 1.05 x mean + 1 = {bound}: the zones' \
+                 sizes and eligible nodes do not allow a better balance",
+                ring.names[r]
+            ));
+        }
+    }
+    let rl = &config.reflector_label;
+    let mut out = BTreeMap::new();
+    for (ci, (c, _)) in clients.iter().enumerate() {
+        let mut rs: Vec<String> = Vec::new();
+        if let Some(s) = a.of[ci] {
+            rs = ring.sets[s]
+                .iter()
+                .map(|r| ring.names[*r].clone())
+                .collect();
+            marks
+                .entry((*c).to_owned())
+                .or_default()
+                .sets
+                .insert(ring.keys[s].clone());
+        }
+        out.insert((*c).to_owned(), rs);
+    }
+    let peers = (0..ring.sets.len())
+        .filter(|s| !a.members[*s].is_empty())
+        .map(|s| ring.object(s, rl))
+        .collect();
+    Ok((out, peers))
+}
+
+/// Moves clients off reflectors above the balance bound, one at a time.
+fn rebalance(ring: &Ring, clients: &[(&str, usize)], a: &mut Assign) {
+    let reflectors = ring.names.len();
+    let peerings: usize = a.load.iter().sum();
+    let bound = balance_bound(peerings, reflectors);
+    let mut guard = 4 * clients.len() + 16;
+    while guard > 0 {
+        guard -= 1;
+        let Some((r, lr)) = a
+            .load
+            .iter()
+            .copied()
+            .enumerate()
+            .max_by_key(|(i, l)| (*l, std::cmp::Reverse(*i)))
+        else {
+            return;
+        };
+        if lr <= bound {
+            return;
+        }
+        // Sets holding r, fullest first.
+        let mut from: Vec<usize> = (0..ring.sets.len())
+            .filter(|s| ring.sets[*s].contains(&r) && !a.members[*s].is_empty())
+            .collect();
+        from.sort_by_key(|s| (std::cmp::Reverse(a.members[*s].len()), *s));
+        let mut moved = false;
+        'sets: for s in from {
+            let mut tried: Vec<usize> = Vec::new();
+            let candidates: Vec<usize> = a.members[s].iter().rev().copied().collect();
+            for ci in candidates {
+                let z = clients[ci].1;
+                if tried.contains(&z) {
+                    continue;
+                }
+                tried.push(z);
+                if let Some(t) = a.best(ring, z, Some(r)) {
+                    let max = ring.sets[t].iter().map(|x| a.load[*x]).max().unwrap_or(0);
+                    if max + 1 < lr {
+                        a.put(ring, ci, t);
+                        moved = true;
+                        break 'sets;
+                    }
+                }
+            }
+        }
+        if !moved {
+            return;
+        }
+    }
+}
+
+impl Ring {
+    /// The `BGPPeer` of set `s`.
+    pub(crate) fn object(&self, s: usize, rl: &str) -> BgpPeer {
+        let tokens: Vec<String> = self.sets[s]
+            .iter()
+            .map(|r| quoted(&reflector_token(&self.names[*r])))
+            .collect();
+        BgpPeer {
+            name: format!("{SET_OBJECT_PREFIX}{}", self.ids[s]),
+            node_selector: format!("has({}) && !has({rl})", self.keys[s]),
+            peer_selector: format!("{rl} in {{{}}}", tokens.join(", ")),
+        }
+    }
+
+    /// Set index by label key.
+    pub(crate) fn by_key(&self) -> HashMap<&str, usize> {
+        self.keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.as_str(), i))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{NodeInfo, Per};
+
+    fn zones(spec: &[(&str, usize)]) -> Vec<NodeInfo> {
+        let mut v = Vec::new();
+        for (z, n) in spec {
+            for i in 0..*n {
+                v.push(NodeInfo::ready(&format!("{z}-{i:04}"), z, i as i64));
+            }
+        }
+        v
+    }
+
+    fn multi_config() -> Config {
+        Config {
+            topology: Kind::Multi,
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn multi_gives_each_client_its_zone_and_another_and_balances() {
+        let nodes = zones(&[("a", 400), ("b", 400), ("c", 400)]);
+        let t = topology(&nodes, &multi_config(), &Current::default()).unwrap();
+        let zone = |n: &str| n.split('-').next().unwrap().to_owned();
+        for (c, rs) in &t.clients {
+            assert_eq!(rs.len(), 3, "{c}");
+            assert!(rs.iter().any(|r| zone(r) == zone(c)), "{c}: {rs:?}");
+            assert!(rs.iter().any(|r| zone(r) != zone(c)), "{c}: {rs:?}");
+        }
+        let loads = t.loads();
+        let bound = balance_bound(loads.values().sum(), loads.len());
+        assert!(loads.values().all(|l| *l <= bound), "{loads:?} > {bound}");
+        // One mesh plus at most one object per reflector.
+        assert!(t.bgp_peers.len() <= loads.len() + 1);
+        assert!(t.warnings.is_empty(), "{:?}", t.warnings);
+    }
+
+    #[test]
+    fn multi_keeps_current_sets_so_a_new_client_changes_only_its_own_peerings() {
+        let mut nodes = zones(&[("a", 50), ("b", 50)]);
+        let c = multi_config();
+        let t0 = topology(&nodes, &c, &Current::default()).unwrap();
+        let current = Current {
+            marks: t0.marks.clone(),
+            bgp_peers: t0.bgp_peers.clone(),
+        };
+        nodes.push(NodeInfo::ready("a-new", "a", 99));
+        let t1 = topology(&nodes, &c, &current).unwrap();
+        for (n, rs) in &t0.clients {
+            assert_eq!(&t1.clients[n], rs, "{n} moved");
+        }
+        assert_eq!(t1.clients["a-new"].len(), 3);
+    }
+
+    #[test]
+    fn a_zone_with_one_eligible_node_cannot_be_balanced_and_says_so() {
+        let mut nodes = zones(&[("a", 300), ("b", 30)]);
+        for n in nodes
+            .iter_mut()
+            .filter(|n| n.name.starts_with("a-"))
+            .skip(1)
+        {
+            n.unschedulable = true;
+        }
+        let t = topology(&nodes, &multi_config(), &Current::default()).unwrap();
+        assert!(
+            t.warnings.iter().any(|w| w.contains("a-0000 has")),
+            "{:?}",
+            t.warnings
+        );
+        assert!(t.warnings.iter().any(|w| w.contains("only 1 node(s)")));
+    }
+
+    #[test]
+    fn simple_objects_are_per_zone_and_distinct_for_similar_zone_names() {
+        let nodes = zones(&[("us.east", 4), ("us-east", 4), ("", 0)]);
+        let c = Config {
+            per: Per::Zone,
+            ..Config::default()
+        };
+        let t = topology(&nodes, &c, &Current::default()).unwrap();
+        let names: BTreeSet<&str> = t.bgp_peers.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names.len(), 3, "{names:?}");
+    }
+
+    #[test]
+    fn more_peers_than_reflectors_is_one_set_of_all() {
+        let nodes = zones(&[("a", 5)]);
+        let c = Config {
+            min: 2,
+            max: 2,
+            peers_per_node: 4,
+            ..multi_config()
+        };
+        let t = topology(&nodes, &c, &Current::default()).unwrap();
+        assert!(t.clients.values().all(|rs| rs.len() == 2));
+        assert_eq!(t.bgp_peers.len(), 2);
+    }
+}

@@ -1,0 +1,192 @@
+//! Make-before-break plans from the current state to a target [`Topology`].
+//!
+//! Phases, in order (each a [`Step`]; the operator applies a step's operations one by
+//! one and finishes a step before starting the next):
+//!
+//! 1. [`Phase::CreatePeers`]: new `BGPPeer` objects. Creating an object only adds
+//!    sessions.
+//! 2. [`Phase::Promote`]: new reflectors get their cluster ID, then the reflector label
+//!    (a promoted client moves to the reflector mesh, and every client of its zone or
+//!    set gains it).
+//! 3. [`Phase::UpdatePeers`]: changed objects (a zone that gets or loses its own
+//!    reflectors); the reflectors they now select exist.
+//! 4. [`Phase::AddClientLabels`]: clients join their new reflector sets, next to their
+//!    old ones.
+//! 5. [`Phase::RemoveClientLabels`]: clients leave their old sets; their new sessions are
+//!    already configured.
+//! 6. [`Phase::DeletePeers`]: objects no longer wanted.
+//! 7. [`Phase::Demote`]: old reflectors lose the label, then the cluster ID. Nobody's
+//!    set names them any more, and a demoted node already carries its client label.
+//!
+//! [`crate::sim::verify`] replays a plan operation by operation against Calico's
+//! selector semantics and checks that no node that has a session before and after loses
+//! all of them in between; the property tests run it on random transitions.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::Ipv4Addr,
+};
+
+use crate::{BgpPeer, Current, Marks, NodeInfo, Topology};
+
+/// One change to the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Op {
+    /// Create or replace a `BGPPeer`.
+    ApplyBgpPeer(BgpPeer),
+    /// Delete a `BGPPeer` by name.
+    DeleteBgpPeer {
+        /// Object name.
+        name: String,
+    },
+    /// Set the cluster-ID annotation.
+    SetClusterId {
+        /// Node name.
+        node: String,
+        /// Cluster ID.
+        id: Ipv4Addr,
+    },
+    /// Remove the cluster-ID annotation.
+    RemoveClusterId {
+        /// Node name.
+        node: String,
+    },
+    /// Set the reflector label.
+    SetReflectorLabel {
+        /// Node name.
+        node: String,
+        /// Label value.
+        value: String,
+    },
+    /// Remove the reflector label.
+    RemoveReflectorLabel {
+        /// Node name.
+        node: String,
+    },
+    /// Add a reflector-set label (value empty).
+    AddSetLabel {
+        /// Node name.
+        node: String,
+        /// Label key.
+        key: String,
+    },
+    /// Remove a reflector-set label.
+    RemoveSetLabel {
+        /// Node name.
+        node: String,
+        /// Label key.
+        key: String,
+    },
+}
+
+/// The phase a step belongs to (see the module docs for the order and why).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Phase {
+    /// New objects.
+    CreatePeers,
+    /// New reflectors and corrected cluster IDs.
+    Promote,
+    /// Changed objects.
+    UpdatePeers,
+    /// Clients join new sets.
+    AddClientLabels,
+    /// Clients leave old sets.
+    RemoveClientLabels,
+    /// Objects no longer wanted.
+    DeletePeers,
+    /// Old reflectors and stale cluster IDs.
+    Demote,
+}
+
+/// A batch of operations of one phase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// The phase.
+    pub phase: Phase,
+    /// Its operations, in order.
+    pub ops: Vec<Op>,
+}
+
+/// The plan from `current` to `target` for the cluster's `nodes` (marks on nodes that no
+/// longer exist are left alone: they went with the node). Empty steps are left out; an
+/// empty plan means nothing to do.
+pub fn transition(nodes: &[NodeInfo], current: &Current, target: &Topology) -> Vec<Step> {
+    let empty = Marks::default();
+    let names: BTreeSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+    let now: BTreeMap<&str, &BgpPeer> = current
+        .bgp_peers
+        .iter()
+        .map(|p| (p.name.as_str(), p))
+        .collect();
+    let want: BTreeMap<&str, &BgpPeer> = target
+        .bgp_peers
+        .iter()
+        .map(|p| (p.name.as_str(), p))
+        .collect();
+    let mut steps: BTreeMap<Phase, Vec<Op>> = BTreeMap::new();
+    let mut push = |phase: Phase, op: Op| steps.entry(phase).or_default().push(op);
+    for (name, p) in &want {
+        match now.get(name) {
+            None => push(Phase::CreatePeers, Op::ApplyBgpPeer((*p).clone())),
+            Some(old) if old != p => push(Phase::UpdatePeers, Op::ApplyBgpPeer((*p).clone())),
+            Some(_) => {}
+        }
+    }
+    for name in now.keys() {
+        if !want.contains_key(name) {
+            push(
+                Phase::DeletePeers,
+                Op::DeleteBgpPeer {
+                    name: (*name).to_owned(),
+                },
+            );
+        }
+    }
+    for node in names {
+        let have = current.marks.get(node).unwrap_or(&empty);
+        let to = target.marks.get(node).unwrap_or(&empty);
+        let owned = || node.to_owned();
+        if let Some(value) = &to.reflector {
+            if let Some(id) = to.cluster_id.filter(|id| have.cluster_id != Some(*id)) {
+                push(Phase::Promote, Op::SetClusterId { node: owned(), id });
+            }
+            if have.reflector.as_ref() != Some(value) {
+                push(
+                    Phase::Promote,
+                    Op::SetReflectorLabel {
+                        node: owned(),
+                        value: value.clone(),
+                    },
+                );
+            }
+        }
+        for key in to.sets.difference(&have.sets) {
+            push(
+                Phase::AddClientLabels,
+                Op::AddSetLabel {
+                    node: owned(),
+                    key: key.clone(),
+                },
+            );
+        }
+        for key in have.sets.difference(&to.sets) {
+            push(
+                Phase::RemoveClientLabels,
+                Op::RemoveSetLabel {
+                    node: owned(),
+                    key: key.clone(),
+                },
+            );
+        }
+        if to.reflector.is_none() && have.reflector.is_some() {
+            push(Phase::Demote, Op::RemoveReflectorLabel { node: owned() });
+        }
+        if to.cluster_id.is_none() && have.cluster_id.is_some() {
+            push(Phase::Demote, Op::RemoveClusterId { node: owned() });
+        }
+    }
+    steps
+        .into_iter()
+        .map(|(phase, ops)| Step { phase, ops })
+        .collect()
+}
