@@ -199,15 +199,27 @@ impl Engine {
         m.load.iter().all(|l| *l <= bound)
     }
 
-    /// Adds `node` (or replaces the node of that name).
+    /// Adds `node`, or updates the node of that name (an update that changes its zone,
+    /// readiness or eligibility recomputes; any other is free).
     ///
     /// # Errors
     /// As [`topology()`] when the update recomputes.
     pub fn add_node(&mut self, node: NodeInfo) -> Result<Change> {
         let mut peerings = 0;
-        if self.index.contains_key(&node.name) {
-            let c = self.remove_node(&node.name.clone())?;
-            peerings += c.peerings;
+        if let Some(&i) = self.index.get(&node.name) {
+            let old = &self.nodes[i];
+            let same = self.config.zone_of(old) == self.config.zone_of(&node)
+                && old.ready == node.ready
+                && self.config.is_eligible(old) == self.config.is_eligible(&node);
+            self.nodes[i] = node;
+            if same {
+                // Nothing placement or peering depends on changed.
+                return Ok(Change {
+                    recomputed: false,
+                    peerings: 0,
+                });
+            }
+            return self.recompute();
         }
         let zone = self.config.zone_of(&node).to_owned();
         let Some(&z) = self.zone_ix.get(&zone) else {

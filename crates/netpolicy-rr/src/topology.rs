@@ -267,13 +267,13 @@ impl Ring {
             let tokens: Vec<String> = s.iter().map(|i| reflector_token(&names[*i])).collect();
             let refs: Vec<&str> = tokens.iter().map(String::as_str).collect();
             let id = format!("{:016x}", fnv1a(&refs));
-            if let Some(other) = seen.insert(id.clone(), refs.join(",")) {
-                if other != refs.join(",") {
-                    return Err(Error::Collision(format!(
-                        "reflector sets {{{other}}} and {{{}}} hash to the same id {id}",
-                        refs.join(",")
-                    )));
-                }
+            if let Some(other) = seen.insert(id.clone(), refs.join(","))
+                && other != refs.join(",")
+            {
+                return Err(Error::Collision(format!(
+                    "reflector sets {{{other}}} and {{{}}} hash to the same id {id}",
+                    refs.join(",")
+                )));
             }
             ids.push(id);
         }
@@ -401,24 +401,37 @@ fn multi(
         }
     }
     // New clients and clients of vanished sets.
+    let fresh: Vec<bool> = a.of.iter().map(Option::is_none).collect();
     for (ci, (_, z)) in clients.iter().enumerate() {
-        if a.of[ci].is_none() {
-            if let Some(s) = a.best(&ring, *z, None) {
-                a.put(&ring, ci, s);
-            }
+        if a.of[ci].is_none()
+            && let Some(s) = a.best(&ring, *z, None)
+        {
+            a.put(&ring, ci, s);
         }
     }
-    rebalance(&ring, clients, &mut a);
+    // Moving a client that is being placed now costs nothing: level those down to the
+    // mean first, so later single additions and removals stay inside the bound.
+    let peerings: usize = a.load.iter().sum();
+    let level = peerings.div_ceil(ring.names.len());
+    rebalance(&ring, clients, &mut a, level, |ci| fresh[ci]);
+    // Moving anyone else is churn: only to get back under the bound.
+    rebalance(
+        &ring,
+        clients,
+        &mut a,
+        balance_bound(peerings, ring.names.len()),
+        |_| true,
+    );
     let peerings: usize = a.load.iter().sum();
     let bound = balance_bound(peerings, ring.names.len());
-    if let Some((r, l)) = a.load.iter().enumerate().max_by_key(|(_, l)| **l) {
-        if *l > bound {
-            warnings.push(format!(
-                "reflector {} has {l} clients, more than 1.05 x mean + 1 = {bound}: the zones' \
+    if let Some((r, l)) = a.load.iter().enumerate().max_by_key(|(_, l)| **l)
+        && *l > bound
+    {
+        warnings.push(format!(
+            "reflector {} has {l} clients, more than 1.05 x mean + 1 = {bound}: the zones' \
                  sizes and eligible nodes do not allow a better balance",
-                ring.names[r]
-            ));
-        }
+            ring.names[r]
+        ));
     }
     let rl = &config.reflector_label;
     let mut out = BTreeMap::new();
@@ -444,11 +457,15 @@ fn multi(
     Ok((out, peers))
 }
 
-/// Moves clients off reflectors above the balance bound, one at a time.
-fn rebalance(ring: &Ring, clients: &[(&str, usize)], a: &mut Assign) {
-    let reflectors = ring.names.len();
-    let peerings: usize = a.load.iter().sum();
-    let bound = balance_bound(peerings, reflectors);
+/// Moves `movable` clients off reflectors above `bound` clients, one at a time, while
+/// a move strictly lowers the most-loaded reflector.
+fn rebalance(
+    ring: &Ring,
+    clients: &[(&str, usize)],
+    a: &mut Assign,
+    bound: usize,
+    movable: impl Fn(usize) -> bool,
+) {
     let mut guard = 4 * clients.len() + 16;
     while guard > 0 {
         guard -= 1;
@@ -469,29 +486,36 @@ fn rebalance(ring: &Ring, clients: &[(&str, usize)], a: &mut Assign) {
             .filter(|s| ring.sets[*s].contains(&r) && !a.members[*s].is_empty())
             .collect();
         from.sort_by_key(|s| (std::cmp::Reverse(a.members[*s].len()), *s));
-        let mut moved = false;
-        'sets: for s in from {
+        let zones = ring.valid.len();
+        let mut found = None;
+        for s in from {
+            // One candidate per zone: every client of a zone has the same targets.
             let mut tried: Vec<usize> = Vec::new();
-            let candidates: Vec<usize> = a.members[s].iter().rev().copied().collect();
-            for ci in candidates {
+            for ci in a.members[s].iter().rev().copied() {
+                if tried.len() == zones {
+                    break;
+                }
                 let z = clients[ci].1;
-                if tried.contains(&z) {
+                if !movable(ci) || tried.contains(&z) {
                     continue;
                 }
                 tried.push(z);
                 if let Some(t) = a.best(ring, z, Some(r)) {
                     let max = ring.sets[t].iter().map(|x| a.load[*x]).max().unwrap_or(0);
                     if max + 1 < lr {
-                        a.put(ring, ci, t);
-                        moved = true;
-                        break 'sets;
+                        found = Some((ci, t));
+                        break;
                     }
                 }
             }
+            if found.is_some() {
+                break;
+            }
         }
-        if !moved {
+        let Some((ci, t)) = found else {
             return;
-        }
+        };
+        a.put(ring, ci, t);
     }
 }
 
