@@ -27,6 +27,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         NodeNetworkConfig::crd(),
         FloatingIPRange::crd(),
         FloatingIP::crd(),
+        RouteReflectorConfig::crd(),
     ]
 }
 
@@ -252,6 +253,156 @@ pub struct FloatingIPStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
     /// Standard conditions (`Allocated`, with the holder when a static request is taken).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The only allowed name of the RouteReflectorConfig.
+pub const ROUTE_REFLECTOR_CONFIG_NAME: &str = "default";
+
+/// How many Calico route reflectors, on which nodes, and how clients peer with them.
+/// At most one exists, named `default`.
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "netpolicy.io",
+    version = "v1alpha1",
+    kind = "RouteReflectorConfig",
+    plural = "routereflectorconfigs",
+    shortname = "nprr",
+    status = "RouteReflectorConfigStatus",
+    derive = "PartialEq",
+    printcolumn = r#"{"name":"Topology","type":"string","jsonPath":".spec.topology"}"#,
+    printcolumn = r#"{"name":"Reflectors","type":"integer","jsonPath":".status.reflectors"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteReflectorConfigSpec {
+    /// Fewest reflectors per zone (or cluster).
+    #[serde(default = "default_min")]
+    pub min: u32,
+    /// Most reflectors per zone (or cluster).
+    #[serde(default = "default_max")]
+    pub max: u32,
+    /// Reflectors per Ready node: `clamp(ceil(ready × ratio), min, max)`.
+    #[serde(default = "default_ratio")]
+    pub ratio: f64,
+    /// Size per `zone` or for the whole `cluster`.
+    #[serde(default)]
+    pub per: ReflectorsPer,
+    /// Node label holding the zone.
+    #[serde(default = "default_zone_label")]
+    pub zone_label: String,
+    /// Nodes that may be reflectors (empty: all).
+    #[serde(default)]
+    pub eligible_nodes: LabelSelector,
+    /// Nodes chosen first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preferred_nodes: Option<LabelSelector>,
+    /// Taints reflector nodes may have.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Label key set on reflector nodes.
+    #[serde(default = "default_reflector_label")]
+    pub reflector_label: String,
+    /// Cluster ID of the first zone (zone-name order); the last octet counts up per zone.
+    #[serde(default = "default_cluster_id", rename = "clusterID")]
+    pub cluster_id: String,
+    /// `simple` or `multi`.
+    #[serde(default)]
+    pub topology: ReflectorTopology,
+    /// Reflectors per client (`multi` only).
+    #[serde(default = "default_peers_per_node")]
+    pub peers_per_node: u32,
+}
+
+impl Default for RouteReflectorConfigSpec {
+    fn default() -> Self {
+        Self {
+            min: default_min(),
+            max: default_max(),
+            ratio: default_ratio(),
+            per: ReflectorsPer::default(),
+            zone_label: default_zone_label(),
+            eligible_nodes: LabelSelector::default(),
+            preferred_nodes: None,
+            tolerations: Vec::new(),
+            reflector_label: default_reflector_label(),
+            cluster_id: default_cluster_id(),
+            topology: ReflectorTopology::default(),
+            peers_per_node: default_peers_per_node(),
+        }
+    }
+}
+
+fn default_min() -> u32 {
+    3
+}
+fn default_max() -> u32 {
+    10
+}
+fn default_ratio() -> f64 {
+    0.005
+}
+fn default_zone_label() -> String {
+    netpolicy_rr::DEFAULT_ZONE_LABEL.to_owned()
+}
+fn default_reflector_label() -> String {
+    netpolicy_rr::DEFAULT_REFLECTOR_LABEL.to_owned()
+}
+fn default_cluster_id() -> String {
+    "224.0.0.1".to_owned()
+}
+fn default_peers_per_node() -> u32 {
+    3
+}
+
+/// Sizing per zone or for the cluster.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ReflectorsPer {
+    /// Each zone sized on its own.
+    #[default]
+    Zone,
+    /// One count spread over zones.
+    Cluster,
+}
+
+/// How clients peer with reflectors.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ReflectorTopology {
+    /// Every client peers with every reflector of its zone.
+    #[default]
+    Simple,
+    /// Every client peers with `peersPerNode` reflectors, balanced.
+    Multi,
+}
+
+/// A toleration (Kubernetes' fields and matching rules).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Toleration {
+    /// Taint key; empty with `Exists` tolerates every taint.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub key: String,
+    /// `Equal` (default) or `Exists`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<String>,
+    /// Value for `Equal`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub value: String,
+    /// `NoSchedule`, `PreferNoSchedule`, `NoExecute`; empty tolerates every effect.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub effect: String,
+}
+
+/// What the operator reports about the RouteReflectorConfig.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteReflectorConfigStatus {
+    /// Reflectors now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reflectors: Option<u32>,
+    /// Standard conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

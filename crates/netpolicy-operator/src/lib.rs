@@ -2,13 +2,14 @@
 //!
 //! The Kubernetes side of netpolicy: the `netpolicy.io/v1alpha1` custom resources
 //! ([`api`]), reading Kubernetes manifests from disk ([`manifest`]), the cluster-less
-//! planner behind `netpolicy plan` ([`plan`]), and the `netpolicy` command line
-//! ([`cli`]).
+//! planner behind `netpolicy plan` ([`plan`]), route reflectors from Nodes and Calico
+//! objects ([`rr`]), and the `netpolicy` command line ([`cli`]).
 
 pub mod api;
 pub mod cli;
 pub mod manifest;
 pub mod plan;
+pub mod rr;
 
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

@@ -22,8 +22,12 @@ use k8s_openapi::{
 use kube::Resource;
 use serde::{Deserialize, de::DeserializeOwned};
 
-use crate::api::{
-    API_VERSION, ClusterConfig, FloatingIP, FloatingIPRange, NodeConfig, NodeNetworkConfig,
+use crate::{
+    api::{
+        API_VERSION, ClusterConfig, FloatingIP, FloatingIPRange, NodeConfig, NodeNetworkConfig,
+        RouteReflectorConfig,
+    },
+    rr::CalicoBgpPeer,
 };
 
 /// Where a document starts.
@@ -98,6 +102,10 @@ pub struct Manifests {
     pub floating_ip_ranges: Vec<Located<FloatingIPRange>>,
     /// FloatingIPs.
     pub floating_ips: Vec<Located<FloatingIP>>,
+    /// RouteReflectorConfigs.
+    pub route_reflector_configs: Vec<Located<RouteReflectorConfig>>,
+    /// Calico BGPPeers (`crd.projectcalico.org/v1` or `projectcalico.org/v3`).
+    pub bgp_peers: Vec<Located<CalicoBgpPeer>>,
     /// Problems with documents (the rest of the input is still used).
     pub errors: Vec<InputError>,
     /// Things skipped on purpose (unknown kinds), for a person to read.
@@ -310,6 +318,14 @@ impl Manifests {
                 self.parse_into(origin, doc, &head, crd("FloatingIP"), |m| {
                     &mut m.floating_ips
                 })
+            }
+            (API_VERSION, "RouteReflectorConfig") => {
+                self.parse_into(origin, doc, &head, crd("RouteReflectorConfig"), |m| {
+                    &mut m.route_reflector_configs
+                })
+            }
+            ("crd.projectcalico.org/v1" | "projectcalico.org/v3", "BGPPeer") => {
+                self.parse_into(origin, doc, &head, None, |m| &mut m.bgp_peers)
             }
             (API_VERSION, "NodeNetworkConfig") => self.warnings.push(format!(
                 "{origin}: ignoring NodeNetworkConfig {:?}: it is output, rendered by the \

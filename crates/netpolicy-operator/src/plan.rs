@@ -23,8 +23,9 @@ use serde::Serialize;
 use netpolicy_ipam::{Error as IpamError, RestoreProblem, pools::Pools, space::AddressSpace};
 
 use crate::{
-    api::{CLUSTER_CONFIG_NAME, FloatingIPRange},
+    api::{CLUSTER_CONFIG_NAME, FloatingIPRange, ROUTE_REFLECTOR_CONFIG_NAME},
     manifest::{InputError, Located, Manifests},
+    rr::{self, RouteReflectorReport},
 };
 
 /// The result of `netpolicy plan`, in the JSON shape of DESIGN.md.
@@ -43,6 +44,9 @@ pub struct PlanReport {
     /// Every FloatingIP (explicit and auto-allocated), by namespace and name.
     #[serde(rename = "floatingIPs")]
     pub floating_ips: Vec<FloatingIPReport>,
+    /// Route reflectors, when the input has a RouteReflectorConfig.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route_reflectors: Option<RouteReflectorReport>,
     /// Every problem with the input.
     pub errors: Vec<InputError>,
     /// Things skipped on purpose (printed to stderr, not part of the output).
@@ -260,8 +264,83 @@ pub fn plan(m: &Manifests) -> PlanReport {
     let (ranges, fips) = plan_floating_ips(m, &mut errors);
     report.floating_ip_ranges = ranges;
     report.floating_ips = fips;
+    report.route_reflectors = plan_route_reflectors(m, &mut errors);
     report.errors = errors;
     report
+}
+
+/// The route-reflector topology for the Nodes in the input, and the steps from the state
+/// the Nodes and `BGPPeer`s in the input show.
+fn plan_route_reflectors(
+    m: &Manifests,
+    errors: &mut Vec<InputError>,
+) -> Option<RouteReflectorReport> {
+    const KIND: &str = "RouteReflectorConfig";
+    let found = unique_by_name(
+        KIND,
+        &m.route_reflector_configs,
+        |o| o.metadata.name.as_ref(),
+        errors,
+    );
+    let mut chosen = None;
+    for i in found {
+        let c = &m.route_reflector_configs[i].object;
+        let name = c.metadata.name.clone().unwrap_or_default();
+        if name == ROUTE_REFLECTOR_CONFIG_NAME {
+            chosen = Some((name, c));
+        } else {
+            errors.push(InputError {
+                kind: KIND.into(),
+                name,
+                field: "metadata.name".into(),
+                message: format!(
+                    "a RouteReflectorConfig must be named {ROUTE_REFLECTOR_CONFIG_NAME:?} \
+                     (there is only one); this one is ignored"
+                ),
+            });
+        }
+    }
+    let (name, c) = chosen?;
+    let config = match rr::config(&c.spec) {
+        Ok(config) => config,
+        Err(problems) => {
+            field_errors(KIND, &name, &problems, errors);
+            return None;
+        }
+    };
+    // Duplicate Node names are reported by the routing plan; the first one counts.
+    let mut seen = BTreeSet::new();
+    let nodes: Vec<&k8s_openapi::api::core::v1::Node> = m
+        .nodes
+        .iter()
+        .map(|n| &n.object)
+        .filter(|n| seen.insert(n.metadata.name.clone().unwrap_or_default()))
+        .collect();
+    let infos: Vec<netpolicy_rr::NodeInfo> = nodes.iter().map(|n| rr::node_info(n, true)).collect();
+    let current = rr::current(
+        nodes.iter().copied(),
+        m.bgp_peers.iter().map(|p| &p.object),
+        &config.reflector_label,
+    );
+    match netpolicy_rr::topology(&infos, &config, &current) {
+        Ok(t) => {
+            let steps = netpolicy_rr::transition(&infos, &current, &t);
+            Some(RouteReflectorReport::new(&t, &steps))
+        }
+        Err(netpolicy_rr::Error::Invalid(problems)) => {
+            field_errors(KIND, &name, &problems, errors);
+            None
+        }
+        Err(e) => {
+            errors.push(InputError {
+                kind: KIND.into(),
+                name,
+                field: "spec".into(),
+                message: e.to_string(),
+            });
+            None
+        }
+    }
 }
 
 /// A FloatingIP request, explicit or automatic.
@@ -740,6 +819,9 @@ impl PlanReport {
             }
             let _ = writeln!(out, "{t}\n");
         }
+        if let Some(rr) = &self.route_reflectors {
+            rr_table(rr, &mut out);
+        }
         if !self.held_nodes.is_empty() {
             let _ = writeln!(out, "HELD NODES (keep their last good config)");
             for (node, why) in &self.held_nodes {
@@ -766,4 +848,72 @@ impl PlanReport {
         }
         out
     }
+}
+
+/// The route-reflector part of the table output.
+fn rr_table(rr: &RouteReflectorReport, out: &mut String) {
+    let mut served: BTreeMap<&str, usize> = BTreeMap::new();
+    for rs in rr.clients.values() {
+        for r in rs {
+            *served.entry(r.as_str()).or_default() += 1;
+        }
+    }
+    let mut t = Table::new();
+    t.load_style(presets::UTF8_FULL_CONDENSED).set_header([
+        "ROUTE REFLECTOR",
+        "ZONE",
+        "CLUSTER ID",
+        "CLIENTS",
+    ]);
+    for r in &rr.reflectors {
+        t.add_row([
+            r.node.clone(),
+            r.zone.clone(),
+            r.cluster_id.clone(),
+            served
+                .get(r.node.as_str())
+                .copied()
+                .unwrap_or(0)
+                .to_string(),
+        ]);
+    }
+    let _ = writeln!(out, "{t}");
+    let mut t = Table::new();
+    t.load_style(presets::UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(["BGPPEER", "NODE SELECTOR", "PEER SELECTOR"]);
+    for p in &rr.bgp_peers {
+        t.add_row([
+            p.name.clone(),
+            p.spec.node_selector.clone().unwrap_or_default(),
+            p.spec.peer_selector.clone().unwrap_or_default(),
+        ]);
+    }
+    let _ = writeln!(
+        out,
+        "{t}\n  {} clients peer with {} reflectors through {} BGPPeer objects",
+        rr.clients.len(),
+        rr.reflectors.len(),
+        rr.bgp_peers.len()
+    );
+    if rr.steps.is_empty() {
+        let _ = writeln!(
+            out,
+            "  the cluster already has this topology: nothing to change"
+        );
+    } else {
+        let ops: usize = rr.steps.iter().map(|s| s.ops.len()).sum();
+        let _ = writeln!(
+            out,
+            "  {ops} change(s) in {} make-before-break step(s) from the state in the input:",
+            rr.steps.len()
+        );
+        for s in &rr.steps {
+            let _ = writeln!(out, "    {} ({} operation(s))", s.phase, s.ops.len());
+        }
+    }
+    for w in &rr.warnings {
+        let _ = writeln!(out, "  warning: {w}");
+    }
+    out.push('\n');
 }

@@ -583,3 +583,210 @@ fn a_floating_ip_defined_twice_keeps_the_first_and_says_where() {
     assert_eq!(v["floatingIPs"].as_array().unwrap().len(), 1);
     assert_eq!(v["floatingIPs"][0]["address"], "10.135.10.200");
 }
+
+fn rr_examples() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+fn plan_dir_json(dir: &std::path::Path) -> Value {
+    let out = netpolicy()
+        .args(["plan", "-o", "json", "-f"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn the_route_reflector_example_plans_a_multi_topology() {
+    let v = plan_dir_json(&rr_examples());
+    let rr = &v["routeReflectors"];
+    let reflectors = rr["reflectors"].as_array().unwrap();
+    assert_eq!(reflectors.len(), 6, "{rr}");
+    // Preferred (general) nodes first; zones get consecutive cluster IDs.
+    assert_eq!(reflectors[0]["node"], "general-a1");
+    assert_eq!(reflectors[0]["clusterID"], "224.0.0.1");
+    assert_eq!(reflectors[5]["clusterID"], "224.0.0.3");
+    let zone_of = |n: &str| n.chars().rev().nth(1).unwrap(); // general-a1 -> 'a'
+    for (client, rs) in rr["clients"].as_object().unwrap() {
+        let rs: Vec<&str> = rs
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_str().unwrap())
+            .collect();
+        assert_eq!(rs.len(), 2, "{client}");
+        assert!(
+            rs.iter().any(|r| zone_of(r) == zone_of(client)),
+            "{client}: {rs:?}"
+        );
+        assert!(
+            rs.iter().any(|r| zone_of(r) != zone_of(client)),
+            "{client}: {rs:?}"
+        );
+    }
+    let peers = rr["bgpPeers"].as_array().unwrap();
+    assert!(peers.iter().any(|p| p["name"] == "netpolicy-rr-mesh"));
+    assert!(peers.len() <= 7);
+    let phases: Vec<&str> = rr["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["phase"].as_str().unwrap())
+        .collect();
+    assert_eq!(phases, ["createPeers", "promote", "addClientLabels"]);
+}
+
+/// Writes the cluster as the plan leaves it (labels, annotations, BGPPeers) and plans
+/// again: the operator reading its own work back must find nothing to do.
+#[test]
+fn a_cluster_in_the_planned_state_needs_no_route_reflector_steps() {
+    let v = plan_dir_json(&rr_examples());
+    let rr = &v["routeReflectors"];
+    let dir = tempfile::tempdir().unwrap();
+    let src = rr_examples();
+    fs::write(
+        dir.path().join("rr.yaml"),
+        fs::read_to_string(src.join("route-reflectors/routereflectorconfig.yaml")).unwrap(),
+    )
+    .unwrap();
+    let mut docs = String::new();
+    let mut ops = Vec::new();
+    for s in rr["steps"].as_array().unwrap() {
+        for op in s["ops"].as_array().unwrap() {
+            ops.push(op.as_str().unwrap().to_owned());
+        }
+    }
+    let nodes = fs::read_to_string(src.join("cluster/nodes.yaml")).unwrap();
+    for doc in nodes.split("\n---\n").filter(|d| d.contains("kind: Node")) {
+        let name = doc
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("name: "))
+            .unwrap()
+            .to_owned();
+        let mut labels = Vec::new();
+        let mut annotations = Vec::new();
+        for r in rr["reflectors"].as_array().unwrap() {
+            if r["node"] == name.as_str() {
+                labels.push(format!("calico-route-reflector: {name}"));
+                annotations.push(format!(
+                    "projectcalico.org/RouteReflectorClusterID: \"{}\"",
+                    r["clusterID"].as_str().unwrap()
+                ));
+            }
+        }
+        for op in &ops {
+            if let Some(key) = op.strip_prefix(&format!("label node {name} ")) {
+                labels.push(format!("{key}: \"\""));
+            }
+        }
+        let mut d = doc.replace(
+            "  labels:\n",
+            &format!(
+                "  annotations: {{{}}}\n  labels:\n{}",
+                annotations.join(", "),
+                labels
+                    .iter()
+                    .map(|l| format!("    {l}\n"))
+                    .collect::<String>()
+            ),
+        );
+        d.insert_str(0, "---\n");
+        docs.push_str(&d);
+        docs.push('\n');
+    }
+    for p in rr["bgpPeers"].as_array().unwrap() {
+        docs.push_str(&format!(
+            "---\napiVersion: crd.projectcalico.org/v1\nkind: BGPPeer\nmetadata: {{name: {}}}\nspec:\n  nodeSelector: {}\n  peerSelector: {}\n",
+            p["name"].as_str().unwrap(),
+            serde_json::to_string(&p["spec"]["nodeSelector"]).unwrap(),
+            serde_json::to_string(&p["spec"]["peerSelector"]).unwrap(),
+        ));
+    }
+    fs::write(dir.path().join("state.yaml"), docs).unwrap();
+    let again = plan_dir_json(dir.path());
+    let rr2 = &again["routeReflectors"];
+    assert_eq!(rr2["steps"], serde_json::json!([]), "{rr2}");
+    assert_eq!(rr2["clients"], rr["clients"]);
+    assert_eq!(rr2["bgpPeers"], rr["bgpPeers"]);
+}
+
+#[test]
+fn an_invalid_route_reflector_config_names_every_bad_field() {
+    let text = format!(
+        "{NODES}---
+apiVersion: netpolicy.io/v1alpha1
+kind: RouteReflectorConfig
+metadata: {{name: default}}
+spec:
+  min: 5
+  max: 2
+  clusterID: not-an-ip
+  tolerations:
+    - {{key: a, operator: Maybe}}
+    - {{key: b, effect: NoWhere}}
+  eligibleNodes:
+    matchExpressions:
+      - {{key: pool, operator: In}}
+---
+apiVersion: netpolicy.io/v1alpha1
+kind: RouteReflectorConfig
+metadata: {{name: second}}
+spec: {{}}
+"
+    );
+    let (code, v, _) = plan_json(&text);
+    assert_eq!(code, 1);
+    let fields: Vec<(&str, &str)> = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap(), e["field"].as_str().unwrap()))
+        .collect();
+    for want in [
+        ("default", "spec.clusterID"),
+        ("default", "spec.tolerations[0].operator"),
+        ("default", "spec.tolerations[1].effect"),
+        ("default", "spec.eligibleNodes.matchExpressions[0].values"),
+        ("second", "metadata.name"),
+    ] {
+        assert!(fields.contains(&want), "{want:?} not in {fields:?}");
+    }
+    assert!(v.get("routeReflectors").is_none());
+    // min > max is found once the selectors and cluster ID are valid.
+    let text = format!(
+        "{NODES}---
+apiVersion: netpolicy.io/v1alpha1
+kind: RouteReflectorConfig
+metadata: {{name: default}}
+spec: {{min: 5, max: 2, peersPerNode: 0}}
+"
+    );
+    let (code, v, _) = plan_json(&text);
+    assert_eq!(code, 1);
+    let fields: Vec<&str> = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(fields, ["spec.min", "spec.peersPerNode"]);
+}
+
+#[test]
+fn route_reflectors_are_in_the_table_output() {
+    netpolicy()
+        .args(["plan", "-f"])
+        .arg(rr_examples())
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("ROUTE REFLECTOR"))
+        .stdout(predicate::str::contains("netpolicy-rr-mesh"))
+        .stdout(predicate::str::contains("make-before-break"));
+}

@@ -98,6 +98,21 @@ pub enum Phase {
     Demote,
 }
 
+impl Phase {
+    /// The phase's name in reports (`createPeers`, `promote`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CreatePeers => "createPeers",
+            Self::Promote => "promote",
+            Self::UpdatePeers => "updatePeers",
+            Self::AddClientLabels => "addClientLabels",
+            Self::RemoveClientLabels => "removeClientLabels",
+            Self::DeletePeers => "deletePeers",
+            Self::Demote => "demote",
+        }
+    }
+}
+
 /// A batch of operations of one phase.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
@@ -189,4 +204,36 @@ pub fn transition(nodes: &[NodeInfo], current: &Current, target: &Topology) -> V
         .into_iter()
         .map(|(phase, ops)| Step { phase, ops })
         .collect()
+}
+
+impl std::fmt::Display for Op {
+    /// One line a person can read (`label node n1 rr.netpolicy.io/set-…`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::ApplyBgpPeer(p) => write!(
+                f,
+                "apply BGPPeer {} (nodeSelector {:?}, peerSelector {:?})",
+                p.name, p.node_selector, p.peer_selector
+            ),
+            Self::DeleteBgpPeer { name } => write!(f, "delete BGPPeer {name}"),
+            Self::SetClusterId { node, id } => write!(
+                f,
+                "annotate node {node} {}={id}",
+                crate::CLUSTER_ID_ANNOTATION
+            ),
+            Self::RemoveClusterId { node } => write!(
+                f,
+                "remove annotation {} from node {node}",
+                crate::CLUSTER_ID_ANNOTATION
+            ),
+            Self::SetReflectorLabel { node, value } => {
+                write!(f, "label node {node} as reflector ({value})")
+            }
+            Self::RemoveReflectorLabel { node } => {
+                write!(f, "remove the reflector label from node {node}")
+            }
+            Self::AddSetLabel { node, key } => write!(f, "label node {node} {key}"),
+            Self::RemoveSetLabel { node, key } => write!(f, "remove label {key} from node {node}"),
+        }
+    }
 }

@@ -1,0 +1,330 @@
+//! Route reflectors: Kubernetes Nodes, Calico `BGPPeer`s and the `RouteReflectorConfig`
+//! turned into `netpolicy-rr`'s inputs, and the `routeReflectors` part of the plan.
+//!
+//! The current state is read from the cluster as it is: the reflector label, the
+//! cluster-ID annotation and `rr.netpolicy.io/set-*` labels on Nodes, and the `BGPPeer`
+//! objects whose names start with `netpolicy-rr-` (others are never touched).
+
+use std::{collections::BTreeMap, net::Ipv4Addr};
+
+use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::ObjectMeta};
+use netpolicy_core::FieldError;
+use netpolicy_rr::{
+    BGP_PEER_PREFIX, BgpPeer, CLUSTER_ID_ANNOTATION, Config, Current, Effect, Kind, Marks,
+    NodeInfo, Per, SET_LABEL_PREFIX, Taint, Topology,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::api::{ReflectorTopology, ReflectorsPer, RouteReflectorConfigSpec};
+
+/// A Calico `BGPPeer` as read from manifests or the API (only the fields we write).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CalicoBgpPeer {
+    /// Metadata.
+    pub metadata: ObjectMeta,
+    /// Spec.
+    #[serde(default)]
+    pub spec: CalicoBgpPeerSpec,
+}
+
+/// The selector fields of a Calico `BGPPeer` spec.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CalicoBgpPeerSpec {
+    /// Nodes that open the sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<String>,
+    /// Nodes they peer with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_selector: Option<String>,
+}
+
+/// The validated configuration.
+///
+/// # Errors
+/// Every problem, with its field path under `spec`.
+pub fn config(spec: &RouteReflectorConfigSpec) -> Result<Config, Vec<FieldError>> {
+    let mut errors = Vec::new();
+    let eligible = spec
+        .eligible_nodes
+        .validate("spec.eligibleNodes")
+        .map_err(|e| errors.extend(e.field_errors().iter().cloned()))
+        .ok();
+    let preferred = match &spec.preferred_nodes {
+        None => None,
+        Some(s) => s
+            .validate("spec.preferredNodes")
+            .map_err(|e| errors.extend(e.field_errors().iter().cloned()))
+            .ok(),
+    };
+    let mut tolerations = Vec::new();
+    for (i, t) in spec.tolerations.iter().enumerate() {
+        let at = format!("spec.tolerations[{i}]");
+        let exists = match t.operator.as_deref() {
+            None | Some("Equal") => false,
+            Some("Exists") => true,
+            Some(o) => {
+                errors.push(FieldError::new(
+                    format!("{at}.operator"),
+                    format!("operator {o:?} is neither \"Equal\" nor \"Exists\""),
+                ));
+                continue;
+            }
+        };
+        if exists && !t.value.is_empty() {
+            errors.push(FieldError::new(
+                format!("{at}.value"),
+                "a toleration with operator Exists has no value",
+            ));
+        }
+        let effect = match t.effect.as_str() {
+            "" => None,
+            e => match effect(e) {
+                Some(e) => Some(e),
+                None => {
+                    errors.push(FieldError::new(
+                        format!("{at}.effect"),
+                        format!("effect {e:?} is not NoSchedule, PreferNoSchedule or NoExecute"),
+                    ));
+                    continue;
+                }
+            },
+        };
+        tolerations.push(netpolicy_rr::Toleration {
+            key: t.key.clone(),
+            exists,
+            value: t.value.clone(),
+            effect,
+        });
+    }
+    let cluster_id = spec
+        .cluster_id
+        .parse::<Ipv4Addr>()
+        .map_err(|_| {
+            errors.push(FieldError::new(
+                "spec.clusterID",
+                format!(
+                    "{:?} is not an IPv4 address (Calico cluster IDs look like 224.0.0.1)",
+                    spec.cluster_id
+                ),
+            ));
+        })
+        .ok();
+    let (Some(eligible), Some(cluster_id)) = (eligible, cluster_id) else {
+        return Err(errors);
+    };
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let c = Config {
+        min: spec.min,
+        max: spec.max,
+        ratio: spec.ratio,
+        per: match spec.per {
+            ReflectorsPer::Zone => Per::Zone,
+            ReflectorsPer::Cluster => Per::Cluster,
+        },
+        zone_label: spec.zone_label.clone(),
+        eligible,
+        preferred,
+        tolerations,
+        cluster_id,
+        reflector_label: spec.reflector_label.clone(),
+        topology: match spec.topology {
+            ReflectorTopology::Simple => Kind::Simple,
+            ReflectorTopology::Multi => Kind::Multi,
+        },
+        peers_per_node: spec.peers_per_node,
+    };
+    match c.check() {
+        Ok(()) => Ok(c),
+        Err(netpolicy_rr::Error::Invalid(v)) => Err(v),
+        Err(e) => Err(vec![FieldError::new("spec", e.to_string())]),
+    }
+}
+
+fn effect(e: &str) -> Option<Effect> {
+    match e {
+        "NoSchedule" => Some(Effect::NoSchedule),
+        "PreferNoSchedule" => Some(Effect::PreferNoSchedule),
+        "NoExecute" => Some(Effect::NoExecute),
+        _ => None,
+    }
+}
+
+/// What placement needs to know about a Node. A taint with an unknown effect counts as
+/// `NoSchedule` (it keeps the node from being a reflector unless tolerated).
+///
+/// A Node whose Ready condition is not `True` is not Ready. A Node with no Ready
+/// condition at all is Ready only when `assume_ready` is set: `netpolicy plan` sets it,
+/// because hand-written manifests have no status; the operator, which reads live Nodes,
+/// does not.
+pub fn node_info(node: &Node, assume_ready: bool) -> NodeInfo {
+    let condition = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+    let ready = condition.map_or(assume_ready, |c| c.status == "True");
+    let spec = node.spec.as_ref();
+    NodeInfo {
+        name: node.metadata.name.clone().unwrap_or_default(),
+        labels: node.metadata.labels.clone().unwrap_or_default(),
+        ready,
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        taints: spec
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|t| Taint {
+                key: t.key.clone(),
+                value: t.value.clone().unwrap_or_default(),
+                effect: effect(&t.effect).unwrap_or(Effect::NoSchedule),
+            })
+            .collect(),
+        created: node
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| t.0.as_second()),
+    }
+}
+
+/// The marks netpolicy owns on a Node now. A cluster-ID annotation that is not an IPv4
+/// address is treated as absent (it will be rewritten).
+pub fn marks(node: &Node, reflector_label: &str) -> Marks {
+    let labels = node.metadata.labels.as_ref();
+    Marks {
+        reflector: labels.and_then(|l| l.get(reflector_label)).cloned(),
+        cluster_id: node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CLUSTER_ID_ANNOTATION))
+            .and_then(|v| v.parse().ok()),
+        sets: labels
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| k.starts_with(SET_LABEL_PREFIX))
+            .map(|(k, _)| k.clone())
+            .collect(),
+    }
+}
+
+/// The current state from Nodes and `BGPPeer`s (only `netpolicy-rr-*` objects count).
+pub fn current<'a>(
+    nodes: impl IntoIterator<Item = &'a Node>,
+    peers: impl IntoIterator<Item = &'a CalicoBgpPeer>,
+    reflector_label: &str,
+) -> Current {
+    Current {
+        marks: nodes
+            .into_iter()
+            .map(|n| {
+                (
+                    n.metadata.name.clone().unwrap_or_default(),
+                    marks(n, reflector_label),
+                )
+            })
+            .filter(|(_, m)| !m.is_empty())
+            .collect(),
+        bgp_peers: peers
+            .into_iter()
+            .filter_map(|p| {
+                let name = p.metadata.name.clone()?;
+                name.starts_with(BGP_PEER_PREFIX).then(|| BgpPeer {
+                    name,
+                    node_selector: p.spec.node_selector.clone().unwrap_or_default(),
+                    peer_selector: p.spec.peer_selector.clone().unwrap_or_default(),
+                })
+            })
+            .collect(),
+    }
+}
+
+/// `routeReflectors` in `netpolicy plan` output.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteReflectorReport {
+    /// Reflectors with their zone and cluster ID.
+    pub reflectors: Vec<ReflectorRow>,
+    /// Each client's reflectors.
+    pub clients: BTreeMap<String, Vec<String>>,
+    /// The `BGPPeer` objects (`crd.projectcalico.org/v1`).
+    pub bgp_peers: Vec<BgpPeerObject>,
+    /// Make-before-break steps from the state in the input to this topology.
+    pub steps: Vec<StepRow>,
+    /// What could not be done as configured.
+    pub warnings: Vec<String>,
+}
+
+/// One reflector.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReflectorRow {
+    /// Node name.
+    pub node: String,
+    /// Zone.
+    pub zone: String,
+    /// Cluster ID.
+    #[serde(rename = "clusterID")]
+    pub cluster_id: String,
+}
+
+/// One `BGPPeer`: name and spec.
+#[derive(Debug, Clone, Serialize)]
+pub struct BgpPeerObject {
+    /// Object name.
+    pub name: String,
+    /// Spec.
+    pub spec: CalicoBgpPeerSpec,
+}
+
+/// One step of the transition.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepRow {
+    /// The phase (`createPeers`, `promote`, ...).
+    pub phase: String,
+    /// Its operations, for a person.
+    pub ops: Vec<String>,
+}
+
+impl RouteReflectorReport {
+    /// The report of a topology and the steps to reach it.
+    pub fn new(t: &Topology, steps: &[netpolicy_rr::Step]) -> Self {
+        Self {
+            reflectors: t
+                .placement
+                .zones
+                .iter()
+                .flat_map(|z| {
+                    z.reflectors.iter().map(|r| ReflectorRow {
+                        node: r.clone(),
+                        zone: z.zone.clone(),
+                        cluster_id: z.cluster_id.to_string(),
+                    })
+                })
+                .collect(),
+            clients: t.clients.clone(),
+            bgp_peers: t
+                .bgp_peers
+                .iter()
+                .map(|p| BgpPeerObject {
+                    name: p.name.clone(),
+                    spec: CalicoBgpPeerSpec {
+                        node_selector: Some(p.node_selector.clone()),
+                        peer_selector: Some(p.peer_selector.clone()),
+                    },
+                })
+                .collect(),
+            steps: steps
+                .iter()
+                .map(|s| StepRow {
+                    phase: s.phase.as_str().to_owned(),
+                    ops: s.ops.iter().map(ToString::to_string).collect(),
+                })
+                .collect(),
+            warnings: t.warnings.clone(),
+        }
+    }
+}
