@@ -455,3 +455,86 @@ impl std::fmt::Display for Latency {
         )
     }
 }
+
+/// The route-reflector workload and the seed operator's algorithm as the baseline.
+pub mod rr_baseline {
+    use std::collections::BTreeMap;
+
+    use netpolicy_rr::{BgpPeer, Config, NodeInfo};
+
+    /// `n` Ready nodes spread round-robin over `zones` zones (`zone-0`, ...), created in
+    /// name order.
+    pub fn nodes(n: usize, zones: usize) -> Vec<NodeInfo> {
+        (0..n)
+            .map(|i| {
+                NodeInfo::ready(
+                    &format!("node-{i:05}"),
+                    &format!("zone-{}", i % zones),
+                    i as i64,
+                )
+            })
+            .collect()
+    }
+
+    /// What the seed produces on every pass.
+    #[derive(Debug)]
+    pub struct SeedTopology {
+        /// Reflector nodes.
+        pub reflectors: Vec<String>,
+        /// Node label changes (node, becomes reflector).
+        pub labels: Vec<(String, bool)>,
+        /// `BGPPeer` objects: one mesh, then one per client and reflector.
+        pub bgp_peers: Vec<BgpPeer>,
+    }
+
+    /// The seed's pass, recomputed from the full node listing: group by zone, size each
+    /// zone with the same rule, take the first Ready nodes in name order as reflectors,
+    /// give each client `per_client` reflectors (round-robin over the cluster's
+    /// reflectors, as its multi topology did) and write one `BGPPeer` per client and
+    /// reflector, selecting both ends by hostname: `1 + per_client x clients` objects.
+    pub fn seed_pass(nodes: &[NodeInfo], config: &Config, per_client: usize) -> SeedTopology {
+        let mut zones: BTreeMap<String, Vec<&NodeInfo>> = BTreeMap::new();
+        for n in nodes {
+            zones
+                .entry(config.zone_of(n).to_owned())
+                .or_default()
+                .push(n);
+        }
+        let mut reflectors = Vec::new();
+        for members in zones.values_mut() {
+            members.sort_by(|a, b| a.name.cmp(&b.name));
+            let ready: Vec<&&NodeInfo> = members.iter().filter(|n| n.ready).collect();
+            let want = config.wanted(ready.len()) as usize;
+            reflectors.extend(ready.iter().take(want).map(|n| n.name.clone()));
+        }
+        reflectors.sort();
+        let mut labels = Vec::with_capacity(nodes.len());
+        let mut bgp_peers = vec![BgpPeer {
+            name: "rr-mesh".to_owned(),
+            node_selector: "has(route-reflector)".to_owned(),
+            peer_selector: "has(route-reflector)".to_owned(),
+        }];
+        let mut client = 0usize;
+        for n in nodes {
+            let is_rr = reflectors.binary_search(&n.name).is_ok();
+            labels.push((n.name.clone(), is_rr));
+            if is_rr || reflectors.is_empty() {
+                continue;
+            }
+            for k in 0..per_client.min(reflectors.len()) {
+                let r = &reflectors[(client + k) % reflectors.len()];
+                bgp_peers.push(BgpPeer {
+                    name: format!("peer-{}-{r}", n.name),
+                    node_selector: format!("kubernetes.io/hostname == '{}'", n.name),
+                    peer_selector: format!("kubernetes.io/hostname == '{r}'"),
+                });
+            }
+            client += 1;
+        }
+        SeedTopology {
+            reflectors,
+            labels,
+            bgp_peers,
+        }
+    }
+}
