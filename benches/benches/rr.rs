@@ -66,8 +66,8 @@ fn rr_full(c: &mut Criterion) {
 fn rr_node(c: &mut Criterion) {
     let mut nodes = rr_baseline::nodes(NODES, ZONES);
     let config = config();
-    let mut engine =
-        Engine::new(nodes.clone(), config.clone(), &Current::default()).unwrap_or_else(|e| panic!("{e}"));
+    let mut engine = Engine::new(nodes.clone(), config.clone(), &Current::default())
+        .unwrap_or_else(|e| panic!("{e}"));
     let extra = NodeInfo::ready("node-extra", "zone-1", 99_999);
     let mut g = c.benchmark_group("rr_node");
     let mut present = false;

@@ -183,14 +183,16 @@ fn simple(config: &Config, placement: &Placement, clients: &[(&str, usize)]) -> 
         v.sort();
         v
     };
-    let mut out = BTreeMap::new();
-    for &(c, z) in clients {
-        let rs = match placement.zones.get(z) {
-            Some(zp) if !zp.reflectors.is_empty() => zp.reflectors.clone(),
-            _ => all.clone(),
-        };
-        out.insert(c.to_owned(), rs);
-    }
+    let out = clients
+        .iter()
+        .map(|&(c, z)| {
+            let rs = match placement.zones.get(z) {
+                Some(zp) if !zp.reflectors.is_empty() => zp.reflectors.clone(),
+                _ => all.clone(),
+            };
+            (c.to_owned(), rs)
+        })
+        .collect();
     let mut peers = Vec::new();
     let mut used = BTreeSet::new();
     for z in &placement.zones {
@@ -318,25 +320,78 @@ struct Assign {
     load: Vec<usize>,
     of: Vec<Option<usize>>,
     members: Vec<BTreeSet<usize>>,
+    /// Per set: (most-loaded member's load, total load, clients, index) packed into one
+    /// integer, kept up to date by `put`, so that choosing a set is one integer
+    /// comparison per candidate.
+    key: Vec<u128>,
+    /// Per reflector: the sets holding it.
+    sets_of: Vec<Vec<usize>>,
 }
 
 impl Assign {
+    fn new(ring: &Ring, clients: usize) -> Self {
+        let mut sets_of = vec![Vec::new(); ring.names.len()];
+        for (s, m) in ring.sets.iter().enumerate() {
+            for r in m {
+                sets_of[*r].push(s);
+            }
+        }
+        Self {
+            load: vec![0; ring.names.len()],
+            of: vec![None; clients],
+            members: vec![BTreeSet::new(); ring.sets.len()],
+            key: (0..ring.sets.len()).map(|s| pack(0, 0, 0, s)).collect(),
+            sets_of,
+        }
+    }
+
     fn put(&mut self, ring: &Ring, client: usize, set: usize) {
         if let Some(old) = self.of[client].replace(set) {
             self.members[old].remove(&client);
             for r in &ring.sets[old] {
                 self.load[*r] -= 1;
             }
+            self.rekey(ring, old);
         }
         self.members[set].insert(client);
         for r in &ring.sets[set] {
             self.load[*r] += 1;
         }
+        self.rekey(ring, set);
     }
 
-    fn best(&self, ring: &Ring, zone: usize, avoid: Option<usize>) -> Option<usize> {
-        best(ring, &self.load, |s| self.members[s].len(), zone, avoid)
+    /// Refreshes the keys of every set sharing a reflector with `set`.
+    fn rekey(&mut self, ring: &Ring, set: usize) {
+        for r in &ring.sets[set] {
+            for s in &self.sets_of[*r] {
+                let m = &ring.sets[*s];
+                let max = m.iter().map(|x| self.load[*x]).max().unwrap_or(0);
+                let sum = m.iter().map(|x| self.load[*x]).sum();
+                self.key[*s] = pack(max, sum, self.members[*s].len(), *s);
+            }
+        }
     }
+
+    /// As [`best`], from the cached keys.
+    fn best(&self, ring: &Ring, zone: usize, avoid: Option<usize>) -> Option<usize> {
+        let valid = ring.valid.get(zone)?;
+        let k = match avoid {
+            None => valid.iter().map(|s| self.key[*s]).min(),
+            Some(a) => valid
+                .iter()
+                .filter(|s| !ring.sets[**s].contains(&a))
+                .map(|s| self.key[*s])
+                .min(),
+        }?;
+        Some((k & u128::from(u32::MAX)) as usize)
+    }
+}
+
+/// The key [`best`] orders sets by, as one integer (each part saturates at 2³² - 1,
+/// far beyond any cluster).
+fn pack(max: usize, sum: usize, count: usize, set: usize) -> u128 {
+    let part = |v: usize| u128::from(u32::try_from(v).unwrap_or(u32::MAX));
+    part(max) << 96 | part(sum) << 64 | part(count) << 32 | part(set)
 }
 
 /// The best valid set for a client of `zone`, optionally avoiding reflector `avoid`:
@@ -371,11 +426,7 @@ fn multi(
 ) -> Result<Built> {
     let p = usize::try_from(config.peers_per_node).unwrap_or(usize::MAX);
     let ring = Ring::new(placement, p)?;
-    let mut a = Assign {
-        load: vec![0; ring.names.len()],
-        of: vec![None; clients.len()],
-        members: vec![BTreeSet::new(); ring.sets.len()],
-    };
+    let mut a = Assign::new(&ring, clients.len());
     if ring.sets.is_empty() {
         return Ok((
             clients
@@ -434,22 +485,32 @@ fn multi(
         ));
     }
     let rl = &config.reflector_label;
-    let mut out = BTreeMap::new();
-    for (ci, (c, _)) in clients.iter().enumerate() {
-        let mut rs: Vec<String> = Vec::new();
-        if let Some(s) = a.of[ci] {
-            rs = ring.sets[s]
-                .iter()
-                .map(|r| ring.names[*r].clone())
-                .collect();
-            marks
-                .entry((*c).to_owned())
-                .or_default()
-                .sets
-                .insert(ring.keys[s].clone());
-        }
-        out.insert((*c).to_owned(), rs);
-    }
+    // Clients are in name order: collecting builds the maps in bulk, without a search
+    // per insert.
+    let mut client_marks = Vec::with_capacity(clients.len());
+    let out: BTreeMap<String, Vec<String>> = clients
+        .iter()
+        .enumerate()
+        .map(|(ci, (c, _))| {
+            let mut rs: Vec<String> = Vec::new();
+            if let Some(s) = a.of[ci] {
+                rs = ring.sets[s]
+                    .iter()
+                    .map(|r| ring.names[*r].clone())
+                    .collect();
+                let m = Marks {
+                    sets: BTreeSet::from([ring.keys[s].clone()]),
+                    ..Marks::default()
+                };
+                client_marks.push(((*c).to_owned(), m));
+            }
+            ((*c).to_owned(), rs)
+        })
+        .collect();
+    // Reflectors are never clients: the two key sets are disjoint.
+    let mut all = std::mem::take(marks).into_iter().collect::<Vec<_>>();
+    all.extend(client_marks);
+    *marks = all.into_iter().collect();
     let peers = (0..ring.sets.len())
         .filter(|s| !a.members[*s].is_empty())
         .map(|s| ring.object(s, rl))
