@@ -48,10 +48,7 @@ fn rr_full(c: &mut Criterion) {
     });
     g.finish();
 
-    let applied = Current {
-        marks: ours.marks.clone(),
-        bgp_peers: ours.bgp_peers.clone(),
-    };
+    let applied = ours.applied();
     let mut g = c.benchmark_group("rr_steady");
     g.sample_size(20);
     g.bench_function("ours", |b| {

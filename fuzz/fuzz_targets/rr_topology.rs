@@ -73,7 +73,7 @@ fuzz_target!(|data: &[u8]| {
             assert!(c0.is_eligible(n), "{} is not eligible", n.name);
         }
     }
-    let now = Current { marks: t0.marks.clone(), bgp_peers: t0.bgp_peers.clone() };
+    let now = t0.applied();
     let Ok(t1) = topology(&second, &c1, &now) else {
         return;
     };

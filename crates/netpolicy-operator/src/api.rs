@@ -402,6 +402,10 @@ pub struct RouteReflectorConfigStatus {
     /// Reflectors now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reflectors: Option<u32>,
+    /// `multi`: the reflector ring as last applied (kept so that a reflector joining or
+    /// leaving only changes the reflector sets around it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ring: Vec<String>,
     /// Standard conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

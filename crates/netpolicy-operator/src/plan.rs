@@ -320,6 +320,7 @@ fn plan_route_reflectors(
     let current = rr::current(
         nodes.iter().copied(),
         m.bgp_peers.iter().map(|p| &p.object),
+        c.status.as_ref().map_or(&[][..], |s| &s.ring[..]),
         &config.reflector_label,
     );
     match netpolicy_rr::topology(&infos, &config, &current) {

@@ -211,10 +211,12 @@ pub fn marks(node: &Node, reflector_label: &str) -> Marks {
     }
 }
 
-/// The current state from Nodes and `BGPPeer`s (only `netpolicy-rr-*` objects count).
+/// The current state from Nodes, `BGPPeer`s (only `netpolicy-rr-*` objects count) and
+/// the ring kept in the RouteReflectorConfig's status.
 pub fn current<'a>(
     nodes: impl IntoIterator<Item = &'a Node>,
     peers: impl IntoIterator<Item = &'a CalicoBgpPeer>,
+    ring: &[String],
     reflector_label: &str,
 ) -> Current {
     Current {
@@ -239,6 +241,7 @@ pub fn current<'a>(
                 })
             })
             .collect(),
+        ring: ring.to_vec(),
     }
 }
 
@@ -256,6 +259,9 @@ pub struct RouteReflectorReport {
     pub steps: Vec<StepRow>,
     /// What could not be done as configured.
     pub warnings: Vec<String>,
+    /// `multi`: the reflector ring, for the RouteReflectorConfig's `status.ring`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ring: Vec<String>,
 }
 
 /// One reflector.
@@ -325,6 +331,7 @@ impl RouteReflectorReport {
                 })
                 .collect(),
             warnings: t.warnings.clone(),
+            ring: t.ring.clone(),
         }
     }
 }

@@ -651,9 +651,18 @@ fn a_cluster_in_the_planned_state_needs_no_route_reflector_steps() {
     let rr = &v["routeReflectors"];
     let dir = tempfile::tempdir().unwrap();
     let src = rr_examples();
+    let ring = rr["ring"].as_array().unwrap();
+    assert_eq!(ring.len(), 6);
+    // The operator keeps the ring in the config's status; reversed, it must be honoured
+    // (a fresh ring would be built in round-robin order instead).
+    let reversed: Vec<Value> = ring.iter().rev().cloned().collect();
     fs::write(
         dir.path().join("rr.yaml"),
-        fs::read_to_string(src.join("route-reflectors/routereflectorconfig.yaml")).unwrap(),
+        format!(
+            "{}status:\n  ring: {}\n",
+            fs::read_to_string(src.join("route-reflectors/routereflectorconfig.yaml")).unwrap(),
+            Value::Array(reversed.clone())
+        ),
     )
     .unwrap();
     let mut docs = String::new();
@@ -712,6 +721,12 @@ fn a_cluster_in_the_planned_state_needs_no_route_reflector_steps() {
     fs::write(dir.path().join("state.yaml"), docs).unwrap();
     let again = plan_dir_json(dir.path());
     let rr2 = &again["routeReflectors"];
+    assert_eq!(
+        rr2["ring"],
+        Value::Array(reversed),
+        "the ring in the status is kept"
+    );
+    // With p = 2 the reversed ring has the same sets: nothing to do.
     assert_eq!(rr2["steps"], serde_json::json!([]), "{rr2}");
     assert_eq!(rr2["clients"], rr["clients"]);
     assert_eq!(rr2["bgpPeers"], rr["bgpPeers"]);

@@ -99,10 +99,7 @@ impl Engine {
 
     /// The state of the cluster once the topology is applied.
     pub fn current(&self) -> Current {
-        Current {
-            marks: self.topo.marks.clone(),
-            bgp_peers: self.topo.bgp_peers.clone(),
-        }
+        self.topo.applied()
     }
 
     fn reindex(&mut self) -> Result<()> {
@@ -129,7 +126,7 @@ impl Engine {
         self.multi = None;
         if self.config.topology == Kind::Multi {
             let p = usize::try_from(self.config.peers_per_node).unwrap_or(usize::MAX);
-            let ring = Ring::new(&self.topo.placement, p)?;
+            let ring = Ring::new(&self.topo.placement, p, &self.topo.ring)?;
             let mut load = vec![0; ring.names.len()];
             let mut count = vec![0; ring.sets.len()];
             let by_key = ring.by_key();

@@ -56,6 +56,10 @@ pub struct Current {
     pub marks: BTreeMap<String, Marks>,
     /// Our `BGPPeer` objects.
     pub bgp_peers: Vec<BgpPeer>,
+    /// The `multi` ring as last applied ([`crate::Topology::ring`]; the operator keeps it
+    /// in the RouteReflectorConfig's status). Empty when unknown: the ring is then built
+    /// afresh, which may move clients whose sets still exist.
+    pub ring: Vec<String>,
 }
 
 impl Current {
@@ -74,6 +78,7 @@ impl Current {
                 })
                 .collect(),
             bgp_peers: Vec::new(),
+            ring: Vec::new(),
         }
     }
 

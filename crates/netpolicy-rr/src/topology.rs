@@ -22,9 +22,12 @@
 //! has more than `1.05 × mean + 1` clients are clients moved, one at a time, from its
 //! fullest set to the least-loaded valid set without it, until none does. So adding or
 //! removing a client changes exactly its own `peersPerNode` peerings unless the bound
-//! would break. Changing the reflectors re-forms the sets around the changed positions
-//! of the ring; clients of sets that no longer exist move (make before break, see
-//! [`crate::transition()`]). When zone sizes make the bound unreachable (a zone with many
+//! would break. The ring is carried over from the current state ([`Current::ring`]):
+//! a departed reflector is taken out and a new one inserted where its zone is rarest
+//! nearby, so only the sets around the change differ, and only their clients move
+//! (make before break, see [`crate::transition()`]). At 15,000 nodes, a reflector
+//! leaving moves exactly the 1,497 clients that peered with it (without the carried-over
+//! ring, up to 10,478 moved: `examples/reflector_leaves.rs`). When zone sizes make the bound unreachable (a zone with many
 //! clients and one eligible node: its clients must all use it), the topology says so in
 //! `warnings`.
 
@@ -54,9 +57,23 @@ pub struct Topology {
     pub marks: BTreeMap<String, Marks>,
     /// What could not be done as configured (short zones, no reflectors, balance).
     pub warnings: Vec<String>,
+    /// `multi`: the reflectors in ring order (sets are consecutive runs of it). Keep it
+    /// and pass it back as [`Current::ring`] so that a reflector joining or leaving only
+    /// changes the sets around it. Empty for `simple`.
+    pub ring: Vec<String>,
 }
 
 impl Topology {
+    /// The cluster's state once this topology is applied: pass it as the current state
+    /// of the next computation.
+    pub fn applied(&self) -> Current {
+        Current {
+            marks: self.marks.clone(),
+            bgp_peers: self.bgp_peers.clone(),
+            ring: self.ring.clone(),
+        }
+    }
+
     /// Clients per reflector (every reflector listed, including those with none).
     pub fn loads(&self) -> BTreeMap<&str, usize> {
         let mut out: BTreeMap<&str, usize> =
@@ -135,6 +152,7 @@ pub fn topology_for(
         node_selector: format!("has({rl})"),
         peer_selector: format!("has({rl})"),
     };
+    let mut order = Vec::new();
     let (client_map, mut bgp_peers) = match config.topology {
         Kind::Simple => simple(config, &placement, &clients),
         Kind::Multi => multi(
@@ -144,6 +162,7 @@ pub fn topology_for(
             current,
             &mut marks,
             &mut warnings,
+            &mut order,
         )?,
     };
     bgp_peers.push(mesh);
@@ -154,6 +173,7 @@ pub fn topology_for(
         bgp_peers,
         marks,
         warnings,
+        ring: order,
     })
 }
 
@@ -234,21 +254,50 @@ pub(crate) struct Ring {
 }
 
 impl Ring {
-    pub(crate) fn new(placement: &Placement, p: usize) -> Result<Self> {
-        let mut names = Vec::new();
-        let mut zone = Vec::new();
+    /// The ring for `placement`: `previous` (the ring as last applied) with departed
+    /// reflectors taken out and new ones inserted where their zone is rarest nearby, so
+    /// that only the sets around a change differ; round-robin over zones when there is
+    /// no previous ring.
+    pub(crate) fn new(placement: &Placement, p: usize, previous: &[String]) -> Result<Self> {
+        let zone_of: HashMap<&str, usize> = placement
+            .zones
+            .iter()
+            .enumerate()
+            .flat_map(|(zi, z)| z.reflectors.iter().map(move |r| (r.as_str(), zi)))
+            .collect();
+        let mut names: Vec<String> = Vec::new();
+        let mut zone: Vec<usize> = Vec::new();
+        let mut placed: HashMap<&str, ()> = HashMap::new();
+        for r in previous {
+            if let Some(&z) = zone_of.get(r.as_str())
+                && placed.insert(r.as_str(), ()).is_none()
+            {
+                names.push(r.clone());
+                zone.push(z);
+            }
+        }
         let rounds = placement
             .zones
             .iter()
             .map(|z| z.reflectors.len())
             .max()
             .unwrap_or(0);
+        let fresh = names.is_empty();
         for round in 0..rounds {
             for (zi, z) in placement.zones.iter().enumerate() {
-                if let Some(r) = z.reflectors.get(round) {
-                    names.push(r.clone());
-                    zone.push(zi);
+                let Some(r) = z.reflectors.get(round) else {
+                    continue;
+                };
+                if placed.contains_key(r.as_str()) {
+                    continue;
                 }
+                let at = if fresh {
+                    names.len()
+                } else {
+                    insertion_point(&zone, zi, p)
+                };
+                names.insert(at, r.clone());
+                zone.insert(at, zi);
             }
         }
         let n = names.len();
@@ -423,9 +472,11 @@ fn multi(
     current: &Current,
     marks: &mut BTreeMap<String, Marks>,
     warnings: &mut Vec<String>,
+    order: &mut Vec<String>,
 ) -> Result<Built> {
     let p = usize::try_from(config.peers_per_node).unwrap_or(usize::MAX);
-    let ring = Ring::new(placement, p)?;
+    let ring = Ring::new(placement, p, &current.ring)?;
+    order.clone_from(&ring.names);
     let mut a = Assign::new(&ring, clients.len());
     if ring.sets.is_empty() {
         return Ok((
@@ -580,6 +631,34 @@ fn rebalance(
     }
 }
 
+/// Where to insert a reflector of zone `z` into a ring whose zones are `zones`: the
+/// gap with the fewest reflectors of `z` among the `p - 1` neighbours on each side (the
+/// sets it will join), then the one farthest from any reflector of `z`, then the first.
+fn insertion_point(zones: &[usize], z: usize, p: usize) -> usize {
+    let n = zones.len();
+    if n == 0 {
+        return 0;
+    }
+    let reach = p.saturating_sub(1).max(1).min(n);
+    let mut best = (usize::MAX, 0usize, 0usize);
+    for gap in 0..n {
+        // Neighbours: zones[gap - k] and zones[gap + k - 1] (cyclic), k = 1..=reach.
+        let left = |k: usize| zones[(gap + n * k - k) % n];
+        let right = |k: usize| zones[(gap + k - 1) % n];
+        let same = (1..=reach)
+            .map(|k| usize::from(left(k) == z) + usize::from(right(k) == z))
+            .sum::<usize>();
+        let nearest = (1..=n)
+            .find(|k| left(*k) == z || right(*k) == z)
+            .unwrap_or(n + 1);
+        let key = (same, usize::MAX - nearest, gap);
+        if key < best {
+            best = key;
+        }
+    }
+    best.2
+}
+
 impl Ring {
     /// The `BGPPeer` of set `s`.
     pub(crate) fn object(&self, s: usize, rl: &str) -> BgpPeer {
@@ -649,10 +728,7 @@ mod tests {
         let mut nodes = zones(&[("a", 50), ("b", 50)]);
         let c = multi_config();
         let t0 = topology(&nodes, &c, &Current::default()).unwrap();
-        let current = Current {
-            marks: t0.marks.clone(),
-            bgp_peers: t0.bgp_peers.clone(),
-        };
+        let current = t0.applied();
         nodes.push(NodeInfo::ready("a-new", "a", 99));
         let t1 = topology(&nodes, &c, &current).unwrap();
         for (n, rs) in &t0.clients {

@@ -77,10 +77,7 @@ fn config() -> impl Strategy<Value = Config> {
 }
 
 fn applied(t: &Topology) -> Current {
-    Current {
-        marks: t.marks.clone(),
-        bgp_peers: t.bgp_peers.clone(),
-    }
+    t.applied()
 }
 
 fn zone(n: &str, nodes: &[NodeInfo]) -> String {
@@ -201,6 +198,38 @@ proptest! {
             prop_assert_eq!(moved, 0);
             prop_assert!(check_multi(engine.nodes(), &c, &t1)?, "unbalanced: {loads:?}");
         }
+    }
+
+    /// A reflector leaving moves the clients that peered with it, and not many more:
+    /// with the ring carried over, only the sets around the departed reflector and its
+    /// replacement change.
+    #[test]
+    fn a_reflector_leaving_moves_about_its_own_clients(
+        base in 40..200usize,
+        zones in 2..5usize,
+        p in 2..4u32,
+        pick in any::<prop::sample::Index>(),
+    ) {
+        let mut nodes = Vec::new();
+        for z in &ZONES[..zones] {
+            for i in 0..base {
+                nodes.push(NodeInfo::ready(&format!("{z}-{i:03}"), z, i as i64));
+            }
+        }
+        let c = Config { topology: Kind::Multi, peers_per_node: p, ..Config::default() };
+        let t0 = topology(&nodes, &c, &Current::default()).unwrap();
+        let reflectors: Vec<&str> = t0.placement.reflectors().map(|(r, _)| r).collect();
+        let gone = *pick.get(&reflectors);
+        let rest: Vec<NodeInfo> = nodes.iter().filter(|n| n.name != gone).cloned().collect();
+        let t1 = topology(&rest, &c, &t0.applied()).unwrap();
+        let had = t0.clients.values().filter(|rs| rs.iter().any(|r| r == gone)).count();
+        let moved = t1
+            .clients
+            .iter()
+            .filter(|(n, rs)| t0.clients.get(*n).is_some_and(|old| old != *rs))
+            .count();
+        prop_assert!(moved <= 2 * had + p as usize, "{moved} moved, {had} had {gone}");
+        check_multi(&rest, &c, &t1)?;
     }
 
     /// Any cluster change, topology switch or reconfiguration: the plan keeps every
