@@ -135,10 +135,11 @@ pub fn place(nodes: &[NodeInfo], config: &Config, current: &Current) -> Result<P
     let caps: Vec<usize> = eligible.iter().map(Vec::len).collect();
     let (wanted, targets) = sizes(config, &ready, &caps);
     let clients = current.client_counts();
+    let reflectors_now: std::collections::HashSet<&str> = current.reflectors().collect();
     let mut out = Vec::with_capacity(zones.len());
     for (i, (zone, _)) in zones.iter().enumerate() {
         let k = targets[i] as usize;
-        let chosen = choose(&eligible[i], k, config, current, &clients);
+        let chosen = choose(&eligible[i], k, config, &reflectors_now, &clients);
         let shortfall = shortfall(wanted[i], targets[i], caps[i]);
         let cluster_id = match config.per {
             Per::Zone => {
@@ -167,7 +168,7 @@ fn choose(
     eligible: &[&NodeInfo],
     k: usize,
     config: &Config,
-    current: &Current,
+    reflectors_now: &std::collections::HashSet<&str>,
     clients: &BTreeMap<String, usize>,
 ) -> Vec<String> {
     let preferred = |n: &NodeInfo| {
@@ -179,7 +180,7 @@ fn choose(
     let (mut keep, mut rest): (Vec<&NodeInfo>, Vec<&NodeInfo>) = eligible
         .iter()
         .copied()
-        .partition(|n| current.is_reflector(&n.name));
+        .partition(|n| reflectors_now.contains(n.name.as_str()));
     if keep.len() > k {
         // Most valuable first: most clients, preferred, oldest, first name.
         keep.sort_by(|a, b| {

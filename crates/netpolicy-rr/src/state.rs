@@ -105,7 +105,7 @@ impl Current {
             .iter()
             .filter_map(|(n, m)| m.reflector.as_deref().map(|t| (t, n.as_str())))
             .collect();
-        let mut per_set: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut per_set: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         for m in self.marks.values() {
             for s in &m.sets {
                 *per_set.entry(s.as_str()).or_default() += 1;

@@ -488,9 +488,12 @@ fn multi(
         ));
     }
     let by_key = ring.by_key();
-    // Keep current sets that are still valid.
+    // Keep current sets that are still valid. Clients and marks are both in name
+    // order: walk them together instead of searching the map per client.
+    let mut marks_now = current.marks.iter().peekable();
     for (ci, (c, z)) in clients.iter().enumerate() {
-        let Some(m) = current.marks.get(*c) else {
+        while marks_now.next_if(|(n, _)| n.as_str() < *c).is_some() {}
+        let Some((_, m)) = marks_now.next_if(|(n, _)| n.as_str() == *c) else {
             continue;
         };
         let keep = m
