@@ -44,6 +44,10 @@ pub struct RoutingSpec {
 /// A VLAN sub-interface.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.id >= 1 && self.id <= 4094",
+    "message": "VLAN id must be in 1..4094 (0 and 4095 are reserved by 802.1Q)"
+}]))]
 pub struct VlanSpec {
     /// Parent interface.
     pub link: String,
@@ -66,6 +70,10 @@ pub struct VlanSpec {
 /// A route.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.nexthops) || size(self.nexthops) == 0 || (!has(self.via) && !has(self.dev))",
+    "message": "via and dev are exclusive with nexthops: give each gateway as a nexthop"
+}]))]
 pub struct RouteSpec {
     /// Destination prefix; `default` means `0.0.0.0/0` (write `::/0` for IPv6).
     pub to: String,
@@ -113,6 +121,10 @@ pub struct NextHopSpec {
 /// A policy routing rule.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.priority >= 1 && self.priority <= 32765",
+    "message": "rule priority must be in 1..32765 (0, 32766 and 32767 belong to the kernel's own rules)"
+}]))]
 pub struct RuleSpec {
     /// Priority 1..32765 (0, 32766 and 32767 belong to the kernel).
     pub priority: u32,

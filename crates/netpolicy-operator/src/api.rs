@@ -39,6 +39,9 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     version = "v1alpha1",
     kind = "ClusterConfig",
     plural = "clusterconfigs",
+    validation = Rule::new("self.metadata.name == 'default'").message(
+        "a ClusterConfig must be named 'default': there is only one, it applies to every node"
+    ),
     shortname = "npcc",
     derive = "PartialEq",
     derive = "Default"
@@ -65,8 +68,14 @@ pub struct ClusterConfigSpec {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NodeConfigSpec {
-    /// Nodes this config applies to. Empty (or absent) selects every node.
+    /// Nodes this config applies to. Empty (or absent) selects every node. Immutable:
+    /// moving a config to other nodes is a new NodeConfig, so that no node is ever
+    /// half-way between two selections.
     #[serde(default)]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self == oldSelf",
+        "message": "nodeSelector is immutable: create a NodeConfig for the new nodes and delete this one"
+    }]))]
     pub node_selector: LabelSelector,
     /// Higher wins over lower for items with the same identity. Default 0.
     #[serde(default)]
@@ -268,6 +277,8 @@ pub const ROUTE_REFLECTOR_CONFIG_NAME: &str = "default";
     version = "v1alpha1",
     kind = "RouteReflectorConfig",
     plural = "routereflectorconfigs",
+    validation = Rule::new("self.metadata.name == 'default'")
+        .message("a RouteReflectorConfig must be named 'default': there is only one"),
     shortname = "nprr",
     status = "RouteReflectorConfigStatus",
     derive = "PartialEq",

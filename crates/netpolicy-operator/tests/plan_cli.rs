@@ -805,3 +805,19 @@ fn route_reflectors_are_in_the_table_output() {
         .stdout(predicate::str::contains("netpolicy-rr-mesh"))
         .stdout(predicate::str::contains("make-before-break"));
 }
+
+/// `deploy/crds.yaml` is what `netpolicy crds` prints: regenerate it with
+/// `cargo run -p netpolicy-operator --bin netpolicy -- crds > deploy/crds.yaml`.
+#[test]
+fn the_committed_crds_match_the_generated_ones() {
+    let out = netpolicy().arg("crds").output().unwrap();
+    assert!(out.status.success());
+    let committed = fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds.yaml"),
+    )
+    .unwrap();
+    assert!(
+        committed == String::from_utf8(out.stdout).unwrap(),
+        "deploy/crds.yaml is stale: run `cargo run -p netpolicy-operator --bin netpolicy -- crds > deploy/crds.yaml`"
+    );
+}

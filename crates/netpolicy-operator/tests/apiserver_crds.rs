@@ -1,0 +1,265 @@
+//! The CRDs against a real kube-apiserver (netpolicy-testenv): they install and become
+//! Established, valid objects (the examples) are accepted, and every validation rule
+//! rejects what it should with a message a person understands.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{
+    Api, Client,
+    api::{DynamicObject, Patch, PatchParams, PostParams},
+    core::{ApiResource, GroupVersionKind},
+};
+use netpolicy_operator::api::crds;
+use serde_json::{Value, json};
+
+async fn install(client: &Client) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let pp = PatchParams::apply("netpolicy-tests").force();
+    for crd in crds() {
+        let name = crd.metadata.name.clone().unwrap();
+        api.patch(&name, &pp, &Patch::Apply(&crd))
+            .await
+            .unwrap_or_else(|e| panic!("installing {name}: {e}"));
+    }
+    for crd in crds() {
+        let name = crd.metadata.name.clone().unwrap();
+        let mut waited = 0;
+        loop {
+            let c = api.get(&name).await.unwrap();
+            let established = c
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                break;
+            }
+            assert!(waited < 100, "{name} not Established after 10 s");
+            waited += 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn api(client: &Client, kind: &str, namespace: Option<&str>) -> Api<DynamicObject> {
+    let plural = format!("{}s", kind.to_lowercase());
+    let gvk = GroupVersionKind::gvk("netpolicy.io", "v1alpha1", kind);
+    let ar = ApiResource::from_gvk_with_plural(&gvk, &plural);
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    }
+}
+
+fn object(kind: &str, name: &str, spec: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+async fn create(
+    client: &Client,
+    kind: &str,
+    name: &str,
+    spec: Value,
+) -> Result<DynamicObject, String> {
+    api(client, kind, None)
+        .create(&PostParams::default(), &object(kind, name, spec))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test]
+async fn crds_install_and_become_established() {
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    install(&client).await;
+    // Installing again (an upgrade with the same content) is a no-op, not an error.
+    install(&client).await;
+}
+
+#[tokio::test]
+async fn valid_objects_are_accepted() {
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    install(&client).await;
+    let name = cp.unique("valid");
+    create(
+        &client,
+        "NodeConfig",
+        &name,
+        json!({
+            "nodeSelector": {"matchLabels": {"pool": "edge"}},
+            "priority": 10,
+            "vlans": [{"link": "eth1", "id": 300, "addresses": ["10.30.0.5/24"]}],
+            "routes": [
+                {"to": "10.20.0.0/16", "via": "10.30.0.1"},
+                {"to": "10.21.0.0/16", "nexthops": [{"via": "10.30.0.1"}, {"via": "10.30.0.2"}]}
+            ],
+            "rules": [{"priority": 1000, "from": "10.30.0.0/24", "table": 300}]
+        }),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_vlan_id_out_of_range_is_rejected_with_its_range() {
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    install(&client).await;
+    let e = create(
+        &client,
+        "NodeConfig",
+        &cp.unique("vlan"),
+        json!({"nodeSelector": {}, "vlans": [{"link": "eth1", "id": 5000}]}),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("spec.vlans[0]") && e.contains("1..4094"), "{e}");
+}
+
+#[tokio::test]
+async fn a_rule_priority_out_of_range_and_via_with_nexthops_are_rejected() {
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    install(&client).await;
+    let e = create(
+        &client,
+        "NodeConfig",
+        &cp.unique("prio"),
+        json!({"nodeSelector": {}, "rules": [{"priority": 40000, "table": 100}]}),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("spec.rules[0]") && e.contains("1..32765"), "{e}");
+    let e = create(
+        &client,
+        "NodeConfig",
+        &cp.unique("ecmp"),
+        json!({"nodeSelector": {}, "routes": [
+            {"to": "10.0.0.0/8", "via": "192.0.2.1", "nexthops": [{"via": "192.0.2.2"}]}
+        ]}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.contains("spec.routes[0]") && e.contains("exclusive with nexthops"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn only_a_cluster_config_named_default_exists() {
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    install(&client).await;
+    let e = create(&client, "ClusterConfig", "second", json!({}))
+        .await
+        .unwrap_err();
+    assert!(e.contains("must be named 'default'"), "{e}");
+    let e = create(&client, "RouteReflectorConfig", "other", json!({}))
+        .await
+        .unwrap_err();
+    assert!(e.contains("must be named 'default'"), "{e}");
+    // `default` itself is fine (created once; other tests do not touch it).
+    create(&client, "ClusterConfig", "default", json!({"routes": []}))
+        .await
+        .unwrap();
+    // The defaults of DESIGN.md are filled in by the server.
+    let rr = create(&client, "RouteReflectorConfig", "default", json!({}))
+        .await
+        .unwrap();
+    let spec = &rr.data["spec"];
+    assert_eq!(spec["min"], 3);
+    assert_eq!(spec["max"], 10);
+    assert_eq!(spec["clusterID"], "224.0.0.1");
+    assert_eq!(spec["topology"], "simple");
+}
+
+#[tokio::test]
+async fn a_node_selector_cannot_change() {
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    install(&client).await;
+    let name = cp.unique("immutable");
+    create(
+        &client,
+        "NodeConfig",
+        &name,
+        json!({"nodeSelector": {"matchLabels": {"pool": "a"}}, "priority": 1}),
+    )
+    .await
+    .unwrap();
+    let api = api(&client, "NodeConfig", None);
+    // Other fields may change...
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"priority": 2}})),
+    )
+    .await
+    .unwrap();
+    // ...the selector may not.
+    let e = api
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"nodeSelector": {"matchLabels": {"pool": "b"}}}})),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("nodeSelector is immutable"), "{e}");
+}
+
+#[tokio::test]
+async fn the_examples_are_accepted_by_the_server() {
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    install(&client).await;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let m = netpolicy_operator::manifest::load(&[dir]).unwrap();
+    // Server-side apply, dry run: the examples' ClusterConfig and RouteReflectorConfig
+    // share their names with objects another test creates for real.
+    let pp = PatchParams::apply("netpolicy-tests").force().dry_run();
+    let mut n = 0;
+    for (kind, value) in m
+        .node_configs
+        .iter()
+        .map(|o| ("NodeConfig", serde_json::to_value(&o.object).unwrap()))
+        .chain(
+            m.cluster_configs
+                .iter()
+                .map(|o| ("ClusterConfig", serde_json::to_value(&o.object).unwrap())),
+        )
+        .chain(
+            m.floating_ip_ranges
+                .iter()
+                .map(|o| ("FloatingIPRange", serde_json::to_value(&o.object).unwrap())),
+        )
+        .chain(m.route_reflector_configs.iter().map(|o| {
+            (
+                "RouteReflectorConfig",
+                serde_json::to_value(&o.object).unwrap(),
+            )
+        }))
+    {
+        let obj: DynamicObject = serde_json::from_value(value).unwrap();
+        let name = obj.metadata.name.clone().unwrap();
+        api(&client, kind, None)
+            .patch(&name, &pp, &Patch::Apply(&obj))
+            .await
+            .unwrap_or_else(|e| panic!("{kind} {:?}: {e}", obj.metadata.name));
+        n += 1;
+    }
+    assert!(n >= 9, "{n} objects");
+}

@@ -1,0 +1,440 @@
+//! # netpolicy-testenv
+//!
+//! A real Kubernetes control plane for tests: etcd and kube-apiserver on 127.0.0.1,
+//! built by `scripts/test-tools` from pinned Go modules. See the README.
+//!
+//! The control plane is started once per test binary ([`shared`]) from a thread that
+//! lives as long as the process, under `setpriv --pdeathsig KILL`, so the processes end
+//! with the test binary however it ends. Each test takes its own object names from
+//! [`ControlPlane::unique`]. If the control plane cannot start, [`shared`] panics with
+//! the reason and the end of the process logs: a test that needs an API server fails
+//! visibly rather than passing without one.
+
+use std::{
+    fmt::Write as _,
+    fs,
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{
+        OnceLock,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        mpsc,
+    },
+    thread,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use kube::{Client, Config, config::Kubeconfig};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
+};
+
+/// A running etcd + kube-apiserver.
+#[derive(Debug)]
+pub struct ControlPlane {
+    /// `https://127.0.0.1:<port>`.
+    pub server: String,
+    /// An admin kubeconfig (user `netpolicy-admin` in `system:masters`).
+    pub kubeconfig: PathBuf,
+    /// Working directory: certificates, etcd data, process logs.
+    pub dir: PathBuf,
+    ready: AtomicBool,
+    counter: AtomicU64,
+}
+
+static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+
+/// The control plane of this test binary, started on first use.
+///
+/// # Panics
+/// When the binaries cannot be built or found, or a process does not start; the message
+/// says why and shows the end of its log.
+pub fn shared() -> &'static ControlPlane {
+    SHARED.get_or_init(|| match start() {
+        Ok(cp) => cp,
+        Err(e) => panic!("netpolicy-testenv: the test control plane did not start: {e}"),
+    })
+}
+
+impl ControlPlane {
+    /// A name no other test of this binary gets: `<prefix>-<n>` (lowercase, valid as a
+    /// Kubernetes object name).
+    pub fn unique(&self, prefix: &str) -> String {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        format!("{prefix}-{n}")
+    }
+
+    /// An admin client, once the API server reports ready (first call waits up to 60 s).
+    ///
+    /// # Panics
+    /// When the kubeconfig cannot be read or the server never becomes ready.
+    pub async fn client(&self) -> Client {
+        let client = self.client_as(None).await;
+        if !self.ready.load(Ordering::Acquire) {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let req = http_get("/readyz");
+                match client.request_text(req).await {
+                    Ok(body) if body.trim() == "ok" => break,
+                    other => {
+                        assert!(
+                            Instant::now() < deadline,
+                            "kube-apiserver not ready after 60 s ({other:?}); log:\n{}",
+                            tail(&self.dir.join("kube-apiserver.log"))
+                        );
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
+            }
+            self.ready.store(true, Ordering::Release);
+        }
+        client
+    }
+
+    /// A client that impersonates `user` (and `groups`), for RBAC checks: the admin's
+    /// credentials with `Impersonate-User` / `Impersonate-Group`.
+    ///
+    /// # Panics
+    /// When the kubeconfig cannot be read.
+    pub async fn client_impersonating(&self, user: &str, groups: &[&str]) -> Client {
+        // Make sure the server is up first.
+        drop(self.client().await);
+        self.client_as(Some((user, groups))).await
+    }
+
+    async fn client_as(&self, who: Option<(&str, &[&str])>) -> Client {
+        let kc = Kubeconfig::read_from(&self.kubeconfig)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", self.kubeconfig.display()));
+        let mut config = Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("kubeconfig {}: {e}", self.kubeconfig.display()));
+        if let Some((user, groups)) = who {
+            config.auth_info.impersonate = Some(user.to_owned());
+            config.auth_info.impersonate_groups =
+                Some(groups.iter().map(|g| (*g).to_owned()).collect());
+        }
+        Client::try_from(config).unwrap_or_else(|e| panic!("client: {e}"))
+    }
+}
+
+fn http_get(path: &str) -> http::Request<Vec<u8>> {
+    let mut req = http::Request::new(Vec::new());
+    *req.uri_mut() = path.parse().unwrap_or_default();
+    req
+}
+
+/// The last 40 lines of a log file.
+fn tail(path: &Path) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+type Result<T> = std::result::Result<T, String>;
+
+fn free_port() -> Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("binding a port: {e}"))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|e| format!("port: {e}"))
+}
+
+/// The directory holding `etcd` and `kube-apiserver`.
+fn binaries() -> Result<PathBuf> {
+    if let Ok(dir) = std::env::var("NETPOLICY_CONTROL_PLANE") {
+        return Ok(PathBuf::from(dir));
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-tools");
+    let out = Command::new(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running {}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!("{} failed ({})", script.display(), out.status));
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+/// Removes working directories left by test binaries that are gone.
+fn sweep(base: &Path) {
+    let Ok(entries) = fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name.split('-').next().unwrap_or_default();
+        if !pid.is_empty() && !Path::new("/proc").join(pid).exists() {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+struct Pki {
+    ca: String,
+    serving: (String, String),
+    admin: (String, String),
+    sa: (String, String),
+}
+
+fn pki() -> std::result::Result<Pki, rcgen::Error> {
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.distinguished_name
+        .push(DnType::CommonName, "netpolicy-testenv-ca");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate()?)?;
+    let leaf = |sans: Vec<String>,
+                cn: &str,
+                org: Option<&str>,
+                usage: ExtendedKeyUsagePurpose|
+     -> std::result::Result<(String, String), rcgen::Error> {
+        let mut p = CertificateParams::new(sans)?;
+        p.distinguished_name.push(DnType::CommonName, cn);
+        if let Some(o) = org {
+            p.distinguished_name.push(DnType::OrganizationName, o);
+        }
+        p.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        p.extended_key_usages = vec![usage];
+        let key = KeyPair::generate()?;
+        let cert = p.signed_by(&key, &ca)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    };
+    let serving = leaf(
+        vec!["127.0.0.1".into(), "localhost".into()],
+        "kube-apiserver",
+        None,
+        ExtendedKeyUsagePurpose::ServerAuth,
+    )?;
+    let admin = leaf(
+        Vec::new(),
+        "netpolicy-admin",
+        Some("system:masters"),
+        ExtendedKeyUsagePurpose::ClientAuth,
+    )?;
+    let sa = KeyPair::generate()?;
+    Ok(Pki {
+        ca: ca.pem(),
+        serving,
+        admin,
+        sa: (sa.serialize_pem(), sa.public_key_pem()),
+    })
+}
+
+fn b64(s: &str) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(b.len().div_ceil(3) * 4);
+    for chunk in b.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, c)| acc | u32::from(*c) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(T[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Spawns `bin args` with its output in `log`, killed when this thread's process dies.
+fn spawn(bin: &Path, args: &[String], log: &Path) -> Result<Child> {
+    let out = fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let err = out
+        .try_clone()
+        .map_err(|e| format!("{}: {e}", log.display()))?;
+    let mut cmd = if Path::new("/usr/bin/setpriv").exists() {
+        let mut c = Command::new("/usr/bin/setpriv");
+        c.args(["--pdeathsig", "KILL", "--"]).arg(bin);
+        c
+    } else {
+        Command::new(bin)
+    };
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", bin.display()))
+}
+
+fn wait_for_port(port: u16, child: &mut Child, name: &str, log: &Path) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("{name} exited ({status}); log:\n{}", tail(log)));
+        }
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(());
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    Err(format!(
+        "{name} not listening on {port} after 60 s; log:\n{}",
+        tail(log)
+    ))
+}
+
+fn start() -> Result<ControlPlane> {
+    let (tx, rx) = mpsc::channel();
+    // The processes' parent thread must outlive every test: PR_SET_PDEATHSIG fires when
+    // the thread that spawned a child exits.
+    thread::Builder::new()
+        .name("netpolicy-testenv".into())
+        .spawn(move || {
+            let result = launch();
+            let children = match result {
+                Ok((cp, children)) => {
+                    let _ = tx.send(Ok(cp));
+                    children
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            loop {
+                thread::park();
+                let _ = &children;
+            }
+        })
+        .map_err(|e| format!("starting the supervisor thread: {e}"))?;
+    rx.recv()
+        .map_err(|_| "the supervisor thread died".to_owned())?
+}
+
+fn launch() -> Result<(ControlPlane, Vec<Child>)> {
+    let bin = binaries()?;
+    for b in ["etcd", "kube-apiserver"] {
+        if !bin.join(b).is_file() {
+            return Err(format!("{} has no {b}", bin.display()));
+        }
+    }
+    let base = std::env::temp_dir().join("netpolicy-testenv");
+    let _ = fs::create_dir_all(&base);
+    sweep(&base);
+    let stamp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let dir = base.join(format!("{}-{stamp}", std::process::id()));
+    fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let write = |name: &str, text: &str| -> Result<PathBuf> {
+        let p = dir.join(name);
+        fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+        Ok(p)
+    };
+    let pki = pki().map_err(|e| format!("generating certificates: {e}"))?;
+    let ca = write("ca.crt", &pki.ca)?;
+    let serving_crt = write("apiserver.crt", &pki.serving.0)?;
+    let serving_key = write("apiserver.key", &pki.serving.1)?;
+    let sa_key = write("sa.key", &pki.sa.0)?;
+    let sa_pub = write("sa.pub", &pki.sa.1)?;
+
+    let (client_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+    let s = |p: &Path| p.display().to_string();
+    let mut children = Vec::new();
+    let etcd_log = dir.join("etcd.log");
+    let client_url = format!("http://127.0.0.1:{client_port}");
+    let peer_url = format!("http://127.0.0.1:{peer_port}");
+    let mut etcd = spawn(
+        &bin.join("etcd"),
+        &[
+            format!("--data-dir={}", s(&dir.join("etcd"))),
+            format!("--listen-client-urls={client_url}"),
+            format!("--advertise-client-urls={client_url}"),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+            format!("--initial-cluster=default={peer_url}"),
+            "--unsafe-no-fsync=true".into(),
+            "--log-level=warn".into(),
+        ],
+        &etcd_log,
+    )?;
+    let up = wait_for_port(client_port, &mut etcd, "etcd", &etcd_log);
+    children.push(etcd);
+    up?;
+
+    let api_log = dir.join("kube-apiserver.log");
+    let mut api = spawn(
+        &bin.join("kube-apiserver"),
+        &[
+            format!("--etcd-servers={client_url}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={api_port}"),
+            format!("--cert-dir={}", s(&dir)),
+            format!("--tls-cert-file={}", s(&serving_crt)),
+            format!("--tls-private-key-file={}", s(&serving_key)),
+            format!("--client-ca-file={}", s(&ca)),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--service-account-issuer=https://kubernetes.default.svc".into(),
+            format!("--service-account-key-file={}", s(&sa_pub)),
+            format!("--service-account-signing-key-file={}", s(&sa_key)),
+            "--authorization-mode=RBAC".into(),
+            "--disable-admission-plugins=ServiceAccount".into(),
+            "--allow-privileged=true".into(),
+            "--enable-priority-and-fairness=false".into(),
+            "--v=1".into(),
+        ],
+        &api_log,
+    )?;
+    let up = wait_for_port(api_port, &mut api, "kube-apiserver", &api_log);
+    children.push(api);
+    up?;
+
+    let server = format!("https://127.0.0.1:{api_port}");
+    let mut kc = String::new();
+    let _ = write!(
+        kc,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: testenv\n  cluster:\n    server: {server}\n    \
+         certificate-authority-data: {}\nusers:\n- name: admin\n  user:\n    client-certificate-data: {}\n    \
+         client-key-data: {}\ncontexts:\n- name: testenv\n  context: {{cluster: testenv, user: admin}}\n\
+         current-context: testenv\n",
+        b64(&pki.ca),
+        b64(&pki.admin.0),
+        b64(&pki.admin.1)
+    );
+    let kubeconfig = write("kubeconfig", &kc)?;
+    Ok((
+        ControlPlane {
+            server,
+            kubeconfig,
+            dir,
+            ready: AtomicBool::new(false),
+            counter: AtomicU64::new(0),
+        },
+        children,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc_4648_vectors() {
+        for (plain, enc) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(b64(plain), enc);
+        }
+    }
+}
