@@ -29,6 +29,8 @@ pub enum Command {
     Plan(PlanArgs),
     /// Print the CustomResourceDefinitions as YAML.
     Crds,
+    /// Run the operator: leader election, controllers, metrics and health endpoints.
+    Operator(crate::runtime::Options),
 }
 
 /// Arguments of `netpolicy plan`.
@@ -64,6 +66,7 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
     };
     match cli.command {
         Command::Plan(a) => run_plan(&a),
+        Command::Operator(opts) => run_operator(opts),
         Command::Crds => match crds_yaml() {
             Ok(y) => print_out(&y),
             Err(e) => {
@@ -71,6 +74,27 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
                 ExitCode::from(2)
             }
         },
+    }
+}
+
+fn run_operator(opts: crate::runtime::Options) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match rt.block_on(crate::runtime::run(opts)) {
+        Ok(crate::runtime::Exit::Stopped) => ExitCode::SUCCESS,
+        Ok(crate::runtime::Exit::LostLease) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
     }
 }
 

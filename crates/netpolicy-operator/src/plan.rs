@@ -23,7 +23,10 @@ use serde::Serialize;
 use netpolicy_ipam::{Error as IpamError, RestoreProblem, pools::Pools, space::AddressSpace};
 
 use crate::{
-    api::{CLUSTER_CONFIG_NAME, FloatingIPRange, ROUTE_REFLECTOR_CONFIG_NAME},
+    api::{
+        CLUSTER_CONFIG_NAME, ClusterConfig, FloatingIPRange, NodeConfig,
+        ROUTE_REFLECTOR_CONFIG_NAME,
+    },
     manifest::{InputError, Located, Manifests},
     rr::{self, RouteReflectorReport},
 };
@@ -146,31 +149,10 @@ pub fn plan(m: &Manifests) -> PlanReport {
         |o| o.metadata.name.as_ref(),
         &mut errors,
     ) {
-        let cc = &m.cluster_configs[i].object;
-        let name = cc.metadata.name.clone().unwrap_or_default();
-        if name != CLUSTER_CONFIG_NAME {
-            errors.push(InputError {
-                kind: "ClusterConfig".into(),
-                name,
-                field: "metadata.name".into(),
-                message: format!(
-                    "a ClusterConfig must be named {CLUSTER_CONFIG_NAME:?} (there is only one); \
-                     this one is ignored"
-                ),
-            });
-            continue;
-        }
-        match cc.spec.routing.validate("spec") {
-            Ok(cfg) => policies.push(Policy::cluster(&name, cfg)),
-            Err(e) => {
-                field_errors("ClusterConfig", &name, e.field_errors(), &mut errors);
-                policies.push(Policy::invalid(
-                    Source::cluster(&name),
-                    0,
-                    Selector::everything(),
-                ));
-            }
-        }
+        policies.extend(cluster_config_policy(
+            &m.cluster_configs[i].object,
+            &mut errors,
+        ));
     }
 
     for i in unique_by_name(
@@ -179,30 +161,7 @@ pub fn plan(m: &Manifests) -> PlanReport {
         |o| o.metadata.name.as_ref(),
         &mut errors,
     ) {
-        let nc = &m.node_configs[i].object;
-        let name = nc.metadata.name.clone().unwrap_or_default();
-        let selector = nc.spec.node_selector.validate("spec.nodeSelector");
-        let routing = nc.spec.routing.validate("spec");
-        match (selector, routing) {
-            (Ok(sel), Ok(cfg)) => {
-                policies.push(Policy::node_config(&name, nc.spec.priority, sel, cfg));
-            }
-            (sel, routing) => {
-                for e in [sel.as_ref().err(), routing.as_ref().err()]
-                    .into_iter()
-                    .flatten()
-                {
-                    field_errors("NodeConfig", &name, e.field_errors(), &mut errors);
-                }
-                // With a broken selector no node can be known to be unaffected.
-                let sel = sel.unwrap_or_else(|_| Selector::everything());
-                policies.push(Policy::invalid(
-                    Source::node_config(&name),
-                    nc.spec.priority,
-                    sel,
-                ));
-            }
-        }
+        policies.push(node_config_policy(&m.node_configs[i].object, &mut errors));
     }
 
     let nodes: Vec<(String, Labels)> =
@@ -267,6 +226,54 @@ pub fn plan(m: &Manifests) -> PlanReport {
     report.route_reflectors = plan_route_reflectors(m, &mut errors);
     report.errors = errors;
     report
+}
+
+/// The merge policy of a ClusterConfig, or `None` (and an error) when it is not named
+/// `default`. An invalid one becomes a policy that holds every node (see
+/// [`Policy::invalid`]), its problems in `errors`.
+pub fn cluster_config_policy(cc: &ClusterConfig, errors: &mut Vec<InputError>) -> Option<Policy> {
+    let name = cc.metadata.name.clone().unwrap_or_default();
+    if name != CLUSTER_CONFIG_NAME {
+        errors.push(InputError {
+            kind: "ClusterConfig".into(),
+            name,
+            field: "metadata.name".into(),
+            message: format!(
+                "a ClusterConfig must be named {CLUSTER_CONFIG_NAME:?} (there is only one); \
+                 this one is ignored"
+            ),
+        });
+        return None;
+    }
+    Some(match cc.spec.routing.validate("spec") {
+        Ok(cfg) => Policy::cluster(&name, cfg),
+        Err(e) => {
+            field_errors("ClusterConfig", &name, e.field_errors(), errors);
+            Policy::invalid(Source::cluster(&name), 0, Selector::everything())
+        }
+    })
+}
+
+/// The merge policy of a NodeConfig. An invalid one holds the nodes its selector picks
+/// (every node when the selector itself is broken), its problems in `errors`.
+pub fn node_config_policy(nc: &NodeConfig, errors: &mut Vec<InputError>) -> Policy {
+    let name = nc.metadata.name.clone().unwrap_or_default();
+    let selector = nc.spec.node_selector.validate("spec.nodeSelector");
+    let routing = nc.spec.routing.validate("spec");
+    match (selector, routing) {
+        (Ok(sel), Ok(cfg)) => Policy::node_config(&name, nc.spec.priority, sel, cfg),
+        (sel, routing) => {
+            for e in [sel.as_ref().err(), routing.as_ref().err()]
+                .into_iter()
+                .flatten()
+            {
+                field_errors("NodeConfig", &name, e.field_errors(), errors);
+            }
+            // With a broken selector no node can be known to be unaffected.
+            let sel = sel.unwrap_or_else(|_| Selector::everything());
+            Policy::invalid(Source::node_config(&name), nc.spec.priority, sel)
+        }
+    }
 }
 
 /// The route-reflector topology for the Nodes in the input, and the steps from the state

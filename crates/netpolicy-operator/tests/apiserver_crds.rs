@@ -4,9 +4,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::time::Duration;
-
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
     Api, Client,
     api::{DynamicObject, Patch, PatchParams, PostParams},
@@ -16,33 +13,7 @@ use netpolicy_operator::api::crds;
 use serde_json::{Value, json};
 
 async fn install(client: &Client) {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let pp = PatchParams::apply("netpolicy-tests").force();
-    for crd in crds() {
-        let name = crd.metadata.name.clone().unwrap();
-        api.patch(&name, &pp, &Patch::Apply(&crd))
-            .await
-            .unwrap_or_else(|e| panic!("installing {name}: {e}"));
-    }
-    for crd in crds() {
-        let name = crd.metadata.name.clone().unwrap();
-        let mut waited = 0;
-        loop {
-            let c = api.get(&name).await.unwrap();
-            let established = c
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            if established {
-                break;
-            }
-            assert!(waited < 100, "{name} not Established after 10 s");
-            waited += 1;
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    netpolicy_testenv::install_crds(client, crds()).await;
 }
 
 fn api(client: &Client, kind: &str, namespace: Option<&str>) -> Api<DynamicObject> {

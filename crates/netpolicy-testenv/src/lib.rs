@@ -25,7 +25,12 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use kube::{Client, Config, config::Kubeconfig};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{
+    Api, Client, Config,
+    api::{Patch, PatchParams},
+    config::Kubeconfig,
+};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
@@ -116,6 +121,46 @@ impl ControlPlane {
                 Some(groups.iter().map(|g| (*g).to_owned()).collect());
         }
         Client::try_from(config).unwrap_or_else(|e| panic!("client: {e}"))
+    }
+}
+
+/// Installs `crds` with server-side apply (idempotent; safe to call from every test)
+/// and waits until each is Established.
+///
+/// # Panics
+/// When the server refuses a CRD or one is not Established within 10 s.
+pub async fn install_crds(client: &Client, crds: Vec<CustomResourceDefinition>) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let pp = PatchParams::apply("netpolicy-testenv").force();
+    for crd in &crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(&name, &pp, &Patch::Apply(crd))
+            .await
+            .unwrap_or_else(|e| panic!("installing {name}: {e}"));
+    }
+    for crd in &crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let c = api
+                .get(&name)
+                .await
+                .unwrap_or_else(|e| panic!("reading {name}: {e}"));
+            let established = c
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} not Established after 10 s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 

@@ -1,0 +1,241 @@
+//! The controllers the operator runs while it holds the lease.
+//!
+//! `routing`: ClusterConfig + NodeConfigs + Nodes → one NodeNetworkConfig per node
+//! (DESIGN.md, node agent model).
+//!
+//! # Guarantees
+//! - Nothing is written before every watched cache has synced (a partial cache would
+//!   render nodes without some of their policies).
+//! - A node whose policies conflict or are invalid keeps its NodeNetworkConfig as it is
+//!   (its last good config); the reasons are logged each pass.
+//! - NodeNetworkConfigs are written with server-side apply (field manager
+//!   `netpolicy-operator`) only when their spec changes, labelled
+//!   `app.kubernetes.io/managed-by: netpolicy` and owned by their Node (so the garbage
+//!   collector removes them with it); ones whose Node is gone are deleted.
+//!
+//! # Assumptions
+//! Only one instance runs this at a time (the runtime's leader election).
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use futures::{StreamExt, stream::BoxStream};
+use k8s_openapi::api::core::v1::Node;
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams},
+    runtime::{WatchStreamExt, reflector, reflector::Store, watcher},
+};
+use netpolicy_core::{
+    merge::{Engine, NodeOutcome},
+    spec::RenderedSpec,
+};
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, info, warn};
+
+use crate::{
+    api::{ClusterConfig, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec},
+    plan::{cluster_config_policy, node_config_policy},
+    runtime::Shared,
+};
+
+/// Label on every object the operator creates.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "netpolicy");
+/// Field manager of the operator's server-side applies.
+pub const FIELD_MANAGER: &str = "netpolicy-operator";
+
+/// A reflector whose every event pokes `poke`.
+fn watched<K>(api: Api<K>, poke: mpsc::Sender<()>) -> (Store<K>, BoxStream<'static, ()>)
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector(writer, watcher(api, watcher::Config::default()))
+        .default_backoff()
+        .map(move |ev| {
+            if let Err(e) = &ev {
+                warn!(error = %e, "watch error (retrying)");
+            }
+            let _ = poke.try_send(());
+        })
+        .boxed();
+    (reader, stream)
+}
+
+/// Runs the controllers until `stop` turns true.
+///
+/// # Errors
+/// Only when the controllers cannot start.
+pub async fn run(
+    client: Client,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let (poke, mut poked) = mpsc::channel::<()>(1);
+    let (ccs, s1) = watched(Api::<ClusterConfig>::all(client.clone()), poke.clone());
+    let (ncs, s2) = watched(Api::<NodeConfig>::all(client.clone()), poke.clone());
+    let (nodes, s3) = watched(Api::<Node>::all(client.clone()), poke.clone());
+    let (nncs, s4) = watched(Api::<NodeNetworkConfig>::all(client.clone()), poke);
+    let drive = tokio::spawn(futures::stream::select_all([s1, s2, s3, s4]).for_each(|()| async {}));
+    let synced = async {
+        for r in [
+            ccs.wait_until_ready().await,
+            ncs.wait_until_ready().await,
+            nodes.wait_until_ready().await,
+            nncs.wait_until_ready().await,
+        ] {
+            r?;
+        }
+        Ok::<(), reflector::store::WriterDropped>(())
+    };
+    tokio::select! {
+        r = synced => r?,
+        _ = stop.changed() => { drive.abort(); return Ok(()); }
+    }
+    shared
+        .synced
+        .store(true, std::sync::atomic::Ordering::Release);
+    info!("caches synced: routing controller running");
+    let nnc_api = Api::<NodeNetworkConfig>::all(client);
+    loop {
+        let start = Instant::now();
+        let ok = match reconcile(&ccs, &ncs, &nodes, &nncs, &nnc_api).await {
+            Ok(changed) => {
+                if changed > 0 {
+                    info!(changed, "routing: NodeNetworkConfigs updated");
+                }
+                true
+            }
+            Err(e) => {
+                warn!(error = %e, "routing: reconcile failed; retrying");
+                false
+            }
+        };
+        shared.metrics.reconciled("routing", start.elapsed(), ok);
+        // Wait for a change (or retry a failure); coalesce bursts of events.
+        let wait = if ok {
+            Duration::from_secs(300)
+        } else {
+            Duration::from_secs(2)
+        };
+        tokio::select! {
+            _ = stop.changed() => break,
+            _ = poked.recv() => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        while poked.try_recv().is_ok() {}
+    }
+    drive.abort();
+    info!("routing controller stopped");
+    Ok(())
+}
+
+/// A stable short hash of the rendered spec: the NodeNetworkConfig's `revision`.
+fn revision(spec: &RenderedSpec) -> String {
+    let text = serde_json::to_string(spec).unwrap_or_default();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// One pass over the caches; returns how many objects it wrote or deleted.
+async fn reconcile(
+    ccs: &Store<ClusterConfig>,
+    ncs: &Store<NodeConfig>,
+    nodes: &Store<Node>,
+    nncs: &Store<NodeNetworkConfig>,
+    api: &Api<NodeNetworkConfig>,
+) -> Result<usize, kube::Error> {
+    let mut errors = Vec::new();
+    let mut policies: Vec<_> = ccs
+        .state()
+        .iter()
+        .filter_map(|cc| cluster_config_policy(cc, &mut errors))
+        .collect();
+    policies.extend(
+        ncs.state()
+            .iter()
+            .map(|nc| node_config_policy(nc, &mut errors)),
+    );
+    for e in &errors {
+        warn!(kind = %e.kind, name = %e.name, field = %e.field, "{}", e.message);
+    }
+    let node_list = nodes.state();
+    let engine = Engine::build(
+        node_list
+            .iter()
+            .map(|n| (n.name_any(), n.labels().clone()))
+            .collect::<Vec<_>>(),
+        policies,
+    );
+    let existing: BTreeMap<String, Arc<NodeNetworkConfig>> = nncs
+        .state()
+        .into_iter()
+        .map(|o| (o.name_any(), o))
+        .collect();
+    let uids: BTreeMap<String, String> = node_list
+        .iter()
+        .map(|n| (n.name_any(), n.uid().unwrap_or_default()))
+        .collect();
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let mut changed = 0;
+    let mut present = BTreeSet::new();
+    for (node, outcome) in engine.outcomes() {
+        present.insert(node.to_owned());
+        match outcome {
+            NodeOutcome::Rendered(cfg) => {
+                let rendered = RenderedSpec::from_merged(cfg);
+                let spec = NodeNetworkConfigSpec {
+                    revision: revision(&rendered),
+                    rendered,
+                };
+                if existing.get(node).is_some_and(|o| o.spec == spec) {
+                    continue;
+                }
+                let obj = json!({
+                    "apiVersion": "netpolicy.io/v1alpha1",
+                    "kind": "NodeNetworkConfig",
+                    "metadata": {
+                        "name": node,
+                        "labels": {MANAGED_BY.0: MANAGED_BY.1},
+                        "ownerReferences": [{
+                            "apiVersion": "v1",
+                            "kind": "Node",
+                            "name": node,
+                            "uid": uids.get(node).cloned().unwrap_or_default(),
+                        }],
+                    },
+                    "spec": spec,
+                });
+                api.patch(node, &pp, &Patch::Apply(&obj)).await?;
+                debug!(node, revision = %spec.revision, "NodeNetworkConfig applied");
+                changed += 1;
+            }
+            NodeOutcome::Held(problems) => {
+                for p in problems.iter() {
+                    warn!(node, "held at its last good config: {p}");
+                }
+            }
+        }
+    }
+    for (name, o) in &existing {
+        let ours = o.labels().get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1);
+        if ours && !present.contains(name) {
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => changed += 1,
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(changed)
+}

@@ -1,0 +1,342 @@
+//! `netpolicy operator`: the process around the controllers.
+//!
+//! - **Leader election** on a `coordination.k8s.io` Lease (`kube-lease-manager`): every
+//!   instance serves health and metrics, only the holder runs controllers. An instance
+//!   that loses the lease stops its controllers and exits (status 1) so that it restarts
+//!   from a clean cache; on SIGTERM/SIGINT it stops its controllers, releases the lease
+//!   (the standby takes over at once instead of after the lease expires) and exits 0.
+//! - **Endpoints** (`--listen`, default `0.0.0.0:8080`): `/metrics` (Prometheus text:
+//!   `netpolicy_reconciles_total`, `netpolicy_reconcile_errors_total`,
+//!   `netpolicy_reconcile_duration_seconds` per controller, `netpolicy_leader`),
+//!   `/healthz` (the process runs), `/readyz` (the API server answered and, on the
+//!   leader, every controller's cache has synced).
+//! - **Logs**: `tracing`, human-readable or `--log-format json`; `RUST_LOG` filters.
+//! - **Configuration**: `--kubeconfig`, else `KUBECONFIG` / `~/.kube/config`, else the
+//!   in-cluster service account.
+
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicI64, Ordering},
+    },
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use axum::{Router, extract::State, http::StatusCode, routing::get};
+use kube::{Client, Config, config::KubeConfigOptions};
+use kube_lease_manager::LeaseManagerBuilder;
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::Registry,
+};
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+
+use crate::controllers;
+
+/// Options of `netpolicy operator`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Options {
+    /// Kubeconfig file (default: `KUBECONFIG`, `~/.kube/config`, or in-cluster).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "netpolicy-system")]
+    pub lease_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "netpolicy-operator")]
+    pub lease_name: String,
+    /// This instance's identity in the Lease (default: the pod or host name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Lease duration in seconds; a standby takes over this long after the leader
+    /// stops renewing.
+    #[arg(long, default_value_t = 15)]
+    pub lease_seconds: u64,
+    /// Address for `/metrics`, `/healthz` and `/readyz`.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// Log formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One line per event for a person.
+    Text,
+    /// One JSON object per event.
+    Json,
+}
+
+/// Labels of the per-controller metrics.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    /// Controller name (`routing`).
+    pub controller: String,
+}
+
+/// The operator's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Family<ControllerLabel, Counter>,
+    errors: Family<ControllerLabel, Counter>,
+    duration: Family<ControllerLabel, Histogram>,
+    leader: Gauge<i64, AtomicI64>,
+}
+
+fn duration_histogram() -> Histogram {
+    Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0])
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("netpolicy");
+        let reconciles = Family::<ControllerLabel, Counter>::default();
+        let errors = Family::<ControllerLabel, Counter>::default();
+        let duration = Family::<ControllerLabel, Histogram>::new_with_constructor(
+            duration_histogram as fn() -> Histogram,
+        );
+        let leader = Gauge::<i64, AtomicI64>::default();
+        registry.register("reconciles", "Reconcile passes", reconciles.clone());
+        registry.register(
+            "reconcile_errors",
+            "Reconcile passes that failed",
+            errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time per reconcile pass",
+            duration.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this instance holds the lease",
+            leader.clone(),
+        );
+        Self {
+            registry,
+            reconciles,
+            errors,
+            duration,
+            leader,
+        }
+    }
+}
+
+impl Metrics {
+    /// Records one reconcile pass of `controller`.
+    pub fn reconciled(&self, controller: &str, took: Duration, ok: bool) {
+        let l = ControllerLabel {
+            controller: controller.to_owned(),
+        };
+        self.reconciles.get_or_create(&l).inc();
+        if !ok {
+            self.errors.get_or_create(&l).inc();
+        }
+        self.duration.get_or_create(&l).observe(took.as_secs_f64());
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        if encode(&mut s, &self.registry).is_err() {
+            s.clear();
+        }
+        s
+    }
+}
+
+/// State shared by the endpoints and the controllers.
+#[derive(Debug, Default)]
+pub struct Shared {
+    /// Metrics.
+    pub metrics: Metrics,
+    /// The API server answered.
+    pub connected: AtomicBool,
+    /// This instance leads and its controllers' caches have synced.
+    pub synced: AtomicBool,
+    /// This instance holds the lease.
+    pub leading: AtomicBool,
+}
+
+impl Shared {
+    fn ready(&self) -> bool {
+        self.connected.load(Ordering::Acquire)
+            && (!self.leading.load(Ordering::Acquire) || self.synced.load(Ordering::Acquire))
+    }
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => b.try_init(),
+        LogFormat::Json => b.json().try_init(),
+    };
+}
+
+async fn client(opts: &Options) -> anyhow::Result<Client> {
+    let config = match &opts.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("kubeconfig {}", path.display()))?
+        }
+        None => Config::infer()
+            .await
+            .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not in a cluster")?,
+    };
+    Client::try_from(config).context("building the Kubernetes client")
+}
+
+fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(|State(s): State<Arc<Shared>>| async move {
+                (
+                    [(
+                        "content-type",
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    s.metrics.render(),
+                )
+            }),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(|State(s): State<Arc<Shared>>| async move {
+                if s.ready() {
+                    (StatusCode::OK, "ok")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+                }
+            }),
+        )
+        .with_state(shared)
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
+    }
+}
+
+/// What ended the operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// A signal asked it to stop; the lease was released.
+    Stopped,
+    /// It lost the lease (another instance leads now).
+    LostLease,
+}
+
+/// Runs the operator until a signal or the loss of the lease.
+///
+/// # Errors
+/// No configuration, the listen address taken, or the API server unreachable at start.
+pub async fn run(opts: Options) -> anyhow::Result<Exit> {
+    init_logs(opts.log_format);
+    let client = client(&opts).await?;
+    let shared = Arc::new(Shared::default());
+    let listener = tokio::net::TcpListener::bind(opts.listen)
+        .await
+        .with_context(|| format!("listening on {}", opts.listen))?;
+    info!(listen = %listener.local_addr().map_or(opts.listen, |a| a), "serving /metrics, /healthz, /readyz");
+    let server = tokio::spawn(axum::serve(listener, router(Arc::clone(&shared))).into_future());
+
+    client
+        .apiserver_version()
+        .await
+        .context("the API server does not answer")?;
+    shared.connected.store(true, Ordering::Release);
+
+    let identity = opts
+        .identity
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| format!("netpolicy-{}", std::process::id()));
+    let manager = LeaseManagerBuilder::new(client.clone(), opts.lease_name.clone())
+        .with_namespace(opts.lease_namespace.clone())
+        .with_identity(identity.clone())
+        .with_duration(opts.lease_seconds)
+        .with_grace(opts.lease_seconds.div_ceil(3).max(1))
+        .build()
+        .await
+        .context("setting up leader election")?;
+    let (mut leading, lease_task) = manager.watch().await;
+    info!(%identity, lease = %opts.lease_name, namespace = %opts.lease_namespace, "waiting for the lease");
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut controllers = None;
+    let signal = shutdown_signal();
+    tokio::pin!(signal);
+    let exit = loop {
+        tokio::select! {
+            () = &mut signal => {
+                info!("signal received: stopping");
+                break Exit::Stopped;
+            }
+            changed = leading.changed() => {
+                if changed.is_err() {
+                    error!("leader election stopped");
+                    break Exit::LostLease;
+                }
+                let now = *leading.borrow_and_update();
+                shared.leading.store(now, Ordering::Release);
+                shared.metrics.leader.set(i64::from(now));
+                if now && controllers.is_none() {
+                    info!(%identity, "acquired the lease: starting controllers");
+                    controllers = Some(tokio::spawn(controllers::run(
+                        client.clone(),
+                        Arc::clone(&shared),
+                        stop_rx.clone(),
+                    )));
+                } else if !now && controllers.is_some() {
+                    warn!(%identity, "lost the lease: stopping");
+                    break Exit::LostLease;
+                }
+            }
+        }
+    };
+    let _ = stop_tx.send(true);
+    if let Some(c) = controllers {
+        match tokio::time::timeout(Duration::from_secs(10), c).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => warn!(error = %e, "a controller ended with an error"),
+            _ => warn!("controllers did not stop within 10 s"),
+        }
+    }
+    shared.leading.store(false, Ordering::Release);
+    shared.metrics.leader.set(0);
+    // Closing the channel makes the lease task release the lease and end.
+    drop(leading);
+    match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
+        Ok(Ok(Ok(_))) => info!("lease released"),
+        _ => warn!("could not release the lease; it expires on its own"),
+    }
+    server.abort();
+    Ok(exit)
+}

@@ -1,0 +1,344 @@
+//! `netpolicy operator` as real processes against a real API server: leader election
+//! (two instances, one reconciles; the other takes over on SIGTERM at once and after a
+//! hard kill when the lease expires), the routing controller's NodeNetworkConfigs, and
+//! the metrics and health endpoints.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use netpolicy_operator::api::{NodeConfig, NodeNetworkConfig, crds};
+use serde_json::json;
+
+/// A running `netpolicy operator`, killed when dropped.
+struct Operator {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Operator {
+    fn start(cp: &netpolicy_testenv::ControlPlane, ns: &str, lease: &str, id: &str) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = cp.dir.join(format!("operator-{lease}-{id}.log"));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_netpolicy"))
+            .args(["operator", "--kubeconfig"])
+            .arg(&cp.kubeconfig)
+            .args([
+                "--lease-namespace",
+                ns,
+                "--lease-name",
+                lease,
+                "--identity",
+                id,
+            ])
+            .args(["--lease-seconds", "3", "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        Self { child, port, log }
+    }
+
+    /// `GET path` on the metrics/health port: (status, body), or None while it is down.
+    fn get(&self, path: &str) -> Option<(u16, String)> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        let status = text.split_whitespace().nth(1)?.parse().ok()?;
+        let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
+        Some((status, body))
+    }
+
+    /// A metric's value (summed over its label sets), 0 when absent.
+    fn metric(&self, name: &str) -> f64 {
+        let Some((_, body)) = self.get("/metrics") else {
+            return 0.0;
+        };
+        body.lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter(|l| l[name.len()..].starts_with([' ', '{']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    fn leads(&self) -> bool {
+        self.metric("netpolicy_leader") == 1.0
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+async fn eventually<F, Fut>(what: &str, secs: u64, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f().await {
+        assert!(Instant::now() < deadline, "{what}: not within {secs} s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn node(client: &Client, name: &str, pool: &str) {
+    let n: Node = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"test-pool": pool}}
+    }))
+    .unwrap();
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &n)
+        .await
+        .unwrap();
+}
+
+fn node_config(name: &str, pool: &str, to: &str) -> NodeConfig {
+    serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1",
+        "kind": "NodeConfig",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"matchLabels": {"test-pool": pool}},
+            "routes": [{"to": to, "via": "192.0.2.1"}]
+        }
+    }))
+    .unwrap()
+}
+
+async fn routes_of(api: &Api<NodeNetworkConfig>, node: &str) -> Option<Vec<String>> {
+    let o = api.get_opt(node).await.ok()??;
+    Some(
+        o.spec
+            .rendered
+            .routes
+            .iter()
+            .map(|r| r.item.to.clone())
+            .collect(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_instance_leads_and_the_other_takes_over() {
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let ns = cp.unique("lease-ns");
+    let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns_obj)
+        .await
+        .unwrap();
+    let pool = cp.unique("pool");
+    let (n1, n2) = (cp.unique("node"), cp.unique("node"));
+    node(&client, &n1, &pool).await;
+    node(&client, &n2, "elsewhere").await;
+
+    let lease = cp.unique("lease");
+    let a = Operator::start(cp, &ns, &lease, "a");
+    let b = Operator::start(cp, &ns, &lease, "b");
+    eventually("one instance leads", 30, || async {
+        a.leads() || b.leads()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(a.leads() != b.leads(), "exactly one leads");
+    let (leader, standby) = if a.leads() { (a, b) } else { (b, a) };
+
+    // Both are healthy and ready; only the leader reconciles.
+    for o in [&leader, &standby] {
+        assert_eq!(o.get("/healthz").map(|r| r.0), Some(200));
+    }
+    eventually("both ready", 20, || async {
+        leader.get("/readyz").map(|r| r.0) == Some(200)
+            && standby.get("/readyz").map(|r| r.0) == Some(200)
+    })
+    .await;
+
+    let ncs = Api::<NodeConfig>::all(client.clone());
+    let nc = cp.unique("nc");
+    ncs.create(
+        &PostParams::default(),
+        &node_config(&nc, &pool, "10.20.0.0/16"),
+    )
+    .await
+    .unwrap();
+    let nncs = Api::<NodeNetworkConfig>::all(client.clone());
+    eventually("the NodeNetworkConfig of the selected node", 20, || async {
+        routes_of(&nncs, &n1).await == Some(vec!["10.20.0.0/16".to_owned()])
+    })
+    .await;
+    // The other node gets its (empty) config too.
+    assert_eq!(routes_of(&nncs, &n2).await, Some(vec![]));
+    assert!(
+        leader.metric("netpolicy_reconciles_total") >= 1.0,
+        "{}",
+        leader.log()
+    );
+    assert_eq!(standby.metric("netpolicy_reconciles_total"), 0.0);
+    assert_eq!(leader.metric("netpolicy_reconcile_errors_total"), 0.0);
+
+    // SIGTERM: the leader stops its controllers, releases the lease, exits 0; the
+    // standby takes over well before the lease would have expired.
+    let mut leader = leader;
+    let stopped = Instant::now();
+    let pid = leader.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = leader.child.wait().unwrap();
+    assert!(status.success(), "{status}: {}", leader.log());
+    assert!(leader.log().contains("lease released"), "{}", leader.log());
+    eventually("the standby takes over", 10, || async { standby.leads() }).await;
+    println!("takeover after SIGTERM: {:?}", stopped.elapsed());
+
+    // The new leader reconciles changes.
+    ncs.patch(
+        &nc,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"routes": [{"to": "10.21.0.0/16", "via": "192.0.2.1"}]}})),
+    )
+    .await
+    .unwrap();
+    eventually("the new leader renders the change", 20, || async {
+        routes_of(&nncs, &n1).await == Some(vec!["10.21.0.0/16".to_owned()])
+    })
+    .await;
+    assert!(standby.metric("netpolicy_reconciles_total") >= 1.0);
+
+    // A deleted node loses its NodeNetworkConfig.
+    Api::<Node>::all(client.clone())
+        .delete(&n2, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the deleted node's NodeNetworkConfig goes", 20, || async {
+        nncs.get_opt(&n2).await.unwrap().is_none()
+    })
+    .await;
+
+    // A hard kill: a new instance takes over once the 3 s lease expires.
+    let c = Operator::start(cp, &ns, &lease, "c");
+    let mut standby = standby;
+    let killed = Instant::now();
+    standby.child.kill().unwrap();
+    let _ = standby.child.wait();
+    eventually(
+        "a new instance takes over after the lease expires",
+        30,
+        || async { c.leads() },
+    )
+    .await;
+    println!("takeover after SIGKILL: {:?}", killed.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_logs_and_a_clear_error_without_a_cluster() {
+    let cp = netpolicy_testenv::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope");
+    let out = Command::new(env!("CARGO_BIN_EXE_netpolicy"))
+        .args([
+            "operator",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--kubeconfig",
+        ])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("reading kubeconfig") && err.contains("nope"),
+        "{err}"
+    );
+
+    // JSON logs: every line a JSON object.
+    let ns = cp.unique("lease-ns-json");
+    let client = cp.client().await;
+    let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns_obj)
+        .await
+        .unwrap();
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let log = dir.path().join("op.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netpolicy"))
+        .args([
+            "operator",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ])
+        .args([
+            "--lease-namespace",
+            &ns,
+            "--lease-seconds",
+            "3",
+            "--kubeconfig",
+        ])
+        .arg(&cp.kubeconfig)
+        .env("RUST_LOG", "info")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    eventually("the operator leads", 20, || async {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("caches synced")
+    })
+    .await;
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    for line in text.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(
+            v.get("level").is_some() && v.get("fields").is_some(),
+            "{line}"
+        );
+    }
+}
