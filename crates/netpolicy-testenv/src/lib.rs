@@ -186,6 +186,18 @@ fn free_port() -> Result<u16> {
         .map_err(|e| format!("port: {e}"))
 }
 
+/// A tool built by `scripts/test-tools` (`etcd`, `kube-apiserver`, `helm`).
+///
+/// # Panics
+/// When the tools cannot be built or found.
+pub fn tool(name: &str) -> PathBuf {
+    static DIR: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+    match DIR.get_or_init(binaries) {
+        Ok(dir) => dir.join(name),
+        Err(e) => panic!("netpolicy-testenv: no test tools: {e}"),
+    }
+}
+
 /// The directory holding `etcd` and `kube-apiserver`.
 fn binaries() -> Result<PathBuf> {
     if let Ok(dir) = std::env::var("NETPOLICY_CONTROL_PLANE") {

@@ -1,0 +1,249 @@
+//! The Helm chart: `helm lint`, `helm template`, the rendered manifests applied to the
+//! real API server (workloads as a server-side dry run: no kubelet runs there), and the
+//! RBAC checked by impersonating the operator's and the agent's service accounts.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::{path::PathBuf, process::Command};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{
+    Api, Client,
+    api::{DynamicObject, Patch, PatchParams, PostParams},
+    core::GroupVersionKind,
+    discovery,
+};
+use netpolicy_operator::{api::crds, manifest::split_documents};
+use serde_json::{Value, json};
+
+fn chart() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../charts/netpolicy")
+}
+
+fn helm(args: &[&str]) -> String {
+    let out = Command::new(netpolicy_testenv::tool("helm"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn render(namespace: &str, extra: &[&str]) -> Vec<Value> {
+    let chart = chart();
+    let mut args = vec![
+        "template",
+        "t",
+        chart.to_str().unwrap(),
+        "--namespace",
+        namespace,
+        "--include-crds",
+    ];
+    args.extend_from_slice(extra);
+    split_documents(&helm(&args))
+        .into_iter()
+        .filter_map(|(_, doc)| serde_saphyr::from_str::<Value>(&doc).ok())
+        .filter(|v| v.is_object())
+        .collect()
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+#[test]
+fn the_chart_lints_clean() {
+    let chart = chart();
+    helm(&["lint", "--strict", chart.to_str().unwrap()]);
+}
+
+#[test]
+fn the_chart_carries_the_current_crds() {
+    let in_chart = std::fs::read_to_string(chart().join("crds/netpolicy-crds.yaml")).unwrap();
+    let deploy = std::fs::read_to_string(chart().join("../../deploy/crds.yaml")).unwrap();
+    assert!(
+        in_chart == deploy,
+        "charts/netpolicy/crds/netpolicy-crds.yaml is stale: copy deploy/crds.yaml there"
+    );
+}
+
+#[test]
+fn the_agent_has_net_admin_only_and_is_off_by_default() {
+    let docs = render("np", &[]);
+    assert!(
+        of_kind(&docs, "DaemonSet").is_empty(),
+        "agent off by default"
+    );
+    assert_eq!(of_kind(&docs, "Deployment").len(), 1);
+    assert_eq!(
+        of_kind(&docs, "CustomResourceDefinition").len(),
+        crds().len()
+    );
+
+    let docs = render("np", &["--set", "agent.enabled=true"]);
+    let ds = of_kind(&docs, "DaemonSet");
+    assert_eq!(ds.len(), 1);
+    let pod = &ds[0]["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    let sc = &pod["containers"][0]["securityContext"];
+    assert_eq!(sc["privileged"], false);
+    assert_eq!(sc["capabilities"]["add"], json!(["NET_ADMIN"]));
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+    // Operator and agent have separate service accounts and roles.
+    let sas: Vec<&str> = of_kind(&docs, "ServiceAccount")
+        .iter()
+        .map(|s| s["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(sas, ["t-agent", "t-operator"]);
+    let op = &of_kind(&docs, "Deployment")[0]["spec"]["template"]["spec"];
+    assert_eq!(op["serviceAccountName"], "t-operator");
+    assert_eq!(
+        op["containers"][0]["readinessProbe"]["httpGet"]["path"],
+        "/readyz"
+    );
+}
+
+async fn apply_all(client: &Client, docs: &[Value], namespace: &str) {
+    let ssa = PatchParams::apply("netpolicy-tests").force();
+    let dry = PatchParams::apply("netpolicy-tests").force().dry_run();
+    // CRDs first, then everything else.
+    let mut sorted: Vec<&Value> = docs.iter().collect();
+    sorted.sort_by_key(|d| d["kind"] != "CustomResourceDefinition");
+    for doc in sorted {
+        let obj: DynamicObject = serde_json::from_value(doc.clone()).unwrap();
+        let types = obj.types.clone().unwrap();
+        let gvk = GroupVersionKind::try_from(&types).unwrap();
+        let (ar, caps) = discovery::pinned_kind(client, &gvk).await.unwrap();
+        let api: Api<DynamicObject> = if caps.scope == discovery::Scope::Namespaced {
+            Api::namespaced_with(client.clone(), namespace, &ar)
+        } else {
+            Api::all_with(client.clone(), &ar)
+        };
+        let pp = if matches!(types.kind.as_str(), "Deployment" | "DaemonSet") {
+            &dry
+        } else {
+            &ssa
+        };
+        let name = obj.metadata.name.clone().unwrap();
+        api.patch(&name, pp, &Patch::Apply(&obj))
+            .await
+            .unwrap_or_else(|e| panic!("{} {name}: {e}", types.kind));
+        if types.kind == "CustomResourceDefinition" {
+            netpolicy_testenv::install_crds(client, crds()).await;
+        }
+    }
+}
+
+fn forbidden<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> bool {
+    matches!(r, Err(kube::Error::Api(ref s)) if s.code == 403)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
+    let cp = netpolicy_testenv::shared();
+    let admin = cp.client().await;
+    let ns = cp.unique("np-release");
+    let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    Api::<Namespace>::all(admin.clone())
+        .create(&PostParams::default(), &ns_obj)
+        .await
+        .unwrap();
+    // Release names are cluster-wide (ClusterRoles): one release per test binary.
+    let docs = render(&ns, &["--set", "agent.enabled=true"]);
+    apply_all(&admin, &docs, &ns).await;
+
+    let sa = |name: &str| format!("system:serviceaccount:{ns}:{name}");
+    let groups = [
+        "system:serviceaccounts".to_owned(),
+        format!("system:serviceaccounts:{ns}"),
+    ];
+    let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+    let operator = cp.client_impersonating(&sa("t-operator"), &groups).await;
+    let agent = cp.client_impersonating(&sa("t-agent"), &groups).await;
+
+    let nc = |name: &str| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "NodeConfig",
+            "metadata": {"name": name}, "spec": {"nodeSelector": {}}
+        }))
+        .unwrap()
+    };
+    let nnc = |name: &str| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "NodeNetworkConfig",
+            "metadata": {"name": name}, "spec": {"revision": "r1"}
+        }))
+        .unwrap()
+    };
+    let gvk = |kind: &str| GroupVersionKind::gvk("netpolicy.io", "v1alpha1", kind);
+    let (nc_ar, _) = discovery::pinned_kind(&admin, &gvk("NodeConfig"))
+        .await
+        .unwrap();
+    let (nnc_ar, _) = discovery::pinned_kind(&admin, &gvk("NodeNetworkConfig"))
+        .await
+        .unwrap();
+    let pp = PostParams::default();
+
+    // The agent: cannot write policy or NodeNetworkConfig specs, can write their status.
+    let name = cp.unique("rbac-node");
+    Api::<DynamicObject>::all_with(admin.clone(), &nnc_ar)
+        .create(&pp, &nnc(&name))
+        .await
+        .unwrap();
+    let agent_nc = Api::<DynamicObject>::all_with(agent.clone(), &nc_ar);
+    let agent_nnc = Api::<DynamicObject>::all_with(agent.clone(), &nnc_ar);
+    assert!(forbidden(
+        agent_nc.create(&pp, &nc(&cp.unique("agent-nc"))).await
+    ));
+    assert!(agent_nnc.get(&name).await.is_ok());
+    assert!(forbidden(
+        agent_nnc
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"revision": "x"}}))
+            )
+            .await
+    ));
+    agent_nnc
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"appliedRevision": "r1"}})),
+        )
+        .await
+        .unwrap();
+    assert!(forbidden(
+        agent_nnc.delete(&name, &Default::default()).await
+    ));
+
+    // The operator: writes NodeNetworkConfigs, reads (never writes) policies and Nodes,
+    // Leases only in its namespace.
+    let op_nc = Api::<DynamicObject>::all_with(operator.clone(), &nc_ar);
+    let op_nnc = Api::<DynamicObject>::all_with(operator.clone(), &nnc_ar);
+    assert!(op_nc.list(&Default::default()).await.is_ok());
+    assert!(forbidden(op_nc.create(&pp, &nc(&cp.unique("op-nc"))).await));
+    op_nnc
+        .create(&pp, &nnc(&cp.unique("op-nnc")))
+        .await
+        .unwrap();
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(operator.clone());
+    assert!(nodes.list(&Default::default()).await.is_ok());
+    assert!(forbidden(
+        nodes.delete("anything", &Default::default()).await
+    ));
+    let leases = |ns: &str| {
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(operator.clone(), ns)
+    };
+    // Allowed: the Lease simply does not exist yet (404, not 403).
+    assert!(matches!(
+        leases(&ns).get("t-operator").await,
+        Err(kube::Error::Api(ref s)) if s.code == 404
+    ));
+    assert!(forbidden(leases("default").get("t-operator").await));
+}
