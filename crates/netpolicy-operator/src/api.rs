@@ -96,7 +96,10 @@ pub struct NodeConfigSpec {
     shortname = "npnnc",
     status = "NodeNetworkConfigStatus",
     derive = "PartialEq",
-    derive = "Default"
+    derive = "Default",
+    printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".spec.revision"}"#,
+    printcolumn = r#"{"name":"Applied","type":"string","jsonPath":".status.appliedRevision"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NodeNetworkConfigSpec {
