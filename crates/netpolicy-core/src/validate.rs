@@ -541,6 +541,14 @@ fn port_range(v: &IntOrString, path: &str, p: &mut Problems) -> Option<PortRange
         None => (parse(s), parse(s)),
     };
     match (start, end) {
+        // The kernel refuses ranges touching 0 or 65535 (fib_rule_port_range_valid).
+        (Some(start), Some(end)) if start == 0 || end == u16::MAX => {
+            p.push(
+                path,
+                format!("port range {s}: the kernel accepts rule ports 1..65534 only"),
+            );
+            None
+        }
         (Some(start), Some(end)) if start <= end => Some(PortRange { start, end }),
         (Some(start), Some(end)) => {
             p.push(
@@ -552,7 +560,7 @@ fn port_range(v: &IntOrString, path: &str, p: &mut Problems) -> Option<PortRange
         _ => {
             p.push(
                 path,
-                format!("{s:?} is not a port (0..65535) or a range like 2000-3000"),
+                format!("{s:?} is not a port (1..65534) or a range like 2000-3000"),
             );
             None
         }
@@ -721,6 +729,31 @@ mod tests {
             dev: Some("eth0".into()),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn rule_ports_the_kernel_refuses_are_refused_here() {
+        let rule = |sport: &str| RuleSpec {
+            priority: 100,
+            table: Some(100),
+            ip_proto: Some("tcp".into()),
+            sport: Some(sport.into()),
+            ..Default::default()
+        };
+        for bad in ["1024-65535", "0-80", "0", "65535"] {
+            let e = errors(RoutingSpec {
+                rules: vec![rule(bad)],
+                ..Default::default()
+            });
+            assert_eq!(e.len(), 1, "{bad}: {e:?}");
+            assert_eq!(e[0].0, "spec.rules[0].sport");
+            assert!(e[0].1.contains("1..65534"), "{}", e[0].1);
+        }
+        let ok = RoutingSpec {
+            rules: vec![rule("1-65534")],
+            ..Default::default()
+        };
+        assert!(ok.validate("spec").is_ok());
     }
 
     #[test]

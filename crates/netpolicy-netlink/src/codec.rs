@@ -1,0 +1,484 @@
+//! netpolicy-core's model to rtnetlink messages and back, normalized so that what we
+//! write reads back equal.
+//!
+//! Normalizations (documented because they decide "equal"):
+//! - Route scope: `None` means universe for routes with a gateway or next hops and link
+//!   for device-only routes (what iproute2 does); a read-back scope equal to that default
+//!   becomes `None`.
+//! - IPv6 metric 0 is the kernel's 1024: written as 1024, 1024 read back as 0.
+//! - A rule fwmark without mask reads back with mask `0xffffffff`.
+
+use std::{collections::BTreeMap, net::IpAddr};
+
+use ipnetwork::IpNetwork;
+use netlink_packet_route::{
+    AddressFamily,
+    address::{AddressAttribute, AddressMessage},
+    link::{InfoData, InfoKind, InfoVlan, LinkAttribute, LinkFlags, LinkInfo, LinkMessage},
+    route::{
+        RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteNextHop, RouteNextHopFlags,
+        RouteProtocol, RouteScope as NlScope, RouteType,
+    },
+    rule::{RuleAction as NlAction, RuleAttribute, RuleFlags, RuleMessage, RulePortRange},
+};
+use netpolicy_core::model::{
+    FwMark, IfName, IpFamily, IpProto, NextHop, PortRange, Route, RouteScope, Rule, RuleAction,
+    RuleKey, Vlan, VlanProtocol,
+};
+
+/// Names of links by index, and back.
+#[derive(Debug, Clone, Default)]
+pub struct Links {
+    /// Index → name.
+    pub names: BTreeMap<u32, String>,
+    /// Name → index.
+    pub index: BTreeMap<String, u32>,
+}
+
+impl Links {
+    /// The index of `name`, or an error naming it.
+    pub fn index_of(&self, name: &IfName) -> Result<u32, String> {
+        self.index
+            .get(name.as_str())
+            .copied()
+            .ok_or_else(|| format!("no interface {name}"))
+    }
+}
+
+fn family_of(net: &IpNetwork) -> AddressFamily {
+    match net {
+        IpNetwork::V4(_) => AddressFamily::Inet,
+        IpNetwork::V6(_) => AddressFamily::Inet6,
+    }
+}
+
+/// The kernel family of a model family.
+pub fn af(f: IpFamily) -> AddressFamily {
+    match f {
+        IpFamily::V4 => AddressFamily::Inet,
+        IpFamily::V6 => AddressFamily::Inet6,
+    }
+}
+
+fn default_scope(r: &Route) -> NlScope {
+    if r.via.is_some() || !r.nexthops.is_empty() {
+        NlScope::Universe
+    } else {
+        NlScope::Link
+    }
+}
+
+/// Whether `scope` is what the kernel gets for `r` when no scope is given.
+pub fn is_default_scope(r: &Route, scope: RouteScope) -> bool {
+    scope_nl(scope) == default_scope(r)
+}
+
+fn scope_nl(s: RouteScope) -> NlScope {
+    match s {
+        RouteScope::Global => NlScope::Universe,
+        RouteScope::Link => NlScope::Link,
+        RouteScope::Host => NlScope::Host,
+    }
+}
+
+/// The message that creates, replaces or deletes `r` (the key fields suffice to delete).
+pub fn route_message(r: &Route, protocol: u8, links: &Links) -> Result<RouteMessage, String> {
+    let mut m = RouteMessage::default();
+    let v6 = matches!(r.to, IpNetwork::V6(_));
+    m.header.address_family = family_of(&r.to);
+    m.header.destination_prefix_length = r.to.prefix();
+    m.header.table = u8::try_from(r.table).unwrap_or(RouteHeader::RT_TABLE_UNSPEC);
+    m.header.protocol = RouteProtocol::from(protocol);
+    m.header.scope = r.scope.map_or_else(|| default_scope(r), scope_nl);
+    m.header.kind = RouteType::Unicast;
+    if r.onlink {
+        m.header.flags |= netlink_packet_route::route::RouteFlags::Onlink;
+    }
+    let a = &mut m.attributes;
+    a.push(RouteAttribute::Table(r.table));
+    a.push(RouteAttribute::Destination(RouteAddress::from(
+        r.to.network(),
+    )));
+    let metric = if v6 && r.metric == 0 { 1024 } else { r.metric };
+    a.push(RouteAttribute::Priority(metric));
+    if let Some(via) = r.via {
+        a.push(RouteAttribute::Gateway(RouteAddress::from(via)));
+    }
+    if let Some(dev) = &r.dev {
+        a.push(RouteAttribute::Oif(links.index_of(dev)?));
+    }
+    if let Some(src) = r.src {
+        a.push(RouteAttribute::PrefSource(RouteAddress::from(src)));
+    }
+    if !r.nexthops.is_empty() {
+        let mut hops = Vec::new();
+        for h in &r.nexthops {
+            let mut hop = RouteNextHop::default();
+            hop.hops = u8::try_from(h.weight.saturating_sub(1)).unwrap_or(u8::MAX);
+            if r.onlink {
+                hop.flags |= RouteNextHopFlags::Onlink;
+            }
+            if let Some(dev) = &h.dev {
+                hop.interface_index = links.index_of(dev)?;
+            }
+            if let Some(via) = h.via {
+                hop.attributes
+                    .push(RouteAttribute::Gateway(RouteAddress::from(via)));
+            }
+            hops.push(hop);
+        }
+        a.push(RouteAttribute::MultiPath(hops));
+    }
+    Ok(m)
+}
+
+fn ip_of(a: &RouteAddress) -> Option<IpAddr> {
+    match a {
+        RouteAddress::Inet(v) => Some(IpAddr::V4(*v)),
+        RouteAddress::Inet6(v) => Some(IpAddr::V6(*v)),
+        _ => None,
+    }
+}
+
+/// A dumped route as the model sees it, with its protocol; `None` for routes the model
+/// does not describe (local, broadcast, multicast, cloned).
+pub fn route_from(m: &RouteMessage, links: &Links) -> Option<(Route, u8)> {
+    if m.header.kind != RouteType::Unicast {
+        return None;
+    }
+    let mut table = u32::from(m.header.table);
+    let mut dst = None;
+    let mut metric = 0;
+    let mut via = None;
+    let mut dev = None;
+    let mut src = None;
+    let mut nexthops = Vec::new();
+    let name = |i: u32| links.names.get(&i).and_then(|n| IfName::new(n).ok());
+    for a in &m.attributes {
+        match a {
+            RouteAttribute::Table(t) => table = *t,
+            RouteAttribute::Destination(d) => dst = ip_of(d),
+            RouteAttribute::Priority(p) => metric = *p,
+            RouteAttribute::Gateway(g) => via = ip_of(g),
+            RouteAttribute::Oif(i) => dev = name(*i),
+            RouteAttribute::PrefSource(s) => src = ip_of(s),
+            RouteAttribute::MultiPath(hops) => {
+                for h in hops {
+                    let via = h.attributes.iter().find_map(|a| match a {
+                        RouteAttribute::Gateway(g) => ip_of(g),
+                        _ => None,
+                    });
+                    nexthops.push(NextHop {
+                        via,
+                        dev: (h.interface_index != 0)
+                            .then(|| name(h.interface_index))
+                            .flatten(),
+                        weight: u16::from(h.hops) + 1,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    let v6 = m.header.address_family == AddressFamily::Inet6;
+    let to = match dst {
+        Some(ip) => IpNetwork::new(ip, m.header.destination_prefix_length).ok()?,
+        None if v6 => IpNetwork::new(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), 0).ok()?,
+        None => IpNetwork::new(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0).ok()?,
+    };
+    if v6 && metric == 1024 {
+        metric = 0;
+    }
+    let onlink = m
+        .header
+        .flags
+        .contains(netlink_packet_route::route::RouteFlags::Onlink)
+        || (!nexthops.is_empty()
+            && m.attributes.iter().any(|a| {
+                matches!(a, RouteAttribute::MultiPath(h)
+                    if h.iter().all(|h| h.flags.contains(RouteNextHopFlags::Onlink)))
+            }));
+    let mut r = Route {
+        table,
+        to,
+        metric,
+        via,
+        dev,
+        scope: None,
+        onlink,
+        src,
+        nexthops,
+    };
+    let scope = match m.header.scope {
+        NlScope::Universe => Some(RouteScope::Global),
+        NlScope::Link => Some(RouteScope::Link),
+        NlScope::Host => Some(RouteScope::Host),
+        _ => None,
+    };
+    r.scope = scope.filter(|s| scope_nl(*s) != default_scope(&r));
+    let protocol: u8 = m.header.protocol.into();
+    Some((r, protocol))
+}
+
+/// The message that adds or deletes `rule` in `family`.
+pub fn rule_message(family: IpFamily, rule: &Rule, protocol: u8) -> RuleMessage {
+    let mut m = RuleMessage::default();
+    let k = &rule.key;
+    m.header.family = af(family);
+    m.header.src_len = k.from.map_or(0, |n| n.prefix());
+    m.header.dst_len = k.to.map_or(0, |n| n.prefix());
+    if k.invert {
+        m.header.flags |= RuleFlags::Invert;
+    }
+    m.header.action = match rule.action {
+        RuleAction::Lookup(_) => NlAction::ToTable,
+        RuleAction::Blackhole => NlAction::Blackhole,
+        RuleAction::Unreachable => NlAction::Unreachable,
+        RuleAction::Prohibit => NlAction::Prohibit,
+    };
+    let a = &mut m.attributes;
+    a.push(RuleAttribute::Priority(k.priority));
+    if let RuleAction::Lookup(t) = rule.action {
+        m.header.table = u8::try_from(t).unwrap_or(0);
+        a.push(RuleAttribute::Table(t));
+    }
+    if let Some(n) = k.from {
+        a.push(RuleAttribute::Source(n.network()));
+    }
+    if let Some(n) = k.to {
+        a.push(RuleAttribute::Destination(n.network()));
+    }
+    if let Some(i) = &k.iif {
+        a.push(RuleAttribute::Iifname(i.as_str().to_owned()));
+    }
+    if let Some(o) = &k.oif {
+        a.push(RuleAttribute::Oifname(o.as_str().to_owned()));
+    }
+    if let Some(f) = k.fwmark {
+        a.push(RuleAttribute::FwMark(f.value));
+        a.push(RuleAttribute::FwMask(f.mask));
+    }
+    if let Some(p) = k.ip_proto {
+        a.push(RuleAttribute::IpProtocol(p.0.into()));
+    }
+    if let Some(p) = k.sport {
+        a.push(RuleAttribute::SourcePortRange(RulePortRange {
+            start: p.start,
+            end: p.end,
+        }));
+    }
+    if let Some(p) = k.dport {
+        a.push(RuleAttribute::DestinationPortRange(RulePortRange {
+            start: p.start,
+            end: p.end,
+        }));
+    }
+    a.push(RuleAttribute::Protocol(RouteProtocol::from(protocol)));
+    m
+}
+
+/// A dumped rule as the model sees it, with its family and protocol; `None` for rules
+/// the model cannot describe (goto, nop, ...).
+pub fn rule_from(m: &RuleMessage) -> Option<(IpFamily, Rule, u8)> {
+    let family = match m.header.family {
+        AddressFamily::Inet => IpFamily::V4,
+        AddressFamily::Inet6 => IpFamily::V6,
+        _ => return None,
+    };
+    let mut key = RuleKey {
+        priority: 0,
+        from: None,
+        to: None,
+        iif: None,
+        oif: None,
+        fwmark: None,
+        ip_proto: None,
+        sport: None,
+        dport: None,
+        invert: m.header.flags.contains(RuleFlags::Invert),
+    };
+    let mut table = u32::from(m.header.table);
+    let mut mark = None;
+    let mut mask = None;
+    let mut protocol = 0u8;
+    for a in &m.attributes {
+        match a {
+            RuleAttribute::Priority(p) => key.priority = *p,
+            RuleAttribute::Table(t) => table = *t,
+            RuleAttribute::Source(ip) => key.from = IpNetwork::new(*ip, m.header.src_len).ok(),
+            RuleAttribute::Destination(ip) => key.to = IpNetwork::new(*ip, m.header.dst_len).ok(),
+            RuleAttribute::Iifname(n) => key.iif = IfName::new(n).ok(),
+            RuleAttribute::Oifname(n) => key.oif = IfName::new(n).ok(),
+            RuleAttribute::FwMark(v) => mark = Some(*v),
+            RuleAttribute::FwMask(v) => mask = Some(*v),
+            RuleAttribute::IpProtocol(p) => key.ip_proto = Some(IpProto(i32::from(*p) as u8)),
+            RuleAttribute::SourcePortRange(p) => {
+                key.sport = Some(PortRange {
+                    start: p.start,
+                    end: p.end,
+                });
+            }
+            RuleAttribute::DestinationPortRange(p) => {
+                key.dport = Some(PortRange {
+                    start: p.start,
+                    end: p.end,
+                });
+            }
+            RuleAttribute::Protocol(p) => protocol = (*p).into(),
+            _ => {}
+        }
+    }
+    if let Some(value) = mark {
+        key.fwmark = Some(FwMark {
+            value,
+            mask: mask.unwrap_or(u32::MAX),
+        });
+    }
+    let action = match m.header.action {
+        NlAction::ToTable => RuleAction::Lookup(table),
+        NlAction::Blackhole => RuleAction::Blackhole,
+        NlAction::Unreachable => RuleAction::Unreachable,
+        NlAction::Prohibit => RuleAction::Prohibit,
+        _ => return None,
+    };
+    Some((family, Rule { key, action }, protocol))
+}
+
+/// The link alias that marks a link as netpolicy's.
+pub const LINK_ALIAS: &str = "netpolicy";
+
+/// The message that creates VLAN `v` on parent index `parent`, marked with
+/// [`LINK_ALIAS`].
+pub fn vlan_message(v: &Vlan, parent: u32) -> LinkMessage {
+    let mut m = LinkMessage::default();
+    let a = &mut m.attributes;
+    a.push(LinkAttribute::IfName(v.name.as_str().to_owned()));
+    a.push(LinkAttribute::Link(parent));
+    if let Some(mtu) = v.mtu {
+        a.push(LinkAttribute::Mtu(mtu));
+    }
+    a.push(LinkAttribute::LinkInfo(vec![
+        LinkInfo::Kind(InfoKind::Vlan),
+        LinkInfo::Data(InfoData::Vlan(vec![
+            InfoVlan::Id(v.id),
+            InfoVlan::Protocol(match v.protocol {
+                VlanProtocol::Dot1Q => netlink_packet_route::link::VlanProtocol::Ieee8021Q,
+                VlanProtocol::Dot1AD => netlink_packet_route::link::VlanProtocol::Ieee8021Ad,
+            }),
+        ])),
+    ]));
+    a.push(LinkAttribute::IfAlias(LINK_ALIAS.to_owned()));
+    m
+}
+
+/// The message that sets link `index` up, or its MTU.
+pub fn link_set(index: u32, up: bool, mtu: Option<u32>) -> LinkMessage {
+    let mut m = LinkMessage::default();
+    m.header.index = index;
+    if up {
+        m.header.flags |= LinkFlags::Up;
+        m.header.change_mask |= LinkFlags::Up;
+    }
+    if let Some(mtu) = mtu {
+        m.attributes.push(LinkAttribute::Mtu(mtu));
+    }
+    m
+}
+
+/// The message that adds or deletes `address` on link `index`.
+pub fn address_message(index: u32, address: IpNetwork) -> AddressMessage {
+    let mut m = AddressMessage::default();
+    m.header.family = family_of(&address);
+    m.header.prefix_len = address.prefix();
+    m.header.index = index;
+    if let IpNetwork::V4(_) = address {
+        m.attributes.push(AddressAttribute::Local(address.ip()));
+    }
+    m.attributes.push(AddressAttribute::Address(address.ip()));
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use netlink_packet_core::Emitable;
+
+    use super::*;
+
+    fn vlan(id: u16, protocol: VlanProtocol, mtu: Option<u32>) -> Vlan {
+        Vlan {
+            name: IfName::new("v0.100").unwrap(),
+            link: IfName::new("v0").unwrap(),
+            id,
+            protocol,
+            mtu,
+            addresses: Vec::new(),
+        }
+    }
+
+    fn bytes(m: &LinkMessage) -> Vec<u8> {
+        let mut b = vec![0; m.buffer_len()];
+        m.emit(&mut b);
+        b
+    }
+
+    /// One netlink attribute per the kernel ABI: `nla_len` (header + value, before
+    /// padding), `nla_type`, the value, zero padding to 4 bytes.
+    fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
+        let len = 4 + value.len();
+        let mut v = Vec::new();
+        v.extend_from_slice(&u16::try_from(len).unwrap().to_le_bytes());
+        v.extend_from_slice(&kind.to_le_bytes());
+        v.extend_from_slice(value);
+        v.resize(len.div_ceil(4) * 4, 0);
+        v
+    }
+
+    // include/uapi/linux/if_link.h
+    const IFLA_IFNAME: u16 = 3;
+    const IFLA_MTU: u16 = 4;
+    const IFLA_LINK: u16 = 5;
+    const IFLA_LINKINFO: u16 = 18;
+    const IFLA_IFALIAS: u16 = 20;
+    const IFLA_INFO_KIND: u16 = 1;
+    const IFLA_INFO_DATA: u16 = 2;
+    const IFLA_VLAN_ID: u16 = 1;
+    const IFLA_VLAN_PROTOCOL: u16 = 5;
+
+    fn golden(parent: u32, id: u16, ethertype: u16, mtu: Option<u32>) -> Vec<u8> {
+        let mut b = vec![0u8; 16]; // struct ifinfomsg: AF_UNSPEC, index 0, no flags
+        b.extend(nla(IFLA_IFNAME, b"v0.100\0"));
+        b.extend(nla(IFLA_LINK, &parent.to_le_bytes()));
+        if let Some(m) = mtu {
+            b.extend(nla(IFLA_MTU, &m.to_le_bytes()));
+        }
+        let mut data = nla(IFLA_VLAN_ID, &id.to_le_bytes());
+        // The VLAN protocol is an ethertype, in network byte order.
+        data.extend(nla(IFLA_VLAN_PROTOCOL, &ethertype.to_be_bytes()));
+        let mut info = nla(IFLA_INFO_KIND, b"vlan\0");
+        info.extend(nla(IFLA_INFO_DATA, &data));
+        b.extend(nla(IFLA_LINKINFO, &info));
+        b.extend(nla(IFLA_IFALIAS, b"netpolicy\0"));
+        b
+    }
+
+    #[test]
+    fn an_8021q_vlan_message_matches_the_kernel_abi_byte_for_byte() {
+        let m = vlan_message(&vlan(100, VlanProtocol::Dot1Q, Some(1400)), 2);
+        assert_eq!(bytes(&m), golden(2, 100, 0x8100, Some(1400)));
+    }
+
+    #[test]
+    fn an_8021ad_vlan_message_matches_the_kernel_abi_byte_for_byte() {
+        let m = vlan_message(&vlan(4094, VlanProtocol::Dot1AD, None), 7);
+        assert_eq!(bytes(&m), golden(7, 4094, 0x88a8, None));
+    }
+
+    #[test]
+    fn a_vlan_message_parses_back_to_the_same_vlan() {
+        use netlink_packet_core::Parseable;
+        let v = vlan(300, VlanProtocol::Dot1AD, Some(9000));
+        let b = bytes(&vlan_message(&v, 9));
+        let parsed = LinkMessage::parse(&b[..]).unwrap();
+        assert_eq!(parsed, vlan_message(&v, 9));
+    }
+}

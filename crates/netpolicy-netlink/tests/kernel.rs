@@ -1,0 +1,376 @@
+//! Kernel tests: each test makes its own network namespace (with a veth pair) and
+//! removes it when it ends, also on failure. Needs root and iproute2's `ip`; without
+//! root each test prints a SKIP line.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::{
+    process::Command,
+    sync::atomic::{AtomicU32, Ordering},
+};
+
+use netpolicy_core::{
+    model::RoutingConfig,
+    plan::{Op, SkipReason},
+    spec::RoutingSpec,
+};
+use netpolicy_netlink::{Adapter, Namespace, Outcome, Ownership};
+use serde_json::json;
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// Prints a SKIP line that the test harness does not capture: it shows in every run.
+fn skip(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIP {why}");
+}
+
+/// A network namespace with veth pair `v0`/`v1` (both inside, up), 192.0.2.10/24 and
+/// 2001:db8::10/64 on `v0`; deleted on drop.
+struct Netns {
+    name: String,
+}
+
+fn ip(args: &[&str]) -> String {
+    let out = Command::new("ip").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+impl Netns {
+    fn new(test: &str) -> Option<Self> {
+        if !nix_is_root() {
+            skip(&format!(
+                "{test}: kernel tests need root (they create network namespaces)"
+            ));
+            return None;
+        }
+        let name = format!(
+            "np-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        ip(&["netns", "add", &name]);
+        let ns = Self { name };
+        let n = ns.name.as_str();
+        ip(&[
+            "-n", n, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
+        ]);
+        ip(&["-n", n, "link", "set", "v0", "up"]);
+        ip(&["-n", n, "link", "set", "v1", "up"]);
+        ip(&["-n", n, "addr", "add", "192.0.2.10/24", "dev", "v0"]);
+        ip(&[
+            "-n",
+            n,
+            "-6",
+            "addr",
+            "add",
+            "2001:db8::10/64",
+            "dev",
+            "v0",
+            "nodad",
+        ]);
+        Some(ns)
+    }
+
+    fn ip(&self, args: &[&str]) -> String {
+        let mut a = vec!["-n", self.name.as_str()];
+        a.extend_from_slice(args);
+        ip(&a)
+    }
+
+    /// A table's routes; empty when the table does not exist (yet).
+    fn table(&self, family: &str, table: &str) -> String {
+        let out = Command::new("ip")
+            .args(["-n", &self.name, family, "route", "show", "table", table])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn adapter(&self) -> Adapter {
+        Adapter::open(&Namespace::Named(self.name.clone()), Ownership::default()).unwrap()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        == Some("0")
+}
+
+fn config(v: serde_json::Value) -> RoutingConfig {
+    let spec: RoutingSpec = serde_json::from_value(v).unwrap();
+    spec.validate("spec").unwrap()
+}
+
+fn routes_and_rules() -> RoutingConfig {
+    config(json!({
+        "routes": [
+            {"to": "10.20.0.0/16", "via": "192.0.2.1", "table": 100},
+            {"to": "10.30.0.0/16", "dev": "v0"},
+            {"to": "10.40.0.0/16", "table": 200, "metric": 5,
+             "nexthops": [{"via": "192.0.2.1", "weight": 2}, {"via": "192.0.2.2"}]},
+            {"to": "2001:db8:1::/48", "via": "2001:db8::1", "table": 100},
+            {"to": "2001:db8:2::/48", "table": 200,
+             "nexthops": [{"via": "2001:db8::1"}, {"via": "2001:db8::2"}]},
+            {"to": "198.51.100.0/24", "dev": "v0", "table": 300, "scope": "link", "src": "192.0.2.10"}
+        ],
+        "rules": [
+            {"priority": 1000, "from": "10.1.0.0/16", "table": 100},
+            {"priority": 1001, "ipProto": "tcp", "dport": "443", "sport": "1024-65000", "table": 200},
+            {"priority": 1002, "fwmark": "0x10/0xff", "table": 300},
+            {"priority": 1003, "iif": "v0", "table": 100},
+            {"priority": 1004, "oif": "v1", "action": "blackhole"},
+            {"priority": 1005, "from": "2001:db8:9::/48", "table": 100}
+        ]
+    }))
+}
+
+#[test]
+fn routes_and_rules_are_installed_read_back_equal_and_marked() {
+    let Some(ns) = Netns::new("routes_and_rules") else {
+        return;
+    };
+    let mut a = ns.adapter();
+    let desired = routes_and_rules();
+    let report = a.reconcile(&desired, false).unwrap();
+    let failures: Vec<_> = report.failures().collect();
+    assert!(failures.is_empty(), "{failures:#?}");
+    // 6 routes; rules without a prefix go into both families: 1 + 2 + 2 + 2 + 2 + 1.
+    assert_eq!(report.results.len(), 6 + 10, "{:#?}", report.results);
+    // Read back: nothing left to do.
+    let again = a.plan(&desired).unwrap();
+    assert!(again.ops.is_empty(), "{:#?}", again.ops);
+    // The kernel's own view, through iproute2.
+    let t100 = ns.ip(&["route", "show", "table", "100"]);
+    assert!(
+        t100.contains("10.20.0.0/16 via 192.0.2.1 dev v0 proto 203"),
+        "{t100}"
+    );
+    let t200 = ns.ip(&["route", "show", "table", "200"]);
+    assert!(
+        t200.contains("nexthop via 192.0.2.1 dev v0 weight 2"),
+        "{t200}"
+    );
+    let t200v6 = ns.ip(&["-6", "route", "show", "table", "200"]);
+    assert!(t200v6.contains("nexthop via 2001:db8::2"), "{t200v6}");
+    let rules = ns.ip(&["rule", "show"]);
+    for want in [
+        "1000:\tfrom 10.1.0.0/16 lookup 100 proto 203",
+        "1001:\tfrom all ipproto tcp sport 1024-65000 dport 443 lookup 200 proto 203",
+        "1002:\tfrom all fwmark 0x10/0xff lookup 300 proto 203",
+        "1003:\tfrom all iif v0 lookup 100 proto 203",
+        "1004:\tfrom all oif v1 blackhole proto 203",
+    ] {
+        assert!(rules.contains(want), "{want:?} not in\n{rules}");
+    }
+    let rules6 = ns.ip(&["-6", "rule", "show"]);
+    assert!(
+        rules6.contains("1005:\tfrom 2001:db8:9::/48 lookup 100 proto 203"),
+        "{rules6}"
+    );
+}
+
+#[test]
+fn a_restarted_adapter_finds_its_objects_and_cleanup_removes_only_them() {
+    let Some(ns) = Netns::new("restart_cleanup") else {
+        return;
+    };
+    let desired = routes_and_rules();
+    ns.adapter().reconcile(&desired, false).unwrap();
+    // Foreign objects, one identical to a desired route.
+    ns.ip(&[
+        "route",
+        "add",
+        "10.99.0.0/16",
+        "via",
+        "192.0.2.1",
+        "table",
+        "100",
+    ]);
+    ns.ip(&[
+        "rule",
+        "add",
+        "priority",
+        "1500",
+        "from",
+        "10.9.0.0/16",
+        "table",
+        "100",
+    ]);
+    // A new process: a fresh adapter sees everything as already done.
+    let mut b = ns.adapter();
+    let left = b.plan(&desired).unwrap().ops;
+    assert!(left.is_empty(), "{left:#?}");
+    let report = b.cleanup().unwrap();
+    assert!(report.failures().next().is_none(), "{report:#?}");
+    let t100 = ns.ip(&["route", "show", "table", "100"]);
+    assert_eq!(
+        t100.trim(),
+        "10.99.0.0/16 via 192.0.2.1 dev v0",
+        "only the foreign route stays"
+    );
+    let rules = ns.ip(&["rule", "show"]);
+    assert!(
+        rules.contains("1500:") && !rules.contains("proto 203"),
+        "{rules}"
+    );
+    // Cleaning up twice is a no-op.
+    assert!(b.cleanup().unwrap().results.is_empty());
+}
+
+#[test]
+fn foreign_objects_with_a_desired_identity_are_never_touched() {
+    let Some(ns) = Netns::new("foreign") else {
+        return;
+    };
+    ns.ip(&[
+        "route",
+        "add",
+        "10.20.0.0/16",
+        "via",
+        "192.0.2.1",
+        "table",
+        "100",
+    ]);
+    ns.ip(&[
+        "route",
+        "add",
+        "10.21.0.0/16",
+        "via",
+        "192.0.2.2",
+        "table",
+        "100",
+    ]);
+    let desired = config(json!({"routes": [
+        {"to": "10.20.0.0/16", "via": "192.0.2.1", "table": 100},
+        {"to": "10.21.0.0/16", "via": "192.0.2.1", "table": 100},
+        {"to": "10.22.0.0/16", "via": "192.0.2.1", "table": 100}
+    ]}));
+    let mut a = ns.adapter();
+    let report = a.reconcile(&desired, false).unwrap();
+    let reasons: Vec<SkipReason> = report.skipped.iter().map(|s| s.reason).collect();
+    assert_eq!(
+        reasons,
+        [SkipReason::ForeignIdentical, SkipReason::ForeignDiffers]
+    );
+    assert_eq!(report.results.len(), 1);
+    let t100 = ns.ip(&["route", "show", "table", "100"]);
+    assert!(
+        t100.contains("10.21.0.0/16 via 192.0.2.2 dev v0 \n")
+            || t100.contains("10.21.0.0/16 via 192.0.2.2 dev v0\n"),
+        "{t100}"
+    );
+    a.cleanup().unwrap();
+    let t100 = ns.ip(&["route", "show", "table", "100"]);
+    assert!(
+        t100.contains("10.20.0.0/16") && t100.contains("10.21.0.0/16") && !t100.contains("10.22."),
+        "{t100}"
+    );
+}
+
+#[test]
+fn one_failing_item_is_reported_with_its_errno_and_the_others_apply() {
+    let Some(ns) = Netns::new("partial") else {
+        return;
+    };
+    let desired = config(json!({"routes": [
+        {"to": "10.20.0.0/16", "via": "192.0.2.1", "table": 100},
+        {"to": "10.21.0.0/16", "via": "203.0.113.1", "table": 100},
+        {"to": "10.22.0.0/16", "via": "192.0.2.1", "table": 100}
+    ]}));
+    let mut a = ns.adapter();
+    let report = a.reconcile(&desired, false).unwrap();
+    let failed: Vec<_> = report.failures().collect();
+    assert_eq!(failed.len(), 1, "{report:#?}");
+    let Op::ReplaceRoute(r) = &failed[0].op else {
+        panic!("{failed:?}")
+    };
+    assert_eq!(r.to.to_string(), "10.21.0.0/16");
+    let Outcome::Failed { errno, message } = &failed[0].outcome else {
+        panic!()
+    };
+    assert_eq!(*errno, Some(101), "{message}"); // ENETUNREACH
+    assert!(message.contains("unreachable"), "{message}");
+    let t100 = ns.ip(&["route", "show", "table", "100"]);
+    assert!(
+        t100.contains("10.20.0.0/16") && t100.contains("10.22.0.0/16"),
+        "{t100}"
+    );
+}
+
+#[test]
+fn drift_is_repaired_and_reported_and_dry_run_changes_nothing() {
+    let Some(ns) = Netns::new("drift") else {
+        return;
+    };
+    let desired = routes_and_rules();
+    let mut a = ns.adapter();
+    // Dry run first: operations listed, nothing installed.
+    let dry = a.reconcile(&desired, true).unwrap();
+    assert!(dry.results.iter().all(|r| r.outcome == Outcome::Planned));
+    assert!(!dry.results.is_empty());
+    assert!(ns.table("-4", "100").trim().is_empty());
+    a.reconcile(&desired, false).unwrap();
+    // Behind our back: an owned route deleted, an owned rule deleted.
+    ns.ip(&["route", "del", "10.20.0.0/16", "table", "100"]);
+    ns.ip(&["rule", "del", "priority", "1000"]);
+    let report = a.reconcile(&desired, false).unwrap();
+    assert_eq!(report.drift.len(), 2, "{:#?}", report.drift);
+    assert!(report.failures().next().is_none());
+    assert!(a.plan(&desired).unwrap().ops.is_empty());
+}
+
+#[test]
+fn vlans_need_a_kernel_with_8021q() {
+    let Some(ns) = Netns::new("vlans") else {
+        return;
+    };
+    let probe = Command::new("ip")
+        .args([
+            "-n", &ns.name, "link", "add", "link", "v0", "name", "v0.7", "type", "vlan", "id", "7",
+        ])
+        .output()
+        .unwrap();
+    if !probe.status.success() {
+        skip(&format!(
+            "vlans: this kernel has no 802.1Q VLAN support ({}); the VLAN kernel tests \
+             run in the VM runner of the real-kernel VLAN issue; VLAN messages are \
+             checked with golden bytes in the codec tests",
+            String::from_utf8_lossy(&probe.stderr).trim()
+        ));
+        return;
+    }
+    ns.ip(&["link", "del", "v0.7"]);
+    let desired = config(json!({"vlans": [
+        {"link": "v0", "id": 100, "mtu": 1400, "addresses": ["10.100.0.5/24", "fd00:100::5/64"]},
+        {"link": "v0", "id": 200, "protocol": "802.1ad", "name": "qinq200"}
+    ]}));
+    let mut a = ns.adapter();
+    let report = a.reconcile(&desired, false).unwrap();
+    assert!(report.failures().next().is_none(), "{report:#?}");
+    assert!(a.plan(&desired).unwrap().ops.is_empty());
+    let links = ns.ip(&["-d", "link", "show", "v0.100"]);
+    assert!(
+        links.contains("vlan protocol 802.1Q id 100") && links.contains("alias netpolicy"),
+        "{links}"
+    );
+    a.cleanup().unwrap();
+    assert!(!ns.ip(&["link", "show"]).contains("v0.100"));
+}
