@@ -2,11 +2,12 @@
 //! of requests sent back to back (pipelined) with one result per request.
 //!
 //! Pipelining: requests go out in chunks of up to [`CHUNK`] messages in one `send`, each
-//! with its own sequence number and `NLM_F_ACK`; the kernel answers each in order, and
-//! each answer is matched to its request by sequence number, so an error is attributed
-//! to exactly the item that caused it. The receive buffer is sized so that a chunk's
-//! acknowledgements always fit (`NETLINK_CAP_ACK` keeps them at 36 bytes), so the kernel
-//! never answers `ENOBUFS`.
+//! with its own sequence number. The kernel answers every failure with a NACK carrying
+//! the sequence number, so an error is attributed to exactly the item that caused it;
+//! only the last request of a chunk asks for an ACK, which (requests being handled in
+//! order) marks the chunk complete. The receive buffer is sized so that a chunk's
+//! answers always fit (`NETLINK_CAP_ACK` keeps them at 36 bytes), so the kernel never
+//! answers `ENOBUFS`.
 
 use std::{fs::File, os::fd::AsFd, path::PathBuf};
 
@@ -203,8 +204,15 @@ impl Conn {
             let mut bytes = Vec::new();
             let mut first = None;
             let mut count = 0u32;
-            for (msg, flags) in it.by_ref().take(CHUNK) {
-                let seq = self.serialize(msg, flags | NLM_F_REQUEST | NLM_F_ACK, &mut bytes);
+            let batch: Vec<_> = it.by_ref().take(CHUNK).collect();
+            let last = batch.len().saturating_sub(1);
+            for (k, (msg, flags)) in batch.into_iter().enumerate() {
+                // Only the last request of a chunk asks for an ACK: the kernel answers
+                // every failure anyway (a NACK carries its sequence number), and
+                // handles requests in order, so the last ACK means the chunk is done.
+                // Skipping the other ACKs saves the kernel an skb per success.
+                let ack = if k == last { NLM_F_ACK } else { 0 };
+                let seq = self.serialize(msg, flags | NLM_F_REQUEST | ack, &mut bytes);
                 first.get_or_insert(seq);
                 count += 1;
             }
@@ -212,22 +220,22 @@ impl Conn {
             self.sock.send(&bytes, 0).map_err(io("netlink send"))?;
             let mut chunk: Vec<Option<std::result::Result<(), KernelError>>> =
                 vec![None; count as usize];
-            let mut pending = count;
-            while pending > 0 {
+            let last = count.saturating_sub(1);
+            let mut done = false;
+            while !done {
                 for m in self.recv()? {
                     let i = m.header.sequence_number.wrapping_sub(first);
                     if i >= count {
                         continue;
                     }
                     if let NetlinkPayload::Error(e) = m.payload {
-                        let slot = &mut chunk[i as usize];
-                        if slot.is_none() {
-                            pending -= 1;
-                        }
-                        *slot = Some(match e.code {
+                        chunk[i as usize] = Some(match e.code {
                             None => Ok(()),
                             Some(code) => Err(KernelError::new(-code.get())),
                         });
+                        if i == last {
+                            done = true;
+                        }
                     }
                 }
             }

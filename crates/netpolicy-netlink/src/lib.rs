@@ -53,6 +53,7 @@ use std::{collections::BTreeSet, ops::RangeInclusive};
 
 use ipnetwork::IpNetwork;
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
+// NLM_F_EXCL guards links and addresses; rules go without it (see `messages`).
 use netlink_packet_route::{
     AddressFamily, RouteNetlinkMessage,
     address::{AddressAttribute, AddressMessage},
@@ -465,6 +466,26 @@ impl Adapter {
     }
 
     fn run(&mut self, ops: &[Op]) -> Result<Vec<OpResult>> {
+        // The kernel inserts a rule after walking the rules of lower priority: adding
+        // in descending priority makes every insertion stop at the first rule.
+        if ops.iter().all(|o| matches!(o, Op::AddRule { .. })) {
+            let mut order: Vec<usize> = (0..ops.len()).collect();
+            order.sort_by_key(|i| match &ops[*i] {
+                Op::AddRule { rule, .. } => std::cmp::Reverse(rule.key.priority),
+                _ => std::cmp::Reverse(0),
+            });
+            let sorted: Vec<Op> = order.iter().map(|i| ops[*i].clone()).collect();
+            let results = self.run_in_order(&sorted)?;
+            let mut out: Vec<Option<OpResult>> = vec![None; ops.len()];
+            for (k, r) in order.into_iter().zip(results) {
+                out[k] = Some(r);
+            }
+            return Ok(out.into_iter().flatten().collect());
+        }
+        self.run_in_order(ops)
+    }
+
+    fn run_in_order(&mut self, ops: &[Op]) -> Result<Vec<OpResult>> {
         // Each op becomes one or two requests; remember which.
         let mut requests = Vec::new();
         let mut plan: Vec<std::result::Result<usize, String>> = Vec::with_capacity(ops.len());
@@ -540,9 +561,12 @@ impl Adapter {
                 RouteNetlinkMessage::NewRoute(codec::route_message(r, p, &self.links)?),
                 NLM_F_CREATE | NLM_F_REPLACE,
             )],
+            // No NLM_F_EXCL: the kernel's duplicate check walks every rule, O(n²) for n
+            // rules. The plan adds only rules the fresh dump did not show; a duplicate
+            // made by a concurrent writer is harmless and is deleted with its twin.
             Op::AddRule { family, rule } => vec![(
                 RouteNetlinkMessage::NewRule(codec::rule_message(*family, rule, p)),
-                NLM_F_CREATE | NLM_F_EXCL,
+                NLM_F_CREATE,
             )],
             Op::ReplaceRule { family, old, new } => vec![
                 (
@@ -551,7 +575,7 @@ impl Adapter {
                 ),
                 (
                     RouteNetlinkMessage::NewRule(codec::rule_message(*family, new, p)),
-                    NLM_F_CREATE | NLM_F_EXCL,
+                    NLM_F_CREATE,
                 ),
             ],
         })

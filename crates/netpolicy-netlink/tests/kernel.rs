@@ -374,3 +374,35 @@ fn vlans_need_a_kernel_with_8021q() {
     a.cleanup().unwrap();
     assert!(!ns.ip(&["link", "show"]).contains("v0.100"));
 }
+
+/// N3: 1% churn on 10,000 routes is exactly one operation per changed route, and the
+/// next pass has nothing to do.
+#[test]
+fn one_percent_churn_is_one_operation_per_changed_route() {
+    let Some(ns) = Netns::new("churn") else {
+        return;
+    };
+    let routes = |changed: &dyn Fn(u32) -> bool| {
+        let list: Vec<serde_json::Value> = (0..10_000u32)
+            .map(|i| {
+                let via = if changed(i) { "192.0.2.2" } else { "192.0.2.1" };
+                json!({"to": format!("10.{}.{}.0/24", i / 256, i % 256), "via": via, "table": 100})
+            })
+            .collect();
+        config(json!({ "routes": list }))
+    };
+    let mut a = ns.adapter();
+    let first = a.reconcile(&routes(&|_| false), false).unwrap();
+    assert_eq!(first.results.len(), 10_000);
+    assert!(first.failures().next().is_none());
+    let churned = routes(&|i| i % 100 == 7);
+    let report = a.reconcile(&churned, false).unwrap();
+    assert_eq!(report.results.len(), 100, "exactly the changed routes");
+    assert!(
+        report
+            .results
+            .iter()
+            .all(|r| matches!(&r.op, Op::ReplaceRoute(route) if route.via == Some("192.0.2.2".parse().unwrap())))
+    );
+    assert!(a.plan(&churned).unwrap().ops.is_empty());
+}

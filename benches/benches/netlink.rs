@@ -1,0 +1,349 @@
+//! Netlink benchmarks (issue: netpolicy-netlink). Ours (`netpolicy_netlink::Adapter`)
+//! and `ip -batch` install identical content into fresh network namespaces in the same
+//! run; each iteration gets a new namespace (made in setup, not timed).
+//!
+//! - `n1_routes_v4` / `n1_routes_v6`: 100k /32 (/128) routes into an empty table.
+//!   Target: >= 2x `ip -batch`; stretch >= 200k routes/s IPv4.
+//! - `n2_noop_100k`: reconcile of 100k owned routes already in place (dump + diff, zero
+//!   writes). Target <= 150 ms. `n2_noop_node`: 1k routes + 100 rules, target <= 10 ms.
+//! - `n4_rules`: 10k IPv4 rules installed (vs `ip -batch`); `n4_noop_rules`: dump + diff
+//!   of 10k owned rules, target <= 20 ms.
+//!
+//! Needs root; without it the benchmarks print a SKIP line and measure nothing.
+//!
+//! Run: `cargo bench -p netpolicy-benches --bench netlink`
+
+use std::{
+    hint::black_box,
+    io::Write,
+    net::{Ipv4Addr, Ipv6Addr},
+    process::{Command, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
+    time::Duration,
+};
+
+use criterion::{BatchSize, Criterion, Throughput, criterion_group};
+use ipnetwork::IpNetwork;
+use netpolicy_benches::print_ratios;
+use netpolicy_core::{
+    model::{FwMark, Route, RoutingConfig, Rule, RuleAction, RuleKey},
+    plan::Op,
+};
+use netpolicy_netlink::{Adapter, Namespace, Ownership};
+
+static N: AtomicU32 = AtomicU32::new(0);
+
+/// A namespace with a veth pair and addresses, deleted on drop.
+struct Netns(String);
+
+impl Netns {
+    fn new() -> Self {
+        let name = format!(
+            "npb-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let run = |args: &[&str]| {
+            let ok = Command::new("ip")
+                .args(args)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "ip {args:?}");
+        };
+        run(&["netns", "add", &name]);
+        run(&[
+            "-n", &name, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
+        ]);
+        run(&["-n", &name, "link", "set", "v0", "up"]);
+        run(&["-n", &name, "link", "set", "v1", "up"]);
+        run(&["-n", &name, "addr", "add", "192.0.2.10/24", "dev", "v0"]);
+        run(&[
+            "-n",
+            &name,
+            "-6",
+            "addr",
+            "add",
+            "2001:db8::10/64",
+            "dev",
+            "v0",
+            "nodad",
+        ]);
+        Self(name)
+    }
+
+    fn adapter(&self) -> Adapter {
+        Adapter::open(&Namespace::Named(self.0.clone()), Ownership::default())
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `ip -n <ns> -batch -` with `lines`.
+    fn ip_batch(&self, lines: &str) {
+        let mut child = Command::new("ip")
+            .args(["-n", &self.0, "-batch", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}"));
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(lines.as_bytes());
+        }
+        let ok = child.wait().is_ok_and(|s| s.success());
+        assert!(ok, "ip -batch failed");
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        == Some("0")
+}
+
+const ROUTES: u32 = 100_000;
+
+fn v4_routes(n: u32) -> Vec<Route> {
+    (0..n)
+        .map(|i| {
+            let a = Ipv4Addr::from(0x0a00_0000 + i);
+            route(
+                IpNetwork::new(a.into(), 32).unwrap_or_else(|e| panic!("{e}")),
+                "192.0.2.1",
+            )
+        })
+        .collect()
+}
+
+fn v6_routes(n: u32) -> Vec<Route> {
+    (0..n)
+        .map(|i| {
+            let a = Ipv6Addr::from(0x2001_0db8_0001_0000_0000_0000_0000_0000u128 + u128::from(i));
+            route(
+                IpNetwork::new(a.into(), 128).unwrap_or_else(|e| panic!("{e}")),
+                "2001:db8::1",
+            )
+        })
+        .collect()
+}
+
+fn route(to: IpNetwork, via: &str) -> Route {
+    Route {
+        table: 100,
+        to,
+        metric: 0,
+        via: Some(via.parse().unwrap_or_else(|e| panic!("{e}"))),
+        dev: None,
+        scope: None,
+        onlink: false,
+        src: None,
+        nexthops: Vec::new(),
+    }
+}
+
+fn batch_lines(routes: &[Route]) -> String {
+    let mut s = String::with_capacity(routes.len() * 64);
+    for r in routes {
+        let via = r.via.map(|v| v.to_string()).unwrap_or_default();
+        s.push_str(&format!(
+            "route replace {} via {via} table 100 proto 203\n",
+            r.to
+        ));
+    }
+    s
+}
+
+fn rules(n: u32) -> Vec<Rule> {
+    (0..n)
+        .map(|i| Rule {
+            key: RuleKey {
+                priority: 1000 + i,
+                // An IPv4 source makes the rule IPv4-only (prefix-less rules go into
+                // both families).
+                from: Some(
+                    IpNetwork::new(Ipv4Addr::new(10, 0, 0, 0).into(), 8)
+                        .unwrap_or_else(|e| panic!("{e}")),
+                ),
+                to: None,
+                iif: None,
+                oif: None,
+                fwmark: Some(FwMark {
+                    value: i + 1,
+                    mask: u32::MAX,
+                }),
+                ip_proto: None,
+                sport: None,
+                dport: None,
+                invert: false,
+            },
+            action: RuleAction::Lookup(100),
+        })
+        .collect()
+}
+
+fn install(c: &mut Criterion, group: &str, routes: Vec<Route>) {
+    let ops: Vec<Op> = routes.iter().cloned().map(Op::ReplaceRoute).collect();
+    let lines = batch_lines(&routes);
+    let mut g = c.benchmark_group(group);
+    g.sample_size(10)
+        .measurement_time(Duration::from_secs(20))
+        .throughput(Throughput::Elements(routes.len() as u64));
+    g.bench_function("ours", |b| {
+        b.iter_batched(
+            || {
+                let ns = Netns::new();
+                let a = ns.adapter();
+                (ns, a)
+            },
+            |(ns, mut a)| {
+                let results = a.apply(&ops).unwrap_or_else(|e| panic!("{e}"));
+                assert!(results.iter().all(|r| r.outcome.is_ok()));
+                (ns, a)
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.bench_function("ip_batch", |b| {
+        b.iter_batched(
+            Netns::new,
+            |ns| {
+                ns.ip_batch(&lines);
+                ns
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.finish();
+}
+
+fn n1(c: &mut Criterion) {
+    install(c, "n1_routes_v4", v4_routes(ROUTES));
+    install(c, "n1_routes_v6", v6_routes(ROUTES));
+}
+
+fn noop(c: &mut Criterion, group: &str, desired: RoutingConfig) {
+    let ns = Netns::new();
+    let mut a = ns.adapter();
+    let first = a
+        .reconcile(&desired, false)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(first.failures().next().is_none());
+    let mut g = c.benchmark_group(group);
+    g.sample_size(20);
+    g.bench_function("ours", |b| {
+        b.iter(|| {
+            let r = a
+                .reconcile(&desired, false)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert!(
+                r.results.is_empty(),
+                "a no-op pass wrote {}",
+                r.results.len()
+            );
+            black_box(r)
+        })
+    });
+    g.finish();
+}
+
+fn n2(c: &mut Criterion) {
+    noop(
+        c,
+        "n2_noop_100k",
+        RoutingConfig {
+            routes: v4_routes(ROUTES),
+            ..RoutingConfig::default()
+        },
+    );
+    noop(
+        c,
+        "n2_noop_node",
+        RoutingConfig {
+            routes: v4_routes(1000),
+            rules: rules(100),
+            ..RoutingConfig::default()
+        },
+    );
+}
+
+fn n4(c: &mut Criterion) {
+    let rs = rules(10_000);
+    let ops: Vec<Op> = rs
+        .iter()
+        .map(|r| Op::AddRule {
+            family: netpolicy_core::model::IpFamily::V4,
+            rule: r.clone(),
+        })
+        .collect();
+    let mut lines = String::new();
+    for r in &rs {
+        let m = r.key.fwmark.map_or(0, |f| f.value);
+        lines.push_str(&format!(
+            "rule add priority {} from 10.0.0.0/8 fwmark {m} table 100 proto 203\n",
+            r.key.priority
+        ));
+    }
+    let mut g = c.benchmark_group("n4_rules");
+    g.sample_size(10)
+        .measurement_time(Duration::from_secs(20))
+        .throughput(Throughput::Elements(rs.len() as u64));
+    g.bench_function("ours", |b| {
+        b.iter_batched(
+            || {
+                let ns = Netns::new();
+                let a = ns.adapter();
+                (ns, a)
+            },
+            |(ns, mut a)| {
+                let results = a.apply(&ops).unwrap_or_else(|e| panic!("{e}"));
+                assert!(results.iter().all(|r| r.outcome.is_ok()));
+                (ns, a)
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.bench_function("ip_batch", |b| {
+        b.iter_batched(
+            Netns::new,
+            |ns| {
+                ns.ip_batch(&lines);
+                ns
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.finish();
+    noop(
+        c,
+        "n4_noop_rules",
+        RoutingConfig {
+            rules: rules(10_000),
+            ..RoutingConfig::default()
+        },
+    );
+}
+
+criterion_group!(benches, n1, n2, n4);
+
+fn main() {
+    if !is_root() {
+        println!("SKIP netlink benchmarks: they need root to create network namespaces");
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    print_ratios(&[
+        ("n1_routes_v4", "ours", "ip_batch"),
+        ("n1_routes_v6", "ours", "ip_batch"),
+        ("n4_rules", "ours", "ip_batch"),
+    ]);
+}
