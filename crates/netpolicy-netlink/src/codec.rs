@@ -347,8 +347,9 @@ pub fn rule_from(m: &RuleMessage) -> Option<(IpFamily, Rule, u8)> {
 /// The link alias that marks a link as netpolicy's.
 pub const LINK_ALIAS: &str = "netpolicy";
 
-/// The message that creates VLAN `v` on parent index `parent`, marked with
-/// [`LINK_ALIAS`].
+/// The message that creates VLAN `v` on parent index `parent`. The kernel ignores
+/// `IFLA_IFALIAS` when it creates a link, so the [`LINK_ALIAS`] marker follows in a
+/// second request ([`alias_message`]).
 pub fn vlan_message(v: &Vlan, parent: u32) -> LinkMessage {
     let mut m = LinkMessage::default();
     let a = &mut m.attributes;
@@ -367,7 +368,17 @@ pub fn vlan_message(v: &Vlan, parent: u32) -> LinkMessage {
             }),
         ])),
     ]));
-    a.push(LinkAttribute::IfAlias(LINK_ALIAS.to_owned()));
+    m
+}
+
+/// The message that marks link `name` with [`LINK_ALIAS`] (by name: the index of a link
+/// created in the same batch is not known yet).
+pub fn alias_message(name: &IfName) -> LinkMessage {
+    let mut m = LinkMessage::default();
+    m.attributes
+        .push(LinkAttribute::IfName(name.as_str().to_owned()));
+    m.attributes
+        .push(LinkAttribute::IfAlias(LINK_ALIAS.to_owned()));
     m
 }
 
@@ -457,8 +468,16 @@ mod tests {
         let mut info = nla(IFLA_INFO_KIND, b"vlan\0");
         info.extend(nla(IFLA_INFO_DATA, &data));
         b.extend(nla(IFLA_LINKINFO, &info));
-        b.extend(nla(IFLA_IFALIAS, b"netpolicy\0"));
         b
+    }
+
+    #[test]
+    fn the_ownership_alias_is_set_by_name_in_a_second_message() {
+        let mut want = vec![0u8; 16];
+        want.extend(nla(IFLA_IFNAME, b"v0.100\0"));
+        want.extend(nla(IFLA_IFALIAS, b"netpolicy\0"));
+        let m = alias_message(&IfName::new("v0.100").unwrap());
+        assert_eq!(bytes(&m), want);
     }
 
     #[test]

@@ -541,10 +541,16 @@ impl Adapter {
                 m.header.index = self.index(dev)?;
                 vec![(RouteNetlinkMessage::DelLink(m), 0)]
             }
-            Op::CreateLink(v) => vec![(
-                RouteNetlinkMessage::NewLink(codec::vlan_message(v, self.index(&v.link)?)),
-                NLM_F_CREATE | NLM_F_EXCL,
-            )],
+            Op::CreateLink(v) => vec![
+                (
+                    RouteNetlinkMessage::NewLink(codec::vlan_message(v, self.index(&v.link)?)),
+                    NLM_F_CREATE | NLM_F_EXCL,
+                ),
+                (
+                    RouteNetlinkMessage::SetLink(codec::alias_message(&v.name)),
+                    0,
+                ),
+            ],
             Op::SetMtu { dev, mtu } => vec![(
                 RouteNetlinkMessage::SetLink(codec::link_set(self.index(dev)?, false, Some(*mtu))),
                 0,
