@@ -9,6 +9,9 @@
 //! - `n4_rules`: 10k IPv4 rules installed (vs `ip -batch`); `n4_noop_rules`: dump + diff
 //!   of 10k owned rules, target <= 20 ms.
 //!
+//! - `vlan_1000`: 1,000 VLANs with an address each, created and removed. Target <= 2 s.
+//!   Needs 802.1Q: run it in the VM with `NETPOLICY_VM_BENCH=1 scripts/vm-test`.
+//!
 //! Needs root; without it the benchmarks print a SKIP line and measure nothing.
 //!
 //! Run: `cargo bench -p netpolicy-benches --bench netlink`
@@ -329,14 +332,101 @@ fn n4(c: &mut Criterion) {
     );
 }
 
+/// Whether this kernel can make VLANs (the VM runner's kernel can; this machine's cannot).
+fn vlans_supported() -> bool {
+    let ns = Netns::new();
+    Command::new("ip")
+        .args([
+            "-n", &ns.0, "link", "add", "link", "v0", "name", "probe.7", "type", "vlan", "id", "7",
+        ])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// 1,000 VLANs with an address each, created and removed. Target <= 2 s.
+fn vlan_1000(c: &mut Criterion) {
+    if !vlans_supported() {
+        println!(
+            "SKIP vlan_1000: this kernel has no 802.1Q; run `NETPOLICY_VM_BENCH=1 scripts/vm-test`"
+        );
+        return;
+    }
+    let vlans: Vec<serde_json::Value> = (1..=1000u32)
+        .map(|id| {
+            serde_json::json!({"link": "v0", "id": id,
+                "addresses": [format!("10.{}.{}.1/24", 100 + id / 256, id % 256)]})
+        })
+        .collect();
+    let spec: netpolicy_core::spec::RoutingSpec =
+        serde_json::from_value(serde_json::json!({ "vlans": vlans }))
+            .unwrap_or_else(|e| panic!("{e}"));
+    let desired = spec.validate("spec").unwrap_or_else(|e| panic!("{e}"));
+    let mut create = String::new();
+    let mut remove = String::new();
+    for id in 1..=1000u32 {
+        create.push_str(&format!(
+            "link add link v0 name v0.{id} type vlan id {id}\n\
+             link set v0.{id} alias netpolicy\n\
+             addr add 10.{}.{}.1/24 dev v0.{id}\n\
+             link set v0.{id} up\n",
+            100 + id / 256,
+            id % 256
+        ));
+        remove.push_str(&format!("link del v0.{id}\n"));
+    }
+    let mut g = c.benchmark_group("vlan_1000");
+    g.sample_size(10)
+        .measurement_time(Duration::from_secs(30))
+        .throughput(Throughput::Elements(1000));
+    g.bench_function("ours", |b| {
+        b.iter_batched(
+            || {
+                let ns = Netns::new();
+                let a = ns.adapter();
+                (ns, a)
+            },
+            |(ns, mut a)| {
+                let up = a
+                    .reconcile(&desired, false)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                assert!(up.failures().next().is_none(), "{:?}", up.failures().next());
+                let down = a.cleanup().unwrap_or_else(|e| panic!("{e}"));
+                assert!(down.failures().next().is_none());
+                (ns, a)
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.bench_function("ip_batch", |b| {
+        b.iter_batched(
+            Netns::new,
+            |ns| {
+                ns.ip_batch(&create);
+                ns.ip_batch(&remove);
+                ns
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.finish();
+}
+
 criterion_group!(benches, n1, n2, n4);
+criterion_group!(vlan, vlan_1000);
 
 fn main() {
     if !is_root() {
         println!("SKIP netlink benchmarks: they need root to create network namespaces");
         return;
     }
-    benches();
+    // `--bench vlan_1000` alone runs the VLAN group (the VM runner does that).
+    if std::env::args().any(|a| a == "vlan_1000") {
+        vlan();
+    } else {
+        benches();
+        vlan();
+    }
     Criterion::default().configure_from_args().final_summary();
     if !std::env::args().any(|a| a == "--bench") {
         return;
@@ -345,5 +435,6 @@ fn main() {
         ("n1_routes_v4", "ours", "ip_batch"),
         ("n1_routes_v6", "ours", "ip_batch"),
         ("n4_rules", "ours", "ip_batch"),
+        ("vlan_1000", "ours", "ip_batch"),
     ]);
 }
