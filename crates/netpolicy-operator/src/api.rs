@@ -28,6 +28,8 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         FloatingIPRange::crd(),
         FloatingIP::crd(),
         RouteReflectorConfig::crd(),
+        RoutedIPIssuer::crd(),
+        RoutedIP::crd(),
     ]
 }
 
@@ -420,6 +422,154 @@ pub struct RouteReflectorConfigStatus {
     /// leaving only changes the reflector sets around it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ring: Vec<String>,
+    /// Standard conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A cloud account that hands out routed IPs: exactly one provider.
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "netpolicy.io",
+    version = "v1alpha1",
+    kind = "RoutedIPIssuer",
+    plural = "routedipissuers",
+    shortname = "ripi",
+    derive = "PartialEq",
+    derive = "Default",
+    validation = Rule::new(
+        "[has(self.spec.digitalocean), has(self.spec.hetzner), has(self.spec.memory)].filter(x, x).size() == 1"
+    )
+    .message("a RoutedIPIssuer names exactly one provider: digitalocean, hetzner or memory")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RoutedIPIssuerSpec {
+    /// DigitalOcean reserved IPs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digitalocean: Option<DigitalOceanIssuer>,
+    /// Hetzner Cloud floating IPs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hetzner: Option<HetznerIssuer>,
+    /// The in-process provider, for tests and demos.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryIssuerSpec>,
+    /// A cloud firewall kept in step with the IP's holder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firewall: Option<NameRef>,
+}
+
+/// DigitalOcean settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DigitalOceanIssuer {
+    /// The Secret (and key) holding the API token.
+    pub token_secret_ref: SecretKeyRef,
+    /// Region of new IPs (`fra1`).
+    pub region: String,
+}
+
+/// Hetzner Cloud settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HetznerIssuer {
+    /// The Secret (and key) holding the API token.
+    pub token_secret_ref: SecretKeyRef,
+    /// Home location of new IPs (`fsn1`).
+    pub location: String,
+}
+
+/// The in-process provider takes no settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MemoryIssuerSpec {}
+
+/// A Secret key.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Namespace of the Secret.
+    pub namespace: String,
+    /// Name of the Secret.
+    pub name: String,
+    /// Key in the Secret (default `token`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// A reference by name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NameRef {
+    /// Name.
+    pub name: String,
+}
+
+/// A namespaced reference.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NamespacedRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+/// What happens to the cloud IP when its RoutedIP is deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ReclaimPolicy {
+    /// Unassign it and keep it.
+    #[default]
+    Retain,
+    /// Delete it.
+    Delete,
+}
+
+fn default_cooldown() -> u32 {
+    60
+}
+
+/// A cloud IP routed to one elected node.
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "netpolicy.io",
+    version = "v1alpha1",
+    kind = "RoutedIP",
+    plural = "routedips",
+    shortname = "rip",
+    status = "RoutedIPStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    printcolumn = r#"{"name":"Address","type":"string","jsonPath":".status.address"}"#,
+    printcolumn = r#"{"name":"Node","type":"string","jsonPath":".status.node"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RoutedIPSpec {
+    /// The RoutedIPIssuer to get the IP from.
+    pub issuer_ref: NameRef,
+    /// Adopt this existing IP instead of creating one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// `Retain` (default) or `Delete`.
+    #[serde(default)]
+    pub reclaim_policy: ReclaimPolicy,
+    /// Nodes that may hold the IP (empty: all).
+    #[serde(default)]
+    pub node_selector: LabelSelector,
+    /// Only nodes with a ready endpoint of this Service may hold the IP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_ref: Option<NamespacedRef>,
+    /// Seconds a node that lost the IP waits before it may hold it again.
+    #[serde(default = "default_cooldown")]
+    pub cooldown_seconds: u32,
+}
+
+/// What the operator reports about a RoutedIP.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoutedIPStatus {
+    /// The IP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// The node holding it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     /// Standard conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

@@ -25,7 +25,7 @@ use serde::{Deserialize, de::DeserializeOwned};
 use crate::{
     api::{
         API_VERSION, ClusterConfig, FloatingIP, FloatingIPRange, NodeConfig, NodeNetworkConfig,
-        RouteReflectorConfig,
+        RouteReflectorConfig, RoutedIP, RoutedIPIssuer,
     },
     rr::CalicoBgpPeer,
 };
@@ -104,6 +104,10 @@ pub struct Manifests {
     pub floating_ips: Vec<Located<FloatingIP>>,
     /// RouteReflectorConfigs.
     pub route_reflector_configs: Vec<Located<RouteReflectorConfig>>,
+    /// RoutedIPIssuers.
+    pub routed_ip_issuers: Vec<Located<RoutedIPIssuer>>,
+    /// RoutedIPs.
+    pub routed_ips: Vec<Located<RoutedIP>>,
     /// Calico BGPPeers (`crd.projectcalico.org/v1` or `projectcalico.org/v3`).
     pub bgp_peers: Vec<Located<CalicoBgpPeer>>,
     /// Problems with documents (the rest of the input is still used).
@@ -323,6 +327,14 @@ impl Manifests {
                 self.parse_into(origin, doc, &head, crd("RouteReflectorConfig"), |m| {
                     &mut m.route_reflector_configs
                 })
+            }
+            (API_VERSION, "RoutedIPIssuer") => {
+                self.parse_into(origin, doc, &head, crd("RoutedIPIssuer"), |m| {
+                    &mut m.routed_ip_issuers
+                })
+            }
+            (API_VERSION, "RoutedIP") => {
+                self.parse_into(origin, doc, &head, crd("RoutedIP"), |m| &mut m.routed_ips)
             }
             ("crd.projectcalico.org/v1" | "projectcalico.org/v3", "BGPPeer") => {
                 self.parse_into(origin, doc, &head, None, |m| &mut m.bgp_peers)

@@ -31,6 +31,15 @@ use crate::{
     rr::{self, RouteReflectorReport},
 };
 
+/// One RoutedIP's elected node (empty when no node is eligible).
+#[derive(Debug, Clone, Serialize)]
+pub struct RoutedIPReport {
+    /// RoutedIP name.
+    pub name: String,
+    /// Elected node; empty when none is eligible.
+    pub node: String,
+}
+
 /// The result of `netpolicy plan`, in the JSON shape of DESIGN.md.
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -47,6 +56,9 @@ pub struct PlanReport {
     /// Every FloatingIP (explicit and auto-allocated), by namespace and name.
     #[serde(rename = "floatingIPs")]
     pub floating_ips: Vec<FloatingIPReport>,
+    /// The elected node of every RoutedIP (no provider is called).
+    #[serde(rename = "routedIPs")]
+    pub routed_ips: Vec<RoutedIPReport>,
     /// Route reflectors, when the input has a RouteReflectorConfig.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub route_reflectors: Option<RouteReflectorReport>,
@@ -224,6 +236,7 @@ pub fn plan(m: &Manifests) -> PlanReport {
     report.floating_ip_ranges = ranges;
     report.floating_ips = fips;
     report.route_reflectors = plan_route_reflectors(m, &mut errors);
+    report.routed_ips = plan_routed_ips(m, &mut errors, &mut report.warnings);
     report.errors = errors;
     report
 }
@@ -349,6 +362,94 @@ fn plan_route_reflectors(
             None
         }
     }
+}
+
+/// Elects a node for every RoutedIP from the Nodes in the input (a Node without a Ready
+/// condition counts as Ready, as hand-written manifests have none; `serviceRef`
+/// endpoints cannot be checked without EndpointSlices and are assumed ready, with a
+/// warning). The holder in `status.node` keeps the IP while eligible.
+fn plan_routed_ips(
+    m: &Manifests,
+    errors: &mut Vec<InputError>,
+    warnings: &mut Vec<String>,
+) -> Vec<RoutedIPReport> {
+    const KIND: &str = "RoutedIP";
+    let issuers: BTreeSet<String> = m
+        .routed_ip_issuers
+        .iter()
+        .filter_map(|i| i.object.metadata.name.clone())
+        .collect();
+    let mut out = Vec::new();
+    for i in unique_by_name(KIND, &m.routed_ips, |o| o.metadata.name.as_ref(), errors) {
+        let r = &m.routed_ips[i].object;
+        let name = r.metadata.name.clone().unwrap_or_default();
+        if !issuers.contains(&r.spec.issuer_ref.name) {
+            errors.push(InputError {
+                kind: KIND.into(),
+                name: name.clone(),
+                field: "spec.issuerRef.name".into(),
+                message: format!(
+                    "no RoutedIPIssuer named {:?} in the input",
+                    r.spec.issuer_ref.name
+                ),
+            });
+        }
+        let selector = match r.spec.node_selector.validate("spec.nodeSelector") {
+            Ok(s) => s,
+            Err(e) => {
+                field_errors(KIND, &name, e.field_errors(), errors);
+                continue;
+            }
+        };
+        if let Some(svc) = &r.spec.service_ref {
+            warnings.push(format!(
+                "RoutedIP {name}: serviceRef {}/{} not checked (plan has no EndpointSlices); \
+                 every selected node is assumed to host a ready endpoint",
+                svc.namespace, svc.name
+            ));
+        }
+        let candidates: Vec<netpolicy_issuers::Candidate> = m
+            .nodes
+            .iter()
+            .map(|n| {
+                let info = rr::node_info(&n.object, true);
+                let spec = n.object.spec.as_ref();
+                netpolicy_issuers::Candidate {
+                    name: info.name.clone(),
+                    provider_id: spec.and_then(|s| s.provider_id.clone()),
+                    ready: info.ready,
+                    unschedulable: info.unschedulable,
+                    tainted: info
+                        .taints
+                        .iter()
+                        .any(|t| t.effect != netpolicy_rr::Effect::PreferNoSchedule),
+                    selected: selector.matches(&info.labels),
+                    has_endpoint: true,
+                    created: info.created,
+                }
+            })
+            .collect();
+        let holder = r.status.as_ref().and_then(|s| s.node.clone());
+        let input = netpolicy_issuers::ElectionInput {
+            nodes: &candidates,
+            holder: holder.as_deref(),
+            cooldown: &[],
+            now: 0,
+            cooldown_seconds: i64::from(r.spec.cooldown_seconds),
+        };
+        let node = netpolicy_issuers::elect(&input).map(|c| c.name.clone());
+        if node.is_none() {
+            warnings.push(format!(
+                "RoutedIP {name}: no eligible node (Ready, schedulable, selected, untainted, \
+                 with spec.providerID)"
+            ));
+        }
+        out.push(RoutedIPReport {
+            name,
+            node: node.unwrap_or_default(),
+        });
+    }
+    out
 }
 
 /// A FloatingIP request, explicit or automatic.
@@ -829,6 +930,22 @@ impl PlanReport {
         }
         if let Some(rr) = &self.route_reflectors {
             rr_table(rr, &mut out);
+        }
+        if !self.routed_ips.is_empty() {
+            let mut t = Table::new();
+            t.load_style(presets::UTF8_FULL_CONDENSED)
+                .set_header(["ROUTED IP", "ELECTED NODE"]);
+            for r in &self.routed_ips {
+                t.add_row([
+                    r.name.clone(),
+                    if r.node.is_empty() {
+                        "(none eligible: see warnings)".to_owned()
+                    } else {
+                        r.node.clone()
+                    },
+                ]);
+            }
+            let _ = writeln!(out, "{t}\n");
         }
         if !self.held_nodes.is_empty() {
             let _ = writeln!(out, "HELD NODES (keep their last good config)");

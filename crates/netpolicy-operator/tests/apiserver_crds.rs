@@ -232,5 +232,30 @@ async fn the_examples_are_accepted_by_the_server() {
             .unwrap_or_else(|e| panic!("{kind} {:?}: {e}", obj.metadata.name));
         n += 1;
     }
-    assert!(n >= 9, "{n} objects");
+    assert!(n >= 11, "{n} objects");
+}
+
+#[tokio::test]
+async fn a_routed_ip_issuer_names_exactly_one_provider() {
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    install(&client).await;
+    let token = json!({"namespace": "ns", "name": "t"});
+    for spec in [
+        json!({}),
+        json!({"memory": {}, "hetzner": {"tokenSecretRef": token, "location": "fsn1"}}),
+    ] {
+        let e = create(&client, "RoutedIPIssuer", &cp.unique("issuer"), spec)
+            .await
+            .unwrap_err();
+        assert!(e.contains("exactly one provider"), "{e}");
+    }
+    create(
+        &client,
+        "RoutedIPIssuer",
+        &cp.unique("issuer"),
+        json!({"memory": {}}),
+    )
+    .await
+    .unwrap();
 }

@@ -821,3 +821,68 @@ fn the_committed_crds_match_the_generated_ones() {
         "deploy/crds.yaml is stale: run `cargo run -p netpolicy-operator --bin netpolicy -- crds > deploy/crds.yaml`"
     );
 }
+
+#[test]
+fn routed_ips_elect_an_eligible_node_keep_their_holder_and_name_bad_references() {
+    let v = plan_dir_json(&rr_examples());
+    assert_eq!(
+        v["routedIPs"],
+        serde_json::json!([{"name": "ingress", "node": "edge-a1"}])
+    );
+
+    let nodes = "---
+apiVersion: v1
+kind: Node
+metadata: {name: old, labels: {role: edge}, creationTimestamp: '2024-01-01T00:00:00Z'}
+spec: {providerID: 'hcloud://1'}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: young, labels: {role: edge}, creationTimestamp: '2025-01-01T00:00:00Z'}
+spec: {providerID: 'hcloud://2'}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: tainted, labels: {role: edge}, creationTimestamp: '2020-01-01T00:00:00Z'}
+spec:
+  providerID: 'hcloud://3'
+  taints: [{key: maintenance, effect: NoExecute}]
+---
+apiVersion: netpolicy.io/v1alpha1
+kind: RoutedIPIssuer
+metadata: {name: hz}
+spec: {hetzner: {tokenSecretRef: {namespace: ns, name: hz}, location: fsn1}}
+";
+    let rip = |name: &str, issuer: &str, holder: Option<&str>| {
+        let status = holder.map_or(String::new(), |h| format!("status: {{node: {h}}}\n"));
+        format!(
+            "---
+apiVersion: netpolicy.io/v1alpha1
+kind: RoutedIP
+metadata: {{name: {name}}}
+spec: {{issuerRef: {{name: {issuer}}}, nodeSelector: {{matchLabels: {{role: edge}}}}}}
+{status}"
+        )
+    };
+    let text = format!(
+        "{nodes}{}{}{}",
+        rip("fresh", "hz", None),
+        rip("held", "hz", Some("young")),
+        rip("lost", "nope", None)
+    );
+    let (code, v, _) = plan_json(&text);
+    assert_eq!(code, 1);
+    let by_name: std::collections::BTreeMap<&str, &str> = v["routedIPs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["name"].as_str().unwrap(), r["node"].as_str().unwrap()))
+        .collect();
+    // The oldest eligible node (the tainted one is older but not eligible).
+    assert_eq!(by_name["fresh"], "old");
+    // The current holder stays while eligible.
+    assert_eq!(by_name["held"], "young");
+    let e = &v["errors"][0];
+    assert_eq!(e["name"], "lost");
+    assert_eq!(e["field"], "spec.issuerRef.name");
+}
