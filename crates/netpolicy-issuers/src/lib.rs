@@ -5,9 +5,9 @@
 //! failover [`plan`], a [`reconcile`] driver, and providers behind cargo features
 //! (`memory`: in-process, with fault injection, for tests, demos and embedding).
 //!
-//! **Status:** the trait, election, planning, driver and the `memory` provider are here;
-//! the DigitalOcean and Hetzner HTTP clients (tested against local servers speaking the
-//! providers' documented API) are the open part of the issuers issue.
+//! **Status:** the trait, election, planning, driver, the `memory` provider and the
+//! `hetzner` client are here; the DigitalOcean client is the open part of the issuers
+//! issue.
 //!
 //! # Failover order (availability first)
 //! Elect; ensure the firewall; add the port rules the service needs; add the new node to
@@ -39,6 +39,8 @@
 
 use std::collections::BTreeSet;
 
+#[cfg(feature = "hetzner")]
+pub mod hetzner;
 #[cfg(feature = "memory")]
 pub mod memory;
 
