@@ -19,11 +19,12 @@ use std::{
     time::Duration,
 };
 
-use reqwest::{Method, StatusCode};
+use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::{Error, FirewallState, IpState, Issuer, PortRule, Result, Tags};
+pub use crate::http::Api;
+use crate::{Error, FirewallState, IpState, Issuer, PortRule, Result, Tags, http::urlencode};
 
 /// Label keys on netpolicy's floating IPs.
 pub const CLUSTER_LABEL: &str = "netpolicy.io/cluster";
@@ -32,23 +33,17 @@ pub const ROUTED_IP_LABEL: &str = "netpolicy.io/routed-ip";
 
 /// A Hetzner Cloud client.
 pub struct HetznerIssuer {
-    http: reqwest::Client,
-    base: String,
-    token: String,
+    /// The HTTP side: retries, backoff, timeouts (tunable).
+    pub api: Api,
     location: String,
-    /// Retries of a request answered 429 or 5xx.
-    pub retries: u32,
     /// Pause between polls of an action.
     pub poll_interval: Duration,
-    /// Longest wait honoured from `Retry-After`.
-    pub max_backoff: Duration,
 }
 
 impl std::fmt::Debug for HetznerIssuer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HetznerIssuer")
-            .field("base", &self.base)
-            .field("token", &"<redacted>")
+            .field("api", &self.api)
             .field("location", &self.location)
             .finish()
     }
@@ -106,85 +101,15 @@ impl HetznerIssuer {
         token: impl Into<String>,
         location: impl Into<String>,
     ) -> Result<Self> {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .map_err(|e| Error::Provider(format!("HTTP client: {e}")))?;
         Ok(Self {
-            http,
-            base: base.into().trim_end_matches('/').to_owned(),
-            token: token.into(),
+            api: Api::new(base, token)?,
             location: location.into(),
-            retries: 5,
             poll_interval: Duration::from_millis(500),
-            max_backoff: Duration::from_secs(60),
         })
     }
 
-    /// One API call with retries; returns the JSON body (`null` for 204).
     async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value> {
-        let url = format!("{}{path}", self.base);
-        let mut attempt = 0;
-        loop {
-            let mut req = self
-                .http
-                .request(method.clone(), &url)
-                .bearer_auth(&self.token);
-            if let Some(b) = &body {
-                req = req.json(b);
-            }
-            let resp = match req.send().await {
-                Ok(r) => r,
-                Err(e) if attempt < self.retries => {
-                    attempt += 1;
-                    tokio::time::sleep(self.backoff(attempt, None)).await;
-                    let _ = e;
-                    continue;
-                }
-                // Without the URL: it is ours, but keep errors free of anything sensitive.
-                Err(e) => {
-                    return Err(Error::Provider(format!(
-                        "{method} {path}: {}",
-                        e.without_url()
-                    )));
-                }
-            };
-            let status = resp.status();
-            let wait = retry_after(resp.headers());
-            if status == StatusCode::NO_CONTENT {
-                return Ok(Value::Null);
-            }
-            let text = resp.text().await.unwrap_or_default();
-            if status.is_success() {
-                return serde_json::from_str(&text)
-                    .map_err(|e| Error::Provider(format!("{method} {path}: bad JSON: {e}")));
-            }
-            let retryable = status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error();
-            if retryable && attempt < self.retries {
-                attempt += 1;
-                tokio::time::sleep(self.backoff(attempt, wait)).await;
-                continue;
-            }
-            let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-            let code = v["error"]["code"].as_str().unwrap_or_default().to_owned();
-            let message = v["error"]["message"].as_str().unwrap_or(&text).to_owned();
-            let what = format!("{method} {path}: {message}");
-            return Err(match status {
-                StatusCode::NOT_FOUND => Error::NotFound(what),
-                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Error::Unauthorized(what),
-                StatusCode::CONFLICT | StatusCode::LOCKED => Error::Conflict(what),
-                StatusCode::TOO_MANY_REQUESTS => Error::RateLimited {
-                    retry_after: wait.map_or(1, |d| d.as_secs().max(1)),
-                },
-                _ if code == "conflict" || code == "locked" => Error::Conflict(what),
-                _ => Error::Provider(format!("{what} (HTTP {status})")),
-            });
-        }
-    }
-
-    fn backoff(&self, attempt: u32, wait: Option<Duration>) -> Duration {
-        let exp = Duration::from_millis(200u64.saturating_mul(1 << attempt.min(8)));
-        wait.unwrap_or(exp).min(self.max_backoff)
+        self.api.call(method, path, body).await
     }
 
     async fn wait_action(&self, action: &Value) -> Result<()> {
@@ -312,29 +237,6 @@ fn port_rule(v: &Value) -> Option<PortRule> {
 fn rule_json(r: &PortRule) -> Value {
     json!({"direction": "in", "protocol": r.protocol, "port": r.port.to_string(),
            "source_ips": ["0.0.0.0/0", "::/0"]})
-}
-
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                char::from(b).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-fn retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let secs = |name: &str| h.get(name)?.to_str().ok()?.trim().parse::<u64>().ok();
-    if let Some(s) = secs("retry-after") {
-        return Some(Duration::from_secs(s));
-    }
-    let reset = secs("ratelimit-reset")?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    Some(Duration::from_secs(reset.saturating_sub(now)))
 }
 
 impl Issuer for HetznerIssuer {

@@ -5,9 +5,9 @@
 //! failover [`plan`], a [`reconcile`] driver, and providers behind cargo features
 //! (`memory`: in-process, with fault injection, for tests, demos and embedding).
 //!
-//! **Status:** the trait, election, planning, driver, the `memory` provider and the
-//! `hetzner` client are here; the DigitalOcean client is the open part of the issuers
-//! issue.
+//! Providers: `memory` (in-process, scripted faults), `hetzner` (floating IPs found by
+//! labels), `digitalocean` (reserved IPs, found by address only: they carry no tags, so
+//! keep the address [`reconcile`] returns).
 //!
 //! # Failover order (availability first)
 //! Elect; ensure the firewall; add the port rules the service needs; add the new node to
@@ -39,8 +39,12 @@
 
 use std::collections::BTreeSet;
 
+#[cfg(feature = "digitalocean")]
+pub mod digitalocean;
 #[cfg(feature = "hetzner")]
 pub mod hetzner;
+#[cfg(any(feature = "hetzner", feature = "digitalocean"))]
+mod http;
 #[cfg(feature = "memory")]
 pub mod memory;
 
@@ -326,10 +330,20 @@ pub enum ReclaimPolicy {
     Delete,
 }
 
+/// What a [`reconcile`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reconciled {
+    /// The IP's address: record it (a RoutedIP's `status.address`) so that providers
+    /// whose IPs carry no tags (DigitalOcean) find it again.
+    pub address: String,
+    /// The steps executed.
+    pub steps: Vec<Step>,
+}
+
 /// One reconcile of a RoutedIP: find (or create) its IP, observe the firewall, plan, and
 /// execute the steps in order. It stops at the first failing step and returns the error;
 /// the next call re-plans from what the provider then has, so it resumes where it
-/// stopped. Returns the steps it executed.
+/// stopped.
 ///
 /// # Errors
 /// The first provider error.
@@ -338,7 +352,7 @@ pub async fn reconcile<I: Issuer>(
     tags: &Tags,
     address: Option<&str>,
     desired: &Desired,
-) -> Result<Vec<Step>> {
+) -> Result<Reconciled> {
     let ip = match issuer.find_ip(address, tags).await? {
         Some(ip) => ip,
         None if address.is_some() => {
@@ -368,7 +382,10 @@ pub async fn reconcile<I: Issuer>(
         }
         done.push(s);
     }
-    Ok(done)
+    Ok(Reconciled {
+        address: observed.ip.address,
+        steps: done,
+    })
 }
 
 /// Deletion of a RoutedIP: unassign (`Retain`) or delete (`Delete`) its IP. Idempotent.

@@ -277,7 +277,7 @@ async fn serve() -> (String, Shared) {
 fn client(base: &str, token: &str) -> HetznerIssuer {
     let mut c = HetznerIssuer::with_base_url(base, token, "fsn1").unwrap();
     c.poll_interval = Duration::from_millis(5);
-    c.max_backoff = Duration::from_millis(20);
+    c.api.max_backoff = Duration::from_millis(20);
     c
 }
 
@@ -469,7 +469,7 @@ async fn errors_are_typed_and_never_show_the_token() {
 async fn rate_limits_beyond_the_retries_surface_with_retry_after() {
     let (base, cloud) = serve().await;
     let mut hz = client(&base, TOKEN);
-    hz.retries = 1;
+    hz.api.retries = 1;
     cloud
         .lock()
         .unwrap()
