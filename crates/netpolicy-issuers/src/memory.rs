@@ -39,6 +39,7 @@ struct State {
     events: Vec<Event>,
     faults: VecDeque<Option<Error>>,
     calls: u64,
+    latency: std::time::Duration,
 }
 
 /// The memory provider.
@@ -63,6 +64,11 @@ impl MemoryIssuer {
     /// `Some(e)` fails with `e` without changing anything). Calls past the script succeed.
     pub fn inject(&self, faults: impl IntoIterator<Item = Option<Error>>) {
         self.lock().faults.extend(faults);
+    }
+
+    /// Makes every call take `latency` (as a slow cloud API would).
+    pub fn set_latency(&self, latency: std::time::Duration) {
+        self.lock().latency = latency;
     }
 
     /// Every change so far.
@@ -95,8 +101,12 @@ impl MemoryIssuer {
             .insert(address.to_owned(), (assigned_to.map(Into::into), tags));
     }
 
-    /// Runs `f` unless the fault script says this call fails.
-    fn call<T>(&self, f: impl FnOnce(&mut State) -> Result<T>) -> Result<T> {
+    /// Waits out the latency, then runs `f` unless the fault script says this call fails.
+    async fn call<T>(&self, f: impl FnOnce(&mut State) -> Result<T>) -> Result<T> {
+        let latency = self.lock().latency;
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
         let mut s = self.lock();
         s.calls += 1;
         if let Some(Some(e)) = s.faults.pop_front() {
@@ -126,6 +136,7 @@ impl Issuer for MemoryIssuer {
                     assigned_to: n.clone(),
                 }))
         })
+        .await
     }
 
     async fn create_ip(&self, tags: &Tags) -> Result<IpState> {
@@ -139,6 +150,7 @@ impl Issuer for MemoryIssuer {
                 assigned_to: None,
             })
         })
+        .await
     }
 
     async fn delete_ip(&self, address: &str) -> Result<()> {
@@ -149,6 +161,7 @@ impl Issuer for MemoryIssuer {
             s.events.push(Event::Deleted(address.to_owned()));
             Ok(())
         })
+        .await
     }
 
     async fn assign(&self, address: &str, node: &str) -> Result<()> {
@@ -164,6 +177,7 @@ impl Issuer for MemoryIssuer {
             }
             Ok(())
         })
+        .await
     }
 
     async fn unassign(&self, address: &str) -> Result<()> {
@@ -177,10 +191,11 @@ impl Issuer for MemoryIssuer {
             }
             Ok(())
         })
+        .await
     }
 
     async fn find_firewall(&self, name: &str) -> Result<Option<FirewallState>> {
-        self.call(|s| Ok(s.firewalls.get(name).cloned()))
+        self.call(|s| Ok(s.firewalls.get(name).cloned())).await
     }
 
     async fn create_firewall(&self, name: &str) -> Result<()> {
@@ -188,6 +203,7 @@ impl Issuer for MemoryIssuer {
             s.firewalls.entry(name.to_owned()).or_default();
             Ok(())
         })
+        .await
     }
 
     async fn add_port(&self, firewall: &str, rule: &PortRule) -> Result<()> {
@@ -197,6 +213,7 @@ impl Issuer for MemoryIssuer {
             }
             Ok(())
         })
+        .await
     }
 
     async fn remove_port(&self, firewall: &str, rule: &PortRule) -> Result<()> {
@@ -206,6 +223,7 @@ impl Issuer for MemoryIssuer {
             }
             Ok(())
         })
+        .await
     }
 
     async fn add_node(&self, firewall: &str, node: &str) -> Result<()> {
@@ -215,6 +233,7 @@ impl Issuer for MemoryIssuer {
             }
             Ok(())
         })
+        .await
     }
 
     async fn remove_node(&self, firewall: &str, node: &str) -> Result<()> {
@@ -224,6 +243,7 @@ impl Issuer for MemoryIssuer {
             }
             Ok(())
         })
+        .await
     }
 }
 

@@ -166,3 +166,35 @@ fn adopting_a_missing_address_is_a_clear_error() {
         .unwrap_err();
     assert_eq!(e, Error::NotFound("IP 198.51.100.9 to adopt".into()));
 }
+
+#[test]
+fn a_slow_provider_is_slow_and_still_converges() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let issuer = MemoryIssuer::new();
+    issuer.set_latency(std::time::Duration::from_millis(20));
+    let tags = Tags {
+        cluster: "c1".into(),
+        routed_ip: "web".into(),
+    };
+    let desired = Desired {
+        node: Some("do://1".into()),
+        firewall: Some("fw".into()),
+        ports: BTreeSet::from([PortRule::tcp(443)]),
+    };
+    let start = std::time::Instant::now();
+    let r = rt
+        .block_on(reconcile(&issuer, &tags, None, &desired))
+        .unwrap();
+    let calls = issuer.calls();
+    assert!(
+        start.elapsed() >= std::time::Duration::from_millis(20 * calls),
+        "{calls} calls"
+    );
+    assert_eq!(
+        issuer.ip(&r.address).unwrap().assigned_to.as_deref(),
+        Some("do://1")
+    );
+}
