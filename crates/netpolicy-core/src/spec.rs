@@ -362,6 +362,19 @@ pub struct SourcedSpec<T> {
     pub sources: Vec<SourceRef>,
 }
 
+impl RenderedSpec {
+    /// The routing items without their sources, to validate and apply
+    /// (`RoutingSpec::validate` gives the model the agent applies).
+    pub fn routing(&self) -> RoutingSpec {
+        RoutingSpec {
+            vlans: self.vlans.iter().map(|v| v.item.clone()).collect(),
+            routes: self.routes.iter().map(|r| r.item.clone()).collect(),
+            rules: self.rules.iter().map(|r| r.item.clone()).collect(),
+            table_hard_sync: self.table_hard_sync.clone(),
+        }
+    }
+}
+
 /// A node's merged configuration in wire form: the spec of a `NodeNetworkConfig`, and
 /// a node's entry in `netpolicy plan -o json`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

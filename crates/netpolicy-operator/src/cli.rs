@@ -31,6 +31,8 @@ pub enum Command {
     Crds,
     /// Run the operator: leader election, controllers, metrics and health endpoints.
     Operator(crate::runtime::Options),
+    /// Run the node agent: apply this node's NodeNetworkConfig and report its status.
+    Agent(crate::agent::AgentOptions),
 }
 
 /// Arguments of `netpolicy plan`.
@@ -67,6 +69,7 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
     match cli.command {
         Command::Plan(a) => run_plan(&a),
         Command::Operator(opts) => run_operator(opts),
+        Command::Agent(opts) => run_agent(opts),
         Command::Crds => match crds_yaml() {
             Ok(y) => print_out(&y),
             Err(e) => {
@@ -91,6 +94,26 @@ fn run_operator(opts: crate::runtime::Options) -> ExitCode {
     match rt.block_on(crate::runtime::run(opts)) {
         Ok(crate::runtime::Exit::Stopped) => ExitCode::SUCCESS,
         Ok(crate::runtime::Exit::LostLease) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_agent(opts: crate::agent::AgentOptions) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match rt.block_on(crate::agent::run(opts)) {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)

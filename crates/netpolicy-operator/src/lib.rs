@@ -6,6 +6,7 @@
 //! objects ([`rr`]), the operator process ([`runtime`]: leader election, metrics, health)
 //! and its controllers ([`controllers`]), and the `netpolicy` command line ([`cli`]).
 
+pub mod agent;
 pub mod api;
 pub mod cli;
 pub mod controllers;

@@ -173,7 +173,7 @@ impl Shared {
     }
 }
 
-fn init_logs(format: LogFormat) {
+pub(crate) fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let b = tracing_subscriber::fmt()
@@ -186,7 +186,12 @@ fn init_logs(format: LogFormat) {
 }
 
 async fn client(opts: &Options) -> anyhow::Result<Client> {
-    let config = match &opts.kubeconfig {
+    client_from(opts.kubeconfig.as_ref()).await
+}
+
+/// A client from a kubeconfig file, or the inferred configuration.
+pub(crate) async fn client_from(kubeconfig: Option<&PathBuf>) -> anyhow::Result<Client> {
+    let config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
@@ -201,7 +206,7 @@ async fn client(opts: &Options) -> anyhow::Result<Client> {
     Client::try_from(config).context("building the Kubernetes client")
 }
 
-fn router(shared: Arc<Shared>) -> Router {
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route(
             "/metrics",
@@ -229,7 +234,7 @@ fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {

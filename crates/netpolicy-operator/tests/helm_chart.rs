@@ -73,19 +73,16 @@ fn the_chart_carries_the_current_crds() {
 }
 
 #[test]
-fn the_agent_has_net_admin_only_and_is_off_by_default() {
-    let docs = render("np", &[]);
-    assert!(
-        of_kind(&docs, "DaemonSet").is_empty(),
-        "agent off by default"
-    );
+fn the_agent_has_net_admin_only_and_can_be_switched_off() {
+    let docs = render("np", &["--set", "agent.enabled=false"]);
+    assert!(of_kind(&docs, "DaemonSet").is_empty(), "agent switched off");
     assert_eq!(of_kind(&docs, "Deployment").len(), 1);
     assert_eq!(
         of_kind(&docs, "CustomResourceDefinition").len(),
         crds().len()
     );
 
-    let docs = render("np", &["--set", "agent.enabled=true"]);
+    let docs = render("np", &[]);
     let ds = of_kind(&docs, "DaemonSet");
     assert_eq!(ds.len(), 1);
     let pod = &ds[0]["spec"]["template"]["spec"];

@@ -1,0 +1,228 @@
+//! `netpolicy agent` as a real process, against the real API server, programming a real
+//! network namespace: it applies its node's NodeNetworkConfig, follows changes, repairs
+//! drift on resync, reports refused items with their errno in the status, and cleans up.
+//! Needs root (network namespaces); without it the test prints a SKIP line.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::{
+    process::{Child, Command},
+    time::{Duration, Instant},
+};
+
+use kube::{
+    Api,
+    api::{Patch, PatchParams, PostParams},
+};
+use netpolicy_operator::api::{NodeNetworkConfig, crds};
+use serde_json::{Value, json};
+
+struct Netns(String);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+struct Agent(Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ip(args: &[&str]) -> String {
+    let out = Command::new("ip").args(args).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        == Some("0")
+}
+
+fn nnc(name: &str, revision: &str, routes: Value) -> NodeNetworkConfig {
+    serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1",
+        "kind": "NodeNetworkConfig",
+        "metadata": {"name": name},
+        "spec": {"revision": revision, "vlans": [], "rules": [], "routes": routes}
+    }))
+    .unwrap()
+}
+
+fn route(to: &str, via: &str) -> Value {
+    json!({"to": to, "via": via, "table": 100, "sources": [{"kind": "NodeConfig", "name": "t"}]})
+}
+
+async fn eventually<F, Fut>(what: &str, secs: u64, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f().await {
+        assert!(Instant::now() < deadline, "{what}: not within {secs} s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_applies_follows_repairs_reports_and_cleans_up() {
+    if !is_root() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIP agent: needs root for network namespaces"
+        );
+        return;
+    }
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let node = cp.unique("agent-node");
+    let ns = Netns(format!("npa-{}-{node}", std::process::id()));
+    for args in [
+        vec!["netns", "add", &ns.0],
+        vec![
+            "-n", &ns.0, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
+        ],
+        vec!["-n", &ns.0, "link", "set", "v0", "up"],
+        vec!["-n", &ns.0, "link", "set", "v1", "up"],
+        vec!["-n", &ns.0, "addr", "add", "192.0.2.10/24", "dev", "v0"],
+    ] {
+        assert!(
+            Command::new("ip").args(&args).status().unwrap().success(),
+            "{args:?}"
+        );
+    }
+    let api: Api<NodeNetworkConfig> = Api::all(client.clone());
+    api.create(
+        &PostParams::default(),
+        &nnc(&node, "r1", json!([route("10.20.0.0/16", "192.0.2.1")])),
+    )
+    .await
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log = cp.dir.join(format!("agent-{node}.log"));
+    let _agent = Agent(
+        Command::new(env!("CARGO_BIN_EXE_netpolicy"))
+            .args([
+                "agent",
+                "--node",
+                &node,
+                "--netns",
+                &ns.0,
+                "--resync-seconds",
+                "1",
+                "--kubeconfig",
+            ])
+            .arg(&cp.kubeconfig)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("RUST_LOG", "info")
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let table = || ip(&["-n", &ns.0, "route", "show", "table", "100"]);
+    let status = |api: Api<NodeNetworkConfig>, node: String| async move {
+        api.get(&node).await.unwrap().status.unwrap_or_default()
+    };
+    eventually(
+        "the route is applied and the status says so",
+        30,
+        || async {
+            table().contains("10.20.0.0/16 via 192.0.2.1 dev v0 proto 203")
+                && status(api.clone(), node.clone())
+                    .await
+                    .applied_revision
+                    .as_deref()
+                    == Some("r1")
+        },
+    )
+    .await;
+    let s = status(api.clone(), node.clone()).await;
+    assert_eq!(s.conditions[0].type_, "Applied");
+    assert_eq!(s.conditions[0].status, "True");
+    assert_eq!(s.observed_generation, Some(1));
+
+    // A change is followed.
+    api.patch(
+        &node,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {
+        "revision": "r2", "routes": [route("10.20.0.0/16", "192.0.2.2")]}})),
+    )
+    .await
+    .unwrap();
+    eventually("the change is applied", 30, || async {
+        table().contains("10.20.0.0/16 via 192.0.2.2")
+            && status(api.clone(), node.clone())
+                .await
+                .applied_revision
+                .as_deref()
+                == Some("r2")
+    })
+    .await;
+
+    // Drift: deleted behind the agent's back, repaired on resync.
+    ip(&["-n", &ns.0, "route", "del", "10.20.0.0/16", "table", "100"]);
+    eventually("the deleted route is repaired", 30, || async {
+        table().contains("10.20.0.0/16")
+    })
+    .await;
+
+    // A refused item is reported with its errno; the others still apply.
+    api.patch(&node, &PatchParams::default(), &Patch::Merge(json!({"spec": {
+        "revision": "r3", "routes": [route("10.20.0.0/16", "192.0.2.2"), route("10.21.0.0/16", "203.0.113.1")]}})))
+        .await
+        .unwrap();
+    eventually("the failure is reported", 30, || async {
+        let s = status(api.clone(), node.clone()).await;
+        s.conditions.first().is_some_and(|c| c.status == "False")
+            && s.item_errors.iter().any(|e| e.errno == Some(101))
+    })
+    .await;
+    let s = status(api.clone(), node.clone()).await;
+    assert_eq!(
+        s.applied_revision.as_deref(),
+        Some("r2"),
+        "r3 did not fully apply"
+    );
+    assert!(table().contains("10.20.0.0/16 via 192.0.2.2"));
+
+    // Cleanup removes what netpolicy made, and only that.
+    ip(&[
+        "-n",
+        &ns.0,
+        "route",
+        "add",
+        "10.99.0.0/16",
+        "via",
+        "192.0.2.1",
+        "table",
+        "100",
+    ]);
+    drop(_agent);
+    let out = Command::new(env!("CARGO_BIN_EXE_netpolicy"))
+        .args(["agent", "--node", &node, "--netns", &ns.0, "--cleanup"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(table().trim(), "10.99.0.0/16 via 192.0.2.1 dev v0");
+}
