@@ -190,13 +190,13 @@ fn rules(n: u32) -> Vec<Rule> {
         .collect()
 }
 
-fn install(c: &mut Criterion, group: &str, routes: Vec<Route>) {
-    let ops: Vec<Op> = routes.iter().cloned().map(Op::ReplaceRoute).collect();
-    let lines = batch_lines(&routes);
+/// Ours applying `ops` and `ip -batch` running `lines` (the same content), each into a
+/// fresh namespace.
+fn install(c: &mut Criterion, group: &str, ops: Vec<Op>, lines: String) {
     let mut g = c.benchmark_group(group);
     g.sample_size(10)
         .measurement_time(Duration::from_secs(20))
-        .throughput(Throughput::Elements(routes.len() as u64));
+        .throughput(Throughput::Elements(ops.len() as u64));
     g.bench_function("ours", |b| {
         b.iter_batched(
             || {
@@ -225,11 +225,27 @@ fn install(c: &mut Criterion, group: &str, routes: Vec<Route>) {
     g.finish();
 }
 
-fn n1(c: &mut Criterion) {
-    install(c, "n1_routes_v4", v4_routes(ROUTES));
-    install(c, "n1_routes_v6", v6_routes(ROUTES));
+fn install_routes(c: &mut Criterion, group: &str, routes: Vec<Route>) {
+    let lines = batch_lines(&routes);
+    install(
+        c,
+        group,
+        routes.into_iter().map(Op::ReplaceRoute).collect(),
+        lines,
+    );
 }
 
+fn n1(c: &mut Criterion) {
+    install_routes(c, "n1_routes_v4", v4_routes(ROUTES));
+    install_routes(c, "n1_routes_v6", v6_routes(ROUTES));
+}
+
+/// A reconcile pass with everything in place (ours: dump + diff, zero writes) beside
+/// iproute2 dumping the same objects (`ip route show table all`, `ip rule show`, both
+/// families): the dump alone, which our pass contains.
+/// A reconcile pass with everything in place (ours: dump + diff, zero writes) beside
+/// iproute2 dumping the same objects (`ip route show table all`, `ip rule show`, both
+/// families): only the dump, which our pass contains.
 fn noop(c: &mut Criterion, group: &str, desired: RoutingConfig) {
     let ns = Netns::new();
     let mut a = ns.adapter();
@@ -250,6 +266,23 @@ fn noop(c: &mut Criterion, group: &str, desired: RoutingConfig) {
                 r.results.len()
             );
             black_box(r)
+        })
+    });
+    g.bench_function("ip_show", |b| {
+        b.iter(|| {
+            for args in [
+                &["-4", "route", "show", "table", "all"][..],
+                &["-6", "route", "show", "table", "all"],
+                &["-4", "rule", "show"],
+                &["-6", "rule", "show"],
+            ] {
+                let out = Command::new("ip")
+                    .args(["-n", &ns.0])
+                    .args(args)
+                    .output()
+                    .unwrap_or_else(|e| panic!("{e}"));
+                black_box(out.stdout.len());
+            }
         })
     });
     g.finish();
@@ -292,36 +325,7 @@ fn n4(c: &mut Criterion) {
             r.key.priority
         ));
     }
-    let mut g = c.benchmark_group("n4_rules");
-    g.sample_size(10)
-        .measurement_time(Duration::from_secs(20))
-        .throughput(Throughput::Elements(rs.len() as u64));
-    g.bench_function("ours", |b| {
-        b.iter_batched(
-            || {
-                let ns = Netns::new();
-                let a = ns.adapter();
-                (ns, a)
-            },
-            |(ns, mut a)| {
-                let results = a.apply(&ops).unwrap_or_else(|e| panic!("{e}"));
-                assert!(results.iter().all(|r| r.outcome.is_ok()));
-                (ns, a)
-            },
-            BatchSize::PerIteration,
-        )
-    });
-    g.bench_function("ip_batch", |b| {
-        b.iter_batched(
-            Netns::new,
-            |ns| {
-                ns.ip_batch(&lines);
-                ns
-            },
-            BatchSize::PerIteration,
-        )
-    });
-    g.finish();
+    install(c, "n4_rules", ops, lines);
     noop(
         c,
         "n4_noop_rules",
@@ -435,6 +439,9 @@ fn main() {
         ("n1_routes_v4", "ours", "ip_batch"),
         ("n1_routes_v6", "ours", "ip_batch"),
         ("n4_rules", "ours", "ip_batch"),
+        ("n2_noop_100k", "ours", "ip_show"),
+        ("n2_noop_node", "ours", "ip_show"),
+        ("n4_noop_rules", "ours", "ip_show"),
         ("vlan_1000", "ours", "ip_batch"),
     ]);
 }

@@ -70,6 +70,7 @@
 //! | [`plan::plan`] | O((observed + desired) log) |
 
 pub mod error;
+pub mod hash;
 pub mod merge;
 pub mod model;
 pub mod plan;

@@ -1,10 +1,10 @@
 //! An in-process provider for tests, demos and embedding, with fault injection: any call
 //! can be made to fail (rate limits with `Retry-After`, conflicts, provider errors) by a
-//! scripted sequence, and every change is recorded so that tests can check what the
-//! cloud would have seen at every moment.
+//! scripted sequence or slowed by a fixed latency, and every change is recorded so that
+//! tests can check what the cloud would have seen at every moment.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, VecDeque},
+    collections::{BTreeMap, VecDeque},
     sync::{Mutex, MutexGuard},
 };
 
@@ -245,33 +245,4 @@ impl Issuer for MemoryIssuer {
         })
         .await
     }
-}
-
-/// The ports open to `node` after each recorded event, replayed from `start` (used by
-/// tests to check that a needed port was never closed while the IP was on a node).
-pub fn replay(
-    start: &FirewallState,
-    events: &[Event],
-) -> Vec<(BTreeSet<PortRule>, BTreeSet<String>)> {
-    let mut fw = start.clone();
-    let mut out = Vec::new();
-    for e in events {
-        match e {
-            Event::PortAdded(p) => {
-                fw.ports.insert(p.clone());
-            }
-            Event::PortRemoved(p) => {
-                fw.ports.remove(p);
-            }
-            Event::NodeAdded(n) => {
-                fw.nodes.insert(n.clone());
-            }
-            Event::NodeRemoved(n) => {
-                fw.nodes.remove(n);
-            }
-            _ => {}
-        }
-        out.push((fw.ports.clone(), fw.nodes.clone()));
-    }
-    out
 }

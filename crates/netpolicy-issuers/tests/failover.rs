@@ -115,78 +115,71 @@ proptest! {
     }
 }
 
-#[test]
-fn delete_policy_deletes_and_is_idempotent() {
-    let rt = tokio::runtime::Builder::new_current_thread()
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
-        .unwrap();
-    let issuer = MemoryIssuer::new();
-    let tags = Tags {
+        .unwrap()
+}
+
+fn web() -> Tags {
+    Tags {
         cluster: "c1".into(),
         routed_ip: "web".into(),
-    };
-    let desired = Desired {
-        node: Some("do://1".into()),
-        firewall: None,
-        ports: BTreeSet::new(),
-    };
-    rt.block_on(reconcile(&issuer, &tags, None, &desired))
+    }
+}
+
+fn on(node: &str, firewall: Option<&str>, ports: &[u16]) -> Desired {
+    Desired {
+        node: Some(node.into()),
+        firewall: firewall.map(Into::into),
+        ports: ports.iter().map(|p| PortRule::tcp(*p)).collect(),
+    }
+}
+
+#[test]
+fn delete_policy_deletes_and_is_idempotent() {
+    let rt = runtime();
+    let issuer = MemoryIssuer::new();
+    rt.block_on(reconcile(&issuer, &web(), None, &on("do://1", None, &[])))
         .unwrap();
-    rt.block_on(release(&issuer, &tags, None, ReclaimPolicy::Delete))
+    rt.block_on(release(&issuer, &web(), None, ReclaimPolicy::Delete))
         .unwrap();
-    rt.block_on(release(&issuer, &tags, None, ReclaimPolicy::Delete))
+    rt.block_on(release(&issuer, &web(), None, ReclaimPolicy::Delete))
         .unwrap();
-    assert_eq!(
-        issuer
-            .events()
-            .iter()
-            .filter(|e| matches!(e, Event::Deleted(_)))
-            .count(),
-        1
-    );
+    let deleted = issuer
+        .events()
+        .iter()
+        .filter(|e| matches!(e, Event::Deleted(_)))
+        .count();
+    assert_eq!(deleted, 1);
 }
 
 #[test]
 fn adopting_a_missing_address_is_a_clear_error() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let issuer = MemoryIssuer::new();
-    let tags = Tags {
-        cluster: "c1".into(),
-        routed_ip: "web".into(),
-    };
-    let desired = Desired {
-        node: Some("do://1".into()),
-        firewall: None,
-        ports: BTreeSet::new(),
-    };
-    let e = rt
-        .block_on(reconcile(&issuer, &tags, Some("198.51.100.9"), &desired))
+    let e = runtime()
+        .block_on(reconcile(
+            &MemoryIssuer::new(),
+            &web(),
+            Some("198.51.100.9"),
+            &on("do://1", None, &[]),
+        ))
         .unwrap_err();
     assert_eq!(e, Error::NotFound("IP 198.51.100.9 to adopt".into()));
 }
 
 #[test]
 fn a_slow_provider_is_slow_and_still_converges() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
     let issuer = MemoryIssuer::new();
     issuer.set_latency(std::time::Duration::from_millis(20));
-    let tags = Tags {
-        cluster: "c1".into(),
-        routed_ip: "web".into(),
-    };
-    let desired = Desired {
-        node: Some("do://1".into()),
-        firewall: Some("fw".into()),
-        ports: BTreeSet::from([PortRule::tcp(443)]),
-    };
     let start = std::time::Instant::now();
-    let r = rt
-        .block_on(reconcile(&issuer, &tags, None, &desired))
+    let r = runtime()
+        .block_on(reconcile(
+            &issuer,
+            &web(),
+            None,
+            &on("do://1", Some("fw"), &[443]),
+        ))
         .unwrap();
     let calls = issuer.calls();
     assert!(

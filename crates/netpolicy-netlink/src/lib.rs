@@ -450,7 +450,7 @@ impl Adapter {
         while i < ops.len() {
             let stage = stage(&ops[i]);
             let mut j = i;
-            while j < ops.len() && stage_of_same(&ops[j], stage) {
+            while j < ops.len() && self::stage(&ops[j]) == stage {
                 j += 1;
             }
             if stage == 4 {
@@ -649,10 +649,6 @@ fn stage(op: &Op) -> u8 {
         Op::ReplaceRoute(_) => 8,
         Op::AddRule { .. } | Op::ReplaceRule { .. } => 9,
     }
-}
-
-fn stage_of_same(op: &Op, s: u8) -> bool {
-    stage(op) == s
 }
 
 const EEXIST: i32 = 17;

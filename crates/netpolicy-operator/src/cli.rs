@@ -80,7 +80,12 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
     }
 }
 
-fn run_operator(opts: crate::runtime::Options) -> ExitCode {
+/// Runs a long-lived async command on a multi-threaded runtime; `code` maps its success
+/// to an exit status. Errors print as `error: ...` and exit 2.
+fn run_async<T>(
+    fut: impl std::future::Future<Output = anyhow::Result<T>>,
+    code: impl FnOnce(T) -> ExitCode,
+) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -91,9 +96,8 @@ fn run_operator(opts: crate::runtime::Options) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match rt.block_on(crate::runtime::run(opts)) {
-        Ok(crate::runtime::Exit::Stopped) => ExitCode::SUCCESS,
-        Ok(crate::runtime::Exit::LostLease) => ExitCode::from(1),
+    match rt.block_on(fut) {
+        Ok(v) => code(v),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
@@ -101,24 +105,15 @@ fn run_operator(opts: crate::runtime::Options) -> ExitCode {
     }
 }
 
+fn run_operator(opts: crate::runtime::Options) -> ExitCode {
+    run_async(crate::runtime::run(opts), |exit| match exit {
+        crate::runtime::Exit::Stopped => ExitCode::SUCCESS,
+        crate::runtime::Exit::LostLease => ExitCode::from(1),
+    })
+}
+
 fn run_agent(opts: crate::agent::AgentOptions) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: starting the async runtime: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match rt.block_on(crate::agent::run(opts)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(2)
-        }
-    }
+    run_async(crate::agent::run(opts), |()| ExitCode::SUCCESS)
 }
 
 fn print_out(s: &str) -> ExitCode {

@@ -139,12 +139,7 @@ pub async fn run(
 /// A stable short hash of the rendered spec: the NodeNetworkConfig's `revision`.
 fn revision(spec: &RenderedSpec) -> String {
     let text = serde_json::to_string(spec).unwrap_or_default();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016x}")
+    format!("{:016x}", netpolicy_core::hash::fnv1a(&[&text]))
 }
 
 /// One pass over the caches; returns how many objects it wrote or deleted.

@@ -4,7 +4,8 @@
 //! ([`api`]), reading Kubernetes manifests from disk ([`manifest`]), the cluster-less
 //! planner behind `netpolicy plan` ([`plan`]), route reflectors from Nodes and Calico
 //! objects ([`rr`]), the operator process ([`runtime`]: leader election, metrics, health)
-//! and its controllers ([`controllers`]), and the `netpolicy` command line ([`cli`]).
+//! and its controllers ([`controllers`]), the node agent ([`agent`]), and the `netpolicy`
+//! command line ([`cli`]).
 
 pub mod agent;
 pub mod api;

@@ -149,21 +149,7 @@ fn selector_values(s: &calico::Selector) -> Vec<String> {
     }
 }
 
-/// 64-bit FNV-1a: a stable (across versions and platforms) short hash for names.
-pub(crate) fn fnv1a(parts: &[&str]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for (i, p) in parts.iter().enumerate() {
-        if i > 0 {
-            h ^= u64::from(b',');
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        for b in p.bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h
-}
+pub(crate) use netpolicy_core::hash::fnv1a;
 
 /// The reflector label's value on node `name`: the name itself when it is a valid label
 /// value (at most 63 characters of `[A-Za-z0-9._-]`, alphanumeric at both ends, which
