@@ -352,6 +352,20 @@ pub mod ipam_baselines {
             best
         }
 
+        /// Marks every value taken (setup: the same state `max` calls of
+        /// `allocate_next` reach, without their cost).
+        pub fn fill_all(&mut self) {
+            for w in &mut self.words {
+                *w = u64::MAX;
+            }
+            if !self.max.is_multiple_of(64)
+                && let Some(last) = self.words.last_mut()
+            {
+                *last = (1u64 << (self.max % 64)) - 1;
+            }
+            self.count = self.max;
+        }
+
         /// Releases a value.
         pub fn release(&mut self, at: u64) {
             if self.bit(at) {
@@ -444,6 +458,33 @@ impl Latency {
             max_ns: samples.last().copied().unwrap_or(0),
         }
     }
+}
+
+/// The worst operation of a workload run several times from the same state: for each
+/// operation the fastest of its runs (a timer interrupt or a preemption rarely hits the
+/// same operation every time), then the slowest of those. `runs` hold per-operation
+/// times in the same order; the first `skip` operations are left out (a fresh structure's
+/// first touches: cold caches and page walks, reported separately by the caller).
+pub fn filtered_worst(runs: &[Vec<u64>], skip: usize) -> u64 {
+    let n = runs.iter().map(Vec::len).min().unwrap_or(0);
+    (skip.min(n)..n)
+        .map(|i| runs.iter().map(|r| r[i]).min().unwrap_or(0))
+        .max()
+        .unwrap_or(0)
+}
+
+/// What timing an empty operation costs (two clock reads), ns: the floor of every
+/// per-operation figure.
+pub fn timer_overhead_ns() -> f64 {
+    let n = 1_000_000u32;
+    let start = std::time::Instant::now();
+    let mut sink = 0u128;
+    for _ in 0..n {
+        let t = std::time::Instant::now();
+        sink = sink.wrapping_add(t.elapsed().as_nanos());
+    }
+    std::hint::black_box(sink);
+    start.elapsed().as_nanos() as f64 / f64::from(n)
 }
 
 impl std::fmt::Display for Latency {

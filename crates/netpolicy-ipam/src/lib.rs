@@ -37,24 +37,37 @@
 //!
 //! # Complexity
 //!
-//! n allocated values, h released values below the watermark (see [`alloc`]), i
-//! intervals in a pool definition. "Dense" pools have at most 2^21 values.
+//! n allocated values, i intervals in a pool definition. "Dense" pools have at most 2^21
+//! values (every IPv4 pool up to a /11); larger pools track a prefix that grows with
+//! dynamic allocation and keep static allocations above it in a B-tree (see [`alloc`]).
 //!
-//! | operation | cost |
-//! |---|---|
-//! | build a pool | O(i log i) |
-//! | capacity, allocated count | O(1) |
-//! | dynamic allocation (lowest free) | O(log h + log i), plus O(log n) sparse |
-//! | static allocation, release | O(log h + log i), plus O(log n) sparse |
-//! | lookup by owner | O(1) expected |
-//! | lookup by value | O(log i) dense, O(log n + log i) sparse |
-//! | snapshot | O(n log i) |
-//! | restore | O(n log n) |
-//! | overlap check of two pools | O(i) |
+//! | operation | dense pool | larger pool |
+//! |---|---|---|
+//! | build a pool | O(i log i + capacity / 1024) | O(i log i) |
+//! | capacity, allocated count | O(1), exact | O(1), exact |
+//! | dynamic allocation (lowest free) | O(1) | O(1) (amortized when it reaches static allocations) |
+//! | static allocation, release | O(1) | O(1) in the prefix, O(log n) above it |
+//! | lookup by owner | O(1) expected | O(1) expected |
+//! | lookup by value | O(log i) | O(log i), plus O(log n) above the prefix |
+//! | snapshot | O(n log i) | O(n log i) |
+//! | restore | O(n log n) | O(n log n) |
+//! | overlap check of two pools | O(i) | O(i) |
 //!
-//! Memory grows with allocations and releases, never with free space: per allocated
-//! value 4 bytes (dense) or a 12-byte B-tree entry (sparse, pools up to 2^64 values),
-//! plus 8 bytes per owner id and the owner names.
+//! Turning an offset into an address is the O(log i) part: a binary search over the
+//! pool's intervals (i = 1 for a pool of one CIDR).
+//!
+//! # Memory
+//!
+//! - Dense pool: a bit per value and 4 bytes per value for its holder's id, taken when
+//!   the pool is built (a /12: 128 KiB + 4 MiB), so no allocation later asks the system
+//!   for memory.
+//! - Larger pool: the same for its prefix (which follows allocations and releases),
+//!   plus a 12-byte B-tree entry per static allocation above it; never anything per
+//!   free value.
+//! - Owners: [`alloc::IdAllocator`] 4 bytes per id (8 for pools over 2^32 values);
+//!   [`alloc::Allocator`] a 48-byte table entry per owner, at most two entries' worth
+//!   with the table's free space, with names up to 30 bytes inside it (longer ones on
+//!   the heap).
 
 pub mod alloc;
 pub mod error;

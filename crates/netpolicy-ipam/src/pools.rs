@@ -146,10 +146,10 @@ impl Pools {
     /// # Errors
     /// [`Error::UnknownPool`], or [`Error::Restore`] listing every problem; the pool is
     /// unchanged then.
-    pub fn restore(
+    pub fn restore<O: AsRef<str>>(
         &mut self,
         pool: &str,
-        entries: impl IntoIterator<Item = (IpAddr, String)>,
+        entries: impl IntoIterator<Item = (IpAddr, O)>,
     ) -> Result<()> {
         let p = self.pool_mut(pool)?;
         p.alloc = Allocator::restore(p.alloc.space().clone(), entries)?;

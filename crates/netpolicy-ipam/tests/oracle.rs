@@ -9,7 +9,7 @@ use std::{collections::BTreeMap, net::IpAddr};
 use ipnetwork::IpNetwork;
 use netpolicy_ipam::{
     Error,
-    alloc::Allocator,
+    alloc::{Allocator, IdAllocator},
     space::{AddressRange, AddressSpace, PrefixSpace, Space},
 };
 use proptest::prelude::*;
@@ -232,8 +232,90 @@ fn sparse_pool() -> (AddressSpace, Vec<IpAddr>, Vec<IpAddr>) {
     (space, usable, domain)
 }
 
+/// The id layer against the same oracle (owners are ids, no snapshot).
+fn run_ids<S: Space + Clone>(space: S, usable: Vec<S::Value>, domain: Vec<S::Value>, ops: Vec<Op>) {
+    let mut a = IdAllocator::new(space);
+    let mut held: BTreeMap<S::Value, u32> = BTreeMap::new();
+    let by_owner = |held: &BTreeMap<S::Value, u32>, o: u32| {
+        held.iter().find(|(_, h)| **h == o).map(|(v, _)| v.clone())
+    };
+    for op in ops {
+        match op {
+            Op::Allocate(o) => {
+                let o = u32::from(o);
+                let want = by_owner(&held, o)
+                    .or_else(|| usable.iter().find(|v| !held.contains_key(*v)).cloned());
+                let got = a.allocate(o);
+                match want {
+                    Some(v) => {
+                        assert_eq!(got.as_ref().ok(), Some(&v), "allocate #{o}");
+                        held.insert(v, o);
+                    }
+                    None => assert!(matches!(got, Err(Error::Exhausted { .. })), "{got:?}"),
+                }
+            }
+            Op::Static(o, i) => {
+                let o = u32::from(o);
+                let v = domain[i].clone();
+                let got = a.allocate_static(o, &v);
+                match (
+                    usable.contains(&v),
+                    held.get(&v).copied(),
+                    by_owner(&held, o),
+                ) {
+                    (false, _, _) => assert!(got.is_err(), "{v} is not usable: {got:?}"),
+                    (true, Some(h), _) if h == o => assert_eq!(got, Ok(v.clone())),
+                    (true, Some(h), _) => assert_eq!(
+                        got,
+                        Err(Error::Taken {
+                            value: v.to_string(),
+                            holder: format!("#{h}")
+                        })
+                    ),
+                    (true, None, Some(_)) => {
+                        assert!(matches!(got, Err(Error::OwnerHoldsOther { .. })), "{got:?}")
+                    }
+                    (true, None, None) => {
+                        assert_eq!(got, Ok(v.clone()));
+                        held.insert(v, o);
+                    }
+                }
+            }
+            Op::Release(o) => {
+                let o = u32::from(o);
+                let want = by_owner(&held, o);
+                if let Some(v) = &want {
+                    held.remove(v);
+                }
+                assert_eq!(a.release(o), want);
+            }
+            Op::ReleaseValue(_) | Op::SnapshotRestore => {}
+        }
+        assert_eq!(a.allocated(), held.len() as u128, "allocated count");
+        let listed: Vec<(S::Value, u32)> = a.iter().collect();
+        let want: Vec<(S::Value, u32)> = held.iter().map(|(v, o)| (v.clone(), *o)).collect();
+        assert_eq!(listed, want);
+        for (v, o) in &held {
+            assert_eq!(a.holder(v), Some(*o));
+            assert_eq!(a.by_owner(*o).as_ref(), Some(v));
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn id_layer_matches_the_oracle_dense(ops in ops(33)) {
+        let (s, u, d) = v4_pool();
+        run_ids(s, u, d, ops);
+    }
+
+    #[test]
+    fn id_layer_matches_the_oracle_sparse(ops in ops(34)) {
+        let (s, u, d) = sparse_pool();
+        run_ids(s, u, d, ops);
+    }
 
     #[test]
     fn sparse_pool_matches_the_oracle(ops in ops(34)) {
@@ -310,10 +392,50 @@ fn huge_pools_count_exactly_and_allocate_without_scanning() {
 #[test]
 fn the_reserved_owner_id_is_refused_not_lost() {
     let (space, _, _) = v4_pool();
-    let mut ids = netpolicy_ipam::alloc::IdAllocator::new(space);
+    let mut ids = IdAllocator::new(space);
     let err = ids.allocate(u32::MAX).unwrap_err();
     assert_eq!(err.field_errors()[0].path, "owner");
     assert!(ids.allocate_static(u32::MAX, &v4("10.0.0.1")).is_err());
     assert_eq!(ids.allocated(), 0);
     assert_eq!(ids.allocate(7).unwrap(), v4("10.0.0.1"));
+}
+
+/// Owners are found from their values through the owner table's bucket indices, which
+/// move when the table grows or cleans up after many removals: every holder must
+/// survive both.
+#[test]
+fn holders_survive_owner_table_growth_and_churn() {
+    let space = AddressSpace::new(&["10.0.0.0/16".parse().unwrap()], &[], &[]).unwrap();
+    let mut a = Allocator::new(space);
+    let name = |i: u32| format!("team-{}/a-rather-long-floating-ip-name-{i}", i % 7);
+    let check = |a: &Allocator<AddressSpace>| {
+        assert_eq!(a.allocated(), 5_000);
+        for (v, o) in a.iter() {
+            assert_eq!(a.by_owner(o), Some(v), "{o}");
+        }
+        for i in 0..5_000 {
+            let v = a.by_owner(&name(i)).unwrap();
+            assert_eq!(a.holder(&v), Some(name(i).as_str()));
+        }
+    };
+    // The table grows several times on the way.
+    for i in 0..5_000 {
+        a.allocate(&name(i)).unwrap();
+    }
+    check(&a);
+    // Churn through many more names than the table holds at once.
+    for round in 0..20u32 {
+        for i in (0..5_000).filter(|i| i % 3 == round % 3) {
+            a.release(&name(i));
+        }
+        for i in (0..5_000).filter(|i| i % 3 == round % 3) {
+            a.allocate(&name(i)).unwrap();
+        }
+        check(&a);
+    }
+    // Growing the table by hand moves every entry too.
+    a.reserve_owners(50_000);
+    check(&a);
+    let restored = Allocator::restore(a.space().clone(), a.snapshot()).unwrap();
+    assert_eq!(restored.snapshot(), a.snapshot());
 }
