@@ -71,6 +71,7 @@
 
 pub mod alloc;
 pub mod error;
+mod owners;
 pub mod pools;
 pub mod prefix;
 pub mod space;
