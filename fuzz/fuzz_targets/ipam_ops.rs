@@ -16,8 +16,12 @@ fuzz_target!(|data: &[u8]| {
     let Some((&shape, ops)) = data.split_first() else {
         return;
     };
-    // A small IPv4 or IPv6 pool with an exclusion and a range, chosen by the first byte.
-    let space = if shape % 2 == 0 {
+    // A small IPv4 or IPv6 pool with an exclusion and a range, or a large IPv6 pool (over
+    // 2^21 values: the growing prefix and the static allocations above it), chosen by
+    // the first byte.
+    let space = if shape % 3 == 2 {
+        AddressSpace::new(&["fd00::/100".parse().unwrap()], &[], &["fd00::20/126".parse().unwrap()])
+    } else if shape % 3 == 0 {
         AddressSpace::new(
             &["10.0.0.0/27".parse().unwrap()],
             &[AddressRange { start: "10.0.1.250".parse().unwrap(), end: "10.0.2.3".parse().unwrap() }],
@@ -27,16 +31,22 @@ fuzz_target!(|data: &[u8]| {
         AddressSpace::new(&["fd00::/122".parse().unwrap()], &[], &["fd00::10/124".parse().unwrap()])
     }
     .unwrap();
-    let base: u128 = if shape % 2 == 0 { 0x0a00_0000 } else { 0xfd00u128 << 112 };
+    let v4 = shape % 3 == 0;
+    let base: u128 = if v4 { 0x0a00_0000 } else { 0xfd00u128 << 112 };
     let addr = |b: u8| -> IpAddr {
         let x = base + u128::from(b) * 3 % 1024;
-        if shape % 2 == 0 { IpAddr::V4((x as u32).into()) } else { IpAddr::V6(x.into()) }
+        if v4 { IpAddr::V4((x as u32).into()) } else { IpAddr::V6(x.into()) }
     };
     let mut a = Allocator::new(space.clone());
     let mut model: BTreeMap<String, IpAddr> = BTreeMap::new();
     for pair in ops.chunks(2) {
         let (op, arg) = (pair[0], pair.get(1).copied().unwrap_or(0));
-        let owner = format!("o{}", arg % 40);
+        // Some names too long to sit inside the owner table's slots.
+        let owner = if arg & 0x80 == 0 {
+            format!("o{}", arg % 40)
+        } else {
+            format!("a-namespace-with-a-long-name/owner-{}", arg % 40)
+        };
         match op % 5 {
             0 => {
                 if let Ok(v) = a.allocate(&owner) {
@@ -67,6 +77,8 @@ fuzz_target!(|data: &[u8]| {
             assert!(space.offset_of(&v).is_ok(), "{v} is inside the pool");
             assert!(seen.insert(v, o.to_owned()).is_none(), "{v} held twice");
             assert_eq!(model.get(o), Some(&v));
+            assert_eq!(a.holder(&v), Some(o), "lookup by value");
+            assert_eq!(a.by_owner(o), Some(v), "lookup by owner");
         }
     }
 });

@@ -24,9 +24,10 @@
 //!
 //! # Owner names
 //! [`Allocator`] keeps one hash-table entry per owner holding the name (inline up to 30
-//! bytes), its offset and a small id: releasing or looking up an owner reads one table
-//! entry, with no pointer to follow. The reverse direction (value → owner) goes through
-//! the id stored in the core and the name's hash kept per id.
+//! bytes) and its offset: releasing or looking up an owner reads the table's control
+//! group and then one entry, with no pointer to follow. The core stores each value's
+//! entry index (its bucket), which gives the name back for lookups by value; the table
+//! reports when entries move (growth), and the core is relinked then.
 //!
 //! # Guarantees
 //! - A value has at most one owner; an owner holds at most one value per allocator.
@@ -38,9 +39,10 @@
 
 use std::collections::BTreeMap;
 
+use hashbrown::{HashTable, hash_table::Entry};
+
 use crate::{
     error::{Error, RestoreProblem, Result},
-    owners::{Name, Owner, OwnerTable, hash_name},
     space::Space,
 };
 
@@ -621,9 +623,78 @@ impl<S: Space> IdAllocator<S> {
     }
 }
 
-/// Slot indices are the core's owner ids, so they must stay below `u32::MAX`: the
-/// table never has more than 2^31 slots.
+/// Names up to this many bytes are stored inside the table entry.
+const INLINE: usize = 30;
+
+/// An owner name: inline when short (no allocation, no pointer to follow when
+/// comparing), boxed otherwise.
+#[derive(Debug, Clone)]
+enum Name {
+    Inline(u8, [u8; INLINE]),
+    Heap(Box<str>),
+}
+
+impl Name {
+    #[inline]
+    fn new(s: &str) -> Self {
+        if s.len() <= INLINE {
+            let mut b = [0u8; INLINE];
+            b[..s.len()].copy_from_slice(s.as_bytes());
+            Self::Inline(s.len() as u8, b)
+        } else {
+            Self::Heap(s.into())
+        }
+    }
+
+    #[inline]
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Inline(n, b) => &b[..usize::from(*n)],
+            Self::Heap(s) => s.as_bytes(),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            // Built from a `&str` cut at its length: always valid UTF-8.
+            Self::Inline(n, b) => std::str::from_utf8(&b[..usize::from(*n)]).unwrap_or(""),
+            Self::Heap(s) => s,
+        }
+    }
+}
+
+/// One owner: its name and the offset it holds. The core knows it by the index of its
+/// bucket in the owner table.
+#[derive(Debug, Clone)]
+struct Owner {
+    name: Name,
+    off: [u64; 2],
+}
+
+impl Owner {
+    #[inline]
+    fn new(name: Name, off: u128) -> Self {
+        Self {
+            name,
+            off: [off as u64, (off >> 64) as u64],
+        }
+    }
+
+    #[inline]
+    fn off(&self) -> u128 {
+        u128::from(self.off[0]) | u128::from(self.off[1]) << 64
+    }
+}
+
+/// Bucket indices are the core's owner ids, so they must stay below `u32::MAX`: the
+/// table never has more than 2^31 buckets.
 const MAX_OWNERS: usize = 1 << 30;
+
+#[inline]
+fn hash_name(name: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    rustc_hash::FxBuildHasher.hash_one(name)
+}
 
 /// Allocations in one [`Space`], owners by name.
 ///
@@ -652,8 +723,9 @@ const MAX_OWNERS: usize = 1 << 30;
 pub struct Allocator<S: Space> {
     space: S,
     slots: Slots,
-    /// The owners; the core stores each one's slot index, and is told when one moves.
-    owners: OwnerTable,
+    /// The owners; the core stores each one's bucket index (stable until the table
+    /// grows or rehashes, when [`Allocator::relink`] writes them all again).
+    owners: HashTable<Owner>,
 }
 
 impl<S: Space> Allocator<S> {
@@ -662,7 +734,7 @@ impl<S: Space> Allocator<S> {
         Self {
             slots: Slots::new(space.capacity()),
             space,
-            owners: OwnerTable::default(),
+            owners: HashTable::new(),
         }
     }
 
@@ -670,16 +742,38 @@ impl<S: Space> Allocator<S> {
     /// growing the owner table nor the system's first-touch page faults happen during a
     /// later allocation (what keeps the worst case of a fill flat).
     pub fn reserve_owners(&mut self, additional: usize) {
-        if self.owners.reserve(additional) {
+        let moves = additional > self.owners.capacity() - self.owners.len();
+        self.owners
+            .reserve(additional, |o| hash_name(o.name.as_bytes()));
+        if moves {
             self.relink();
+        }
+        // Write one entry into every page of the table and take it out again: the table
+        // places an entry at its hash's bucket when that bucket is free, and buckets
+        // are laid out in order, 48 bytes each. An offset of `u128::MAX` is never a
+        // real one (offsets are below the capacity).
+        let per_page = 4096 / std::mem::size_of::<Owner>().max(1);
+        for b in (0..self.owners.num_buckets()).step_by(per_page.max(1)) {
+            if self.owners.capacity() == self.owners.len() {
+                break;
+            }
+            let probe = Owner::new(Name::new(""), u128::MAX);
+            let entry = self
+                .owners
+                .insert_unique(b as u64, probe, |o| hash_name(o.name.as_bytes()));
+            let (probe, _) = entry.remove();
+            debug_assert_eq!(probe.off(), u128::MAX);
         }
     }
 
-    /// Writes every owner's slot index into the core again, after the table grew:
-    /// O(n), amortized O(1) per insertion like the growth itself.
+    /// Writes every owner's bucket index into the core again, after the table moved
+    /// its entries (growth or rehash): O(n), amortized O(1) per insertion like the
+    /// table's own growth.
     fn relink(&mut self) {
-        for (i, o) in self.owners.iter() {
-            self.slots.relink(o.off(), i as u32);
+        for i in self.owners.iter_buckets() {
+            if let Some(o) = self.owners.get_bucket(i) {
+                self.slots.relink(o.off(), i as u32);
+            }
         }
     }
 
@@ -706,13 +800,14 @@ impl<S: Space> Allocator<S> {
 
     fn find(&self, hash: u64, owner: &str) -> Option<&Owner> {
         self.owners
-            .find(hash, owner.as_bytes())
-            .and_then(|i| self.owners.get(i))
+            .find(hash, |o| o.name.as_bytes() == owner.as_bytes())
     }
 
-    /// The name of the owner in slot `id`.
+    /// The name of the owner in bucket `id`.
     fn name_of(&self, id: u32) -> &str {
-        self.owners.get(id as usize).map_or("", |o| o.name.as_str())
+        self.owners
+            .get_bucket(id as usize)
+            .map_or("", |o| o.name.as_str())
     }
 
     /// The value `owner` holds.
@@ -735,9 +830,16 @@ impl<S: Space> Allocator<S> {
                 format!("one pool holds at most {MAX_OWNERS} owners"),
             )]));
         }
-        let (id, moved) = self.owners.insert(hash, Owner::new(name, off));
+        // The table moves entries only when it has no room left (growth or rehash).
+        let moves = self.owners.capacity() == self.owners.len();
+        let id = self
+            .owners
+            .insert_unique(hash, Owner::new(name, off), |o| {
+                hash_name(o.name.as_bytes())
+            })
+            .bucket_index();
         self.slots.take(off, id as u32);
-        if moved {
+        if moves {
             self.relink();
         }
         Ok(())
@@ -785,13 +887,13 @@ impl<S: Space> Allocator<S> {
 
     /// Releases what `owner` holds; returns it.
     pub fn release(&mut self, owner: &str) -> Option<S::Value> {
-        let i = self
+        let entry = self
             .owners
-            .find(hash_name(owner.as_bytes()), owner.as_bytes())?;
-        let slots = &mut self.slots;
-        let o = self
-            .owners
-            .remove(i, |off, to| slots.relink(off, to as u32));
+            .find_entry(hash_name(owner.as_bytes()), |o| {
+                o.name.as_bytes() == owner.as_bytes()
+            })
+            .ok()?;
+        let (o, _) = entry.remove();
         let off = o.off();
         self.slots.clear(off);
         Some(self.space.value_at(off))
@@ -894,8 +996,8 @@ impl<S: Space> Allocator<S> {
             }
         }
         let mut a = Self::new(space);
-        a.owners.reserve(n);
-        // The table has room for every row, so no entry moves: slot indices are the
+        a.owners.reserve(n, |o| hash_name(o.name.as_bytes()));
+        // The table has room for every row, so no entry moves: bucket indices are the
         // ids. Rows go in in the caller's order, which reads the names in the order they
         // were made.
         let mut ids: Vec<u32> = vec![NONE; n];
@@ -905,18 +1007,23 @@ impl<S: Space> Allocator<S> {
             }
             let owner = owner.as_ref();
             let hash = hash_name(owner.as_bytes());
-            if let Some(first) = a.find(hash, owner) {
-                let (lo, hi) = (first.off().min(*off), first.off().max(*off));
-                problems.push(RestoreProblem::OwnerTwice {
-                    first: a.space.value_at(lo).to_string(),
-                    second: a.space.value_at(hi).to_string(),
-                    owner: owner.to_owned(),
-                });
-                continue;
+            match a.owners.entry(
+                hash,
+                |o| o.name.as_bytes() == owner.as_bytes(),
+                |o| hash_name(o.name.as_bytes()),
+            ) {
+                Entry::Occupied(first) => {
+                    let (lo, hi) = (first.get().off().min(*off), first.get().off().max(*off));
+                    problems.push(RestoreProblem::OwnerTwice {
+                        first: a.space.value_at(lo).to_string(),
+                        second: a.space.value_at(hi).to_string(),
+                        owner: owner.to_owned(),
+                    });
+                }
+                Entry::Vacant(v) => {
+                    ids[k] = v.insert(Owner::new(Name::new(owner), *off)).bucket_index() as u32;
+                }
             }
-            // No growth: room for every row was made above.
-            let (id, _) = a.owners.insert(hash, Owner::new(Name::new(owner), *off));
-            ids[k] = id as u32;
         }
         let ids: Vec<(u128, u32)> = order
             .iter()
@@ -936,6 +1043,16 @@ impl<S: Space> Allocator<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The crate docs promise a 48-byte owner entry with names up to 30 bytes inside.
+    #[test]
+    fn an_owner_entry_is_48_bytes_with_30_bytes_of_name() {
+        assert_eq!(std::mem::size_of::<Owner>(), 48);
+        let n = "a".repeat(INLINE);
+        assert!(matches!(Name::new(&n), Name::Inline(..)));
+        assert!(matches!(Name::new(&format!("{n}b")), Name::Heap(..)));
+        assert_eq!(Name::new(&n).as_str(), n);
+    }
 
     #[test]
     fn free_bits_find_the_lowest_free_value_at_any_size() {

@@ -65,13 +65,12 @@
 //!   plus a 12-byte B-tree entry per static allocation above it; never anything per
 //!   free value.
 //! - Owners: [`alloc::IdAllocator`] 4 bytes per id (8 for pools over 2^32 values);
-//!   [`alloc::Allocator`] a 48-byte table entry per owner, at most two entries' worth
-//!   with the table's free space, with names up to 30 bytes inside it (longer ones on
-//!   the heap).
+//!   [`alloc::Allocator`] a 48-byte hash-table entry plus a control byte per bucket, the
+//!   table between 7/16 and 7/8 full (56-112 bytes per owner), with names up to 30
+//!   bytes inside the entry (longer ones on the heap).
 
 pub mod alloc;
 pub mod error;
-mod owners;
 pub mod pools;
 pub mod prefix;
 pub mod space;
