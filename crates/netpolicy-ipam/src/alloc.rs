@@ -440,7 +440,9 @@ impl Slots {
     }
 }
 
-/// Owner id → offset: 4 bytes an id for pools below 2^32 values, 8 up to 2^64.
+/// Owner id → offset: 4 bytes an id for pools of at most `u32::MAX` values, 8 for at
+/// most `u64::MAX` (offsets stay below the capacity, so the type's maximum is free to
+/// mark "no offset").
 #[derive(Debug, Clone)]
 enum Offsets {
     U32(Paged<u32>),
@@ -450,9 +452,9 @@ enum Offsets {
 
 impl Offsets {
     fn for_capacity(capacity: u128) -> Self {
-        if capacity < u128::from(u32::MAX) {
+        if capacity <= u128::from(u32::MAX) {
             Self::U32(Paged::new(u32::MAX))
-        } else if capacity < u128::from(u64::MAX) {
+        } else if capacity <= u128::from(u64::MAX) {
             Self::U64(Paged::new(u64::MAX))
         } else {
             Self::U128(Paged::new(u128::MAX))

@@ -389,6 +389,30 @@ fn huge_pools_count_exactly_and_allocate_without_scanning() {
     assert_eq!(a.holder(&top), Some("ns/top"));
 }
 
+/// The id layer keeps offsets in the narrowest type the pool allows; the last value of
+/// each size class must still come back exactly.
+#[test]
+fn the_top_of_every_pool_size_class_round_trips() {
+    for (pool, top) in [
+        ("0.0.0.0/0", "255.255.255.254"),
+        ("fd00::/64", "fd00::ffff:ffff:ffff:ffff"),
+        ("fd00::/63", "fd00::1:ffff:ffff:ffff:ffff"),
+        ("::/0", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"),
+    ] {
+        let space = AddressSpace::new(&[pool.parse().unwrap()], &[], &[]).unwrap();
+        let top: IpAddr = top.parse().unwrap();
+        let mut ids = IdAllocator::new(space.clone());
+        ids.allocate_static(7, &top).unwrap();
+        assert_eq!(ids.by_owner(7), Some(top), "{pool}");
+        assert_eq!(ids.holder(&top), Some(7), "{pool}");
+        assert_eq!(ids.release(7), Some(top), "{pool}");
+        let mut names = Allocator::new(space);
+        names.allocate_static("ns/top", &top).unwrap();
+        assert_eq!(names.by_owner("ns/top"), Some(top), "{pool}");
+        assert_eq!(names.holder(&top), Some("ns/top"), "{pool}");
+    }
+}
+
 #[test]
 fn the_reserved_owner_id_is_refused_not_lost() {
     let (space, _, _) = v4_pool();
