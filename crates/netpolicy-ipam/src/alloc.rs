@@ -268,7 +268,9 @@ impl Above {
 ///
 /// Offsets below `frontier` are tracked by `free` and `below`; offsets from `frontier` up
 /// are free unless in `above`, which never holds `frontier` itself. Dense pools start
-/// with `frontier == capacity`.
+/// with `frontier == capacity`. `free` is the authority below the frontier: a release
+/// only sets the bit and leaves the old id in `below` (one random write less), so
+/// `below` is read only where the bit says taken.
 #[derive(Debug, Clone)]
 struct Slots {
     capacity: u128,
