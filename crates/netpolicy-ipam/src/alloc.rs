@@ -553,10 +553,11 @@ impl<S: Space> IdAllocator<S> {
         self.slots.free.ones
     }
 
-    /// Allocates the owner table for ids `0..ids` now, so that no later allocation for
-    /// those ids allocates memory (what keeps the worst case of a fill flat).
+    /// Allocates the owner table for ids `0..ids` now (4 bytes an id, 8 in pools over
+    /// `u32::MAX` values), so that no later allocation for those ids allocates memory
+    /// (what keeps the worst case of a fill flat). Ids stop at `u32::MAX`.
     pub fn reserve_owners(&mut self, ids: usize) {
-        self.offsets.commit(ids);
+        self.offsets.commit(ids.min(NONE as usize));
     }
 
     /// The value `owner` holds.
@@ -744,11 +745,18 @@ impl<S: Space> Allocator<S> {
 
     /// Reserves room for `additional` more owners and touches it, so that neither
     /// growing the owner table nor the system's first-touch page faults happen during a
-    /// later allocation (what keeps the worst case of a fill flat).
+    /// later allocation (what keeps the worst case of a fill flat). The memory is
+    /// written now, like `vec![x; n]`. Room that cannot be counted or allocated is not
+    /// reserved (allocations then grow the table as they need), never a panic.
     pub fn reserve_owners(&mut self, additional: usize) {
         let moves = additional > self.owners.capacity() - self.owners.len();
-        self.owners
-            .reserve(additional, |o| hash_name(o.name.as_bytes()));
+        if self
+            .owners
+            .try_reserve(additional, |o| hash_name(o.name.as_bytes()))
+            .is_err()
+        {
+            return;
+        }
         if moves {
             self.relink();
         }

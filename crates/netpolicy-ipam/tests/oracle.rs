@@ -413,6 +413,17 @@ fn the_top_of_every_pool_size_class_round_trips() {
     }
 }
 
+/// Reservations are hints: an absurd one neither panics nor changes anything.
+#[test]
+fn an_impossible_reservation_is_skipped_not_a_panic() {
+    let (space, _, _) = v4_pool();
+    let mut a = Allocator::new(space.clone());
+    a.allocate("ns/a").unwrap();
+    a.reserve_owners(usize::MAX);
+    assert_eq!(a.by_owner("ns/a"), Some(v4("10.0.0.1")));
+    assert_eq!(a.allocate("ns/b").unwrap(), v4("10.0.0.2"));
+}
+
 #[test]
 fn the_reserved_owner_id_is_refused_not_lost() {
     let (space, _, _) = v4_pool();
