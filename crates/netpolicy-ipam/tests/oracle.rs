@@ -471,6 +471,9 @@ fn holders_survive_owner_table_growth_and_churn() {
     // Growing the table by hand moves every entry too.
     a.reserve_owners(50_000);
     check(&a);
+    // A copy keeps every entry where it was (the core's ids are entry positions).
+    let copy = a.clone();
+    check(&copy);
     let restored = Allocator::restore(a.space().clone(), a.snapshot()).unwrap();
     assert_eq!(restored.snapshot(), a.snapshot());
 }
