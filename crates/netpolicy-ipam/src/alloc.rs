@@ -14,7 +14,8 @@
 //!
 //! - **Dense pools** (at most 2^21 values, every IPv4 pool up to a /11): the bitmap
 //!   covers the whole pool (at most 256 KiB plus 4 KiB of summaries), owner ids sit in a
-//!   paged array indexed by offset. Every operation is O(1); nothing ever scans.
+//!   paged array indexed by offset, allocated with the pool. Every operation is O(1);
+//!   nothing ever scans, and no allocation asks the system for memory.
 //! - **Larger pools** (IPv6): the same bitmap and paged array cover only a prefix
 //!   `0..frontier` of the pool that grows as dynamic allocation (lowest free first)
 //!   reaches it; everything above the frontier is free except static allocations, kept
@@ -26,8 +27,9 @@
 //! [`Allocator`] keeps one hash-table entry per owner holding the name (inline up to 30
 //! bytes) and its offset: releasing or looking up an owner reads the table's control
 //! group and then one entry, with no pointer to follow. The core stores each value's
-//! entry index (its bucket), which gives the name back for lookups by value; the table
-//! reports when entries move (growth), and the core is relinked then.
+//! entry index (its bucket), which gives the name back for lookups by value. The table
+//! moves entries only when it has no room left (growth, or a clean-up of deleted
+//! markers); the core is relinked then, O(n) amortized like the growth itself.
 //!
 //! # Guarantees
 //! - A value has at most one owner; an owner holds at most one value per allocator.
