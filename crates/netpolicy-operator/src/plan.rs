@@ -569,7 +569,7 @@ fn plan_floating_ips(
         if pools.get(range).is_none() {
             continue; // reported with each FloatingIP below
         }
-        let Err(e) = pools.restore(range, entries.clone()) else {
+        let Err(e) = pools.restore(range, entries.iter().map(|(a, o)| (*a, o.as_str()))) else {
             continue;
         };
         let mut bad_owners = BTreeSet::new();
