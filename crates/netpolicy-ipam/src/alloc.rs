@@ -733,6 +733,8 @@ pub struct Allocator<S: Space> {
     /// The owners; the core stores each one's bucket index (stable until the table
     /// grows or rehashes, when [`Allocator::relink`] writes them all again).
     owners: HashTable<Owner>,
+    /// How many times every owner was relinked (each O(n)).
+    relinks: u64,
 }
 
 impl<S: Space> Allocator<S> {
@@ -742,6 +744,7 @@ impl<S: Space> Allocator<S> {
             slots: Slots::new(space.capacity()),
             space,
             owners: HashTable::new(),
+            relinks: 0,
         }
     }
 
@@ -784,6 +787,7 @@ impl<S: Space> Allocator<S> {
     /// its entries (growth or rehash): O(n), amortized O(1) per insertion like the
     /// table's own growth.
     fn relink(&mut self) {
+        self.relinks += 1;
         for i in self.owners.iter_buckets() {
             if let Some(o) = self.owners.get_bucket(i) {
                 self.slots.relink(o.off(), i as u32);
@@ -844,8 +848,15 @@ impl<S: Space> Allocator<S> {
                 format!("one pool holds at most {MAX_OWNERS} owners"),
             )]));
         }
-        // The table moves entries only when it has no room left (growth or rehash).
-        let moves = self.owners.capacity() == self.owners.len();
+        // The table moves entries only inside an insertion that finds no room left. Make
+        // the room first (growth, or a clean-up of deleted markers, which leaves room
+        // for at least half the table's capacity again), relink once, and the insertion
+        // itself moves nothing. Checking after the insertion instead would relink on
+        // every insertion that reuses a deleted marker in a full table.
+        if self.owners.capacity() == self.owners.len() {
+            self.owners.reserve(1, |o| hash_name(o.name.as_bytes()));
+            self.relink();
+        }
         let id = self
             .owners
             .insert_unique(hash, Owner::new(name, off), |o| {
@@ -853,9 +864,6 @@ impl<S: Space> Allocator<S> {
             })
             .bucket_index();
         self.slots.take(off, id as u32);
-        if moves {
-            self.relink();
-        }
         Ok(())
     }
 
@@ -1066,6 +1074,39 @@ mod tests {
         assert!(matches!(Name::new(&n), Name::Inline(..)));
         assert!(matches!(Name::new(&format!("{n}b")), Name::Heap(..)));
         assert_eq!(Name::new(&n).as_str(), n);
+    }
+
+    /// A full owner table with deleted markers in it: insertions that reuse a marker
+    /// must not relink every owner each time (O(n) per allocation).
+    #[test]
+    fn churn_in_a_full_owner_table_relinks_rarely() {
+        let space =
+            crate::space::AddressSpace::new(&["10.0.0.0/16".parse().unwrap()], &[], &[]).unwrap();
+        let mut a = Allocator::new(space);
+        // Fill the table exactly to its capacity.
+        let mut i = 0u32;
+        loop {
+            a.allocate(&format!("ns/o{i}")).unwrap();
+            i += 1;
+            if a.owners.capacity() == a.owners.len() && a.owners.len() > 20_000 {
+                break;
+            }
+        }
+        let before = a.relinks;
+        for round in 0..20_000u32 {
+            let name = format!("ns/o{}", (round * 7919) % i);
+            a.release(&name);
+            a.allocate(&name).unwrap();
+        }
+        assert!(
+            a.relinks - before <= 2,
+            "{} relinks of {} owners for 20,000 release + allocate pairs",
+            a.relinks - before,
+            a.owners.len()
+        );
+        for (v, o) in a.iter() {
+            assert_eq!(a.by_owner(o), Some(v));
+        }
     }
 
     #[test]
