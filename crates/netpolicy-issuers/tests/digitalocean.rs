@@ -4,46 +4,23 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::{
-    collections::BTreeSet,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{collections::BTreeSet, time::Duration};
 
 use axum::{
-    Router,
     body::Bytes,
     extract::State,
     http::{HeaderMap, Method, StatusCode, Uri},
     response::{IntoResponse, Response},
 };
 use netpolicy_issuers::{
-    Desired, Error, Issuer, PortRule, ReclaimPolicy, Tags, digitalocean::DigitalOceanIssuer,
-    reconcile, release,
+    Error, Issuer, ReclaimPolicy, digitalocean::DigitalOceanIssuer, reconcile, release,
 };
 use serde_json::{Value, json};
 
+mod common;
+use common::{Gate, Req, Shared, desired, gate, serve, tags};
+
 const TOKEN: &str = "dop_v1_test_0123456789abcdef";
-
-#[derive(Debug, Clone)]
-struct Req {
-    method: String,
-    path: String,
-    auth: String,
-    body: Value,
-}
-
-#[derive(Default)]
-struct Cloud {
-    ips: Vec<Value>,
-    firewalls: Vec<Value>,
-    next: u64,
-    log: Vec<Req>,
-    /// Answer the next request to a path starting with this once with 429.
-    throttle: Vec<String>,
-}
-
-type Shared = Arc<Mutex<Cloud>>;
 
 fn error(status: StatusCode, id: &str, message: &str) -> Response {
     (status, axum::Json(json!({"id": id, "message": message}))).into_response()
@@ -61,38 +38,26 @@ async fn api(
     body: Bytes,
 ) -> Response {
     let mut c = s.lock().unwrap();
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let auth = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    c.log.push(Req {
-        method: method.to_string(),
-        path: uri
-            .path_and_query()
-            .map(ToString::to_string)
-            .unwrap_or_default(),
-        auth: auth.clone(),
-        body: body.clone(),
-    });
-    if auth != format!("Bearer {TOKEN}") {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "Unauthorized",
-            "Unable to authenticate you",
-        );
-    }
-    let path = uri.path().trim_start_matches("/v2").to_owned();
-    if let Some(i) = c.throttle.iter().position(|p| path.starts_with(p.as_str())) {
-        c.throttle.remove(i);
-        return (
-            StatusCode::TOO_MANY_REQUESTS,
-            [("retry-after", "1")],
-            axum::Json(json!({"id": "too_many_requests", "message": "API Rate limit exceeded."})),
-        )
-            .into_response();
-    }
+    let (path, body) = match gate(&mut c, TOKEN, "/v2", &method, &uri, &headers, &body) {
+        Gate::Unauthorized => {
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized",
+                "Unable to authenticate you",
+            );
+        }
+        Gate::Throttled => {
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [("retry-after", "1")],
+                axum::Json(
+                    json!({"id": "too_many_requests", "message": "API Rate limit exceeded."}),
+                ),
+            )
+                .into_response();
+        }
+        Gate::Pass { path, body } => (path, body),
+    };
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (method.as_str(), parts.as_slice()) {
         ("POST", ["reserved_ips"]) => {
@@ -245,15 +210,6 @@ async fn api(
     }
 }
 
-async fn serve() -> (String, Shared) {
-    let state: Shared = Arc::default();
-    let app = Router::new().fallback(api).with_state(Arc::clone(&state));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}/v2"), state)
-}
-
 fn client(base: &str, token: &str) -> DigitalOceanIssuer {
     let mut c = DigitalOceanIssuer::with_base_url(base, token, "fra1").unwrap();
     c.poll_interval = Duration::from_millis(5);
@@ -261,24 +217,9 @@ fn client(base: &str, token: &str) -> DigitalOceanIssuer {
     c
 }
 
-fn tags() -> Tags {
-    Tags {
-        cluster: "prod-eu".into(),
-        routed_ip: "ingress".into(),
-    }
-}
-
-fn desired(node: &str, ports: &[u16]) -> Desired {
-    Desired {
-        node: Some(node.into()),
-        firewall: Some("web".into()),
-        ports: ports.iter().map(|p| PortRule::tcp(*p)).collect(),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reserved_ip_is_created_assigned_and_failed_over_through_the_documented_api() {
-    let (base, cloud) = serve().await;
+    let (base, cloud) = serve(api, "/v2").await;
     let doc = client(&base, TOKEN);
     cloud.lock().unwrap().throttle.push("/reserved_ips/".into());
     let first = reconcile(
@@ -376,7 +317,7 @@ async fn a_reserved_ip_is_created_assigned_and_failed_over_through_the_documente
 
 #[tokio::test(flavor = "multi_thread")]
 async fn narrower_firewall_rules_stay_and_release_follows_the_reclaim_policy() {
-    let (base, cloud) = serve().await;
+    let (base, cloud) = serve(api, "/v2").await;
     let doc = client(&base, TOKEN);
     doc.create_firewall("web").await.unwrap();
     let ssh = json!({"protocol": "tcp", "ports": "22", "sources": {"addresses": ["10.0.0.0/8"]}});
@@ -413,7 +354,7 @@ async fn narrower_firewall_rules_stay_and_release_follows_the_reclaim_policy() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn errors_are_typed_and_never_show_the_token() {
-    let (base, _cloud) = serve().await;
+    let (base, _cloud) = serve(api, "/v2").await;
     let wrong = client(&base, "dop_v1_wrong_secret_value");
     let e = wrong
         .find_ip(Some("45.55.96.1"), &tags())

@@ -6,44 +6,24 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    sync::{Arc, Mutex},
     time::Duration,
 };
 
 use axum::{
-    Router,
     body::Bytes,
     extract::State,
     http::{HeaderMap, Method, StatusCode, Uri},
     response::{IntoResponse, Response},
 };
 use netpolicy_issuers::{
-    Desired, Error, Issuer, PortRule, ReclaimPolicy, Tags, hetzner::HetznerIssuer, reconcile,
-    release,
+    Desired, Error, Issuer, ReclaimPolicy, hetzner::HetznerIssuer, reconcile, release,
 };
 use serde_json::{Value, json};
 
+mod common;
+use common::{Cloud, Gate, Req, Shared, desired, gate, serve, tags};
+
 const TOKEN: &str = "hz-test-token-0123456789";
-
-#[derive(Debug, Clone)]
-struct Req {
-    method: String,
-    path: String,
-    auth: String,
-    body: Value,
-}
-
-#[derive(Default)]
-struct Cloud {
-    ips: Vec<Value>,
-    firewalls: Vec<Value>,
-    next: u64,
-    log: Vec<Req>,
-    /// Paths (prefix) answered once with 429 and Retry-After: 1.
-    throttle: Vec<String>,
-}
-
-type Shared = Arc<Mutex<Cloud>>;
 
 fn error(status: StatusCode, code: &str, message: &str) -> Response {
     (
@@ -76,40 +56,26 @@ async fn api(
     body: Bytes,
 ) -> Response {
     let mut c = s.lock().unwrap();
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let auth = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    let path = uri.path().trim_start_matches("/v1").to_owned();
-    c.log.push(Req {
-        method: method.to_string(),
-        path: uri
-            .path_and_query()
-            .map(ToString::to_string)
-            .unwrap_or_default(),
-        auth: auth.clone(),
-        body: body.clone(),
-    });
-    if auth != format!("Bearer {TOKEN}") {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "unable to authenticate",
-        );
-    }
-    if let Some(i) = c.throttle.iter().position(|p| path.starts_with(p.as_str())) {
-        c.throttle.remove(i);
-        return (
-            StatusCode::TOO_MANY_REQUESTS,
-            [("retry-after", "1")],
-            axum::Json(json!(
-                {"error": {"code": "rate_limit_exceeded", "message": "limit reached"}}
-            )),
-        )
-            .into_response();
-    }
+    let (path, body) = match gate(&mut c, TOKEN, "/v1", &method, &uri, &headers, &body) {
+        Gate::Unauthorized => {
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "unable to authenticate",
+            );
+        }
+        Gate::Throttled => {
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [("retry-after", "1")],
+                axum::Json(json!(
+                    {"error": {"code": "rate_limit_exceeded", "message": "limit reached"}}
+                )),
+            )
+                .into_response();
+        }
+        Gate::Pass { path, body } => (path, body),
+    };
     let query: BTreeMap<String, String> = uri
         .query()
         .unwrap_or_default()
@@ -265,15 +231,6 @@ async fn api(
     }
 }
 
-async fn serve() -> (String, Shared) {
-    let state: Shared = Arc::default();
-    let app = Router::new().fallback(api).with_state(Arc::clone(&state));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}/v1"), state)
-}
-
 fn client(base: &str, token: &str) -> HetznerIssuer {
     let mut c = HetznerIssuer::with_base_url(base, token, "fsn1").unwrap();
     c.poll_interval = Duration::from_millis(5);
@@ -281,24 +238,9 @@ fn client(base: &str, token: &str) -> HetznerIssuer {
     c
 }
 
-fn tags() -> Tags {
-    Tags {
-        cluster: "prod-eu".into(),
-        routed_ip: "ingress".into(),
-    }
-}
-
-fn desired(node: &str, ports: &[u16]) -> Desired {
-    Desired {
-        node: Some(node.into()),
-        firewall: Some("web".into()),
-        ports: ports.iter().map(|p| PortRule::tcp(*p)).collect(),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_routed_ip_is_created_assigned_and_failed_over_through_the_documented_api() {
-    let (base, cloud) = serve().await;
+    let (base, cloud) = serve(api, "/v1").await;
     let hz = client(&base, TOKEN);
     // Throttle the first assignment: the client waits (Retry-After) and retries.
     cloud.lock().unwrap().throttle.push("/floating_ips/".into());
@@ -408,7 +350,7 @@ async fn a_routed_ip_is_created_assigned_and_failed_over_through_the_documented_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn foreign_firewall_rules_are_kept_exactly_and_retain_never_deletes() {
-    let (base, cloud) = serve().await;
+    let (base, cloud) = serve(api, "/v1").await;
     let hz = client(&base, TOKEN);
     hz.create_firewall("web").await.unwrap();
     let ssh = json!({"direction": "in", "protocol": "tcp", "port": "22", "source_ips": ["10.0.0.0/8"], "description": "ssh from the VPN"});
@@ -433,7 +375,7 @@ async fn foreign_firewall_rules_are_kept_exactly_and_retain_never_deletes() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn errors_are_typed_and_never_show_the_token() {
-    let (base, _cloud) = serve().await;
+    let (base, _cloud) = serve(api, "/v1").await;
     let wrong = client(&base, "not-the-token-secret");
     let e = wrong.find_ip(None, &tags()).await.unwrap_err();
     assert!(matches!(e, Error::Unauthorized(_)), "{e:?}");
@@ -467,7 +409,7 @@ async fn errors_are_typed_and_never_show_the_token() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rate_limits_beyond_the_retries_surface_with_retry_after() {
-    let (base, cloud) = serve().await;
+    let (base, cloud) = serve(api, "/v1").await;
     let mut hz = client(&base, TOKEN);
     hz.api.retries = 1;
     cloud
