@@ -21,7 +21,6 @@ use std::{
     io::Write,
     net::{Ipv4Addr, Ipv6Addr},
     process::{Command, Stdio},
-    sync::atomic::{AtomicU32, Ordering},
     time::Duration,
 };
 
@@ -32,57 +31,32 @@ use netpolicy_core::{
     model::{FwMark, Route, RoutingConfig, Rule, RuleAction, RuleKey},
     plan::Op,
 };
-use netpolicy_netlink::{Adapter, Namespace, Ownership};
+use netpolicy_netlink::{
+    Adapter, Ownership,
+    testns::{TestNamespace, is_root},
+};
 
-static N: AtomicU32 = AtomicU32::new(0);
-
-/// A namespace with a veth pair and addresses, deleted on drop.
-struct Netns(String);
+/// The crate's [`TestNamespace`], with `ip -batch` beside it for the baselines. Only
+/// made after `main` checked for root.
+struct Netns(TestNamespace);
 
 impl Netns {
     fn new() -> Self {
-        let name = format!(
-            "npb-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        let run = |args: &[&str]| {
-            let ok = Command::new("ip")
-                .args(args)
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "ip {args:?}");
-        };
-        run(&["netns", "add", &name]);
-        run(&[
-            "-n", &name, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
-        ]);
-        run(&["-n", &name, "link", "set", "v0", "up"]);
-        run(&["-n", &name, "link", "set", "v1", "up"]);
-        run(&["-n", &name, "addr", "add", "192.0.2.10/24", "dev", "v0"]);
-        run(&[
-            "-n",
-            &name,
-            "-6",
-            "addr",
-            "add",
-            "2001:db8::10/64",
-            "dev",
-            "v0",
-            "nodad",
-        ]);
-        Self(name)
+        match TestNamespace::new("netlink benchmarks") {
+            Ok(Some(ns)) => Self(ns),
+            Ok(None) => panic!("the netlink benchmarks need root"),
+            Err(e) => panic!("{e}"),
+        }
     }
 
     fn adapter(&self) -> Adapter {
-        Adapter::open(&Namespace::Named(self.0.clone()), Ownership::default())
-            .unwrap_or_else(|e| panic!("{e}"))
+        Adapter::open(&self.0.namespace(), Ownership::default()).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// `ip -n <ns> -batch -` with `lines`.
     fn ip_batch(&self, lines: &str) {
         let mut child = Command::new("ip")
-            .args(["-n", &self.0, "-batch", "-"])
+            .args(["-n", self.0.name(), "-batch", "-"])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .spawn()
@@ -93,21 +67,6 @@ impl Netns {
         let ok = child.wait().is_ok_and(|s| s.success());
         assert!(ok, "ip -batch failed");
     }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        == Some("0")
 }
 
 const ROUTES: u32 = 100_000;
@@ -277,7 +236,7 @@ fn noop(c: &mut Criterion, group: &str, desired: RoutingConfig) {
                 &["-6", "rule", "show"],
             ] {
                 let out = Command::new("ip")
-                    .args(["-n", &ns.0])
+                    .args(["-n", ns.0.name()])
                     .args(args)
                     .output()
                     .unwrap_or_else(|e| panic!("{e}"));
@@ -341,7 +300,18 @@ fn vlans_supported() -> bool {
     let ns = Netns::new();
     Command::new("ip")
         .args([
-            "-n", &ns.0, "link", "add", "link", "v0", "name", "probe.7", "type", "vlan", "id", "7",
+            "-n",
+            ns.0.name(),
+            "link",
+            "add",
+            "link",
+            "v0",
+            "name",
+            "probe.7",
+            "type",
+            "vlan",
+            "id",
+            "7",
         ])
         .stderr(Stdio::null())
         .status()

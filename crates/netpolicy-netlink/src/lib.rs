@@ -48,6 +48,7 @@
 
 pub mod codec;
 pub mod conn;
+pub mod testns;
 
 use std::{collections::BTreeSet, ops::RangeInclusive};
 

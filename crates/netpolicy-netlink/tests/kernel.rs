@@ -4,20 +4,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::{
-    process::Command,
-    sync::atomic::{AtomicU32, Ordering},
-};
+use std::process::Command;
 
 use netpolicy_core::{
     model::RoutingConfig,
     plan::{Op, SkipReason},
     spec::RoutingSpec,
 };
-use netpolicy_netlink::{Adapter, Namespace, Outcome, Ownership};
+use netpolicy_netlink::{Adapter, Outcome, Ownership, testns::TestNamespace};
 use serde_json::json;
-
-static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// Prints a SKIP line that the test harness does not capture: it shows in every run.
 fn skip(why: &str) {
@@ -25,93 +20,38 @@ fn skip(why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIP {why}");
 }
 
-/// A network namespace with veth pair `v0`/`v1` (both inside, up), 192.0.2.10/24 and
-/// 2001:db8::10/64 on `v0`; deleted on drop.
+/// The crate's [`TestNamespace`] (veth pair `v0`/`v1`, 192.0.2.10/24 and 2001:db8::10/64
+/// on `v0`), with the helpers these tests use.
 struct Netns {
+    inner: TestNamespace,
     name: String,
 }
 
-fn ip(args: &[&str]) -> String {
-    let out = Command::new("ip").args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 impl Netns {
+    /// `None` (and a SKIP line) without root.
     fn new(test: &str) -> Option<Self> {
-        if !nix_is_root() {
-            skip(&format!(
-                "{test}: kernel tests need root (they create network namespaces)"
-            ));
-            return None;
-        }
-        let name = format!(
-            "np-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
-        ip(&["netns", "add", &name]);
-        let ns = Self { name };
-        let n = ns.name.as_str();
-        ip(&[
-            "-n", n, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
-        ]);
-        ip(&["-n", n, "link", "set", "v0", "up"]);
-        ip(&["-n", n, "link", "set", "v1", "up"]);
-        ip(&["-n", n, "addr", "add", "192.0.2.10/24", "dev", "v0"]);
-        ip(&[
-            "-n",
-            n,
-            "-6",
-            "addr",
-            "add",
-            "2001:db8::10/64",
-            "dev",
-            "v0",
-            "nodad",
-        ]);
-        Some(ns)
+        let inner = TestNamespace::new(&format!("{test}: kernel tests"))
+            .unwrap_or_else(|e| panic!("{e}"))?;
+        Some(Self {
+            name: inner.name().to_owned(),
+            inner,
+        })
     }
 
     fn ip(&self, args: &[&str]) -> String {
-        let mut a = vec!["-n", self.name.as_str()];
-        a.extend_from_slice(args);
-        ip(&a)
+        self.inner.ip(args).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// A table's routes; empty when the table does not exist (yet).
     fn table(&self, family: &str, table: &str) -> String {
-        let out = Command::new("ip")
-            .args(["-n", &self.name, family, "route", "show", "table", table])
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout).unwrap()
+        self.inner
+            .ip(&[family, "route", "show", "table", table])
+            .unwrap_or_default()
     }
 
     fn adapter(&self) -> Adapter {
-        Adapter::open(&Namespace::Named(self.name.clone()), Ownership::default()).unwrap()
+        Adapter::open(&self.inner.namespace(), Ownership::default()).unwrap()
     }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
-}
-
-fn nix_is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        == Some("0")
 }
 
 fn config(v: serde_json::Value) -> RoutingConfig {

@@ -14,16 +14,9 @@ use kube::{
     Api,
     api::{Patch, PatchParams, PostParams},
 };
+use netpolicy_netlink::testns::TestNamespace;
 use netpolicy_operator::api::{NodeNetworkConfig, crds};
 use serde_json::{Value, json};
-
-struct Netns(String);
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
 
 struct Agent(Child);
 
@@ -32,20 +25,6 @@ impl Drop for Agent {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn ip(args: &[&str]) -> String {
-    let out = Command::new("ip").args(args).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        == Some("0")
 }
 
 fn nnc(name: &str, revision: &str, routes: Value) -> NodeNetworkConfig {
@@ -76,33 +55,13 @@ where
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_agent_applies_follows_repairs_reports_and_cleans_up() {
-    if !is_root() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIP agent: needs root for network namespaces"
-        );
+    let Some(ns) = TestNamespace::new("agent").unwrap() else {
         return;
-    }
+    };
     let cp = netpolicy_testenv::shared();
     let client = cp.client().await;
     netpolicy_testenv::install_crds(&client, crds()).await;
     let node = cp.unique("agent-node");
-    let ns = Netns(format!("npa-{}-{node}", std::process::id()));
-    for args in [
-        vec!["netns", "add", &ns.0],
-        vec![
-            "-n", &ns.0, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
-        ],
-        vec!["-n", &ns.0, "link", "set", "v0", "up"],
-        vec!["-n", &ns.0, "link", "set", "v1", "up"],
-        vec!["-n", &ns.0, "addr", "add", "192.0.2.10/24", "dev", "v0"],
-    ] {
-        assert!(
-            Command::new("ip").args(&args).status().unwrap().success(),
-            "{args:?}"
-        );
-    }
     let api: Api<NodeNetworkConfig> = Api::all(client.clone());
     api.create(
         &PostParams::default(),
@@ -123,7 +82,7 @@ async fn the_agent_applies_follows_repairs_reports_and_cleans_up() {
                 "--node",
                 &node,
                 "--netns",
-                &ns.0,
+                ns.name(),
                 "--resync-seconds",
                 "1",
                 "--kubeconfig",
@@ -135,7 +94,10 @@ async fn the_agent_applies_follows_repairs_reports_and_cleans_up() {
             .spawn()
             .unwrap(),
     );
-    let table = || ip(&["-n", &ns.0, "route", "show", "table", "100"]);
+    let table = || {
+        ns.ip(&["route", "show", "table", "100"])
+            .unwrap_or_default()
+    };
     let status = |api: Api<NodeNetworkConfig>, node: String| async move {
         api.get(&node).await.unwrap().status.unwrap_or_default()
     };
@@ -177,7 +139,8 @@ async fn the_agent_applies_follows_repairs_reports_and_cleans_up() {
     .await;
 
     // Drift: deleted behind the agent's back, repaired on resync.
-    ip(&["-n", &ns.0, "route", "del", "10.20.0.0/16", "table", "100"]);
+    ns.ip(&["route", "del", "10.20.0.0/16", "table", "100"])
+        .unwrap();
     eventually("the deleted route is repaired", 30, || async {
         table().contains("10.20.0.0/16")
     })
@@ -203,9 +166,7 @@ async fn the_agent_applies_follows_repairs_reports_and_cleans_up() {
     assert!(table().contains("10.20.0.0/16 via 192.0.2.2"));
 
     // Cleanup removes what netpolicy made, and only that.
-    ip(&[
-        "-n",
-        &ns.0,
+    ns.ip(&[
         "route",
         "add",
         "10.99.0.0/16",
@@ -213,10 +174,11 @@ async fn the_agent_applies_follows_repairs_reports_and_cleans_up() {
         "192.0.2.1",
         "table",
         "100",
-    ]);
+    ])
+    .unwrap();
     drop(_agent);
     let out = Command::new(env!("CARGO_BIN_EXE_netpolicy"))
-        .args(["agent", "--node", &node, "--netns", &ns.0, "--cleanup"])
+        .args(["agent", "--node", &node, "--netns", ns.name(), "--cleanup"])
         .output()
         .unwrap();
     assert!(
