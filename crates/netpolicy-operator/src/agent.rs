@@ -28,7 +28,7 @@ use tracing::{info, warn};
 
 use crate::{
     api::NodeNetworkConfig,
-    runtime::{LogFormat, Shared, client_from, init_logs, router, shutdown_signal},
+    runtime::{LogFormat, Shared, client_from, init_logs, serve_probes, shutdown_signal},
 };
 
 /// Options of `netpolicy agent`.
@@ -91,15 +91,7 @@ pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     }
     let client = client_from(opts.kubeconfig.as_ref()).await?;
     let shared = Arc::new(Shared::default());
-    let listener = tokio::net::TcpListener::bind(opts.listen)
-        .await
-        .with_context(|| format!("listening on {}", opts.listen))?;
-    let server = tokio::spawn(axum::serve(listener, router(Arc::clone(&shared))).into_future());
-    client
-        .apiserver_version()
-        .await
-        .context("the API server does not answer")?;
-    shared.connected.store(true, Ordering::Release);
+    let server = serve_probes(opts.listen, &shared, &client).await?;
     let api: Api<NodeNetworkConfig> = Api::all(client);
     let cfg = watcher::Config::default().fields(&format!("metadata.name={}", opts.node));
     let mut events = watcher(api.clone(), cfg).default_backoff().boxed();

@@ -258,6 +258,26 @@ pub enum Exit {
     LostLease,
 }
 
+/// Serves `/metrics`, `/healthz` and `/readyz` on `listen`, then checks that the API
+/// server answers (`/readyz` says so from then on). Abort the handle to stop serving.
+pub(crate) async fn serve_probes(
+    listen: SocketAddr,
+    shared: &Arc<Shared>,
+    client: &Client,
+) -> anyhow::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("listening on {listen}"))?;
+    info!(listen = %listener.local_addr().map_or(listen, |a| a), "serving /metrics, /healthz, /readyz");
+    let server = tokio::spawn(axum::serve(listener, router(Arc::clone(shared))).into_future());
+    if let Err(e) = client.apiserver_version().await {
+        server.abort();
+        return Err(anyhow::Error::new(e).context("the API server does not answer"));
+    }
+    shared.connected.store(true, Ordering::Release);
+    Ok(server)
+}
+
 /// Runs the operator until a signal or the loss of the lease.
 ///
 /// # Errors
@@ -266,17 +286,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Exit> {
     init_logs(opts.log_format);
     let client = client(&opts).await?;
     let shared = Arc::new(Shared::default());
-    let listener = tokio::net::TcpListener::bind(opts.listen)
-        .await
-        .with_context(|| format!("listening on {}", opts.listen))?;
-    info!(listen = %listener.local_addr().map_or(opts.listen, |a| a), "serving /metrics, /healthz, /readyz");
-    let server = tokio::spawn(axum::serve(listener, router(Arc::clone(&shared))).into_future());
-
-    client
-        .apiserver_version()
-        .await
-        .context("the API server does not answer")?;
-    shared.connected.store(true, Ordering::Release);
+    let server = serve_probes(opts.listen, &shared, &client).await?;
 
     let identity = opts
         .identity

@@ -5,10 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::{
-    process::{Child, Command},
-    time::{Duration, Instant},
-};
+use std::process::{Child, Command};
 
 use kube::{
     Api,
@@ -16,6 +13,7 @@ use kube::{
 };
 use netpolicy_netlink::testns::TestNamespace;
 use netpolicy_operator::api::{NodeNetworkConfig, crds};
+use netpolicy_testenv::eventually;
 use serde_json::{Value, json};
 
 struct Agent(Child);
@@ -39,18 +37,6 @@ fn nnc(name: &str, revision: &str, routes: Value) -> NodeNetworkConfig {
 
 fn route(to: &str, via: &str) -> Value {
     json!({"to": to, "via": via, "table": 100, "sources": [{"kind": "NodeConfig", "name": "t"}]})
-}
-
-async fn eventually<F, Fut>(what: &str, secs: u64, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f().await {
-        assert!(Instant::now() < deadline, "{what}: not within {secs} s");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

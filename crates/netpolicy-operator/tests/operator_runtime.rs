@@ -19,6 +19,7 @@ use kube::{
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use netpolicy_operator::api::{NodeConfig, NodeNetworkConfig, crds};
+use netpolicy_testenv::eventually;
 use serde_json::json;
 
 /// A running `netpolicy operator`, killed when dropped.
@@ -99,18 +100,6 @@ impl Operator {
 
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-async fn eventually<F, Fut>(what: &str, secs: u64, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f().await {
-        assert!(Instant::now() < deadline, "{what}: not within {secs} s");
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

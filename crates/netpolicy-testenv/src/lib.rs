@@ -186,6 +186,20 @@ fn free_port() -> Result<u16> {
         .map_err(|e| format!("port: {e}"))
 }
 
+/// Waits until `f` says yes, checking every 200 ms; fails the test naming `what` when
+/// `secs` seconds pass first.
+pub async fn eventually<F, Fut>(what: &str, secs: u64, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f().await {
+        assert!(Instant::now() < deadline, "{what}: not within {secs} s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// A tool built by `scripts/test-tools` (`etcd`, `kube-apiserver`, `helm`).
 ///
 /// # Panics
