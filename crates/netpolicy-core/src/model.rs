@@ -159,6 +159,26 @@ pub struct Vlan {
     pub addresses: Vec<IpNetwork>,
 }
 
+impl fmt::Display for Vlan {
+    /// `eth0.100: 802.1Q id 100 on eth0, mtu 1500, addresses 10.10.0.5/24`: the readable
+    /// form `netpolicy plan` and the agent's status use.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {} id {} on {}",
+            self.name, self.protocol, self.id, self.link
+        )?;
+        if let Some(m) = self.mtu {
+            write!(f, ", mtu {m}")?;
+        }
+        if !self.addresses.is_empty() {
+            let a: Vec<String> = self.addresses.iter().map(ToString::to_string).collect();
+            write!(f, ", addresses {}", a.join(" "))?;
+        }
+        Ok(())
+    }
+}
+
 /// Route scope (`rtm_scope`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RouteScope {
@@ -228,6 +248,41 @@ impl Route {
     /// The route's address family.
     pub fn family(&self) -> IpFamily {
         IpFamily::of_net(self.to)
+    }
+}
+
+impl fmt::Display for Route {
+    /// `10.20.0.0/16 table 100 via 192.0.2.1 dev eth0`, in `ip route`'s words.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.key().fmt(f)?;
+        if let Some(v) = self.via {
+            write!(f, " via {v}")?;
+        }
+        if let Some(d) = &self.dev {
+            write!(f, " dev {d}")?;
+        }
+        for h in &self.nexthops {
+            f.write_str(" nexthop")?;
+            if let Some(v) = h.via {
+                write!(f, " via {v}")?;
+            }
+            if let Some(d) = &h.dev {
+                write!(f, " dev {d}")?;
+            }
+            if h.weight != 1 {
+                write!(f, " weight {}", h.weight)?;
+            }
+        }
+        if let Some(s) = self.scope {
+            write!(f, " scope {}", s.as_str())?;
+        }
+        if self.onlink {
+            f.write_str(" onlink")?;
+        }
+        if let Some(s) = self.src {
+            write!(f, " src {s}")?;
+        }
+        Ok(())
     }
 }
 
@@ -383,6 +438,17 @@ impl Rule {
     /// The rule's identity.
     pub fn key(&self) -> &RuleKey {
         &self.key
+    }
+}
+
+impl fmt::Display for Rule {
+    /// `priority 1000 from 10.10.0.0/24 lookup 100`, in `ip rule`'s words.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.key.fmt(f)?;
+        match self.action {
+            RuleAction::Lookup(t) => write!(f, " lookup {t}"),
+            other => write!(f, " {}", other.name()),
+        }
     }
 }
 

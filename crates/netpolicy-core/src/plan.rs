@@ -52,6 +52,10 @@ pub struct ObservedRoute {
     pub route: Route,
     /// Whether netpolicy created it.
     pub owned: bool,
+    /// The kernel's route protocol (`rtm_protocol`) as observed. A delete names it, so
+    /// that the kernel removes exactly this route and not another one with the same
+    /// identity (table, destination, metric) made by someone else.
+    pub protocol: u8,
 }
 
 /// A rule as observed. The kernel keeps rules per family.
@@ -75,6 +79,10 @@ pub struct Observed {
     pub routes: Vec<ObservedRoute>,
     /// Rules.
     pub rules: Vec<ObservedRule>,
+    /// Names of links that exist but are not VLANs (a veth, a bridge, the uplink). A
+    /// desired VLAN with one of these names is refused: netpolicy never adopts, marks,
+    /// configures or removes a link it did not create.
+    pub other_links: Vec<IfName>,
 }
 
 /// One kernel operation.
@@ -87,8 +95,14 @@ pub enum Op {
         /// The rule as observed.
         rule: Rule,
     },
-    /// Delete a route.
-    DeleteRoute(Route),
+    /// Delete exactly this route: its identity, its next hops and its protocol, so that
+    /// a foreign route with the same identity is never the one removed.
+    DeleteRoute {
+        /// The route as observed.
+        route: Route,
+        /// Its route protocol as observed.
+        protocol: u8,
+    },
     /// Delete an address from a link.
     DeleteAddress {
         /// Interface.
@@ -118,6 +132,10 @@ pub enum Op {
     },
     /// Create or replace a route (`NLM_F_CREATE | NLM_F_REPLACE`).
     ReplaceRoute(Route),
+    /// Add a route beside a foreign route with the same identity (`NLM_F_CREATE`
+    /// without `NLM_F_REPLACE`, which would overwrite whichever route the kernel lists
+    /// first). Planned after deleting netpolicy's own outdated route of that identity.
+    AddRoute(Route),
     /// Add a rule.
     AddRule {
         /// Family to install the rule in.
@@ -143,7 +161,7 @@ impl Op {
         matches!(
             self,
             Self::DeleteRule { .. }
-                | Self::DeleteRoute(_)
+                | Self::DeleteRoute { .. }
                 | Self::DeleteAddress { .. }
                 | Self::DeleteLink(_)
         )
@@ -152,15 +170,38 @@ impl Op {
     fn step(&self) -> u8 {
         match self {
             Self::DeleteRule { .. } => 0,
-            Self::DeleteRoute(_) => 1,
+            Self::DeleteRoute { .. } => 1,
             Self::DeleteAddress { .. } => 2,
             Self::DeleteLink(_) => 3,
             Self::CreateLink(_) => 4,
             Self::SetMtu { .. } => 5,
             Self::SetUp(_) => 6,
             Self::AddAddress { .. } => 7,
-            Self::ReplaceRoute(_) => 8,
+            Self::ReplaceRoute(_) | Self::AddRoute(_) => 8,
             Self::AddRule { .. } | Self::ReplaceRule { .. } => 9,
+        }
+    }
+}
+
+impl std::fmt::Display for Op {
+    /// `add route 10.20.0.0/16 table 100 via 192.0.2.1`: the operation in the readable
+    /// form of its item (the words `netpolicy plan` uses), for logs and status.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::DeleteRule { family, rule } => write!(f, "delete {family} rule {rule}"),
+            Self::DeleteRoute { route, protocol } => {
+                write!(f, "delete route {route} proto {protocol}")
+            }
+            Self::DeleteAddress { dev, address } => write!(f, "delete address {address} dev {dev}"),
+            Self::DeleteLink(dev) => write!(f, "delete link {dev}"),
+            Self::CreateLink(v) => write!(f, "create vlan {v}"),
+            Self::SetMtu { dev, mtu } => write!(f, "set mtu {mtu} dev {dev}"),
+            Self::SetUp(dev) => write!(f, "set link {dev} up"),
+            Self::AddAddress { dev, address } => write!(f, "add address {address} dev {dev}"),
+            Self::ReplaceRoute(r) => write!(f, "add route {r}"),
+            Self::AddRoute(r) => write!(f, "add route {r} (beside a foreign route)"),
+            Self::AddRule { family, rule } => write!(f, "add {family} rule {rule}"),
+            Self::ReplaceRule { family, new, .. } => write!(f, "replace {family} rule {new}"),
         }
     }
 }
@@ -174,6 +215,41 @@ pub enum SkipReason {
     /// A foreign item with the same identity and different content exists: netpolicy
     /// does not overwrite what it did not create.
     ForeignDiffers,
+    /// A desired VLAN's interface name is held by a link that is not a VLAN (a veth, a
+    /// bridge, the uplink): refused, and that link is left exactly as it is.
+    NameTakenByOtherLink,
+}
+
+impl SkipReason {
+    /// Whether the node has the item as desired despite the skip (only for
+    /// [`SkipReason::ForeignIdentical`]).
+    pub fn is_satisfied(self) -> bool {
+        matches!(self, Self::ForeignIdentical)
+    }
+}
+
+impl std::fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::ForeignIdentical => {
+                "already present as a foreign object with the same content (left alone)"
+            }
+            Self::ForeignDiffers => {
+                "blocked by a foreign object with the same identity and different content \
+                 (netpolicy does not change what it did not create)"
+            }
+            Self::NameTakenByOtherLink => {
+                "refused: the interface name is held by a link that is not this VLAN and \
+                 not netpolicy's (it is left unchanged)"
+            }
+        })
+    }
+}
+
+impl std::fmt::Display for Skipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.item, self.reason)
+    }
 }
 
 /// A desired item the plan does not touch.
@@ -245,7 +321,15 @@ fn plan_vlans(
             ops.push(Op::DeleteLink(o.vlan.name.clone()));
         }
     }
+    let taken: BTreeSet<&IfName> = observed.other_links.iter().collect();
     for v in &desired.vlans {
+        if taken.contains(&v.name) && !have.contains_key(&v.name) {
+            skipped.push(Skipped {
+                item: ItemRef::Vlan(v.name.clone()),
+                reason: SkipReason::NameTakenByOtherLink,
+            });
+            continue;
+        }
         let add_all = |ops: &mut Vec<Op>| {
             ops.push(Op::CreateLink(Vlan {
                 addresses: Vec::new(),
@@ -329,36 +413,85 @@ fn plan_routes(
     };
     let hard: BTreeSet<u32> = desired.table_hard_sync.iter().copied().collect();
     let want: BTreeMap<RouteKey, &Route> = desired.routes.iter().map(|r| (r.key(), r)).collect();
-    let mut have: BTreeMap<RouteKey, &ObservedRoute> = BTreeMap::new();
+    // Every observed route of each identity, in the kernel's order: the kernel keeps
+    // several routes of one identity when they differ (ours and a foreign twin).
+    let mut have: BTreeMap<RouteKey, Vec<&ObservedRoute>> = BTreeMap::new();
+    let delete = |o: &ObservedRoute| Op::DeleteRoute {
+        route: o.route.clone(),
+        protocol: o.protocol,
+    };
     for o in &observed.routes {
         let k = o.route.key();
         let manageable = o.owned || hard.contains(&k.table);
-        if !want.contains_key(&k) && manageable {
-            ops.push(Op::DeleteRoute(o.route.clone()));
+        if !want.contains_key(&k) {
+            if manageable {
+                ops.push(delete(o));
+            }
+            continue;
         }
-        // If the kernel shows two routes with one identity, an owned one decides.
-        if o.owned || !have.contains_key(&k) {
-            have.insert(k, o);
-        }
+        have.entry(k).or_default().push(o);
     }
     for (k, r) in &want {
-        match have.get(k) {
-            None => ops.push(Op::ReplaceRoute((*r).clone())),
-            Some(o) if o.route == **r && !through_recreated(r) => {
-                if !o.owned && !hard.contains(&k.table) {
-                    skipped.push(Skipped {
-                        item: ItemRef::Route(*k),
-                        reason: SkipReason::ForeignIdentical,
-                    });
+        // Routes through a link that is deleted and created again go with it.
+        let all: Vec<&ObservedRoute> = have
+            .get(k)
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|o| !through_recreated(&o.route))
+            .collect();
+        if hard.contains(&k.table) {
+            // Hard-synced: exactly the desired route stays, whoever made the others.
+            let keep = all
+                .iter()
+                .filter(|o| o.route == **r)
+                .max_by_key(|o| o.owned);
+            for o in &all {
+                if keep.is_none_or(|kept| !std::ptr::eq(*o, *kept)) {
+                    ops.push(delete(o));
                 }
             }
-            Some(o) if o.owned || hard.contains(&k.table) => {
+            if keep.is_none() {
+                // The deletes run first: nothing of this identity is left to replace.
                 ops.push(Op::ReplaceRoute((*r).clone()));
             }
-            Some(_) => skipped.push(Skipped {
-                item: ItemRef::Route(*k),
-                reason: SkipReason::ForeignDiffers,
-            }),
+            continue;
+        }
+        let (owned, foreign): (Vec<&ObservedRoute>, Vec<&ObservedRoute>) =
+            all.iter().copied().partition(|o| o.owned);
+
+        if owned.is_empty() {
+            match foreign.iter().any(|o| o.route == **r) {
+                _ if foreign.is_empty() => ops.push(Op::ReplaceRoute((*r).clone())),
+                true => skipped.push(Skipped {
+                    item: ItemRef::Route(*k),
+                    reason: SkipReason::ForeignIdentical,
+                }),
+                false => skipped.push(Skipped {
+                    item: ItemRef::Route(*k),
+                    reason: SkipReason::ForeignDiffers,
+                }),
+            }
+            continue;
+        }
+        let keep = owned.iter().position(|o| o.route == **r);
+        if let Some(i) = keep {
+            // Ours is as desired; a second copy of ours (a concurrent writer) goes.
+            for (j, o) in owned.iter().enumerate() {
+                if j != i {
+                    ops.push(delete(o));
+                }
+            }
+        } else if !foreign.is_empty() {
+            // Ours is outdated beside a foreign twin: a replace would overwrite
+            // whichever the kernel lists first, so delete exactly ours and add the
+            // new one beside the foreign route.
+            ops.extend(owned.iter().map(|o| delete(o)));
+            ops.push(Op::AddRoute((*r).clone()));
+        } else {
+            // Only ours: extra copies go, the first is replaced in place.
+            ops.extend(owned.iter().skip(1).map(|o| delete(o)));
+            ops.push(Op::ReplaceRoute((*r).clone()));
         }
     }
 }
@@ -456,6 +589,7 @@ mod tests {
                 .map(|r| ObservedRoute {
                     route: r.clone(),
                     owned,
+                    protocol: if owned { 203 } else { 4 },
                 })
                 .collect(),
             rules: cfg
@@ -473,6 +607,7 @@ mod tests {
                     })
                 })
                 .collect(),
+            other_links: Vec::new(),
         }
     }
 
@@ -542,7 +677,8 @@ mod tests {
         assert!(p.ops.is_empty(), "{:?}", p.ops);
         assert_eq!(p.skipped[0].reason, SkipReason::ForeignDiffers);
 
-        // With table 100 hard-synced, the foreign route is replaced and the extra deleted.
+        // With table 100 hard-synced, both foreign routes are deleted (each named
+        // exactly) and the desired one created.
         let hard = RoutingConfig {
             table_hard_sync: vec![100],
             ..d
@@ -551,7 +687,14 @@ mod tests {
         assert_eq!(
             p.ops,
             [
-                Op::DeleteRoute(foreign.routes[1].clone()),
+                Op::DeleteRoute {
+                    route: foreign.routes[0].clone(),
+                    protocol: 4
+                },
+                Op::DeleteRoute {
+                    route: foreign.routes[1].clone(),
+                    protocol: 4
+                },
                 Op::ReplaceRoute(hard.routes[0].clone())
             ]
         );
@@ -622,5 +765,93 @@ mod tests {
         let p = plan(&o, &d);
         let kinds: Vec<u8> = p.ops.iter().map(Op::step).collect();
         assert_eq!(kinds, [2, 5, 6, 7], "{:?}", p.ops);
+    }
+
+    #[test]
+    fn a_vlan_whose_name_another_kind_of_link_holds_is_refused_and_that_link_untouched() {
+        let d = full();
+        let o = Observed {
+            other_links: vec![d.vlans[0].name.clone()],
+            ..Observed::default()
+        };
+        let p = plan(&o, &d);
+        assert!(
+            p.ops.iter().all(|op| !matches!(
+                op,
+                Op::CreateLink(_) | Op::SetUp(_) | Op::AddAddress { .. } | Op::SetMtu { .. }
+            )),
+            "{:?}",
+            p.ops
+        );
+        assert_eq!(
+            p.skipped,
+            [Skipped {
+                item: ItemRef::Vlan(d.vlans[0].name.clone()),
+                reason: SkipReason::NameTakenByOtherLink
+            }]
+        );
+    }
+
+    #[test]
+    fn an_outdated_owned_route_beside_a_foreign_twin_is_deleted_exactly_and_added_beside() {
+        let d = desired(RoutingSpec {
+            routes: vec![route("10.20.0.0/16", "eth0", 100)],
+            ..Default::default()
+        });
+        let ours = desired(RoutingSpec {
+            routes: vec![route("10.20.0.0/16", "eth2", 100)],
+            ..Default::default()
+        });
+        let theirs = desired(RoutingSpec {
+            routes: vec![route("10.20.0.0/16", "eth1", 100)],
+            ..Default::default()
+        });
+        let mut o = observed_from(&theirs, false);
+        o.routes.extend(observed_from(&ours, true).routes);
+        let p = plan(&o, &d);
+        assert_eq!(
+            p.ops,
+            [
+                Op::DeleteRoute {
+                    route: ours.routes[0].clone(),
+                    protocol: 203
+                },
+                Op::AddRoute(d.routes[0].clone())
+            ]
+        );
+        // With nothing desired, only ours goes, named with its protocol.
+        let p = plan(&o, &RoutingConfig::default());
+        assert_eq!(
+            p.ops,
+            [Op::DeleteRoute {
+                route: ours.routes[0].clone(),
+                protocol: 203
+            }]
+        );
+    }
+
+    #[test]
+    fn operations_and_skips_read_like_ip_commands() {
+        let d = full();
+        let p = plan(&Observed::default(), &d);
+        let text: Vec<String> = p.ops.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "create vlan eth0.100: 802.1Q id 100 on eth0",
+                "set link eth0.100 up",
+                "add address 10.10.0.5/24 dev eth0.100",
+                "add route 10.20.0.0/16 table 100 dev eth0.100",
+                "add IPv4 rule priority 1000 from 10.10.0.0/24 lookup 100",
+            ]
+        );
+        let s = Skipped {
+            item: ItemRef::Route(d.routes[0].key()),
+            reason: SkipReason::ForeignDiffers,
+        };
+        assert!(
+            s.to_string()
+                .starts_with("route 10.20.0.0/16 table 100: blocked by a foreign")
+        );
     }
 }

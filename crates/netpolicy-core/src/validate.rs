@@ -403,6 +403,24 @@ fn validate_route(r: &RouteSpec, path: &str, p: &mut Problems) -> Option<Route> 
             None
         }
     };
+    // Linux keeps no scope for IPv6 routes: every one reads back as global. A link or
+    // host scope could never be observed as desired (the agent would replace the route
+    // on every pass), so it is refused; global is the same as none.
+    let scope = match (family, scope) {
+        (Some(IpFamily::V6), Some(RouteScope::Global)) => None,
+        (Some(IpFamily::V6), Some(s)) => {
+            p.push(
+                format!("{path}.scope"),
+                format!(
+                    "IPv6 routes have no scope in Linux (the kernel keeps every one as \
+                     global), so {:?} cannot be applied; leave scope out",
+                    s.as_str()
+                ),
+            );
+            None
+        }
+        (_, s) => s,
+    };
     let mut nexthops = Vec::new();
     if !r.nexthops.is_empty() {
         if r.via.is_some() || r.dev.is_some() {

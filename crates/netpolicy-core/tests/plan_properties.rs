@@ -103,9 +103,28 @@ fn observed() -> impl Strategy<Value = Observed> {
                 o.vlans.push(ObservedVlan { vlan: v, up, owned });
             }
             for r in c.routes {
+                let (owned, twin) = next();
+                if owned && !twin {
+                    // A foreign route with the same identity, listed first (as
+                    // `ip route prepend` puts it): a replace would hit it.
+                    let mut foreign = r.clone();
+                    foreign.via = foreign.via.map(|v| match v {
+                        std::net::IpAddr::V4(_) => "10.0.0.9".parse().unwrap(),
+                        std::net::IpAddr::V6(_) => "fd00::9".parse().unwrap(),
+                    });
+                    o.routes.insert(
+                        0,
+                        ObservedRoute {
+                            route: foreign,
+                            owned: false,
+                            protocol: 4,
+                        },
+                    );
+                }
                 o.routes.push(ObservedRoute {
                     route: r,
-                    owned: next().0,
+                    owned,
+                    protocol: if owned { 203 } else { 3 },
                 });
             }
             for r in c.rules {
@@ -133,13 +152,31 @@ fn apply(o: &mut Observed, ops: &[Op]) {
             Op::DeleteRule { family, rule } => o
                 .rules
                 .retain(|r| !(r.family == *family && r.rule.key == rule.key)),
-            Op::DeleteRoute(r) => o.routes.retain(|x| x.route.key() != r.key()),
+            // The kernel deletes the first route matching everything the request names.
+            Op::DeleteRoute { route, protocol } => {
+                let at = o
+                    .routes
+                    .iter()
+                    .position(|x| x.route == *route && x.protocol == *protocol)
+                    .expect("a delete names an existing route exactly");
+                o.routes.remove(at);
+            }
             Op::DeleteAddress { dev, address } => {
                 for v in o.vlans.iter_mut().filter(|v| v.vlan.name == *dev) {
                     v.vlan.addresses.retain(|a| a != address);
                 }
             }
-            Op::DeleteLink(name) => o.vlans.retain(|v| v.vlan.name != *name),
+            // The kernel removes the routes through a deleted link with it.
+            Op::DeleteLink(name) => {
+                o.vlans.retain(|v| v.vlan.name != *name);
+                o.routes.retain(|r| {
+                    r.route.dev.as_ref() != Some(name)
+                        && r.route
+                            .nexthops
+                            .iter()
+                            .all(|h| h.dev.as_ref() != Some(name))
+                });
+            }
             Op::CreateLink(v) => {
                 assert!(o.vlans.iter().all(|x| x.vlan.name != v.name), "link exists");
                 let mut v = v.clone();
@@ -169,13 +206,23 @@ fn apply(o: &mut Observed, ops: &[Op]) {
                 v.vlan.addresses.push(*address);
                 v.vlan.addresses.sort();
             }
+            // NLM_F_REPLACE overwrites the first route of that identity, whoever's.
             Op::ReplaceRoute(r) => {
-                o.routes.retain(|x| x.route.key() != r.key());
-                o.routes.push(ObservedRoute {
+                let new = ObservedRoute {
                     route: r.clone(),
                     owned: true,
-                });
+                    protocol: 203,
+                };
+                match o.routes.iter().position(|x| x.route.key() == r.key()) {
+                    Some(at) => o.routes[at] = new,
+                    None => o.routes.push(new),
+                }
             }
+            Op::AddRoute(r) => o.routes.push(ObservedRoute {
+                route: r.clone(),
+                owned: true,
+                protocol: 203,
+            }),
             Op::AddRule { family, rule } => o.rules.push(ObservedRule {
                 family: *family,
                 rule: rule.clone(),

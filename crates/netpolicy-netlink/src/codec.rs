@@ -3,7 +3,8 @@
 //!
 //! Normalizations (documented because they decide "equal"):
 //! - Route scope: `None` means universe for routes with a gateway or next hops and link
-//!   for device-only routes (what iproute2 does); a read-back scope equal to that default
+//!   for device-only IPv4 routes (what iproute2 does); IPv6 routes are always universe
+//!   (the kernel keeps no scope for them). A read-back scope equal to that default
 //!   becomes `None`.
 //! - IPv6 metric 0 is the kernel's 1024: written as 1024, 1024 read back as 0.
 //! - A rule fwmark without mask reads back with mask `0xffffffff`.
@@ -61,7 +62,8 @@ pub fn af(f: IpFamily) -> AddressFamily {
 }
 
 fn default_scope(r: &Route) -> NlScope {
-    if r.via.is_some() || !r.nexthops.is_empty() {
+    // Linux keeps no scope for IPv6 routes: every one is dumped as universe.
+    if matches!(r.to, IpNetwork::V6(_)) || r.via.is_some() || !r.nexthops.is_empty() {
         NlScope::Universe
     } else {
         NlScope::Link
@@ -138,6 +140,53 @@ fn ip_of(a: &RouteAddress) -> Option<IpAddr> {
         RouteAddress::Inet6(v) => Some(IpAddr::V6(*v)),
         _ => None,
     }
+}
+
+/// The message that deletes exactly the observed route `r` made with `protocol`: its
+/// identity, its gateway, device and next hops, and its protocol. The kernel deletes
+/// the first route that matches every attribute given, so naming only the identity
+/// could remove a foreign route that shares it. A device that no longer exists is left
+/// out (the route went with it, or the delete answers `ESRCH`).
+pub fn route_delete_message(r: &Route, protocol: u8, links: &Links) -> RouteMessage {
+    let known = links;
+    let mut exact = r.clone();
+    if exact
+        .dev
+        .as_ref()
+        .is_some_and(|d| known.index_of(d).is_err())
+    {
+        exact.dev = None;
+    }
+    for h in &mut exact.nexthops {
+        if h.dev.as_ref().is_some_and(|d| known.index_of(d).is_err()) {
+            h.dev = None;
+        }
+    }
+    let mut m = match route_message(&exact, protocol, known) {
+        Ok(m) => m,
+        // Unreachable: every device left is known. Fall back to the identity with the
+        // protocol, which still never matches a route of another protocol.
+        Err(_) => {
+            let mut m = RouteMessage::default();
+            m.header.address_family = family_of(&r.to);
+            m.header.destination_prefix_length = r.to.prefix();
+            m.header.table = u8::try_from(r.table).unwrap_or(RouteHeader::RT_TABLE_UNSPEC);
+            m.header.protocol = RouteProtocol::from(protocol);
+            m.header.kind = RouteType::Unicast;
+            m.attributes.push(RouteAttribute::Table(r.table));
+            m.attributes
+                .push(RouteAttribute::Destination(RouteAddress::from(
+                    r.to.network(),
+                )));
+            let v6 = matches!(r.to, IpNetwork::V6(_));
+            let metric = if v6 && r.metric == 0 { 1024 } else { r.metric };
+            m.attributes.push(RouteAttribute::Priority(metric));
+            m
+        }
+    };
+    // Any scope: the protocol and next hops already single the route out.
+    m.header.scope = NlScope::NoWhere;
+    m
 }
 
 /// A dumped route as the model sees it, with its protocol; `None` for routes the model
@@ -371,12 +420,12 @@ pub fn vlan_message(v: &Vlan, parent: u32) -> LinkMessage {
     m
 }
 
-/// The message that marks link `name` with [`LINK_ALIAS`] (by name: the index of a link
-/// created in the same batch is not known yet).
-pub fn alias_message(name: &IfName) -> LinkMessage {
+/// The message that marks the link at `index` with [`LINK_ALIAS`]. It is sent only
+/// after the create of that link answered success, by index: a link of that name that
+/// someone else made is never marked.
+pub fn alias_message(index: u32) -> LinkMessage {
     let mut m = LinkMessage::default();
-    m.attributes
-        .push(LinkAttribute::IfName(name.as_str().to_owned()));
+    m.header.index = index;
     m.attributes
         .push(LinkAttribute::IfAlias(LINK_ALIAS.to_owned()));
     m
@@ -472,11 +521,11 @@ mod tests {
     }
 
     #[test]
-    fn the_ownership_alias_is_set_by_name_in_a_second_message() {
+    fn the_ownership_alias_is_set_by_index_in_a_second_message() {
         let mut want = vec![0u8; 16];
-        want.extend(nla(IFLA_IFNAME, b"v0.100\0"));
+        want[4..8].copy_from_slice(&42u32.to_le_bytes()); // ifi_index
         want.extend(nla(IFLA_IFALIAS, b"netpolicy\0"));
-        let m = alias_message(&IfName::new("v0.100").unwrap());
+        let m = alias_message(42);
         assert_eq!(bytes(&m), want);
     }
 

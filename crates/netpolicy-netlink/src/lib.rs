@@ -8,15 +8,25 @@
 //! # Ownership
 //! - Routes carry route protocol [`Ownership::route_protocol`] (default
 //!   [`DEFAULT_PROTOCOL`] = 203, unassigned in iproute2's `rt_protos`).
-//! - Rules carry the same protocol (`FRA_PROTOCOL`) and must lie in
-//!   [`Ownership::rule_priorities`] (default 1000..=32765) to count as ours.
-//! - Links carry the interface alias [`codec::LINK_ALIAS`] (`netpolicy`).
+//! - Rules carry the same protocol (`FRA_PROTOCOL`, Linux 4.17+), at any priority: the
+//!   protocol alone decides, so every priority validation accepts (1..=32765,
+//!   [`netpolicy_core::model::RULE_PRIORITY_MIN`]..=[`netpolicy_core::model::RULE_PRIORITY_MAX`])
+//!   is one netpolicy can find again and remove. (An earlier version also required a
+//!   priority range; a rule created outside it escaped ownership.)
+//! - Links carry the interface alias [`codec::LINK_ALIAS`] (`netpolicy`), set by index
+//!   only after the kernel answered the create of that very link.
 //!
-//! Reconcile and cleanup delete only owned objects. A desired item whose identity is
+//! Reconcile and cleanup delete only owned objects, and name them exactly: a route
+//! delete carries the route's protocol, gateway, device and next hops, so the kernel
+//! cannot pick a foreign route of the same identity. A desired item whose identity is
 //! already held by a foreign object is left alone and reported in
 //! [`Report::skipped`]: untouched when identical, blocked when it differs (the planner's
-//! rule). The one opt-in exception is a table in `tableHardSync`, where every route not
-//! desired is removed whoever made it.
+//! rule). A desired VLAN whose name another kind of link holds is refused and that
+//! link is not touched. The one opt-in exception is a table in `tableHardSync`, where
+//! every route not desired is removed whoever made it.
+//!
+//! Every pass that changed something is checked: the namespace is observed again and
+//! whatever still differs from the desired state is in [`Report::unconverged`].
 //!
 //! # Results
 //! Every operation gets an [`Outcome`]: done; `EEXIST` on an add, or
@@ -50,7 +60,7 @@ pub mod codec;
 pub mod conn;
 pub mod testns;
 
-use std::{collections::BTreeSet, ops::RangeInclusive};
+use std::collections::BTreeSet;
 
 use ipnetwork::IpNetwork;
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
@@ -59,7 +69,7 @@ use netlink_packet_route::{
     AddressFamily, RouteNetlinkMessage,
     address::{AddressAttribute, AddressMessage},
     link::{InfoData, InfoKind, InfoVlan, LinkAttribute, LinkFlags, LinkInfo, LinkMessage},
-    route::{RouteAttribute, RouteHeader, RouteMessage, RouteScope as NlScope},
+    route::RouteMessage,
     rule::RuleMessage,
 };
 use netpolicy_core::{
@@ -95,16 +105,20 @@ pub const DEFAULT_PROTOCOL: u8 = 203;
 pub struct Ownership {
     /// Route protocol of owned routes and rules.
     pub route_protocol: u8,
-    /// Priorities owned rules may have.
-    pub rule_priorities: RangeInclusive<u32>,
 }
 
 impl Default for Ownership {
     fn default() -> Self {
         Self {
             route_protocol: DEFAULT_PROTOCOL,
-            rule_priorities: 1000..=32765,
         }
+    }
+}
+
+impl Ownership {
+    /// Whether a route or rule the kernel reports with `protocol` is netpolicy's.
+    pub fn owns(&self, protocol: u8) -> bool {
+        protocol == self.route_protocol
     }
 }
 
@@ -154,12 +168,25 @@ pub struct Report {
     /// Operations that repaired owned objects changed or removed behind netpolicy's
     /// back since the last pass that applied the same desired state completely.
     pub drift: Vec<Op>,
+    /// What a fresh observation after applying still found different from the
+    /// desired state (the operations it would take next), not counting failed
+    /// operations and skipped items, which are reported on their own. Empty when the
+    /// pass changed nothing or the kernel now holds exactly what was asked.
+    pub unconverged: Vec<Op>,
 }
 
 impl Report {
     /// The failed operations.
     pub fn failures(&self) -> impl Iterator<Item = &OpResult> {
         self.results.iter().filter(|r| !r.outcome.is_ok())
+    }
+
+    /// Whether the namespace now holds the desired state: no failure, no blocked or
+    /// refused item, nothing left unconverged.
+    pub fn is_converged(&self) -> bool {
+        self.failures().next().is_none()
+            && self.skipped.iter().all(|s| s.reason.is_satisfied())
+            && self.unconverged.is_empty()
     }
 }
 
@@ -251,6 +278,13 @@ impl Adapter {
         let mut observed = Observed::default();
         for l in &link_msgs {
             let Some(v) = self.vlan_of(l, &addrs) else {
+                // Not a VLAN (or not one the model can describe): if a desired VLAN
+                // has its name, that VLAN is refused and this link left alone.
+                if let Some(name) = link_name(l).filter(|n| wanted_links.contains(n))
+                    && let Ok(name) = IfName::new(name)
+                {
+                    observed.other_links.push(name);
+                }
                 continue;
             };
             let owned = l
@@ -284,9 +318,13 @@ impl Adapter {
             if let Some(want) = wanted_routes.get(&route.key()) {
                 normalize_resolved_devices(&mut route, want);
             }
-            let owned = protocol == self.own.route_protocol;
+            let owned = self.own.owns(protocol);
             if owned || hard.contains(&route.table) || wanted_routes.contains_key(&route.key()) {
-                observed.routes.push(ObservedRoute { route, owned });
+                observed.routes.push(ObservedRoute {
+                    route,
+                    owned,
+                    protocol,
+                });
             }
         }
         let rules = self.dump_family(
@@ -302,8 +340,7 @@ impl Adapter {
         )?;
         let wanted_rules: BTreeSet<_> = desired.rules.iter().map(|r| r.key.clone()).collect();
         for (family, rule, protocol) in rules {
-            let owned = protocol == self.own.route_protocol
-                && self.own.rule_priorities.contains(&rule.key.priority);
+            let owned = self.own.owns(protocol);
             if owned || wanted_rules.contains(&rule.key) {
                 observed.rules.push(ObservedRule {
                     family,
@@ -417,16 +454,31 @@ impl Adapter {
         } else {
             self.apply(&p.ops)?
         };
-        if !dry_run {
-            self.applied = results
+        let mut unconverged = Vec::new();
+        if !dry_run && !p.ops.is_empty() {
+            // Check the result: observe again. What failed is reported with its
+            // failure; anything else still planned did not take.
+            let failed: BTreeSet<&Op> = results
                 .iter()
-                .all(|r| r.outcome.is_ok())
+                .filter(|r| !r.outcome.is_ok())
+                .map(|r| &r.op)
+                .collect();
+            unconverged = self
+                .plan(desired)?
+                .ops
+                .into_iter()
+                .filter(|op| !failed.contains(op))
+                .collect();
+        }
+        if !dry_run {
+            self.applied = (results.iter().all(|r| r.outcome.is_ok()) && unconverged.is_empty())
                 .then(|| desired.clone());
         }
         Ok(Report {
             results,
             skipped: p.skipped,
             drift,
+            unconverged,
         })
     }
 
@@ -455,15 +507,54 @@ impl Adapter {
                 j += 1;
             }
             if stage == 4 {
-                // Links were created: later operations name them.
-                results.extend(self.run(&ops[i..j])?);
+                // Links were created: later operations name them. Each new link is
+                // marked as ours only once its own create succeeded.
+                let mut created = self.run(&ops[i..j])?;
                 self.refresh_links()?;
+                self.mark_created(&mut created)?;
+                results.extend(created);
             } else {
                 results.extend(self.run(&ops[i..j])?);
             }
             i = j;
         }
         Ok(results)
+    }
+
+    /// Sets the ownership alias on every link whose create answered success.
+    fn mark_created(&mut self, created: &mut [OpResult]) -> Result<()> {
+        let mut requests = Vec::new();
+        let mut which = Vec::new();
+        for (k, r) in created.iter_mut().enumerate() {
+            let Op::CreateLink(v) = &r.op else { continue };
+            if r.outcome != Outcome::Done {
+                continue;
+            }
+            match self.index(&v.name) {
+                Ok(i) => {
+                    requests.push((RouteNetlinkMessage::SetLink(codec::alias_message(i)), 0));
+                    which.push(k);
+                }
+                Err(message) => {
+                    r.outcome = Outcome::Failed {
+                        errno: None,
+                        message: format!("created, then vanished before it was marked: {message}"),
+                    };
+                }
+            }
+        }
+        for (k, answer) in which.into_iter().zip(self.conn.execute(requests)?) {
+            if let Err(e) = answer {
+                created[k].outcome = Outcome::Failed {
+                    errno: Some(e.errno),
+                    message: format!(
+                        "created, but marking it as netpolicy's failed: {}",
+                        e.message
+                    ),
+                };
+            }
+        }
+        Ok(())
     }
 
     fn run(&mut self, ops: &[Op]) -> Result<Vec<OpResult>> {
@@ -532,7 +623,14 @@ impl Adapter {
                 RouteNetlinkMessage::DelRule(codec::rule_message(*family, rule, p)),
                 0,
             )],
-            Op::DeleteRoute(r) => vec![(RouteNetlinkMessage::DelRoute(route_key_message(r)), 0)],
+            Op::DeleteRoute { route, protocol } => vec![(
+                RouteNetlinkMessage::DelRoute(codec::route_delete_message(
+                    route,
+                    *protocol,
+                    &self.links,
+                )),
+                0,
+            )],
             Op::DeleteAddress { dev, address } => vec![(
                 RouteNetlinkMessage::DelAddress(codec::address_message(self.index(dev)?, *address)),
                 0,
@@ -542,16 +640,12 @@ impl Adapter {
                 m.header.index = self.index(dev)?;
                 vec![(RouteNetlinkMessage::DelLink(m), 0)]
             }
-            Op::CreateLink(v) => vec![
-                (
-                    RouteNetlinkMessage::NewLink(codec::vlan_message(v, self.index(&v.link)?)),
-                    NLM_F_CREATE | NLM_F_EXCL,
-                ),
-                (
-                    RouteNetlinkMessage::SetLink(codec::alias_message(&v.name)),
-                    0,
-                ),
-            ],
+            // The ownership alias follows once this create answered success
+            // (`mark_created`): never on a link someone else made under this name.
+            Op::CreateLink(v) => vec![(
+                RouteNetlinkMessage::NewLink(codec::vlan_message(v, self.index(&v.link)?)),
+                NLM_F_CREATE | NLM_F_EXCL,
+            )],
             Op::SetMtu { dev, mtu } => vec![(
                 RouteNetlinkMessage::SetLink(codec::link_set(self.index(dev)?, false, Some(*mtu))),
                 0,
@@ -567,6 +661,10 @@ impl Adapter {
             Op::ReplaceRoute(r) => vec![(
                 RouteNetlinkMessage::NewRoute(codec::route_message(r, p, &self.links)?),
                 NLM_F_CREATE | NLM_F_REPLACE,
+            )],
+            Op::AddRoute(r) => vec![(
+                RouteNetlinkMessage::NewRoute(codec::route_message(r, p, &self.links)?),
+                NLM_F_CREATE,
             )],
             // No NLM_F_EXCL: the kernel's duplicate check walks every rule, O(n²) for n
             // rules. The plan adds only rules the fresh dump did not show; a duplicate
@@ -613,26 +711,11 @@ fn normalize_resolved_devices(observed: &mut Route, desired: &Route) {
     }
 }
 
-/// A delete request naming only a route's identity (table, destination, metric), any
-/// protocol and scope: the planner has already decided it may go.
-fn route_key_message(r: &Route) -> RouteMessage {
-    let mut m = RouteMessage::default();
-    let v6 = matches!(r.to, IpNetwork::V6(_));
-    m.header.address_family = if v6 {
-        AddressFamily::Inet6
-    } else {
-        AddressFamily::Inet
-    };
-    m.header.destination_prefix_length = r.to.prefix();
-    m.header.table = u8::try_from(r.table).unwrap_or(RouteHeader::RT_TABLE_UNSPEC);
-    m.header.scope = NlScope::NoWhere;
-    m.attributes.push(RouteAttribute::Table(r.table));
-    m.attributes.push(RouteAttribute::Destination(
-        netlink_packet_route::route::RouteAddress::from(r.to.network()),
-    ));
-    let metric = if v6 && r.metric == 0 { 1024 } else { r.metric };
-    m.attributes.push(RouteAttribute::Priority(metric));
-    m
+fn link_name(l: &LinkMessage) -> Option<&str> {
+    l.attributes.iter().find_map(|a| match a {
+        LinkAttribute::IfName(n) => Some(n.as_str()),
+        _ => None,
+    })
 }
 
 /// Execution stages: the planner's order (deletes, links, MTU, up, addresses, routes,
@@ -640,14 +723,14 @@ fn route_key_message(r: &Route) -> RouteMessage {
 fn stage(op: &Op) -> u8 {
     match op {
         Op::DeleteRule { .. } => 0,
-        Op::DeleteRoute(_) => 1,
+        Op::DeleteRoute { .. } => 1,
         Op::DeleteAddress { .. } => 2,
         Op::DeleteLink(_) => 3,
         Op::CreateLink(_) => 4,
         Op::SetMtu { .. } => 5,
         Op::SetUp(_) => 6,
         Op::AddAddress { .. } => 7,
-        Op::ReplaceRoute(_) => 8,
+        Op::ReplaceRoute(_) | Op::AddRoute(_) => 8,
         Op::AddRule { .. } | Op::ReplaceRule { .. } => 9,
     }
 }
@@ -670,6 +753,14 @@ fn outcome(op: &Op, answers: &[std::result::Result<(), KernelError>]) -> Outcome
                 if deleting {
                     result = Outcome::AlreadyGone;
                 }
+            }
+            // A link of that name exists that the observation did not show as ours:
+            // not success (it is not the VLAN asked for, and it is never marked).
+            Err(e) if matches!(op, Op::CreateLink(_)) && e.errno == EEXIST => {
+                return Outcome::Failed {
+                    errno: Some(e.errno),
+                    message: "a link with this name already exists and is not netpolicy's".into(),
+                };
             }
             Err(e) if !is_delete && e.errno == EEXIST => result = Outcome::AlreadyPresent,
             Err(e) => {

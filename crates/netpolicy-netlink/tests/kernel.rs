@@ -72,12 +72,12 @@ fn routes_and_rules() -> RoutingConfig {
             {"to": "198.51.100.0/24", "dev": "v0", "table": 300, "scope": "link", "src": "192.0.2.10"}
         ],
         "rules": [
-            {"priority": 1000, "from": "10.1.0.0/16", "table": 100},
-            {"priority": 1001, "ipProto": "tcp", "dport": "443", "sport": "1024-65000", "table": 200},
-            {"priority": 1002, "fwmark": "0x10/0xff", "table": 300},
-            {"priority": 1003, "iif": "v0", "table": 100},
-            {"priority": 1004, "oif": "v1", "action": "blackhole"},
-            {"priority": 1005, "from": "2001:db8:9::/48", "table": 100}
+            {"priority": 1, "from": "10.1.0.0/16", "table": 100},
+            {"priority": 999, "ipProto": "tcp", "dport": "443", "sport": "1024-65000", "table": 200},
+            {"priority": 1000, "fwmark": "0x10/0xff", "table": 300},
+            {"priority": 20000, "iif": "v0", "table": 100},
+            {"priority": 32765, "oif": "v1", "action": "blackhole"},
+            {"priority": 2, "from": "2001:db8:9::/48", "table": 100}
         ]
     }))
 }
@@ -112,17 +112,17 @@ fn routes_and_rules_are_installed_read_back_equal_and_marked() {
     assert!(t200v6.contains("nexthop via 2001:db8::2"), "{t200v6}");
     let rules = ns.ip(&["rule", "show"]);
     for want in [
-        "1000:\tfrom 10.1.0.0/16 lookup 100 proto 203",
-        "1001:\tfrom all ipproto tcp sport 1024-65000 dport 443 lookup 200 proto 203",
-        "1002:\tfrom all fwmark 0x10/0xff lookup 300 proto 203",
-        "1003:\tfrom all iif v0 lookup 100 proto 203",
-        "1004:\tfrom all oif v1 blackhole proto 203",
+        "1:\tfrom 10.1.0.0/16 lookup 100 proto 203",
+        "999:\tfrom all ipproto tcp sport 1024-65000 dport 443 lookup 200 proto 203",
+        "1000:\tfrom all fwmark 0x10/0xff lookup 300 proto 203",
+        "20000:\tfrom all iif v0 lookup 100 proto 203",
+        "32765:\tfrom all oif v1 blackhole proto 203",
     ] {
         assert!(rules.contains(want), "{want:?} not in\n{rules}");
     }
     let rules6 = ns.ip(&["-6", "rule", "show"]);
     assert!(
-        rules6.contains("1005:\tfrom 2001:db8:9::/48 lookup 100 proto 203"),
+        rules6.contains("2:\tfrom 2001:db8:9::/48 lookup 100 proto 203"),
         "{rules6}"
     );
 }
@@ -270,7 +270,7 @@ fn drift_is_repaired_and_reported_and_dry_run_changes_nothing() {
     a.reconcile(&desired, false).unwrap();
     // Behind our back: an owned route deleted, an owned rule deleted.
     ns.ip(&["route", "del", "10.20.0.0/16", "table", "100"]);
-    ns.ip(&["rule", "del", "priority", "1000"]);
+    ns.ip(&["rule", "del", "priority", "1"]);
     let report = a.reconcile(&desired, false).unwrap();
     assert_eq!(report.drift.len(), 2, "{:#?}", report.drift);
     assert!(report.failures().next().is_none());
@@ -477,4 +477,279 @@ fn one_percent_churn_is_one_operation_per_changed_route() {
             .all(|r| matches!(&r.op, Op::ReplaceRoute(route) if route.via == Some("192.0.2.2".parse().unwrap())))
     );
     assert!(a.plan(&churned).unwrap().ops.is_empty());
+}
+
+/// Regression: a foreign route with our route's identity (table, destination, metric),
+/// prepended beside it, must survive cleanup and changes of ours. The old delete named
+/// only the identity and the kernel removed the first match: the foreign one.
+#[test]
+fn cleanup_and_changes_never_remove_a_foreign_route_that_shares_our_identity() {
+    let Some(ns) = Netns::new("foreign_twin") else {
+        return;
+    };
+    let mut a = ns.adapter();
+    let ours = config(json!({"routes": [
+        {"to": "10.20.0.0/16", "via": "192.0.2.1", "table": 100}
+    ]}));
+    assert!(a.reconcile(&ours, false).unwrap().is_converged());
+    ns.ip(&[
+        "route",
+        "prepend",
+        "10.20.0.0/16",
+        "via",
+        "192.0.2.2",
+        "table",
+        "100",
+        "proto",
+        "static",
+    ]);
+    let both = ns.table("-4", "100");
+    assert!(
+        both.contains("via 192.0.2.2 dev v0 proto static")
+            && both.contains("via 192.0.2.1 dev v0 proto 203"),
+        "{both}"
+    );
+
+    // Our route changes: ours is replaced, the foreign twin stays as it was.
+    let changed = config(json!({"routes": [
+        {"to": "10.20.0.0/16", "via": "192.0.2.3", "table": 100}
+    ]}));
+    let report = a.reconcile(&changed, false).unwrap();
+    assert!(report.is_converged(), "{report:#?}");
+    let t = ns.table("-4", "100");
+    assert!(
+        t.contains("via 192.0.2.2 dev v0 proto static")
+            && t.contains("via 192.0.2.3 dev v0 proto 203")
+            && !t.contains("192.0.2.1"),
+        "{t}"
+    );
+
+    // Cleanup (a fresh process, as `netpolicy agent --cleanup` is) removes ours only.
+    let report = ns.adapter().cleanup().unwrap();
+    assert!(report.is_converged(), "{report:#?}");
+    assert_eq!(
+        ns.table("-4", "100").trim(),
+        "10.20.0.0/16 via 192.0.2.2 dev v0 proto static"
+    );
+}
+
+/// Regression: a desired VLAN whose name a foreign non-VLAN link holds (a veth with
+/// its own alias) was treated as present: the veth got our alias, was set up and got
+/// our address. It must be refused, with that link left exactly as it was.
+#[test]
+fn a_vlan_named_like_a_foreign_veth_is_refused_and_the_veth_is_left_alone() {
+    let Some(ns) = Netns::new("foreign_link") else {
+        return;
+    };
+    ns.ip(&["link", "add", "w0", "type", "veth", "peer", "name", "w1"]);
+    ns.ip(&["link", "set", "w0", "alias", "theirs"]);
+    let before = ns.ip(&["-d", "addr", "show", "dev", "w0"]);
+    let desired = config(json!({
+        "vlans": [{"link": "v0", "id": 100, "name": "w0", "addresses": ["10.100.0.5/24"]}],
+        "routes": [{"to": "10.50.0.0/16", "via": "192.0.2.1", "table": 100}]
+    }));
+    let mut a = ns.adapter();
+    let report = a.reconcile(&desired, false).unwrap();
+    let reasons: Vec<SkipReason> = report.skipped.iter().map(|s| s.reason).collect();
+    assert_eq!(reasons, [SkipReason::NameTakenByOtherLink], "{report:#?}");
+    assert!(!report.is_converged());
+    assert!(
+        report
+            .results
+            .iter()
+            .all(|r| matches!(&r.op, Op::ReplaceRoute(_))),
+        "only the route is applied: {report:#?}"
+    );
+    assert_eq!(ns.ip(&["-d", "addr", "show", "dev", "w0"]), before);
+    // Cleanup leaves the veth too.
+    a.cleanup().unwrap();
+    assert_eq!(ns.ip(&["-d", "addr", "show", "dev", "w0"]), before);
+}
+
+/// Rules at every priority validation accepts are found again and removed, including
+/// below 1000 (an earlier ownership range of 1000..=32765 lost them).
+#[test]
+fn rules_at_the_edges_of_the_allowed_priorities_are_owned_and_cleaned_up() {
+    let Some(ns) = Netns::new("rule_priorities") else {
+        return;
+    };
+    let prios = [1u32, 2, 500, 999, 1000, 16000, 32764, 32765];
+    let rules: Vec<_> = prios
+        .iter()
+        .map(|p| json!({"priority": p, "from": format!("10.{}.0.0/16", p % 250), "table": 100}))
+        .collect();
+    let desired = config(json!({ "rules": rules }));
+    let mut a = ns.adapter();
+    assert!(a.reconcile(&desired, false).unwrap().is_converged());
+    let shown = ns.ip(&["rule", "show"]);
+    for p in prios {
+        assert!(shown.contains(&format!("{p}:\tfrom ")), "{p} in {shown}");
+    }
+    // A fresh adapter owns all of them: nothing to do, and cleanup removes all.
+    let mut b = ns.adapter();
+    assert!(b.plan(&desired).unwrap().ops.is_empty());
+    assert!(b.cleanup().unwrap().is_converged());
+    let left = ns.ip(&["rule", "show"]);
+    assert!(!left.contains("proto 203"), "{left}");
+    // The kernel's own rules are still there.
+    assert!(left.contains("32766:") && left.contains("32767:") && left.contains("0:\t"));
+}
+
+/// Regression: the kernel reports IPv6 routes with scope global; a device-only IPv6
+/// route was expected with scope link and replaced on every pass.
+#[test]
+fn ipv6_device_only_routes_converge_in_one_pass() {
+    let Some(ns) = Netns::new("ipv6_dev_only") else {
+        return;
+    };
+    let desired = config(json!({"routes": [
+        {"to": "2001:db8:400::/48", "dev": "v0", "table": 300},
+        {"to": "2001:db8:401::/48", "dev": "v0", "table": 300, "scope": "global"},
+        {"to": "10.40.0.0/16", "dev": "v0", "table": 300}
+    ]}));
+    let mut a = ns.adapter();
+    assert!(a.reconcile(&desired, false).unwrap().is_converged());
+    let again = a.reconcile(&desired, false).unwrap();
+    assert!(again.results.is_empty(), "{:#?}", again.results);
+    assert!(again.drift.is_empty());
+}
+
+mod second_pass {
+    //! Property: a second pass over any accepted input makes zero kernel changes. The
+    //! inputs are generated routing configs over the namespace's veth pair (gateways
+    //! on its subnets, both families, single and multipath routes, every rule
+    //! selector, priorities across the whole allowed range); each case runs in one
+    //! namespace, cleaned up in between.
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn v4_gw() -> impl Strategy<Value = String> {
+        (1u8..=6).prop_map(|h| format!("192.0.2.{h}"))
+    }
+
+    fn v6_gw() -> impl Strategy<Value = String> {
+        (1u8..=6).prop_map(|h| format!("2001:db8::{h}"))
+    }
+
+    fn route() -> impl Strategy<Value = serde_json::Value> {
+        let table = prop_oneof![Just(100u32), Just(200), Just(254), Just(1000)];
+        let metric = prop_oneof![Just(0u32), Just(5), Just(100)];
+        let v4 = (
+            0u8..=255,
+            prop_oneof![Just(16u8), Just(24), Just(32)],
+            prop_oneof![
+                v4_gw().prop_map(|g| json!({"via": g})),
+                Just(json!({"dev": "v0"})),
+                Just(json!({"dev": "v1"})),
+                Just(json!({"dev": "v0", "scope": "link"})),
+                Just(json!({"dev": "v0", "scope": "global"})),
+                Just(json!({"dev": "v0", "scope": "host"})),
+                Just(json!({"dev": "v0", "src": "192.0.2.10"})),
+                v4_gw().prop_map(|g| json!({"via": g, "dev": "v0"})),
+                v4_gw().prop_map(|g| json!({"via": g, "dev": "v0", "onlink": true})),
+                (v4_gw(), v4_gw(), 1u16..=4).prop_map(|(a, b, w)| json!({"nexthops": [
+                    {"via": a, "weight": w}, {"via": b}]})),
+            ],
+        )
+            .prop_map(|(n, len, rest)| {
+                let to = match len {
+                    32 => format!("10.{n}.1.1/32"),
+                    24 => format!("10.{n}.1.0/24"),
+                    _ => format!("10.{n}.0.0/16"),
+                };
+                (to, rest)
+            });
+        let v6 = (
+            0u16..=0xff,
+            prop_oneof![
+                v6_gw().prop_map(|g| json!({"via": g})),
+                Just(json!({"dev": "v0"})),
+                Just(json!({"dev": "v1", "scope": "global"})),
+                Just(json!({"dev": "v0", "src": "2001:db8::10"})),
+                (v6_gw(), v6_gw()).prop_map(|(a, b)| json!({"nexthops": [{"via": a}, {"via": b}]})),
+            ],
+        )
+            .prop_map(|(n, rest)| (format!("2001:db8:{n:x}::/48"), rest));
+        (prop_oneof![v4, v6], table, metric).prop_map(|((to, rest), table, metric)| {
+            let mut r = json!({"to": to, "table": table, "metric": metric});
+            for (k, v) in rest.as_object().into_iter().flatten() {
+                r[k] = v.clone();
+            }
+            r
+        })
+    }
+
+    fn rule() -> impl Strategy<Value = serde_json::Value> {
+        let selector = prop_oneof![
+            (0u8..=255).prop_map(|n| json!({"from": format!("10.{n}.0.0/16")})),
+            (0u8..=255).prop_map(|n| json!({"to": format!("10.{n}.0.0/16"), "invert": true})),
+            (0u16..=0xff).prop_map(|n| json!({"from": format!("2001:db8:{n:x}::/48")})),
+            Just(json!({"iif": "v0"})),
+            Just(json!({"oif": "v1"})),
+            (1u32..=255).prop_map(|m| json!({"fwmark": format!("{m:#x}/0xff")})),
+            (1u32..=255).prop_map(|m| json!({"fwmark": format!("{m:#x}")})),
+            (1u16..=1000, 0u16..=1000).prop_map(|(p, w)| json!({
+                "ipProto": "tcp", "dport": format!("{p}-{}", p + w)})),
+            (1u16..=1000).prop_map(|p| json!({"ipProto": "udp", "sport": p.to_string()})),
+        ];
+        let action = prop_oneof![
+            prop_oneof![Just(100u32), Just(200), Just(5000)].prop_map(|t| json!({"table": t})),
+            Just(json!({"action": "blackhole"})),
+            Just(json!({"action": "unreachable"})),
+            Just(json!({"action": "prohibit"})),
+        ];
+        (1u32..=32765, selector, action).prop_map(|(p, sel, act)| {
+            let mut r = json!({"priority": p});
+            for (k, v) in sel.as_object().into_iter().chain(act.as_object()).flatten() {
+                r[k] = v.clone();
+            }
+            r
+        })
+    }
+
+    /// Generated specs that validation accepts (duplicates of one identity are
+    /// refused by validation and are regenerated).
+    fn accepted() -> impl Strategy<Value = RoutingConfig> {
+        (
+            prop::collection::vec(route(), 0..12),
+            prop::collection::vec(rule(), 0..8),
+        )
+            .prop_filter_map(
+                "validation refused the generated spec",
+                |(routes, rules)| {
+                    let spec: RoutingSpec =
+                        serde_json::from_value(json!({"routes": routes, "rules": rules})).ok()?;
+                    spec.validate("spec").ok()
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn a_second_pass_over_accepted_input_changes_nothing(desired in accepted()) {
+            let Some(ns) = Netns::new("second_pass") else {
+                return Ok(());
+            };
+            let mut a = ns.adapter();
+            let first = a.reconcile(&desired, false).unwrap();
+            let failed: Vec<&Op> = first.failures().map(|r| &r.op).collect();
+            // Whatever the kernel accepted, it now holds as desired.
+            prop_assert!(first.unconverged.is_empty(), "{:#?}", first);
+            // A second pass (and a fresh adapter, as after a restart) plans only the
+            // operations the kernel refused in the first; nothing it accepted moves.
+            for again in [a.plan(&desired).unwrap(), ns.adapter().plan(&desired).unwrap()] {
+                for op in &again.ops {
+                    prop_assert!(failed.contains(&op), "{op} planned again after it applied\n{first:#?}");
+                }
+            }
+            let second = a.reconcile(&desired, false).unwrap();
+            prop_assert!(second.results.iter().all(|r| !r.outcome.is_ok() || failed.contains(&&r.op)),
+                "{second:#?}");
+            prop_assert!(a.cleanup().unwrap().is_converged());
+        }
+    }
 }
