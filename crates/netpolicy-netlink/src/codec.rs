@@ -549,4 +549,41 @@ mod tests {
         let parsed = LinkMessage::parse(&b[..]).unwrap();
         assert_eq!(parsed, vlan_message(&v, 9));
     }
+
+    /// Ownership and validation agree: every priority validation accepts makes a rule
+    /// that, written with our protocol and read back, is ours; and none outside.
+    #[test]
+    fn every_priority_validation_accepts_reads_back_as_owned() {
+        use netlink_packet_core::Parseable;
+        use netpolicy_core::{
+            model::{RULE_PRIORITY_MAX, RULE_PRIORITY_MIN},
+            spec::{RoutingSpec, RuleSpec},
+        };
+        let own = crate::Ownership::default();
+        let mut accepted = 0u32;
+        for priority in 0..=32767u32 {
+            let spec = RoutingSpec {
+                rules: vec![RuleSpec {
+                    priority,
+                    from: Some("10.1.0.0/16".into()),
+                    table: Some(100),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            };
+            let Ok(cfg) = spec.validate("spec") else {
+                assert!(!(RULE_PRIORITY_MIN..=RULE_PRIORITY_MAX).contains(&priority));
+                continue;
+            };
+            accepted += 1;
+            let m = rule_message(IpFamily::V4, &cfg.rules[0], own.route_protocol);
+            let mut b = vec![0; m.buffer_len()];
+            m.emit(&mut b);
+            let parsed = RuleMessage::parse(&b[..]).unwrap();
+            let (_, rule, protocol) = rule_from(&parsed).unwrap();
+            assert_eq!(rule, cfg.rules[0]);
+            assert!(own.owns(protocol), "priority {priority}");
+        }
+        assert_eq!(accepted, RULE_PRIORITY_MAX - RULE_PRIORITY_MIN + 1);
+    }
 }

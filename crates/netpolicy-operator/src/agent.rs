@@ -7,6 +7,17 @@
 //!
 //! Without a NodeNetworkConfig the agent changes nothing (the operator may not have
 //! rendered it yet); `--cleanup` removes everything netpolicy made on the node and exits.
+//!
+//! # Guarantees
+//! - Quiet: a pass writes status only when the status it computed differs from the one
+//!   the object has, and a condition's `lastTransitionTime` moves only when its status
+//!   flips. A watch event that changed no `metadata.generation` (the agent's own status
+//!   write, a label) starts no pass; the resync timer does, and finds nothing to write.
+//!   A quiet node costs zero API writes.
+//! - Honest: `Applied` is `True` only when every desired item is in the kernel as
+//!   desired. Every item that is not is in `status.itemErrors` with a reason (refused
+//!   with errno, blocked by a foreign object, name taken by another link, not
+//!   converged), in the readable form `netpolicy plan` prints.
 
 use std::{
     net::SocketAddr,
@@ -17,17 +28,22 @@ use std::{
 
 use anyhow::Context as _;
 use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{
-    Api,
+    Api, ResourceExt,
     api::{Patch, PatchParams},
-    runtime::{WatchStreamExt, watcher},
+    runtime::{WatchStreamExt, watcher, watcher::Event},
 };
-use netpolicy_netlink::{Adapter, Namespace, Outcome, Ownership};
+use netpolicy_core::{merge::ItemRef, model::RoutingConfig};
+use netpolicy_netlink::{Adapter, Namespace, Outcome, Ownership, Report};
 use serde_json::json;
 use tracing::{info, warn};
 
 use crate::{
-    api::NodeNetworkConfig,
+    api::{
+        ItemError, NodeNetworkConfig, NodeNetworkConfigStatus,
+        conditions::{self, item, reasons},
+    },
     runtime::{LogFormat, Shared, client_from, init_logs, serve_probes, shutdown_signal},
 };
 
@@ -86,6 +102,16 @@ pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
             }
         })
         .await??;
+        let problems = item_errors(&report, &RoutingConfig::default());
+        if !problems.is_empty() {
+            for p in &problems {
+                warn!(item = %p.item, reason = %p.reason, errno = ?p.errno, "{}", p.message);
+            }
+            anyhow::bail!(
+                "cleanup left {} object(s) netpolicy made in place",
+                problems.len()
+            );
+        }
         info!(removed = report.results.len(), "cleanup done");
         return Ok(());
     }
@@ -96,23 +122,62 @@ pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     let cfg = watcher::Config::default().fields(&format!("metadata.name={}", opts.node));
     let mut events = watcher(api.clone(), cfg).default_backoff().boxed();
     let mut tick = tokio::time::interval(Duration::from_secs(opts.resync_seconds.max(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let signal = shutdown_signal();
     tokio::pin!(signal);
     info!(node = %opts.node, "agent running");
+    // The node's object as last seen (watch events and our own status writes), and
+    // the (uid, generation) the last pass acted on.
+    let mut latest: Option<NodeNetworkConfig> = None;
+    let mut relisted: Option<NodeNetworkConfig> = None;
+    let mut acted: Option<(String, i64)> = None;
     loop {
         tokio::select! {
             () = &mut signal => break,
             ev = events.next() => {
-                if let Some(Err(e)) = ev {
-                    warn!(error = %e, "watch error (retrying)");
+                match ev {
+                    None => break,
+                    Some(Err(e)) => {
+                        warn!(error = %e, "watch error (retrying)");
+                        continue;
+                    }
+                    Some(Ok(Event::Apply(o))) => latest = Some(o),
+                    Some(Ok(Event::Delete(_))) => {
+                        latest = None;
+                        continue;
+                    }
+                    Some(Ok(Event::Init)) => {
+                        relisted = None;
+                        continue;
+                    }
+                    Some(Ok(Event::InitApply(o))) => {
+                        relisted = Some(o);
+                        continue;
+                    }
+                    Some(Ok(Event::InitDone)) => latest = relisted.take(),
+                }
+                // Only a new spec (or a new object) is worth a pass now: status-only
+                // changes, our own writes among them, wait for the resync.
+                let Some(o) = &latest else { continue };
+                if acted.as_ref() == Some(&generation_key(o)) {
                     continue;
                 }
             }
             _ = tick.tick() => {}
         }
+        let Some(nnc) = latest.clone() else {
+            shared.synced.store(true, Ordering::Release);
+            continue;
+        };
         let start = Instant::now();
-        let ok = match apply(&api, &opts.node, &adapter).await {
-            Ok(()) => true,
+        let ok = match pass(&api, &nnc, &adapter).await {
+            Ok(written) => {
+                acted = Some(generation_key(&nnc));
+                if let Some(w) = written {
+                    latest = Some(w);
+                }
+                true
+            }
             Err(e) => {
                 warn!(error = %format!("{e:#}"), "apply failed");
                 false
@@ -126,115 +191,307 @@ pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One pass: read the node's object, apply it, write its status.
-async fn apply(
+fn generation_key(o: &NodeNetworkConfig) -> (String, i64) {
+    (
+        o.uid().unwrap_or_default(),
+        o.metadata.generation.unwrap_or(0),
+    )
+}
+
+/// One pass: apply the object, compute its status, write the status only if it
+/// changed. Returns the object as written, when a write happened.
+async fn pass(
     api: &Api<NodeNetworkConfig>,
-    node: &str,
+    nnc: &NodeNetworkConfig,
     adapter: &Arc<Mutex<Adapter>>,
-) -> anyhow::Result<()> {
-    let Some(nnc) = api.get_opt(node).await? else {
-        return Ok(());
-    };
+) -> anyhow::Result<Option<NodeNetworkConfig>> {
+    let node = nnc.name_any();
+    let current = nnc.status.clone().unwrap_or_default();
     let generation = nnc.metadata.generation;
     let revision = nnc.spec.revision.clone();
-    // Server-side apply drops fields this manager stops sending: keep the last revision
-    // that applied completely when this one does not.
-    let previous = nnc.status.as_ref().and_then(|s| s.applied_revision.clone());
-    let desired = match nnc.spec.rendered.routing().validate("spec") {
-        Ok(d) => d,
-        Err(e) => {
-            write_status(
-                api,
-                node,
-                generation,
-                previous.as_deref(),
-                false,
-                &e.to_string(),
-                &[],
-            )
-            .await?;
-            anyhow::bail!("{node}: invalid NodeNetworkConfig: {e}");
+    let outcome = match nnc.spec.rendered.routing().validate("spec") {
+        Err(e) => PassOutcome::Invalid(e.to_string()),
+        Ok(desired) => {
+            let a = Arc::clone(adapter);
+            let d = desired.clone();
+            let report = tokio::task::spawn_blocking(move || {
+                a.lock()
+                    .map_err(|_| anyhow::anyhow!("adapter lock"))?
+                    .reconcile(&d, false)
+                    .map_err(anyhow::Error::from)
+            })
+            .await??;
+            if !report.drift.is_empty() {
+                info!(node, repaired = report.drift.len(), "drift repaired");
+            }
+            PassOutcome::Applied(item_errors(&report, &desired))
         }
     };
-    let a = Arc::clone(adapter);
-    let report = tokio::task::spawn_blocking(move || {
-        a.lock()
-            .map_err(|_| anyhow::anyhow!("adapter lock"))?
-            .reconcile(&desired, false)
-            .map_err(anyhow::Error::from)
-    })
-    .await??;
-    if !report.drift.is_empty() {
-        info!(node, repaired = report.drift.len(), "drift repaired");
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let next = next_status(&current, generation, &revision, &outcome, now);
+    if let PassOutcome::Invalid(e) = &outcome {
+        warn!(node, "invalid NodeNetworkConfig (nothing changed): {e}");
     }
-    let errors: Vec<serde_json::Value> = report
+    if next == current {
+        return Ok(None);
+    }
+    let patch = json!({
+        "apiVersion": "netpolicy.io/v1alpha1",
+        "kind": "NodeNetworkConfig",
+        "status": next,
+    });
+    let written = api
+        .patch_status(
+            &node,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .context("writing status")?;
+    Ok(Some(written))
+}
+
+/// What one pass found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PassOutcome {
+    /// The spec does not validate (nothing was changed).
+    Invalid(String),
+    /// The spec was applied; these items are not in the kernel as desired.
+    Applied(Vec<ItemError>),
+}
+
+/// The status a pass leads to, from the current one. Pure: the same inputs give the
+/// same status, and `lastTransitionTime` is taken from `current` unless the
+/// condition's status flips, so a pass that found nothing new computes a status equal
+/// to `current` (and the agent writes nothing).
+pub fn next_status(
+    current: &NodeNetworkConfigStatus,
+    generation: Option<i64>,
+    revision: &str,
+    outcome: &PassOutcome,
+    now: Time,
+) -> NodeNetworkConfigStatus {
+    let (ok, reason, message, errors) = match outcome {
+        PassOutcome::Invalid(e) => (
+            false,
+            reasons::INVALID,
+            format!("the spec does not validate, nothing was changed: {e}"),
+            Vec::new(),
+        ),
+        PassOutcome::Applied(errors) if errors.is_empty() => (
+            true,
+            reasons::APPLIED,
+            format!("revision {revision} is in the kernel as desired"),
+            Vec::new(),
+        ),
+        PassOutcome::Applied(errors) => (
+            false,
+            reasons::ITEMS_NOT_APPLIED,
+            format!(
+                "revision {revision}: {} item(s) not in the kernel as desired (see itemErrors)",
+                errors.len()
+            ),
+            errors.clone(),
+        ),
+    };
+    let status = if ok {
+        conditions::TRUE
+    } else {
+        conditions::FALSE
+    };
+    let previous = current
+        .conditions
+        .iter()
+        .find(|c| c.type_ == conditions::APPLIED);
+    let last_transition_time = previous
+        .filter(|c| c.status == status)
+        .map_or(now, |c| c.last_transition_time.clone());
+    NodeNetworkConfigStatus {
+        observed_generation: generation,
+        // Server-side apply drops fields this manager stops sending: keep the last
+        // revision that applied completely when this one does not.
+        applied_revision: if ok {
+            Some(revision.to_owned())
+        } else {
+            current.applied_revision.clone()
+        },
+        conditions: vec![Condition {
+            type_: conditions::APPLIED.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+            last_transition_time,
+            observed_generation: generation,
+        }],
+        item_errors: errors,
+    }
+}
+
+/// Every desired item that is not in the kernel as desired after a pass, sorted: the
+/// refused operations (with errno), the items a foreign object blocks, the VLANs whose
+/// name another link holds, and whatever a fresh read still found different.
+pub fn item_errors(report: &Report, desired: &RoutingConfig) -> Vec<ItemError> {
+    let mut out: Vec<ItemError> = report
         .failures()
         .map(|r| {
             let (errno, message) = match &r.outcome {
                 Outcome::Failed { errno, message } => (*errno, message.clone()),
                 _ => (None, String::new()),
             };
-            json!({"item": format!("{:?}", r.op), "errno": errno, "message": message})
+            ItemError {
+                item: r.op.to_string(),
+                reason: item::REFUSED.into(),
+                errno,
+                message,
+            }
         })
         .collect();
-    let ok = errors.is_empty();
-    let message = if ok {
-        format!("applied revision {revision}")
-    } else {
-        format!("{} item(s) failed", errors.len())
-    };
-    write_status(
-        api,
-        node,
-        generation,
-        if ok {
-            Some(revision.as_str())
-        } else {
-            previous.as_deref()
-        },
-        ok,
-        &message,
-        &errors,
-    )
-    .await
+    for s in report.skipped.iter().filter(|s| !s.reason.is_satisfied()) {
+        let reason = match s.reason {
+            netpolicy_core::plan::SkipReason::NameTakenByOtherLink => item::NAME_TAKEN,
+            _ => item::BLOCKED_BY_FOREIGN,
+        };
+        out.push(ItemError {
+            item: describe(&s.item, desired),
+            reason: reason.into(),
+            errno: None,
+            message: s.reason.to_string(),
+        });
+    }
+    for op in &report.unconverged {
+        out.push(ItemError {
+            item: op.to_string(),
+            reason: item::NOT_CONVERGED.into(),
+            errno: None,
+            message: "applied without error, but the kernel still differs on a fresh read".into(),
+        });
+    }
+    out.sort();
+    out.dedup();
+    out
 }
 
-async fn write_status(
-    api: &Api<NodeNetworkConfig>,
-    node: &str,
-    generation: Option<i64>,
-    applied: Option<&str>,
-    ok: bool,
-    message: &str,
-    errors: &[serde_json::Value],
-) -> anyhow::Result<()> {
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let mut status = json!({
-        "observedGeneration": generation,
-        "conditions": [{
-            "type": "Applied",
-            "status": if ok { "True" } else { "False" },
-            "reason": if ok { "Applied" } else { "ItemsFailed" },
-            "message": message,
-            "lastTransitionTime": now,
-            "observedGeneration": generation,
-        }],
-        "itemErrors": errors,
-    });
-    if let Some(rev) = applied {
-        status["appliedRevision"] = json!(rev);
+/// The desired item named by `r`, in full readable form.
+fn describe(r: &ItemRef, desired: &RoutingConfig) -> String {
+    let found = match r {
+        ItemRef::Vlan(n) => desired
+            .vlans
+            .iter()
+            .find(|v| v.name == *n)
+            .map(|v| format!("vlan {v}")),
+        ItemRef::Route(k) => desired
+            .routes
+            .iter()
+            .find(|x| x.key() == *k)
+            .map(|x| format!("route {x}")),
+        ItemRef::Rule(k) => desired
+            .rules
+            .iter()
+            .find(|x| x.key == *k)
+            .map(|x| format!("rule {x}")),
+    };
+    found.unwrap_or_else(|| r.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> Time {
+        Time(s.parse().unwrap())
     }
-    let patch = json!({
-        "apiVersion": "netpolicy.io/v1alpha1",
-        "kind": "NodeNetworkConfig",
-        "status": status,
-    });
-    api.patch_status(
-        node,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .context("writing status")?;
-    Ok(())
+
+    fn err(item: &str) -> ItemError {
+        ItemError {
+            item: item.into(),
+            reason: item::REFUSED.into(),
+            errno: Some(101),
+            message: "unreachable".into(),
+        }
+    }
+
+    #[test]
+    fn a_pass_that_found_nothing_new_computes_the_status_it_already_has() {
+        let t0 = at("2026-01-01T00:00:00Z");
+        let first = next_status(
+            &NodeNetworkConfigStatus::default(),
+            Some(1),
+            "r1",
+            &PassOutcome::Applied(vec![]),
+            t0.clone(),
+        );
+        let again = next_status(
+            &first,
+            Some(1),
+            "r1",
+            &PassOutcome::Applied(vec![]),
+            at("2026-01-01T00:05:00Z"),
+        );
+        assert_eq!(again, first);
+        assert_eq!(first.conditions[0].last_transition_time, t0);
+        assert_eq!(first.applied_revision.as_deref(), Some("r1"));
+    }
+
+    #[test]
+    fn last_transition_time_moves_only_when_the_condition_flips() {
+        let t0 = at("2026-01-01T00:00:00Z");
+        let t1 = at("2026-01-01T00:01:00Z");
+        let t2 = at("2026-01-01T00:02:00Z");
+        let ok = next_status(
+            &NodeNetworkConfigStatus::default(),
+            Some(1),
+            "r1",
+            &PassOutcome::Applied(vec![]),
+            t0,
+        );
+        // A new revision that also applies: same status, same transition time.
+        let ok2 = next_status(
+            &ok,
+            Some(2),
+            "r2",
+            &PassOutcome::Applied(vec![]),
+            t1.clone(),
+        );
+        assert_eq!(
+            ok2.conditions[0].last_transition_time,
+            ok.conditions[0].last_transition_time
+        );
+        // A failure flips it, and keeps the last complete revision.
+        let bad = next_status(
+            &ok2,
+            Some(3),
+            "r3",
+            &PassOutcome::Applied(vec![err("add route 10.21.0.0/16 table 100")]),
+            t1.clone(),
+        );
+        assert_eq!(bad.conditions[0].status, "False");
+        assert_eq!(bad.conditions[0].reason, reasons::ITEMS_NOT_APPLIED);
+        assert_eq!(bad.conditions[0].last_transition_time, t1);
+        assert_eq!(bad.applied_revision.as_deref(), Some("r2"));
+        assert_eq!(bad.item_errors.len(), 1);
+        // The same failure again: nothing changes.
+        let bad2 = next_status(
+            &bad,
+            Some(3),
+            "r3",
+            &PassOutcome::Applied(vec![err("add route 10.21.0.0/16 table 100")]),
+            t2,
+        );
+        assert_eq!(bad2, bad);
+    }
+
+    #[test]
+    fn an_invalid_spec_is_not_applied_and_says_why() {
+        let s = next_status(
+            &NodeNetworkConfigStatus::default(),
+            Some(4),
+            "r4",
+            &PassOutcome::Invalid("spec.routes[0].to: bad".into()),
+            at("2026-01-01T00:00:00Z"),
+        );
+        assert_eq!(s.conditions[0].status, "False");
+        assert_eq!(s.conditions[0].reason, reasons::INVALID);
+        assert!(s.conditions[0].message.contains("spec.routes[0].to"));
+        assert_eq!(s.applied_revision, None);
+    }
 }

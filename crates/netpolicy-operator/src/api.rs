@@ -131,12 +131,53 @@ pub struct NodeNetworkConfigStatus {
     pub item_errors: Vec<ItemError>,
 }
 
-/// One item the agent could not apply.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// Condition types and reasons, as named constants (one place, typed: no status
+/// literals scattered through the code).
+pub mod conditions {
+    /// Condition type: the node holds its NodeNetworkConfig's desired state.
+    pub const APPLIED: &str = "Applied";
+
+    /// Condition status strings.
+    pub const TRUE: &str = "True";
+    /// Condition status strings.
+    pub const FALSE: &str = "False";
+
+    /// Reasons of the `Applied` condition.
+    pub mod reasons {
+        /// Every item is in the kernel as desired.
+        pub const APPLIED: &str = "Applied";
+        /// Some items are not (see `status.itemErrors`).
+        pub const ITEMS_NOT_APPLIED: &str = "ItemsNotApplied";
+        /// The spec does not validate; nothing was changed.
+        pub const INVALID: &str = "Invalid";
+    }
+
+    /// Reasons of one entry of `status.itemErrors`.
+    pub mod item {
+        /// The kernel refused the operation (`errno` says why).
+        pub const REFUSED: &str = "Refused";
+        /// A foreign object with the item's identity and other content holds it.
+        pub const BLOCKED_BY_FOREIGN: &str = "BlockedByForeignObject";
+        /// A desired VLAN's name is held by another kind of link.
+        pub const NAME_TAKEN: &str = "NameTakenByOtherLink";
+        /// Applied without error, but a fresh read of the kernel still differs.
+        pub const NOT_CONVERGED: &str = "NotConverged";
+    }
+}
+
+/// One desired item that is not in the kernel as desired.
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct ItemError {
-    /// The item, as in `plan` output (`route 10.20.0.0/16 table 100`).
+    /// The item, in the readable form `plan` prints (`route 10.20.0.0/16 table 100 via
+    /// 192.0.2.1`), or the operation that failed on it.
     pub item: String,
+    /// Why, as a constant of [`conditions::item`] (`Refused`, `BlockedByForeignObject`,
+    /// `NameTakenByOtherLink`, `NotConverged`).
+    #[serde(default)]
+    pub reason: String,
     /// The kernel's errno, when the kernel refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub errno: Option<i32>,

@@ -48,20 +48,65 @@ pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "netpolicy
 /// Field manager of the operator's server-side applies.
 pub const FIELD_MANAGER: &str = "netpolicy-operator";
 
-/// A reflector whose every event pokes `poke`.
-fn watched<K>(api: Api<K>, poke: mpsc::Sender<()>) -> (Store<K>, BoxStream<'static, ()>)
+/// What of an object the routing job reads: a change of anything else (a status
+/// written by an agent, a Node's heartbeat) must not start a pass.
+fn spec_fingerprint<K: Resource>(o: &K) -> String {
+    format!(
+        "{}/{}",
+        o.meta().uid.as_deref().unwrap_or_default(),
+        o.meta().generation.unwrap_or(0)
+    )
+}
+
+/// A Node's uid and labels: all the routing job reads of it (and its uid, for owner
+/// references).
+fn labels_fingerprint(n: &Node) -> String {
+    let mut s = n.meta().uid.clone().unwrap_or_default();
+    for (k, v) in n.labels() {
+        s.push('\n');
+        s.push_str(k);
+        s.push('=');
+        s.push_str(v);
+    }
+    s
+}
+
+/// A reflector that pokes `poke` when an object appears, disappears, or changes in
+/// what `fingerprint` covers; other changes only update the store.
+fn watched<K>(
+    api: Api<K>,
+    poke: mpsc::Sender<()>,
+    fingerprint: fn(&K) -> String,
+) -> (Store<K>, BoxStream<'static, ()>)
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     let (reader, writer) = reflector::store();
+    let mut seen: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     let stream = reflector(writer, watcher(api, watcher::Config::default()))
         .default_backoff()
         .map(move |ev| {
-            if let Err(e) = &ev {
-                warn!(error = %e, "watch error (retrying)");
+            let changed = match &ev {
+                Err(e) => {
+                    warn!(error = %e, "watch error (retrying)");
+                    false
+                }
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                    let f = fingerprint(o);
+                    seen.insert(o.name_any(), f.clone()) != Some(f)
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    seen.remove(&o.name_any());
+                    true
+                }
+                Ok(watcher::Event::Init) => false,
+                // A relist may have dropped objects deleted while disconnected.
+                Ok(watcher::Event::InitDone) => true,
+            };
+            if changed {
+                let _ = poke.try_send(());
             }
-            let _ = poke.try_send(());
         })
         .boxed();
     (reader, stream)
@@ -77,10 +122,28 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let (poke, mut poked) = mpsc::channel::<()>(1);
-    let (ccs, s1) = watched(Api::<ClusterConfig>::all(client.clone()), poke.clone());
-    let (ncs, s2) = watched(Api::<NodeConfig>::all(client.clone()), poke.clone());
-    let (nodes, s3) = watched(Api::<Node>::all(client.clone()), poke.clone());
-    let (nncs, s4) = watched(Api::<NodeNetworkConfig>::all(client.clone()), poke);
+    let (ccs, s1) = watched(
+        Api::<ClusterConfig>::all(client.clone()),
+        poke.clone(),
+        spec_fingerprint,
+    );
+    let (ncs, s2) = watched(
+        Api::<NodeConfig>::all(client.clone()),
+        poke.clone(),
+        spec_fingerprint,
+    );
+    let (nodes, s3) = watched(
+        Api::<Node>::all(client.clone()),
+        poke.clone(),
+        labels_fingerprint,
+    );
+    // Agents write NodeNetworkConfig status: only a spec change or a deletion (someone
+    // else's) matters here.
+    let (nncs, s4) = watched(
+        Api::<NodeNetworkConfig>::all(client.clone()),
+        poke,
+        spec_fingerprint,
+    );
     let drive = tokio::spawn(futures::stream::select_all([s1, s2, s3, s4]).for_each(|()| async {}));
     let synced = async {
         for r in [

@@ -39,6 +39,135 @@ fn route(to: &str, via: &str) -> Value {
     json!({"to": to, "via": via, "table": 100, "sources": [{"kind": "NodeConfig", "name": "t"}]})
 }
 
+/// Starts `netpolicy agent` for `node` on `ns`, resyncing every second, logging to the
+/// control plane's directory.
+fn start_agent(cp: &netpolicy_testenv::ControlPlane, node: &str, ns: &TestNamespace) -> Agent {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log = cp.dir.join(format!("agent-{node}.log"));
+    Agent(
+        Command::new(env!("CARGO_BIN_EXE_netpolicy"))
+            .args([
+                "agent",
+                "--node",
+                node,
+                "--netns",
+                ns.name(),
+                "--resync-seconds",
+                "1",
+                "--kubeconfig",
+            ])
+            .arg(&cp.kubeconfig)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("RUST_LOG", "info")
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Regressions: every pass wrote status with a fresh `lastTransitionTime`, each write
+/// a watch event and a new pass (~100 writes/s); and a desired route blocked by a
+/// foreign route was reported as applied. Now: blocked items are in `itemErrors`,
+/// `Applied` is False while any exist, and a quiet node makes zero writes over many
+/// resyncs, blocked or not.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_quiet_node_costs_zero_writes_and_blocked_items_are_reported() {
+    let Some(ns) = TestNamespace::new("agent-quiet").unwrap() else {
+        return;
+    };
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let node = cp.unique("quiet-node");
+    let api: Api<NodeNetworkConfig> = Api::all(client.clone());
+    // A foreign route holds the identity of one desired route, with other content.
+    ns.ip(&[
+        "route",
+        "add",
+        "10.30.0.0/16",
+        "via",
+        "192.0.2.9",
+        "table",
+        "100",
+    ])
+    .unwrap();
+    api.create(
+        &PostParams::default(),
+        &nnc(
+            &node,
+            "q1",
+            json!([
+                route("10.20.0.0/16", "192.0.2.1"),
+                route("10.30.0.0/16", "192.0.2.1")
+            ]),
+        ),
+    )
+    .await
+    .unwrap();
+    let _agent = start_agent(cp, &node, &ns);
+    let status = || async { api.get(&node).await.unwrap().status.unwrap_or_default() };
+    eventually("the blocked route is reported", 30, || async {
+        status().await.item_errors.len() == 1
+    })
+    .await;
+    let s = status().await;
+    assert_eq!(s.conditions[0].status, "False", "{s:?}");
+    assert_eq!(s.conditions[0].reason, "ItemsNotApplied");
+    assert_eq!(s.applied_revision, None, "q1 is not fully applied");
+    let e = &s.item_errors[0];
+    assert_eq!(e.reason, "BlockedByForeignObject", "{e:?}");
+    assert_eq!(e.item, "route 10.30.0.0/16 table 100 via 192.0.2.1");
+    assert!(
+        ns.ip(&["route", "show", "table", "100"])
+            .unwrap()
+            .contains("10.30.0.0/16 via 192.0.2.9 dev v0 \n")
+            || ns
+                .ip(&["route", "show", "table", "100"])
+                .unwrap()
+                .contains("10.30.0.0/16 via 192.0.2.9 dev v0\n"),
+        "the foreign route is untouched"
+    );
+
+    // Quiet while blocked: five resyncs, no write.
+    let before = cp.writes("nodenetworkconfigs", &node).len();
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let during = cp.writes("nodenetworkconfigs", &node);
+    assert_eq!(
+        during.len(),
+        before,
+        "writes while quiet: {:?}",
+        &during[before..]
+    );
+
+    // The foreign route goes: the next resync applies ours and says so, once.
+    ns.ip(&["route", "del", "10.30.0.0/16", "table", "100"])
+        .unwrap();
+    eventually("applied after the foreign route left", 30, || async {
+        status().await.applied_revision.as_deref() == Some("q1")
+    })
+    .await;
+    let s = status().await;
+    assert_eq!(s.conditions[0].status, "True");
+    assert!(s.item_errors.is_empty());
+    let before = cp.writes("nodenetworkconfigs", &node).len();
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let after = cp.writes("nodenetworkconfigs", &node);
+    assert_eq!(
+        after.len(),
+        before,
+        "writes while quiet: {:?}",
+        &after[before..]
+    );
+    // Overall: the create, and one status write per change of status (blocked,
+    // applied); a few more if a write raced a resync, never a loop.
+    let status_writes = after.iter().filter(|w| w.subresource == "status").count();
+    assert!((2..=4).contains(&status_writes), "{after:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_agent_applies_follows_repairs_reports_and_cleans_up() {
     let Some(ns) = TestNamespace::new("agent").unwrap() else {
@@ -55,31 +184,7 @@ async fn the_agent_applies_follows_repairs_reports_and_cleans_up() {
     )
     .await
     .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let log = cp.dir.join(format!("agent-{node}.log"));
-    let _agent = Agent(
-        Command::new(env!("CARGO_BIN_EXE_netpolicy"))
-            .args([
-                "agent",
-                "--node",
-                &node,
-                "--netns",
-                ns.name(),
-                "--resync-seconds",
-                "1",
-                "--kubeconfig",
-            ])
-            .arg(&cp.kubeconfig)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("RUST_LOG", "info")
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let _agent = start_agent(cp, &node, &ns);
     let table = || {
         ns.ip(&["route", "show", "table", "100"])
             .unwrap_or_default()
@@ -140,7 +245,9 @@ async fn the_agent_applies_follows_repairs_reports_and_cleans_up() {
     eventually("the failure is reported", 30, || async {
         let s = status(api.clone(), node.clone()).await;
         s.conditions.first().is_some_and(|c| c.status == "False")
-            && s.item_errors.iter().any(|e| e.errno == Some(101))
+            && s.item_errors
+                .iter()
+                .any(|e| e.errno == Some(101) && e.reason == "Refused")
     })
     .await;
     let s = status(api.clone(), node.clone()).await;

@@ -124,6 +124,54 @@ impl ControlPlane {
     }
 }
 
+/// One write request the API server answered, from its audit log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Write {
+    /// `create`, `update`, `patch`, `delete` or `deletecollection`.
+    pub verb: String,
+    /// The resource (`nodenetworkconfigs`).
+    pub resource: String,
+    /// The subresource (`status`), empty for the object itself.
+    pub subresource: String,
+    /// The object's name.
+    pub name: String,
+    /// The user who made the request.
+    pub user: String,
+}
+
+impl ControlPlane {
+    /// Every write request to `resource` (plural, any group) named `name` that the API
+    /// server has completed so far, in order. Writes are audited synchronously, so a
+    /// write that has been answered is in the list.
+    ///
+    /// # Panics
+    /// When the audit log cannot be read.
+    pub fn writes(&self, resource: &str, name: &str) -> Vec<Write> {
+        let path = self.dir.join("audit.log");
+        let text =
+            fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let field = |v: &serde_json::Value, path: &[&str]| {
+            path.iter()
+                .try_fold(v, |v, k| v.get(k))
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| field(e, &["stage"]) == "ResponseComplete")
+            .map(|e| Write {
+                verb: field(&e, &["verb"]),
+                resource: field(&e, &["objectRef", "resource"]),
+                subresource: field(&e, &["objectRef", "subresource"]),
+                name: field(&e, &["objectRef", "name"]),
+                user: field(&e, &["user", "username"]),
+            })
+            .filter(|w| w.resource == resource && w.name == name)
+            .collect()
+    }
+}
+
 /// Installs `crds` with server-side apply (idempotent; safe to call from every test)
 /// and waits until each is Established.
 ///
@@ -397,6 +445,14 @@ fn launch() -> Result<(ControlPlane, Vec<Child>)> {
     let serving_key = write("apiserver.key", &pki.serving.1)?;
     let sa_key = write("sa.key", &pki.sa.0)?;
     let sa_pub = write("sa.pub", &pki.sa.1)?;
+    // Every write request is audited (metadata only), so tests can count the writes a
+    // component made to one object: `ControlPlane::writes`.
+    let audit_policy = write(
+        "audit-policy.yaml",
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
+         - level: Metadata\n  verbs: [create, update, patch, delete, deletecollection]\n\
+         - level: None\n",
+    )?;
 
     let (client_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
     let s = |p: &Path| p.display().to_string();
@@ -427,6 +483,9 @@ fn launch() -> Result<(ControlPlane, Vec<Child>)> {
         &bin.join("kube-apiserver"),
         &[
             format!("--etcd-servers={client_url}"),
+            format!("--audit-policy-file={}", s(&audit_policy)),
+            format!("--audit-log-path={}", s(&dir.join("audit.log"))),
+            "--audit-log-mode=blocking".into(),
             "--bind-address=127.0.0.1".into(),
             "--advertise-address=127.0.0.1".into(),
             format!("--secure-port={api_port}"),
