@@ -93,6 +93,17 @@ impl Selector {
         Self::default()
     }
 
+    /// The selector that matches no node: what an invalid policy selects, so that
+    /// its items land nowhere (one `In` requirement with no values).
+    pub fn nothing() -> Self {
+        Self {
+            requirements: vec![Requirement::In {
+                key: String::new(),
+                values: Vec::new(),
+            }],
+        }
+    }
+
     /// A selector from requirements (all must hold).
     pub fn from_requirements(requirements: Vec<Requirement>) -> Self {
         Self { requirements }
@@ -135,10 +146,20 @@ impl LabelSelector {
     ///
     /// # Errors
     /// [`crate::Error::Invalid`] for bad keys or values, an unknown operator, `In`/`NotIn`
-    /// without values, or `Exists`/`DoesNotExist` with values.
+    /// without values, `Exists`/`DoesNotExist` with values, or a field a label selector
+    /// does not have (a plain label map where a selector belongs).
     pub fn validate(&self, path: &str) -> Result<Selector> {
         let mut p = Problems::default();
         let mut reqs = Vec::new();
+        for k in &self.unknown_fields.0 {
+            p.push(
+                format!("{path}.{k}"),
+                format!(
+                    "not a field of a label selector (matchLabels, matchExpressions); a plain \
+                     label map belongs under matchLabels: {{matchLabels: {{{k}: ...}}}}"
+                ),
+            );
+        }
         for (k, v) in &self.match_labels {
             let at = format!("{path}.matchLabels.{k}");
             check_key(k, &at, &mut p);
@@ -309,6 +330,7 @@ mod tests {
         let both = LabelSelector {
             match_labels: [("zone".into(), "a".into())].into(),
             match_expressions: vec![expr("role", "In", &["core"])],
+            ..LabelSelector::default()
         }
         .validate("s")
         .unwrap();
@@ -324,6 +346,7 @@ mod tests {
                 expr("zone", "In", &[]),
                 expr("zone", "Exists", &["a"]),
             ],
+            ..LabelSelector::default()
         }
         .validate("spec.nodeSelector")
         .unwrap_err();
@@ -348,5 +371,25 @@ mod tests {
         .validate("s")
         .unwrap();
         assert!(s.matches(&labels(&[("topology.kubernetes.io/zone", "eu-1a")])));
+    }
+
+    #[test]
+    fn a_plain_label_map_where_a_selector_belongs_is_refused_and_named() {
+        let sel: LabelSelector =
+            serde_json::from_value(serde_json::json!({"role": "edge", "zone": "a"})).unwrap();
+        let e = sel.validate("spec.nodeSelector").unwrap_err();
+        let fields: Vec<&str> = e.field_errors().iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(fields, ["spec.nodeSelector.role", "spec.nodeSelector.zone"]);
+        assert!(e.to_string().contains("matchLabels"), "{e}");
+        // Unknown keys are never written back out.
+        assert_eq!(serde_json::to_string(&sel).unwrap(), "{}");
+    }
+
+    #[test]
+    fn the_nothing_selector_matches_no_node() {
+        let n = Selector::nothing();
+        assert!(!n.matches(&Labels::new()));
+        assert!(!n.matches(&labels(&[("", "")])));
+        assert!(!n.is_everything());
     }
 }

@@ -235,8 +235,14 @@ impl JsonSchema for IntOrString {
 
 /// A Kubernetes label selector (`metav1.LabelSelector`). An empty selector matches
 /// every node.
+///
+/// Fields a selector does not have are kept (the CRD schema preserves them, so the API
+/// server does not prune them away) and refused by [`LabelSelector::validate`]: a
+/// plain label map written where a selector belongs (`nodeSelector: {role: edge}`)
+/// would otherwise become the empty selector and select every node.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct LabelSelector {
     /// Labels that must be present with exactly these values.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -244,6 +250,36 @@ pub struct LabelSelector {
     /// Set-based requirements; all must hold.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub match_expressions: Vec<LabelSelectorRequirement>,
+    /// Names of fields that are not part of a label selector (validation refuses them).
+    #[serde(flatten, default, skip_serializing)]
+    #[schemars(skip)]
+    pub unknown_fields: UnknownFields,
+}
+
+/// The names of map keys a type does not know, collected on deserialization (values
+/// are ignored), so that validation can name them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnknownFields(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for UnknownFields {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Keys;
+        impl<'de> de::Visitor<'de> for Keys {
+            type Value = UnknownFields;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+                let mut keys = Vec::new();
+                while let Some((k, _)) = m.next_entry::<String, de::IgnoredAny>()? {
+                    keys.push(k);
+                }
+                keys.sort();
+                Ok(UnknownFields(keys))
+            }
+        }
+        d.deserialize_map(Keys)
+    }
 }
 
 /// One set-based requirement of a [`LabelSelector`].

@@ -60,6 +60,7 @@ fn selector_strategy() -> impl Strategy<Value = LabelSelector> {
         .prop_map(|(match_labels, match_expressions)| LabelSelector {
             match_labels,
             match_expressions,
+            ..LabelSelector::default()
         })
 }
 

@@ -205,6 +205,21 @@ fn revision(spec: &RenderedSpec) -> String {
     format!("{:016x}", netpolicy_core::hash::fnv1a(&[&text]))
 }
 
+/// The first NodeConfig of `names` that an item of `spec` came from.
+fn carried_from<'a>(spec: &NodeNetworkConfigSpec, names: &'a BTreeSet<String>) -> Option<&'a str> {
+    if names.is_empty() {
+        return None;
+    }
+    let r = &spec.rendered;
+    r.vlans
+        .iter()
+        .flat_map(|i| &i.sources)
+        .chain(r.routes.iter().flat_map(|i| &i.sources))
+        .chain(r.rules.iter().flat_map(|i| &i.sources))
+        .filter(|s| s.kind == "NodeConfig")
+        .find_map(|s| names.get(&s.name).map(String::as_str))
+}
+
 /// One pass over the caches; returns how many objects it wrote or deleted.
 async fn reconcile(
     ccs: &Store<ClusterConfig>,
@@ -219,11 +234,15 @@ async fn reconcile(
         .iter()
         .filter_map(|cc| cluster_config_policy(cc, &mut errors))
         .collect();
-    policies.extend(
-        ncs.state()
-            .iter()
-            .map(|nc| node_config_policy(nc, &mut errors)),
-    );
+    let nc_list = ncs.state();
+    policies.extend(nc_list.iter().map(|nc| node_config_policy(nc, &mut errors)));
+    // A NodeConfig whose selector is broken selects nothing; the nodes that still
+    // carry its items keep their last good config until it is fixed or deleted.
+    let unselectable: BTreeSet<String> = nc_list
+        .iter()
+        .filter(|nc| nc.spec.node_selector.validate("spec.nodeSelector").is_err())
+        .map(|nc| nc.name_any())
+        .collect();
     for e in &errors {
         warn!(kind = %e.kind, name = %e.name, field = %e.field, "{}", e.message);
     }
@@ -251,6 +270,16 @@ async fn reconcile(
         present.insert(node.to_owned());
         match outcome {
             NodeOutcome::Rendered(cfg) => {
+                if let Some(o) = existing.get(node)
+                    && let Some(held_by) = carried_from(&o.spec, &unselectable)
+                {
+                    warn!(
+                        node,
+                        "held at its last good config: NodeConfig/{held_by} has an invalid \
+                         nodeSelector"
+                    );
+                    continue;
+                }
                 let rendered = RenderedSpec::from_merged(cfg);
                 let spec = NodeNetworkConfigSpec {
                     revision: revision(&rendered),

@@ -124,8 +124,9 @@ pub struct Manifests {
 /// in [`Manifests::errors`] instead.
 pub fn load(paths: &[PathBuf]) -> Result<Manifests, LoadError> {
     let mut files = Vec::new();
+    let mut seen = Seen::default();
     for p in paths {
-        collect_files(p, &mut files)?;
+        collect_files(p, &mut files, &mut seen)?;
     }
     let mut m = Manifests::default();
     for f in files {
@@ -138,27 +139,54 @@ pub fn load(paths: &[PathBuf]) -> Result<Manifests, LoadError> {
     Ok(m)
 }
 
-fn collect_files(p: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
+/// Directories and files already read, by their real (canonical) path: a file reached
+/// twice (through a symbolic link, or named twice) is read once, and a directory is
+/// never entered again (a link to `.` or to an ancestor would otherwise loop).
+#[derive(Default)]
+struct Seen {
+    dirs: std::collections::HashSet<PathBuf>,
+    files: std::collections::HashSet<PathBuf>,
+}
+
+impl Seen {
+    fn first_time(
+        set: &mut std::collections::HashSet<PathBuf>,
+        p: &Path,
+    ) -> Result<bool, LoadError> {
+        let real = fs::canonicalize(p).map_err(|source| LoadError::Io {
+            path: p.to_owned(),
+            source,
+        })?;
+        Ok(set.insert(real))
+    }
+}
+
+fn collect_files(p: &Path, out: &mut Vec<PathBuf>, seen: &mut Seen) -> Result<(), LoadError> {
     let meta = fs::metadata(p).map_err(|source| LoadError::Io {
         path: p.to_owned(),
         source,
     })?;
     if meta.is_file() {
-        out.push(p.to_owned());
+        if Seen::first_time(&mut seen.files, p)? {
+            out.push(p.to_owned());
+        }
         return Ok(());
     }
     if !meta.is_dir() {
         return Err(LoadError::NoManifests { path: p.to_owned() });
     }
     let before = out.len();
-    walk(p, out)?;
-    if out.len() == before {
+    let fresh = Seen::first_time(&mut seen.dirs, p)?;
+    if fresh {
+        walk(p, out, seen)?;
+    }
+    if out.len() == before && fresh {
         return Err(LoadError::NoManifests { path: p.to_owned() });
     }
     Ok(())
 }
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
+fn walk(dir: &Path, out: &mut Vec<PathBuf>, seen: &mut Seen) -> Result<(), LoadError> {
     let io = |source| LoadError::Io {
         path: dir.to_owned(),
         source,
@@ -171,8 +199,12 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
     entries.sort();
     for e in entries {
         if e.is_dir() {
-            walk(&e, out)?;
-        } else if e.extension().is_some_and(|x| x == "yaml" || x == "yml") {
+            if Seen::first_time(&mut seen.dirs, &e)? {
+                walk(&e, out, seen)?;
+            }
+        } else if e.extension().is_some_and(|x| x == "yaml" || x == "yml")
+            && Seen::first_time(&mut seen.files, &e)?
+        {
             out.push(e);
         }
     }

@@ -267,8 +267,10 @@ pub fn cluster_config_policy(cc: &ClusterConfig, errors: &mut Vec<InputError>) -
     })
 }
 
-/// The merge policy of a NodeConfig. An invalid one holds the nodes its selector picks
-/// (every node when the selector itself is broken), its problems in `errors`.
+/// The merge policy of a NodeConfig. An invalid one holds the nodes its selector picks;
+/// one whose selector itself is broken selects nothing (its items land nowhere; the
+/// operator keeps the nodes that still carry its items at their last good config). Its
+/// problems go to `errors`.
 pub fn node_config_policy(nc: &NodeConfig, errors: &mut Vec<InputError>) -> Policy {
     let name = nc.metadata.name.clone().unwrap_or_default();
     let selector = nc.spec.node_selector.validate("spec.nodeSelector");
@@ -282,8 +284,8 @@ pub fn node_config_policy(nc: &NodeConfig, errors: &mut Vec<InputError>) -> Poli
             {
                 field_errors("NodeConfig", &name, e.field_errors(), errors);
             }
-            // With a broken selector no node can be known to be unaffected.
-            let sel = sel.unwrap_or_else(|_| Selector::everything());
+            // A broken selector selects nothing: never every node.
+            let sel = sel.unwrap_or_else(|_| Selector::nothing());
             Policy::invalid(Source::node_config(&name), nc.spec.priority, sel)
         }
     }

@@ -22,6 +22,11 @@ use netpolicy_operator::api::{NodeConfig, NodeNetworkConfig, crds};
 use netpolicy_testenv::eventually;
 use serde_json::json;
 
+/// The operators here watch the whole (shared) cluster: tests that count an operator's
+/// passes must not see another test's objects change, so the tests of this file run
+/// one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A running `netpolicy operator`, killed when dropped.
 struct Operator {
     child: Child,
@@ -141,6 +146,7 @@ async fn routes_of(api: &Api<NodeNetworkConfig>, node: &str) -> Option<Vec<Strin
 
 #[tokio::test(flavor = "multi_thread")]
 async fn one_instance_leads_and_the_other_takes_over() {
+    let _serial = SERIAL.lock().await;
     let cp = netpolicy_testenv::shared();
     let client = cp.client().await;
     netpolicy_testenv::install_crds(&client, crds()).await;
@@ -258,6 +264,7 @@ async fn one_instance_leads_and_the_other_takes_over() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn json_logs_and_a_clear_error_without_a_cluster() {
+    let _serial = SERIAL.lock().await;
     let cp = netpolicy_testenv::shared();
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope");
@@ -330,4 +337,114 @@ async fn json_logs_and_a_clear_error_without_a_cluster() {
             "{line}"
         );
     }
+}
+
+/// Regressions, live: a NodeConfig with a plain label map for a selector (the API
+/// server used to prune it to the empty selector, which selects every node) lands on
+/// no node and the operator says why; and agents' status writes on
+/// NodeNetworkConfigs start no render pass and no write.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_invalid_selector_selects_nothing_and_status_writes_do_not_start_a_pass() {
+    let _serial = SERIAL.lock().await;
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let ns = cp.unique("lease-ns-quiet");
+    let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns_obj)
+        .await
+        .unwrap();
+    let pool = cp.unique("pool");
+    let (n1, n2) = (cp.unique("node"), cp.unique("node"));
+    node(&client, &n1, &pool).await;
+    node(&client, &n2, "elsewhere").await;
+    let lease = cp.unique("lease");
+    let op = Operator::start(cp, &ns, &lease, "solo");
+    let ncs = Api::<NodeConfig>::all(client.clone());
+    let good = cp.unique("nc-good");
+    ncs.create(
+        &PostParams::default(),
+        &node_config(&good, &pool, "10.20.0.0/16"),
+    )
+    .await
+    .unwrap();
+    let nncs = Api::<NodeNetworkConfig>::all(client.clone());
+    eventually("the good NodeConfig is rendered", 30, || async {
+        routes_of(&nncs, &n1).await == Some(vec!["10.20.0.0/16".to_owned()])
+    })
+    .await;
+
+    // The plain map is kept by the API server (not pruned to `{}`) ...
+    let plain = cp.unique("nc-plain");
+    // Raw JSON: the typed NodeConfig keeps only the unknown key's name.
+    let raw = json!({
+        "apiVersion": "netpolicy.io/v1alpha1",
+        "kind": "NodeConfig",
+        "metadata": {"name": plain},
+        "spec": {
+            "nodeSelector": {"test-pool": pool},
+            "routes": [{"to": "10.99.0.0/16", "via": "192.0.2.1"}]
+        }
+    });
+    let dynamic: Api<kube::core::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::core::ApiResource::erase::<NodeConfig>(&()),
+    );
+    dynamic
+        .patch(
+            &plain,
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&raw),
+        )
+        .await
+        .unwrap();
+    let stored = dynamic.get(&plain).await.unwrap();
+    assert_eq!(
+        stored.data["spec"]["nodeSelector"]["test-pool"],
+        json!(pool)
+    );
+    // ... and the operator refuses it by name and puts its route on no node.
+    eventually("the operator reports the invalid selector", 30, || async {
+        op.log().contains(&plain) && op.log().contains("spec.nodeSelector.test-pool")
+    })
+    .await;
+    assert_eq!(
+        routes_of(&nncs, &n1).await,
+        Some(vec!["10.20.0.0/16".to_owned()])
+    );
+    assert_eq!(routes_of(&nncs, &n2).await, Some(vec![]));
+
+    // An agent's status write is not a reason to render: no pass, no write.
+    let passes = op.metric("netpolicy_reconciles_total");
+    let writes = cp.writes("nodenetworkconfigs", &n1).len();
+    for i in 0..3 {
+        nncs.patch_status(
+            &n1,
+            &PatchParams::apply("fake-agent").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "netpolicy.io/v1alpha1",
+                "kind": "NodeNetworkConfig",
+                "status": {"observedGeneration": i}
+            })),
+        )
+        .await
+        .unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        op.metric("netpolicy_reconciles_total"),
+        passes,
+        "{}",
+        op.log()
+    );
+    let after = cp.writes("nodenetworkconfigs", &n1);
+    assert!(
+        after[writes..]
+            .iter()
+            .all(|w| w.user == "netpolicy-admin" && w.subresource == "status"),
+        "only the three fake-agent status writes: {:?}",
+        &after[writes..]
+    );
+    assert_eq!(after.len() - writes, 3);
 }

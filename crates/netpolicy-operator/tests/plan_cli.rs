@@ -886,3 +886,89 @@ spec: {{issuerRef: {{name: {issuer}}}, nodeSelector: {{matchLabels: {{role: edge
     assert_eq!(e["name"], "lost");
     assert_eq!(e["field"], "spec.issuerRef.name");
 }
+
+/// Regression: a plain label map where a LabelSelector belongs became the empty
+/// selector, and the NodeConfig's items landed on every node. Now it is an error
+/// naming the field, and the NodeConfig selects nothing.
+#[test]
+fn a_node_config_with_a_plain_label_map_selector_selects_nothing_and_names_the_field() {
+    let text = format!(
+        "{NODES}{}{}",
+        node_config("plain", 0, "{zone: a}", "10.0.0.1"),
+        "---
+apiVersion: netpolicy.io/v1alpha1
+kind: NodeConfig
+metadata: {name: good}
+spec:
+  nodeSelector: {matchLabels: {zone: b}}
+  routes:
+    - to: 10.30.0.0/16
+      via: 10.0.0.2
+"
+    );
+    let (code, v, stderr) = plan_json(&text);
+    assert_eq!(code, 1, "{stderr}");
+    let errors = v["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0]["kind"], "NodeConfig");
+    assert_eq!(errors[0]["name"], "plain");
+    assert_eq!(errors[0]["field"], "spec.nodeSelector.zone");
+    assert!(
+        errors[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("matchLabels"),
+        "{errors:?}"
+    );
+    // n1 gets nothing from "plain"; n2 gets only "good"'s route.
+    let routes = |n: &str| {
+        v["nodes"][n]["routes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert!(routes("n1").is_empty(), "{v}");
+    assert_eq!(routes("n2").len(), 1, "{v}");
+    assert_eq!(routes("n2")[0]["to"], "10.30.0.0/16");
+    assert!(v.get("heldNodes").is_none(), "no node is held: {v}");
+}
+
+/// Regression: a directory with two links to `.` made `plan -f DIR` loop for ever,
+/// and one link reported every object twice.
+#[test]
+fn plan_over_a_directory_with_symlink_loops_reads_every_file_once() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("nodes.yaml"),
+        format!(
+            "{NODES}{}",
+            node_config("x", 0, "{matchLabels: {zone: a}}", "10.0.0.1")
+        ),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(".", dir.path().join("again")).unwrap();
+    std::os::unix::fs::symlink(".", dir.path().join("more")).unwrap();
+    fs::create_dir(dir.path().join("sub")).unwrap();
+    std::os::unix::fs::symlink("..", dir.path().join("sub/up")).unwrap();
+    let out = netpolicy()
+        .timeout(std::time::Duration::from_secs(30))
+        .args(["plan", "-o", "json", "-f"])
+        .arg(dir.path())
+        .arg("-f")
+        .arg(dir.path().join("nodes.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["errors"],
+        serde_json::json!([]),
+        "no false duplicates: {v}"
+    );
+    assert_eq!(v["nodes"]["n1"]["routes"].as_array().unwrap().len(), 1);
+}
