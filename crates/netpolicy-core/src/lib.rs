@@ -73,6 +73,7 @@ pub mod error;
 pub mod hash;
 pub mod merge;
 pub mod model;
+pub mod names;
 pub mod plan;
 pub mod selector;
 pub mod spec;

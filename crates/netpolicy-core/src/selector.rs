@@ -222,55 +222,15 @@ impl LabelSelector {
     }
 }
 
-fn is_name_segment(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|l| {
-            let b = l.as_bytes();
-            !b.is_empty()
-                && b.len() <= 63
-                && b[0].is_ascii_alphanumeric()
-                && b[b.len() - 1].is_ascii_alphanumeric()
-                && b.iter()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        })
-}
-
 fn check_key(k: &str, path: &str, p: &mut Problems) {
-    let ok = match k.split_once('/') {
-        Some((prefix, name)) => is_dns_subdomain(prefix) && is_name_segment(name),
-        None => is_name_segment(k),
-    };
-    if !ok {
-        p.push(
-            path,
-            format!(
-                "{k:?} is not a valid label key ([prefix/]name, name at most 63 characters of \
-                 letters, digits, '-', '_', '.')"
-            ),
-        );
+    if let Err(e) = crate::names::label_key(k) {
+        p.push(path, e);
     }
 }
 
 fn check_value(v: &str, path: &str, p: &mut Problems) {
-    if !v.is_empty() && !is_name_segment(v) {
-        p.push(
-            path,
-            format!(
-                "{v:?} is not a valid label value (at most 63 characters of letters, digits, \
-                 '-', '_', '.', starting and ending with a letter or digit)"
-            ),
-        );
+    if let Err(e) = crate::names::label_value(v) {
+        p.push(path, e);
     }
 }
 

@@ -88,6 +88,59 @@ pub struct AddressSpace {
     outer: Vec<(u128, u128)>,
     excluded: Vec<(u128, u128)>,
     capacity: u128,
+    size: Count,
+}
+
+/// An exact number of addresses, from 0 up to 2^128 (every IPv6 address), one more
+/// than `u128` holds. Displays in decimal; [`Count::get`] gives it as a `u128` when it
+/// fits.
+///
+/// # Examples
+/// ```
+/// use netpolicy_ipam::space::{AddressSpace, Space};
+///
+/// let all = AddressSpace::parse("spec", &[], &[("::".into(), "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff".into())], &[])?;
+/// assert_eq!(all.size().to_string(), "340282366920938463463374607431768211456");
+/// assert_eq!(all.size().get(), None);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Count(
+    /// `None` for zero, `Some(n - 1)` for `n`.
+    Option<u128>,
+);
+
+impl Count {
+    /// `n`.
+    pub fn new(n: u128) -> Self {
+        Self(n.checked_sub(1))
+    }
+
+    /// The count as a `u128`; `None` for 2^128.
+    pub fn get(self) -> Option<u128> {
+        match self.0 {
+            None => Some(0),
+            Some(m) => m.checked_add(1),
+        }
+    }
+
+    /// The count plus `n`, `None` past 2^128.
+    pub fn checked_add(self, n: u128) -> Option<Self> {
+        match (self.0, n.checked_sub(1)) {
+            (x, None) => Some(Self(x)),
+            (None, y) => Some(Self(y)),
+            (Some(a), Some(b)) => a.checked_add(b)?.checked_add(1).map(|m| Self(Some(m))),
+        }
+    }
+}
+
+impl std::fmt::Display for Count {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.get() {
+            Some(n) => write!(f, "{n}"),
+            None => f.write_str("340282366920938463463374607431768211456"),
+        }
+    }
 }
 
 fn merge_intervals(mut v: Vec<(u128, u128)>) -> Vec<(u128, u128)> {
@@ -251,6 +304,7 @@ impl AddressSpace {
         let excluded = merge_intervals(excluded);
         let usable = subtract(&merge_intervals(usable), &excluded);
         let mut capacity = 0u128;
+        let mut size = Count::default();
         let mut intervals = Vec::with_capacity(usable.len());
         for (s, e) in usable {
             intervals.push(Interval {
@@ -258,8 +312,11 @@ impl AddressSpace {
                 end: e,
                 base: capacity,
             });
-            // A whole IPv6 /0 has 2^128 addresses, one more than u128 holds; saturate.
+            // Every IPv6 address is 2^128, one more than u128 holds: the exact number is
+            // `size`; the allocator's capacity saturates (its last value is never
+            // handed out, which no pool will notice).
             capacity = capacity.saturating_add((e - s).saturating_add(1));
+            size = Count((e - s).checked_add(size.0.map_or(0, |m| m + 1)));
         }
         Ok(Self {
             family,
@@ -267,6 +324,7 @@ impl AddressSpace {
             outer: merge_intervals(outer),
             excluded,
             capacity,
+            size,
         })
     }
 
@@ -363,6 +421,14 @@ impl AddressSpace {
             }
         }
         None
+    }
+}
+
+impl AddressSpace {
+    /// The exact number of usable addresses, up to 2^128 ([`Space::capacity`]
+    /// saturates at `u128::MAX`).
+    pub fn size(&self) -> Count {
+        self.size
     }
 }
 
@@ -628,5 +694,40 @@ mod tests {
         assert!(s.offset_of(&net("fd00:10::/63")).is_err());
         assert!(PrefixSpace::new(net("10.0.0.0/16"), 16).is_err());
         assert!(PrefixSpace::new(net("10.0.0.1/16"), 20).is_err());
+    }
+
+    #[test]
+    fn sizes_are_exact_up_to_all_of_ipv6() {
+        let all = AddressSpace::parse(
+            "spec",
+            &[],
+            &[(
+                "::".into(),
+                "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff".into(),
+            )],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(all.size().get(), None);
+        assert_eq!(
+            all.size().to_string(),
+            "340282366920938463463374607431768211456"
+        );
+        assert_eq!(all.capacity(), u128::MAX, "the allocator saturates");
+        // ::/0 as a CIDR loses its subnet-router anycast address.
+        let slash0 = AddressSpace::new(&[net("::/0")], &[], &[]).unwrap();
+        assert_eq!(slash0.size().get(), Some(u128::MAX));
+        assert_eq!(
+            AddressSpace::new(&[net("10.135.10.192/26")], &[], &[])
+                .unwrap()
+                .size(),
+            Count::new(62)
+        );
+        assert_eq!(Count::new(0).get(), Some(0));
+        assert_eq!(
+            Count::new(u128::MAX).checked_add(1).map(|c| c.get()),
+            Some(None)
+        );
+        assert_eq!(Count::new(u128::MAX).checked_add(2), None);
     }
 }

@@ -69,16 +69,30 @@ pub struct PlanReport {
     pub warnings: Vec<String>,
 }
 
+/// A count as JSON: a number while a double holds it exactly (up to 2^53), a decimal
+/// string above, as in the CRD status, so that jq and JavaScript read it exactly.
+fn exact_count<S: serde::Serializer>(
+    c: &netpolicy_ipam::space::Count,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match c.get() {
+        Some(n) if n <= 1 << 53 => s.serialize_u128(n),
+        _ => s.collect_str(c),
+    }
+}
+
 /// One FloatingIPRange in the plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RangeReport {
     /// Range name.
     pub name: String,
-    /// Usable addresses (exact, any size).
-    pub capacity: u128,
+    /// Usable addresses (exact, any size, up to 2^128).
+    #[serde(serialize_with = "exact_count")]
+    pub capacity: netpolicy_ipam::space::Count,
     /// Allocated addresses.
-    pub allocated: u128,
+    #[serde(serialize_with = "exact_count")]
+    pub allocated: netpolicy_ipam::space::Count,
     /// Whether the range is draining.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub draining: bool,
@@ -515,6 +529,16 @@ fn plan_floating_ips(
             Err(e) => field_errors("FloatingIPRange", &name, e.field_errors(), errors),
         }
         if let Some(auto) = &r.spec.auto_allocate {
+            // The name every auto-allocated FloatingIP gets must be one the API server
+            // takes.
+            let generated = format!("{}{name}", auto.name_prefix.as_deref().unwrap_or(""));
+            if let Err(e) = netpolicy_core::names::dns_subdomain(&generated) {
+                errors.push(range_error(
+                    "spec.autoAllocate.namePrefix".into(),
+                    format!("the FloatingIPs it would create are named {generated:?}: {e}"),
+                ));
+                continue;
+            }
             match auto
                 .namespace_selector
                 .validate("spec.autoAllocate.namespaceSelector")
@@ -722,8 +746,8 @@ fn plan_floating_ips(
         .iter()
         .map(|(name, p)| RangeReport {
             name: name.to_owned(),
-            capacity: p.alloc.capacity(),
-            allocated: p.alloc.allocated(),
+            capacity: p.alloc.space().size(),
+            allocated: netpolicy_ipam::space::Count::new(p.alloc.allocated()),
             draining: p.draining,
         })
         .collect();

@@ -370,7 +370,8 @@ fn the_floating_ip_example_allocates_without_errors() {
     let v4 = ranges.iter().find(|r| r["name"] == "public-v4").unwrap();
     assert_eq!(v4["capacity"], 61);
     let v6 = ranges.iter().find(|r| r["name"] == "public-v6").unwrap();
-    assert_eq!(v6["capacity"].to_string(), "18446744073709551615");
+    // Above 2^53: an exact string (a JSON number would be rounded by jq and JavaScript).
+    assert_eq!(v6["capacity"], "18446744073709551615");
     let fips = v["floatingIPs"].as_array().unwrap();
     let addr = |ns: &str, n: &str| {
         fips.iter()
@@ -691,7 +692,11 @@ fn a_cluster_in_the_planned_state_needs_no_route_reflector_steps() {
             }
         }
         for op in &ops {
-            if let Some(key) = op.strip_prefix(&format!("label node {name} ")) {
+            // "label node N as reflector (N)" is the reflector label set above;
+            // the others name a set label key.
+            if let Some(key) = op.strip_prefix(&format!("label node {name} "))
+                && !key.starts_with("as reflector")
+            {
                 labels.push(format!("{key}: \"\""));
             }
         }
@@ -971,4 +976,191 @@ fn plan_over_a_directory_with_symlink_loops_reads_every_file_once() {
         "no false duplicates: {v}"
     );
     assert_eq!(v["nodes"]["n1"]["routes"].as_array().unwrap().len(), 1);
+}
+
+/// Numbers where a string or an integer belongs are refused, each naming its field
+/// path and place; one bad field does not hide the others; duplicate keys name their
+/// object.
+#[test]
+fn every_bad_value_of_an_object_is_reported_with_its_field_path() {
+    let text = format!(
+        "{NODES}---
+apiVersion: netpolicy.io/v1alpha1
+kind: NodeConfig
+metadata: {{name: numbers}}
+spec:
+  nodeSelector: {{matchLabels: {{zone: a}}}}
+  vlans:
+    - link: eth0
+      id: 0100
+      mtu: .nan
+  routes:
+    - to: 10.0.0.0/8
+      dev: 0100
+      table: -1
+      metric: \"abc\"
+---
+apiVersion: netpolicy.io/v1alpha1
+kind: NodeConfig
+metadata: {{name: twice}}
+spec:
+  priority: 1
+  priority: 2
+"
+    );
+    let (code, v, stderr) = plan_json(&text);
+    assert_eq!(code, 1, "{stderr}");
+    let errors = v["errors"].as_array().unwrap();
+    let got: Vec<(&str, &str)> = errors
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap(), e["field"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("numbers", "spec.vlans[0].id"),
+            ("numbers", "spec.vlans[0].mtu"),
+            ("numbers", "spec.routes[0].dev"),
+            ("numbers", "spec.routes[0].table"),
+            ("numbers", "spec.routes[0].metric"),
+            ("twice", "spec.priority"),
+        ],
+        "{errors:#?}"
+    );
+    assert!(errors.iter().all(|e| e["kind"] == "NodeConfig"));
+    let msg = |i: usize| errors[i]["message"].as_str().unwrap();
+    assert!(
+        msg(0).contains("leading zero") && msg(0).contains("in.yaml:17:"),
+        "{}",
+        msg(0)
+    );
+    assert!(msg(1).contains(".nan"), "{}", msg(1));
+    assert!(msg(2).contains("quote it"), "{}", msg(2));
+    assert!(msg(3).contains("-1 is outside"), "{}", msg(3));
+    assert!(msg(4).contains("\"abc\""), "{}", msg(4));
+    assert!(msg(5).contains("written twice"), "{}", msg(5));
+    // Neither object is used: no node gets anything from them.
+    assert_eq!(v["nodes"]["n1"]["routes"], serde_json::json!([]));
+}
+
+/// Names and labels the API server would refuse are refused by `plan` too, including
+/// the names it would generate itself.
+#[test]
+fn names_and_labels_the_api_server_refuses_are_errors() {
+    let text = "---
+apiVersion: v1
+kind: Node
+metadata: {name: Edge_1, labels: {zone: \"a b\"}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: team.one}
+---
+apiVersion: netpolicy.io/v1alpha1
+kind: FloatingIPRange
+metadata: {name: blue}
+spec:
+  cidrs: [10.135.10.192/26]
+  autoAllocate: {namePrefix: Auto_}
+";
+    let (code, v, stderr) = plan_json(text);
+    assert_eq!(code, 1, "{stderr}");
+    let errors = v["errors"].as_array().unwrap();
+    let got: Vec<(&str, &str)> = errors
+        .iter()
+        .map(|e| (e["kind"].as_str().unwrap(), e["field"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("Node", "metadata.name"),
+            ("Node", "metadata.labels.zone"),
+            ("Namespace", "metadata.name"),
+            ("FloatingIPRange", "spec.autoAllocate.namePrefix"),
+        ],
+        "{errors:#?}"
+    );
+    assert!(
+        errors[3]["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"Auto_blue\""),
+        "{errors:#?}"
+    );
+}
+
+/// A NodeConfig with 50,000 routes is legitimate; an alias bomb is not, and the error
+/// names the object, the file and the limit.
+#[test]
+fn realistic_sizes_parse_and_alias_bombs_are_refused_by_name() {
+    let mut text = format!(
+        "{NODES}---
+apiVersion: netpolicy.io/v1alpha1
+kind: NodeConfig
+metadata: {{name: big}}
+spec:
+  nodeSelector: {{matchLabels: {{zone: a}}}}
+  routes:
+"
+    );
+    for i in 0..50_000u32 {
+        text.push_str(&format!(
+            "    - {{to: 10.{}.{}.0/24, via: 192.0.2.1, table: 100}}\n",
+            i / 256,
+            i % 256
+        ));
+    }
+    let (code, v, stderr) = plan_json(&text);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(v["nodes"]["n1"]["routes"].as_array().unwrap().len(), 50_000);
+
+    let mut bomb = String::from(
+        "apiVersion: netpolicy.io/v1alpha1\nkind: NodeConfig\nmetadata:\n  name: bomb\nspec:\n  a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n",
+    );
+    for i in 1..12 {
+        let p = i - 1;
+        bomb.push_str(&format!(
+            "  a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        ));
+    }
+    let (code, v, stderr) = plan_json(&bomb);
+    assert_eq!(code, 1, "{stderr}");
+    let e = &v["errors"][0];
+    assert_eq!(e["kind"], "NodeConfig", "{e}");
+    assert_eq!(e["name"], "bomb", "{e}");
+    assert!(e["field"].as_str().unwrap().contains("in.yaml:"), "{e}");
+    assert!(e["message"].as_str().unwrap().contains("limit"), "{e}");
+}
+
+/// Counts a double cannot hold exactly are strings in JSON (as in the CRD status), and
+/// the whole IPv6 space has 2^128 addresses, not 2^128 - 1.
+#[test]
+fn large_counts_are_exact_strings_and_all_of_ipv6_is_two_to_the_128() {
+    let range = |name: &str, spec: &str| {
+        format!(
+            "---\napiVersion: netpolicy.io/v1alpha1\nkind: FloatingIPRange\nmetadata: {{name: {name}}}\nspec: {spec}\n"
+        )
+    };
+    let (code, v, stderr) = plan_json(&format!(
+        "{}{}",
+        range("v6", "{cidrs: [\"2001:db8::/64\"]}"),
+        range("v4", "{cidrs: [10.135.10.192/26]}")
+    ));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        v["floatingIPRanges"],
+        serde_json::json!([
+            {"name": "v4", "capacity": 62, "allocated": 0},
+            {"name": "v6", "capacity": "18446744073709551615", "allocated": 0}
+        ])
+    );
+    let (code, v, stderr) = plan_json(&range(
+        "all",
+        "{ranges: [{start: \"::\", end: \"ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff\"}]}",
+    ));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        v["floatingIPRanges"][0]["capacity"],
+        "340282366920938463463374607431768211456"
+    );
 }

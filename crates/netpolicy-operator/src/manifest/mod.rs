@@ -7,6 +7,9 @@
 //! checked strictly against their CRD schema, so a misspelt field
 //! (`spec.routes[0].gatway`) is an error instead of being silently dropped.
 
+pub mod schema;
+pub mod yaml;
+
 use std::{
     fmt, fs,
     path::{Path, PathBuf},
@@ -15,9 +18,7 @@ use std::{
 
 use k8s_openapi::{
     api::core::v1::{Namespace, Node},
-    apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-        CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
-    },
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
 use kube::Resource;
 use serde::{Deserialize, de::DeserializeOwned};
@@ -297,27 +298,43 @@ impl Manifests {
     }
 
     fn add_document(&mut self, origin: Origin, doc: &str) {
-        let head: Head = match serde_saphyr::from_str(doc) {
-            Ok(h) => h,
+        let tree = match yaml::parse(doc) {
+            Ok(t) => t,
             Err(e) => {
                 let (field, message) = yaml_error(&origin, &e);
-                // Well-formed YAML that is not a mapping is not malformed, just not an object.
-                let message = if serde_saphyr::from_str::<serde_json::Value>(doc).is_ok() {
+                let (kind, name) = guess_head(doc);
+                let message = if message.contains("budget") || message.contains("limit") {
                     format!(
-                        "not a Kubernetes object (a mapping with apiVersion, kind and metadata): \
-                         {message}"
+                        "the document is over a parser limit (these stop alias bombs and \
+                         runaway documents; a NodeConfig with 50,000 routes is well within \
+                         them): {message}"
                     )
+                } else if serde_saphyr::from_str::<serde_json::Value>(doc).is_ok() {
+                    format!("not a Kubernetes object: {message}")
                 } else {
                     format!("malformed YAML: {message}")
                 };
                 self.errors.push(InputError {
-                    kind: String::new(),
-                    name: String::new(),
+                    kind,
+                    name,
                     field,
                     message,
                 });
                 return;
             }
+        };
+        let text = |k: &str| tree.get(k).and_then(|n| n.as_str()).unwrap_or_default();
+        let head = Head {
+            api_version: text("apiVersion").to_owned(),
+            kind: text("kind").to_owned(),
+            metadata: HeadMeta {
+                name: tree
+                    .get("metadata")
+                    .and_then(|m| m.get("name"))
+                    .and_then(|n| n.as_str())
+                    .unwrap_or_default()
+                    .to_owned(),
+            },
         };
         let input_error = |field: String, message: String| InputError {
             kind: head.kind.clone(),
@@ -325,6 +342,13 @@ impl Manifests {
             field,
             message,
         };
+        if !matches!(tree.value, yaml::Value::Map(_)) {
+            self.errors.push(input_error(
+                origin.to_string(),
+                "not a Kubernetes object (a mapping with apiVersion, kind and metadata)".into(),
+            ));
+            return;
+        }
         if head.kind.is_empty() || head.api_version.is_empty() {
             self.errors.push(input_error(
                 origin.to_string(),
@@ -332,49 +356,48 @@ impl Manifests {
             ));
             return;
         }
+        let d = Doc {
+            origin,
+            tree: &tree,
+            head: &head,
+        };
         match (head.api_version.as_str(), head.kind.as_str()) {
-            ("v1", "Node") => self.parse_into(origin, doc, &head, None, |m| &mut m.nodes),
-            ("v1", "Namespace") => self.parse_into(origin, doc, &head, None, |m| &mut m.namespaces),
+            ("v1", "Node") => self.parse_into(&d, None, false, |m| &mut m.nodes),
+            ("v1", "Namespace") => self.parse_into(&d, None, true, |m| &mut m.namespaces),
             (API_VERSION, "ClusterConfig") => {
-                self.parse_into(origin, doc, &head, crd("ClusterConfig"), |m| {
-                    &mut m.cluster_configs
-                })
+                self.parse_into(&d, crd("ClusterConfig"), false, |m| &mut m.cluster_configs)
             }
             (API_VERSION, "NodeConfig") => {
-                self.parse_into(origin, doc, &head, crd("NodeConfig"), |m| {
-                    &mut m.node_configs
-                })
+                self.parse_into(&d, crd("NodeConfig"), false, |m| &mut m.node_configs)
             }
             (API_VERSION, "FloatingIPRange") => {
-                self.parse_into(origin, doc, &head, crd("FloatingIPRange"), |m| {
+                self.parse_into(&d, crd("FloatingIPRange"), false, |m| {
                     &mut m.floating_ip_ranges
                 })
             }
             (API_VERSION, "FloatingIP") => {
-                self.parse_into(origin, doc, &head, crd("FloatingIP"), |m| {
-                    &mut m.floating_ips
-                })
+                self.parse_into(&d, crd("FloatingIP"), false, |m| &mut m.floating_ips)
             }
             (API_VERSION, "RouteReflectorConfig") => {
-                self.parse_into(origin, doc, &head, crd("RouteReflectorConfig"), |m| {
+                self.parse_into(&d, crd("RouteReflectorConfig"), false, |m| {
                     &mut m.route_reflector_configs
                 })
             }
             (API_VERSION, "RoutedIPIssuer") => {
-                self.parse_into(origin, doc, &head, crd("RoutedIPIssuer"), |m| {
+                self.parse_into(&d, crd("RoutedIPIssuer"), false, |m| {
                     &mut m.routed_ip_issuers
                 })
             }
             (API_VERSION, "RoutedIP") => {
-                self.parse_into(origin, doc, &head, crd("RoutedIP"), |m| &mut m.routed_ips)
+                self.parse_into(&d, crd("RoutedIP"), false, |m| &mut m.routed_ips)
             }
             ("crd.projectcalico.org/v1" | "projectcalico.org/v3", "BGPPeer") => {
-                self.parse_into(origin, doc, &head, None, |m| &mut m.bgp_peers)
+                self.parse_into(&d, None, false, |m| &mut m.bgp_peers)
             }
             (API_VERSION, "NodeNetworkConfig") => self.warnings.push(format!(
-                "{origin}: ignoring NodeNetworkConfig {:?}: it is output, rendered by the \
+                "{}: ignoring NodeNetworkConfig {:?}: it is output, rendered by the \
                  operator",
-                head.metadata.name
+                d.origin, head.metadata.name
             )),
             (v, k) if v.starts_with("netpolicy.io/") => self.errors.push(input_error(
                 "apiVersion".into(),
@@ -384,71 +407,131 @@ impl Manifests {
                 ),
             )),
             (v, k) => self.warnings.push(format!(
-                "{origin}: ignoring {k} {:?} ({v}): not a kind netpolicy plan reads",
-                head.metadata.name
+                "{}: ignoring {k} {:?} ({v}): not a kind netpolicy plan reads",
+                d.origin, head.metadata.name
             )),
         }
     }
 
+    /// Checks one document of a known kind (every problem at once: duplicate keys,
+    /// names and labels, the CRD schema for netpolicy kinds), then deserializes it. An
+    /// object with problems is not used: it selects nothing, allocates nothing.
     fn parse_into<T: DeserializeOwned>(
         &mut self,
-        origin: Origin,
-        doc: &str,
-        head: &Head,
+        d: &Doc<'_>,
         crd: Option<&CustomResourceDefinition>,
+        label_name: bool,
         list: impl FnOnce(&mut Self) -> &mut Vec<Located<T>>,
     ) {
-        let object: T = match serde_saphyr::from_str(doc) {
-            Ok(o) => o,
-            Err(e) => {
-                let (field, message) = yaml_error(&origin, &e);
-                self.errors.push(InputError {
-                    kind: head.kind.clone(),
-                    name: head.metadata.name.clone(),
-                    field,
-                    message: format!("does not fit the {} schema: {message}", head.kind),
-                });
-                return;
-            }
-        };
-        if head.metadata.name.is_empty() {
-            self.errors.push(InputError {
-                kind: head.kind.clone(),
-                name: String::new(),
-                field: "metadata.name".into(),
-                message: format!("{origin}: {} has no name", head.kind),
-            });
-            return;
-        }
+        let mut problems = Vec::new();
+        schema::duplicates(d.tree, "", &mut problems);
+        schema::check_metadata(d.tree, label_name, &mut problems);
         if let Some(crd) = crd {
-            let schema = crd
+            let spec_schema = crd
                 .spec
                 .versions
                 .first()
                 .and_then(|v| v.schema.as_ref())
-                .and_then(|s| s.open_api_v3_schema.as_ref());
-            if let (Some(schema), Ok(value)) =
-                (schema, serde_saphyr::from_str::<serde_json::Value>(doc))
-            {
-                let mut unknown = Vec::new();
-                if let (Some(spec_schema), Some(spec)) = (
-                    schema.properties.as_ref().and_then(|p| p.get("spec")),
-                    value.get("spec"),
-                ) {
-                    unknown_fields(spec_schema, spec, "spec", &mut unknown);
-                }
-                for (field, known) in unknown {
-                    self.errors.push(InputError {
-                        kind: head.kind.clone(),
-                        name: head.metadata.name.clone(),
-                        field,
-                        message: format!("unknown field (known here: {})", known.join(", ")),
-                    });
-                }
+                .and_then(|s| s.open_api_v3_schema.as_ref())
+                .and_then(|s| s.properties.as_ref())
+                .and_then(|p| p.get("spec"));
+            if let (Some(schema), Some(spec)) = (spec_schema, d.tree.get("spec")) {
+                schema::check(schema, spec, "spec", &mut problems);
             }
         }
-        list(self).push(Located { object, origin });
+        let error = |field: String, message: String| InputError {
+            kind: d.head.kind.clone(),
+            name: d.head.metadata.name.clone(),
+            field,
+            message,
+        };
+        if !problems.is_empty() {
+            for p in problems {
+                let at = format!(
+                    "{}:{}:{}",
+                    d.origin.file.display(),
+                    d.origin.line + p.line.saturating_sub(1),
+                    p.column
+                );
+                self.errors
+                    .push(error(p.path, format!("{} ({at})", p.message)));
+            }
+            return;
+        }
+        if d.head.metadata.name.is_empty() {
+            self.errors.push(error(
+                "metadata.name".into(),
+                format!("{}: {} has no name", d.origin, d.head.kind),
+            ));
+            return;
+        }
+        let object: T = match serde_path_to_error::deserialize(d.tree.to_json()) {
+            Ok(o) => o,
+            Err(e) => {
+                self.errors.push(error(
+                    e.path().to_string(),
+                    format!(
+                        "does not fit the {} schema: {} ({})",
+                        d.head.kind,
+                        e.inner(),
+                        d.origin
+                    ),
+                ));
+                return;
+            }
+        };
+        list(self).push(Located {
+            object,
+            origin: d.origin.clone(),
+        });
     }
+}
+
+/// One parsed document and what its head says.
+struct Doc<'a> {
+    origin: Origin,
+    tree: &'a yaml::Node,
+    head: &'a Head,
+}
+
+/// The kind and name of a document that did not parse, read off its lines (for naming
+/// it in the error): a top-level `kind:` and the `name:` under `metadata`.
+fn guess_head(doc: &str) -> (String, String) {
+    let value = |l: &str, key: &str| {
+        l.strip_prefix(key)
+            .map(|v| v.trim().trim_matches(['"', '\'']).to_owned())
+    };
+    let mut kind = String::new();
+    let mut name = String::new();
+    let mut in_meta = false;
+    for l in doc.lines() {
+        if let Some(k) = value(l, "kind:") {
+            kind = k;
+        }
+        if let Some(rest) = l.strip_prefix("metadata:") {
+            in_meta = true;
+            if let Some(i) = rest.find("name:") {
+                name = rest[i + 5..]
+                    .split([',', '}'])
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .trim_matches(['"', '\''])
+                    .to_owned();
+            }
+            continue;
+        }
+        if in_meta && !l.starts_with([' ', '\t']) && !l.trim().is_empty() {
+            in_meta = false;
+        }
+        if in_meta
+            && name.is_empty()
+            && let Some(n) = value(l.trim_start(), "name:")
+        {
+            name = n;
+        }
+    }
+    (kind, name)
 }
 
 /// The CRD of a netpolicy kind, generated once.
@@ -457,45 +540,6 @@ fn crd(kind: &str) -> Option<&'static CustomResourceDefinition> {
     CRDS.get_or_init(crate::api::crds)
         .iter()
         .find(|c| c.spec.names.kind == kind)
-}
-
-/// Finds fields in `value` that `schema` does not declare (what the API server's strict
-/// field validation rejects).
-fn unknown_fields(
-    schema: &JSONSchemaProps,
-    value: &serde_json::Value,
-    path: &str,
-    out: &mut Vec<(String, Vec<String>)>,
-) {
-    if schema.x_kubernetes_preserve_unknown_fields == Some(true)
-        || schema.x_kubernetes_int_or_string == Some(true)
-    {
-        return;
-    }
-    match value {
-        serde_json::Value::Object(map) => {
-            if let Some(props) = &schema.properties {
-                for (k, v) in map {
-                    match props.get(k) {
-                        Some(s) => unknown_fields(s, v, &format!("{path}.{k}"), out),
-                        None => out.push((format!("{path}.{k}"), props.keys().cloned().collect())),
-                    }
-                }
-            } else if let Some(JSONSchemaPropsOrBool::Schema(s)) = &schema.additional_properties {
-                for (k, v) in map {
-                    unknown_fields(s, v, &format!("{path}.{k}"), out);
-                }
-            }
-        }
-        serde_json::Value::Array(items) => {
-            if let Some(JSONSchemaPropsOrArray::Schema(s)) = &schema.items {
-                for (i, v) in items.iter().enumerate() {
-                    unknown_fields(s, v, &format!("{path}[{i}]"), out);
-                }
-            }
-        }
-        _ => {}
-    }
 }
 
 #[cfg(test)]
@@ -547,13 +591,15 @@ mod tests {
             Path::new("x.yaml"),
             "apiVersion: netpolicy.io/v1alpha1\nkind: NodeConfig\nmetadata: {name: a}\nspec:\n  priority: high\n",
         );
-        assert_eq!(m.errors[0].field, "x.yaml:5:13");
-        assert!(
-            m.errors[0]
-                .message
-                .starts_with("does not fit the NodeConfig schema"),
-            "{:?}",
-            m.errors
+        // A value of the wrong type names the field, and the place in the file.
+        assert_eq!(m.errors[0].field, "spec.priority");
+        assert_eq!(
+            m.errors[0].message,
+            "expected an integer, got the string \"high\" (x.yaml:5:13)"
+        );
+        assert_eq!(
+            (m.errors[0].kind.as_str(), m.errors[0].name.as_str()),
+            ("NodeConfig", "a")
         );
     }
 
