@@ -197,18 +197,47 @@ fn unique(policies: Vec<PolicyInput>) -> Vec<PolicyInput> {
 }
 
 // ---- The oracle: the merge rules of DESIGN.md written out the plain way. ----
+// It shares no matching or precedence code with the engine: label selectors are
+// evaluated here from the spec, and precedence is the (rank, priority) pair of
+// DESIGN.md ("NodeConfig beats ClusterConfig; a higher priority NodeConfig beats a lower
+// one").
+
+/// Kubernetes LabelSelector semantics, from the spec, by hand.
+fn oracle_matches(sel: &LabelSelector, labels: &Labels) -> bool {
+    sel.match_labels
+        .iter()
+        .all(|(k, v)| labels.get(k) == Some(v))
+        && sel.match_expressions.iter().all(|e| {
+            let have = labels.get(&e.key);
+            match e.operator.as_str() {
+                "In" => have.is_some_and(|v| e.values.contains(v)),
+                "NotIn" => have.is_none_or(|v| !e.values.contains(v)),
+                "Exists" => have.is_some(),
+                "DoesNotExist" => have.is_none(),
+                other => panic!("the strategy made operator {other}"),
+            }
+        })
+}
+
+/// One policy as the oracle sees it.
+struct OraclePolicy {
+    source: Source,
+    /// (0, 0) for the ClusterConfig, (1, priority) for a NodeConfig.
+    rank: (u8, i64),
+    /// `None` when invalid.
+    config: Option<netpolicy_core::model::RoutingConfig>,
+}
 
 fn oracle_kind<T: Clone + Eq + std::fmt::Debug, K: Ord + Clone>(
-    policies: &[Policy],
+    policies: &[OraclePolicy],
     items: impl Fn(&netpolicy_core::model::RoutingConfig) -> Vec<T>,
     key: impl Fn(&T) -> K,
     item_ref: impl Fn(&K) -> ItemRef,
-    configs: &BTreeMap<Source, netpolicy_core::model::RoutingConfig>,
     conflicts: &mut Vec<Conflict>,
 ) -> Vec<Sourced<T>> {
-    let mut groups: BTreeMap<K, Vec<(&Policy, T)>> = BTreeMap::new();
+    let mut groups: BTreeMap<K, Vec<(&OraclePolicy, T)>> = BTreeMap::new();
     for p in policies {
-        if let Some(c) = configs.get(p.source()) {
+        if let Some(c) = &p.config {
             for it in items(c) {
                 groups.entry(key(&it)).or_default().push((p, it));
             }
@@ -216,22 +245,18 @@ fn oracle_kind<T: Clone + Eq + std::fmt::Debug, K: Ord + Clone>(
     }
     let mut out = Vec::new();
     for (k, cands) in groups {
-        let top = cands.iter().map(|(p, _)| p.precedence()).max().unwrap();
-        let at_top: Vec<&(&Policy, T)> = cands
-            .iter()
-            .filter(|(p, _)| p.precedence() == top)
-            .collect();
+        let top = cands.iter().map(|(p, _)| p.rank).max().unwrap();
+        let at_top: Vec<&(&OraclePolicy, T)> =
+            cands.iter().filter(|(p, _)| p.rank == top).collect();
         let first = &at_top[0].1;
+        let mut sources: Vec<Source> = at_top.iter().map(|(p, _)| p.source.clone()).collect();
+        sources.sort();
         if at_top.iter().all(|(_, it)| it == first) {
-            let mut sources: Vec<Source> = at_top.iter().map(|(p, _)| p.source().clone()).collect();
-            sources.sort();
             out.push(Sourced {
                 item: Arc::new(first.clone()),
                 sources: sources.into(),
             });
         } else {
-            let mut sources: Vec<Source> = at_top.iter().map(|(p, _)| p.source().clone()).collect();
-            sources.sort();
             conflicts.push(Conflict {
                 item: item_ref(&k),
                 sources,
@@ -242,53 +267,52 @@ fn oracle_kind<T: Clone + Eq + std::fmt::Debug, K: Ord + Clone>(
 }
 
 fn oracle(inputs: &[PolicyInput], labels: &Labels) -> NodeOutcome {
-    let applying: Vec<(&PolicyInput, Policy)> = inputs
+    let applying: Vec<OraclePolicy> = inputs
         .iter()
-        .map(|i| (i, i.policy()))
-        .filter(|(_, p)| p.selector().matches(labels))
+        .filter_map(|i| match i {
+            PolicyInput::Cluster(spec) => Some(OraclePolicy {
+                source: Source::cluster("default"),
+                rank: (0, 0),
+                config: Some(spec.validate("spec").unwrap()),
+            }),
+            PolicyInput::Node {
+                name,
+                priority,
+                selector,
+                spec,
+                valid,
+            } => oracle_matches(selector, labels).then(|| OraclePolicy {
+                source: Source::node_config(name),
+                rank: (1, *priority),
+                config: valid.then(|| spec.validate("spec").unwrap()),
+            }),
+        })
         .collect();
     let mut problems: Vec<Problem> = applying
         .iter()
-        .filter(|(_, p)| !p.is_valid())
-        .map(|(_, p)| Problem::InvalidPolicy(p.source().clone()))
+        .filter(|p| p.config.is_none())
+        .map(|p| Problem::InvalidPolicy(p.source.clone()))
         .collect();
-    let mut configs = BTreeMap::new();
-    for (i, p) in &applying {
-        let spec = match i {
-            PolicyInput::Cluster(s) => s,
-            PolicyInput::Node { spec, valid, .. } => {
-                if !valid {
-                    continue;
-                }
-                spec
-            }
-        };
-        configs.insert(p.source().clone(), spec.validate("spec").unwrap());
-    }
-    let policies: Vec<Policy> = applying.into_iter().map(|(_, p)| p).collect();
     let mut conflicts = Vec::new();
     let vlans = oracle_kind(
-        &policies,
+        &applying,
         |c| c.vlans.clone(),
         |v| v.name.clone(),
         |k| ItemRef::Vlan(k.clone()),
-        &configs,
         &mut conflicts,
     );
     let routes = oracle_kind(
-        &policies,
+        &applying,
         |c| c.routes.clone(),
         |r| r.key(),
         |k| ItemRef::Route(*k),
-        &configs,
         &mut conflicts,
     );
     let rules = oracle_kind(
-        &policies,
+        &applying,
         |c| c.rules.clone(),
         |r| r.key.clone(),
         |k| ItemRef::Rule(k.clone()),
-        &configs,
         &mut conflicts,
     );
     problems.extend(conflicts.into_iter().map(Problem::Conflict));
@@ -296,9 +320,9 @@ fn oracle(inputs: &[PolicyInput], labels: &Labels) -> NodeOutcome {
         problems.sort();
         return NodeOutcome::Held(problems.into());
     }
-    let mut hard: Vec<u32> = configs
-        .values()
-        .flat_map(|c| c.table_hard_sync.clone())
+    let mut hard: Vec<u32> = applying
+        .iter()
+        .flat_map(|p| p.config.iter().flat_map(|c| c.table_hard_sync.clone()))
         .collect();
     hard.sort_unstable();
     hard.dedup();
@@ -414,6 +438,7 @@ proptest! {
             nodes.clone(),
             policies.values().map(PolicyInput::policy),
         );
+        let mut before = snapshot(&engine);
         for change in changes {
             let changed = match change {
                 Change::UpsertNode(i, l) => {
@@ -438,11 +463,22 @@ proptest! {
                 }
             };
             let full = Engine::build(nodes.clone(), policies.values().map(PolicyInput::policy));
-            prop_assert_eq!(snapshot(&engine), snapshot(&full));
-            // Every node reported as changed really is in the new state.
-            for n in changed {
-                prop_assert!(nodes.contains_key(&*n));
+            let after = snapshot(&engine);
+            prop_assert_eq!(&after, &snapshot(&full));
+            // Every node reported as changed really is in the new state, and every node
+            // whose outcome changed (or that is new) is reported: a controller writes
+            // exactly the reported nodes.
+            let reported: std::collections::BTreeSet<String> =
+                changed.iter().map(|n| n.to_string()).collect();
+            for n in &reported {
+                prop_assert!(nodes.contains_key(n.as_str()), "{} reported but gone", n);
             }
+            for (n, outcome) in &after {
+                if before.get(n) != Some(outcome) {
+                    prop_assert!(reported.contains(n), "{} changed but was not reported", n);
+                }
+            }
+            before = after;
         }
     }
 }
