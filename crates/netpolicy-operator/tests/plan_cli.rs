@@ -999,6 +999,8 @@ spec:
       dev: 0100
       table: -1
       metric: \"abc\"
+    - to: not-a-prefix
+      dev: eth0
 ---
 apiVersion: netpolicy.io/v1alpha1
 kind: NodeConfig
@@ -1023,6 +1025,9 @@ spec:
             ("numbers", "spec.routes[0].dev"),
             ("numbers", "spec.routes[0].table"),
             ("numbers", "spec.routes[0].metric"),
+            // Checked too, though the object's types are wrong: one bad field does not
+            // hide the others.
+            ("numbers", "spec.routes[1].to"),
             ("twice", "spec.priority"),
         ],
         "{errors:#?}"
@@ -1038,7 +1043,7 @@ spec:
     assert!(msg(2).contains("quote it"), "{}", msg(2));
     assert!(msg(3).contains("-1 is outside"), "{}", msg(3));
     assert!(msg(4).contains("\"abc\""), "{}", msg(4));
-    assert!(msg(5).contains("written twice"), "{}", msg(5));
+    assert!(msg(6).contains("written twice"), "{}", msg(6));
     // Neither object is used: no node gets anything from them.
     assert_eq!(v["nodes"]["n1"]["routes"], serde_json::json!([]));
 }

@@ -446,6 +446,10 @@ impl Manifests {
             message,
         };
         if !problems.is_empty() {
+            let bad: Vec<(String, Option<serde_json::Value>)> = problems
+                .iter()
+                .map(|p| (p.path.clone(), p.stand_in.clone()))
+                .collect();
             for p in problems {
                 let at = format!(
                     "{}:{}:{}",
@@ -455,6 +459,11 @@ impl Manifests {
                 );
                 self.errors
                     .push(error(p.path, format!("{} ({at})", p.message)));
+            }
+            // The object is not used; its other problems are still worth knowing now
+            // rather than after the next fix.
+            for (path, message) in routing_problems_besides(d, &bad) {
+                self.errors.push(error(path, message));
             }
             return;
         }
@@ -484,6 +493,110 @@ impl Manifests {
             object,
             origin: d.origin.clone(),
         });
+    }
+}
+
+/// For a ClusterConfig or NodeConfig with schema problems at `bad`: the routing
+/// validation's problems of the rest of the object (the fields at `bad` left out, and
+/// nothing reported again at or under them).
+fn routing_problems_besides(
+    d: &Doc<'_>,
+    bad: &[(String, Option<serde_json::Value>)],
+) -> Vec<(String, String)> {
+    if !matches!(d.head.kind.as_str(), "ClusterConfig" | "NodeConfig") {
+        return Vec::new();
+    }
+    let under = |path: &str| {
+        bad.iter().any(|(b, _)| {
+            path == b
+                || path.starts_with(&format!("{b}."))
+                || path.starts_with(&format!("{b}["))
+                || b.starts_with(&format!("{path}."))
+                || b.starts_with(&format!("{path}["))
+        })
+    };
+    let mut json = d.tree.to_json();
+    for (b, stand_in) in bad {
+        replace_path(&mut json, b, stand_in.clone());
+    }
+    let Some(spec) = json.get("spec") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if let Ok(routing) = serde_json::from_value::<netpolicy_core::spec::RoutingSpec>(spec.clone())
+        && let Err(e) = routing.validate("spec")
+    {
+        out.extend(
+            e.field_errors()
+                .iter()
+                .map(|f| (f.path.clone(), f.message.clone())),
+        );
+    }
+    if let Some(sel) = spec.get("nodeSelector")
+        && let Ok(sel) = serde_json::from_value::<netpolicy_core::spec::LabelSelector>(sel.clone())
+        && let Err(e) = sel.validate("spec.nodeSelector")
+    {
+        out.extend(
+            e.field_errors()
+                .iter()
+                .map(|f| (f.path.clone(), f.message.clone())),
+        );
+    }
+    out.retain(|(p, _)| !under(p));
+    out
+}
+
+/// Replaces the value at a field path (`spec.routes[2].table`) in `v` by `with`, or
+/// removes it when `with` is `None`.
+fn replace_path(v: &mut serde_json::Value, path: &str, with: Option<serde_json::Value>) {
+    let mut steps: Vec<String> = Vec::new();
+    for part in path.split('.') {
+        let mut rest = part;
+        if let Some(i) = rest.find('[') {
+            steps.push(rest[..i].to_owned());
+            rest = &rest[i..];
+            while let Some(end) = rest.find(']') {
+                steps.push(rest[..=end].to_owned());
+                rest = &rest[end + 1..];
+            }
+        } else {
+            steps.push(rest.to_owned());
+        }
+    }
+    let Some((last, parents)) = steps.split_last() else {
+        return;
+    };
+    let mut cur = v;
+    for s in parents {
+        let next = match s.strip_prefix('[').and_then(|x| x.strip_suffix(']')) {
+            Some(i) => i.parse::<usize>().ok().and_then(|i| cur.get_mut(i)),
+            None => cur.get_mut(s.as_str()),
+        };
+        match next {
+            Some(n) => cur = n,
+            None => return,
+        }
+    }
+    match (
+        last.strip_prefix('[').and_then(|x| x.strip_suffix(']')),
+        with,
+    ) {
+        (Some(i), Some(w)) => {
+            if let Some(slot) = i.parse::<usize>().ok().and_then(|i| cur.get_mut(i)) {
+                *slot = w;
+            }
+        }
+        (Some(_), None) => {}
+        (None, Some(w)) => {
+            if let Some(m) = cur.as_object_mut() {
+                m.insert(last.clone(), w);
+            }
+        }
+        (None, None) => {
+            if let Some(m) = cur.as_object_mut() {
+                m.remove(last.as_str());
+            }
+        }
     }
 }
 

@@ -23,6 +23,10 @@ pub struct Problem {
     pub column: u64,
     /// What is wrong.
     pub message: String,
+    /// A value of the type the schema wants (`0`, `""`, `false`, `[]`, `{}`) to put in
+    /// its place so that the rest of the object can still be checked; `None` to leave
+    /// the field out.
+    pub stand_in: Option<serde_json::Value>,
 }
 
 fn push(out: &mut Vec<Problem>, path: &str, n: &Node, message: String) {
@@ -31,7 +35,24 @@ fn push(out: &mut Vec<Problem>, path: &str, n: &Node, message: String) {
         line: n.line,
         column: n.column,
         message,
+        stand_in: None,
     });
+}
+
+/// A neutral value of the schema's type.
+fn stand_in(s: &JSONSchemaProps) -> Option<serde_json::Value> {
+    use serde_json::json;
+    if s.x_kubernetes_int_or_string == Some(true) {
+        return Some(json!(0));
+    }
+    match s.type_.as_deref() {
+        Some("integer" | "number") => Some(json!(0)),
+        Some("string") => Some(json!("")),
+        Some("boolean") => Some(json!(false)),
+        Some("array") => Some(json!([])),
+        Some("object") => Some(json!({})),
+        _ => None,
+    }
 }
 
 /// What a value is, for messages.
@@ -192,6 +213,12 @@ pub fn check(s: &JSONSchemaProps, n: &Node, path: &str, out: &mut Vec<Problem>) 
             ),
         },
         _ => {}
+    }
+    // A problem with this very value (not one inside it) gets a stand-in.
+    for p in out.iter_mut().skip(before) {
+        if p.path == path && p.stand_in.is_none() {
+            p.stand_in = stand_in(s);
+        }
     }
     if out.len() == before
         && let Some(allowed) = &s.enum_
