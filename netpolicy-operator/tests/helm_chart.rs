@@ -17,7 +17,7 @@ use netpolicy_operator::{api::crds, manifest::split_documents};
 use serde_json::{Value, json};
 
 fn chart() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../charts/netpolicy")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/netpolicy")
 }
 
 fn helm(args: &[&str]) -> String {

@@ -36,7 +36,7 @@ use prometheus_client::{
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use crate::controllers;
+use crate::routing::controller as controllers;
 
 /// Options of `netpolicy operator`.
 #[derive(Debug, Clone, clap::Args)]

@@ -197,7 +197,7 @@ async fn the_examples_are_accepted_by_the_server() {
     let cp = netpolicy_testenv::shared();
     let client = cp.client().await;
     install(&client).await;
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
     let m = netpolicy_operator::manifest::load(&[dir]).unwrap();
     // Server-side apply, dry run: the examples' ClusterConfig and RouteReflectorConfig
     // share their names with objects another test creates for real.

@@ -1,4 +1,9 @@
-//! The `netpolicy.io/v1alpha1` custom resources.
+//! # netpolicy-api
+//!
+//! The `netpolicy.io/v1alpha1` custom resources, their condition types and reasons,
+//! and [`crds`]. This crate holds the kinds and nothing else (serde, schemars, kube's
+//! derive, k8s-openapi, netpolicy-core's routing items): an operator author who wants
+//! our kinds depends on it without pulling in a runtime, HTTP, CLI, metrics or netlink.
 //!
 //! Routing items are `netpolicy-core`'s wire types, so the CRDs, the `plan` CLI and
 //! embedders share one definition. All kinds are cluster-scoped.
@@ -399,11 +404,17 @@ fn default_max() -> u32 {
 fn default_ratio() -> f64 {
     0.005
 }
+/// Default `zoneLabel` of a RouteReflectorConfig (netpolicy-rr's default too; the
+/// operator's tests check that they agree).
+pub const DEFAULT_ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+/// Default `reflectorLabel` of a RouteReflectorConfig (as Calico's documentation uses).
+pub const DEFAULT_REFLECTOR_LABEL: &str = "calico-route-reflector";
+
 fn default_zone_label() -> String {
-    netpolicy_rr::DEFAULT_ZONE_LABEL.to_owned()
+    DEFAULT_ZONE_LABEL.to_owned()
 }
 fn default_reflector_label() -> String {
-    netpolicy_rr::DEFAULT_REFLECTOR_LABEL.to_owned()
+    DEFAULT_REFLECTOR_LABEL.to_owned()
 }
 fn default_cluster_id() -> String {
     "224.0.0.1".to_owned()
@@ -615,3 +626,7 @@ pub struct RoutedIPStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
+
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -400,8 +400,8 @@ pub fn check_metadata(doc: &Node, label_name: bool, out: &mut Vec<Problem>) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::yaml::parse;
     use super::*;
-    use crate::manifest::yaml::parse;
 
     fn spec_schema(kind: &str) -> JSONSchemaProps {
         crate::api::crds()

@@ -265,7 +265,7 @@ fn binaries() -> Result<PathBuf> {
     if let Ok(dir) = std::env::var("NETPOLICY_CONTROL_PLANE") {
         return Ok(PathBuf::from(dir));
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-tools");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/test-tools");
     let out = Command::new(&script)
         .stderr(Stdio::inherit())
         .output()

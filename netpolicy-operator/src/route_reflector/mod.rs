@@ -335,3 +335,18 @@ impl RouteReflectorReport {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_api_defaults_are_the_topology_crates_defaults() {
+        assert_eq!(
+            netpolicy_api::DEFAULT_ZONE_LABEL,
+            netpolicy_rr::DEFAULT_ZONE_LABEL
+        );
+        assert_eq!(
+            netpolicy_api::DEFAULT_REFLECTOR_LABEL,
+            netpolicy_rr::DEFAULT_REFLECTOR_LABEL
+        );
+    }
+}

@@ -14,21 +14,23 @@ use std::{
 use comfy_table::{ContentArrangement, Table, presets};
 use netpolicy_core::{
     FieldError,
-    merge::{Engine, NodeOutcome, Policy, Problem, Source},
-    selector::{Labels, Selector},
+    merge::{Engine, NodeOutcome, Problem},
+    selector::Labels,
     spec::{RenderedSpec, RouteSpec, RuleSpec, SourceRef, VlanSpec},
 };
 use serde::Serialize;
 
 use netpolicy_ipam::{Error as IpamError, RestoreProblem, pools::Pools, space::AddressSpace};
 
+pub mod manifest;
+
+use manifest::{Located, Manifests};
+
 use crate::{
-    api::{
-        CLUSTER_CONFIG_NAME, ClusterConfig, FloatingIPRange, NodeConfig,
-        ROUTE_REFLECTOR_CONFIG_NAME,
-    },
-    manifest::{InputError, Located, Manifests},
-    rr::{self, RouteReflectorReport},
+    api::{FloatingIPRange, ROUTE_REFLECTOR_CONFIG_NAME},
+    k8s::InputError,
+    route_reflector::{self as rr, RouteReflectorReport},
+    routing::{cluster_config_policy, node_config_policy},
 };
 
 /// One RoutedIP's elected node (empty when no node is eligible).
@@ -124,14 +126,7 @@ impl PlanReport {
 
 /// One `errors` entry per field problem of an object.
 fn field_errors(kind: &str, name: &str, problems: &[FieldError], out: &mut Vec<InputError>) {
-    for f in problems {
-        out.push(InputError {
-            kind: kind.into(),
-            name: name.into(),
-            field: f.path.clone(),
-            message: f.message.clone(),
-        });
-    }
+    InputError::from_fields(kind, name, problems, out);
 }
 
 /// Keeps the first object of each name and reports the others.
@@ -253,56 +248,6 @@ pub fn plan(m: &Manifests) -> PlanReport {
     report.routed_ips = plan_routed_ips(m, &mut errors, &mut report.warnings);
     report.errors = errors;
     report
-}
-
-/// The merge policy of a ClusterConfig, or `None` (and an error) when it is not named
-/// `default`. An invalid one becomes a policy that holds every node (see
-/// [`Policy::invalid`]), its problems in `errors`.
-pub fn cluster_config_policy(cc: &ClusterConfig, errors: &mut Vec<InputError>) -> Option<Policy> {
-    let name = cc.metadata.name.clone().unwrap_or_default();
-    if name != CLUSTER_CONFIG_NAME {
-        errors.push(InputError {
-            kind: "ClusterConfig".into(),
-            name,
-            field: "metadata.name".into(),
-            message: format!(
-                "a ClusterConfig must be named {CLUSTER_CONFIG_NAME:?} (there is only one); \
-                 this one is ignored"
-            ),
-        });
-        return None;
-    }
-    Some(match cc.spec.routing.validate("spec") {
-        Ok(cfg) => Policy::cluster(&name, cfg),
-        Err(e) => {
-            field_errors("ClusterConfig", &name, e.field_errors(), errors);
-            Policy::invalid(Source::cluster(&name), 0, Selector::everything())
-        }
-    })
-}
-
-/// The merge policy of a NodeConfig. An invalid one holds the nodes its selector picks;
-/// one whose selector itself is broken selects nothing (its items land nowhere; the
-/// operator keeps the nodes that still carry its items at their last good config). Its
-/// problems go to `errors`.
-pub fn node_config_policy(nc: &NodeConfig, errors: &mut Vec<InputError>) -> Policy {
-    let name = nc.metadata.name.clone().unwrap_or_default();
-    let selector = nc.spec.node_selector.validate("spec.nodeSelector");
-    let routing = nc.spec.routing.validate("spec");
-    match (selector, routing) {
-        (Ok(sel), Ok(cfg)) => Policy::node_config(&name, nc.spec.priority, sel, cfg),
-        (sel, routing) => {
-            for e in [sel.as_ref().err(), routing.as_ref().err()]
-                .into_iter()
-                .flatten()
-            {
-                field_errors("NodeConfig", &name, e.field_errors(), errors);
-            }
-            // A broken selector selects nothing: never every node.
-            let sel = sel.unwrap_or_else(|_| Selector::nothing());
-            Policy::invalid(Source::node_config(&name), nc.spec.priority, sel)
-        }
-    }
 }
 
 /// The route-reflector topology for the Nodes in the input, and the steps from the state

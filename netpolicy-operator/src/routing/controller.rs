@@ -22,12 +22,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::{StreamExt, stream::BoxStream};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::{
-    Api, Client, Resource, ResourceExt,
+    Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
-    runtime::{WatchStreamExt, reflector, reflector::Store, watcher},
+    runtime::{reflector, reflector::Store},
 };
 use netpolicy_core::{
     merge::{Engine, NodeOutcome},
@@ -37,80 +37,14 @@ use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
+use super::{carried_from, cluster_config_policy, node_config_policy, revision};
 use crate::{
     api::{ClusterConfig, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec},
-    plan::{cluster_config_policy, node_config_policy},
+    k8s::{labels_fingerprint, spec_fingerprint, watched},
     runtime::Shared,
 };
 
-/// Label on every object the operator creates.
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "netpolicy");
-/// Field manager of the operator's server-side applies.
-pub const FIELD_MANAGER: &str = "netpolicy-operator";
-
-/// What of an object the routing job reads: a change of anything else (a status
-/// written by an agent, a Node's heartbeat) must not start a pass.
-fn spec_fingerprint<K: Resource>(o: &K) -> String {
-    format!(
-        "{}/{}",
-        o.meta().uid.as_deref().unwrap_or_default(),
-        o.meta().generation.unwrap_or(0)
-    )
-}
-
-/// A Node's uid and labels: all the routing job reads of it (and its uid, for owner
-/// references).
-fn labels_fingerprint(n: &Node) -> String {
-    let mut s = n.meta().uid.clone().unwrap_or_default();
-    for (k, v) in n.labels() {
-        s.push('\n');
-        s.push_str(k);
-        s.push('=');
-        s.push_str(v);
-    }
-    s
-}
-
-/// A reflector that pokes `poke` when an object appears, disappears, or changes in
-/// what `fingerprint` covers; other changes only update the store.
-fn watched<K>(
-    api: Api<K>,
-    poke: mpsc::Sender<()>,
-    fingerprint: fn(&K) -> String,
-) -> (Store<K>, BoxStream<'static, ()>)
-where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    let (reader, writer) = reflector::store();
-    let mut seen: std::collections::HashMap<String, String> = std::collections::HashMap::new();
-    let stream = reflector(writer, watcher(api, watcher::Config::default()))
-        .default_backoff()
-        .map(move |ev| {
-            let changed = match &ev {
-                Err(e) => {
-                    warn!(error = %e, "watch error (retrying)");
-                    false
-                }
-                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                    let f = fingerprint(o);
-                    seen.insert(o.name_any(), f.clone()) != Some(f)
-                }
-                Ok(watcher::Event::Delete(o)) => {
-                    seen.remove(&o.name_any());
-                    true
-                }
-                Ok(watcher::Event::Init) => false,
-                // A relist may have dropped objects deleted while disconnected.
-                Ok(watcher::Event::InitDone) => true,
-            };
-            if changed {
-                let _ = poke.try_send(());
-            }
-        })
-        .boxed();
-    (reader, stream)
-}
+pub use crate::k8s::{FIELD_MANAGER, MANAGED_BY};
 
 /// Runs the controllers until `stop` turns true.
 ///
@@ -197,27 +131,6 @@ pub async fn run(
     drive.abort();
     info!("routing controller stopped");
     Ok(())
-}
-
-/// A stable short hash of the rendered spec: the NodeNetworkConfig's `revision`.
-fn revision(spec: &RenderedSpec) -> String {
-    let text = serde_json::to_string(spec).unwrap_or_default();
-    format!("{:016x}", netpolicy_core::hash::fnv1a(&[&text]))
-}
-
-/// The first NodeConfig of `names` that an item of `spec` came from.
-fn carried_from<'a>(spec: &NodeNetworkConfigSpec, names: &'a BTreeSet<String>) -> Option<&'a str> {
-    if names.is_empty() {
-        return None;
-    }
-    let r = &spec.rendered;
-    r.vlans
-        .iter()
-        .flat_map(|i| &i.sources)
-        .chain(r.routes.iter().flat_map(|i| &i.sources))
-        .chain(r.rules.iter().flat_map(|i| &i.sources))
-        .filter(|s| s.kind == "NodeConfig")
-        .find_map(|s| names.get(&s.name).map(String::as_str))
 }
 
 /// One pass over the caches; returns how many objects it wrote or deleted.

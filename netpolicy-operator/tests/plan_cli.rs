@@ -10,7 +10,7 @@ use predicates::prelude::*;
 use serde_json::Value;
 
 fn examples() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster")
 }
 
 fn netpolicy() -> Command {
@@ -586,7 +586,7 @@ fn a_floating_ip_defined_twice_keeps_the_first_and_says_where() {
 }
 
 fn rr_examples() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples")
 }
 
 fn plan_dir_json(dir: &std::path::Path) -> Value {
@@ -817,10 +817,9 @@ fn route_reflectors_are_in_the_table_output() {
 fn the_committed_crds_match_the_generated_ones() {
     let out = netpolicy().arg("crds").output().unwrap();
     assert!(out.status.success());
-    let committed = fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds.yaml"),
-    )
-    .unwrap();
+    let committed =
+        fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds.yaml"))
+            .unwrap();
     assert!(
         committed == String::from_utf8(out.stdout).unwrap(),
         "deploy/crds.yaml is stale: run `cargo run -p netpolicy-operator --bin netpolicy -- crds > deploy/crds.yaml`"

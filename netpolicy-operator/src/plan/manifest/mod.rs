@@ -28,7 +28,7 @@ use crate::{
         API_VERSION, ClusterConfig, FloatingIP, FloatingIPRange, NodeConfig, NodeNetworkConfig,
         RouteReflectorConfig, RoutedIP, RoutedIPIssuer,
     },
-    rr::CalicoBgpPeer,
+    route_reflector::CalicoBgpPeer,
 };
 
 /// Where a document starts.
@@ -55,18 +55,7 @@ pub struct Located<T> {
     pub origin: Origin,
 }
 
-/// A problem with the input: one entry of `errors` in `netpolicy plan` output.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct InputError {
-    /// Kind of the object, when known.
-    pub kind: String,
-    /// Name of the object, when known.
-    pub name: String,
-    /// Field path (`spec.routes[0].gatway`), or `file:line:column` for YAML errors.
-    pub field: String,
-    /// What is wrong.
-    pub message: String,
-}
+pub use crate::k8s::InputError;
 
 /// Failures that stop reading altogether (the CLI exits 2 for them).
 #[derive(Debug, thiserror::Error)]
