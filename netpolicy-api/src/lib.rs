@@ -50,8 +50,14 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         "a ClusterConfig must be named 'default': there is only one, it applies to every node"
     ),
     shortname = "npcc",
+    status = "PolicyStatus",
     derive = "PartialEq",
-    derive = "Default"
+    derive = "Default",
+    printcolumn = r#"{"name":"Matched","type":"integer","jsonPath":".status.matchedNodes"}"#,
+    printcolumn = r#"{"name":"Applied","type":"integer","jsonPath":".status.appliedNodes"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Conflict","type":"string","jsonPath":".status.conditions[?(@.type==\"Conflict\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterConfigSpec {
@@ -69,9 +75,15 @@ pub struct ClusterConfigSpec {
     kind = "NodeConfig",
     plural = "nodeconfigs",
     shortname = "npnc",
+    status = "PolicyStatus",
     derive = "PartialEq",
     derive = "Default",
-    printcolumn = r#"{"name":"Priority","type":"integer","jsonPath":".spec.priority"}"#
+    printcolumn = r#"{"name":"Priority","type":"integer","jsonPath":".spec.priority"}"#,
+    printcolumn = r#"{"name":"Matched","type":"integer","jsonPath":".status.matchedNodes"}"#,
+    printcolumn = r#"{"name":"Applied","type":"integer","jsonPath":".status.appliedNodes"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Conflict","type":"string","jsonPath":".status.conditions[?(@.type==\"Conflict\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NodeConfigSpec {
@@ -90,6 +102,47 @@ pub struct NodeConfigSpec {
     /// VLANs, routes, rules and hard-synced tables.
     #[serde(flatten)]
     pub routing: RoutingSpec,
+}
+
+/// What the operator reports about a ClusterConfig or NodeConfig: how many nodes it
+/// selects, on how many the current rendering is applied, and whether it conflicts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyStatus {
+    /// `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Nodes the policy selects.
+    #[serde(default)]
+    pub matched_nodes: i64,
+    /// Selected nodes whose agent reports their current NodeNetworkConfig revision
+    /// applied.
+    #[serde(default)]
+    pub applied_nodes: i64,
+    /// `Ready` (valid, conflict-free, applied on every selected node) and `Conflict`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The conflicts this policy is part of (at most [`MAX_LISTED_CONFLICTS`]; the
+    /// `Conflict` condition gives the total).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<PolicyConflict>,
+}
+
+/// Conflicts listed in a policy's status at most; the condition counts them all.
+pub const MAX_LISTED_CONFLICTS: usize = 20;
+
+/// One item two policies of equal precedence define differently on one node.
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyConflict {
+    /// The node (it keeps its last good config).
+    pub node: String,
+    /// The item (`route 10.20.0.0/16 table 100`).
+    pub item: String,
+    /// The policies that disagree (`NodeConfig/a`, `NodeConfig/b`).
+    pub sources: Vec<String>,
 }
 
 /// The merged desired state of one node (name = node name), rendered by the operator
@@ -141,6 +194,12 @@ pub struct NodeNetworkConfigStatus {
 pub mod conditions {
     /// Condition type: the node holds its NodeNetworkConfig's desired state.
     pub const APPLIED: &str = "Applied";
+    /// Condition type of a policy: valid, conflict-free and applied on every node it
+    /// selects.
+    pub const READY: &str = "Ready";
+    /// Condition type of a policy: it defines an item differently from another policy
+    /// of equal precedence on some node.
+    pub const CONFLICT: &str = "Conflict";
 
     /// Condition status strings.
     pub const TRUE: &str = "True";
@@ -155,6 +214,21 @@ pub mod conditions {
         pub const ITEMS_NOT_APPLIED: &str = "ItemsNotApplied";
         /// The spec does not validate; nothing was changed.
         pub const INVALID: &str = "Invalid";
+    }
+
+    /// Reasons of a policy's `Ready` and `Conflict` conditions.
+    pub mod policy {
+        /// Applied on every node it selects.
+        pub const APPLIED: &str = "Applied";
+        /// Rendered; some selected nodes have not applied it yet.
+        pub const APPLYING: &str = "Applying";
+        /// The spec does not validate: it changes no node.
+        pub const INVALID: &str = "Invalid";
+        /// It conflicts with another policy on some nodes (they keep their last good
+        /// config).
+        pub const CONFLICT: &str = "Conflict";
+        /// No conflict.
+        pub const NO_CONFLICT: &str = "NoConflict";
     }
 
     /// Reasons of one entry of `status.itemErrors`.

@@ -225,6 +225,55 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
     let op_nnc = Api::<DynamicObject>::all_with(operator.clone(), &nnc_ar);
     assert!(op_nc.list(&Default::default()).await.is_ok());
     assert!(forbidden(op_nc.create(&pp, &nc(&cp.unique("op-nc"))).await));
+    // A policy's status (never its spec), and Events.
+    let policy = cp.unique("rbac-nc");
+    Api::<DynamicObject>::all_with(admin.clone(), &nc_ar)
+        .create(&pp, &nc(&policy))
+        .await
+        .unwrap();
+    op_nc
+        .patch_status(
+            &policy,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"matchedNodes": 1}})),
+        )
+        .await
+        .unwrap();
+    assert!(forbidden(
+        op_nc
+            .patch(
+                &policy,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"priority": 9}}))
+            )
+            .await
+    ));
+    let events =
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(operator.clone(), "default");
+    let ev: k8s_openapi::api::events::v1::Event = serde_json::from_value(json!({
+        "metadata": {"name": cp.unique("rbac-event")},
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "reportingController": "netpolicy-operator", "reportingInstance": "t",
+        "action": "Render", "reason": "Conflict", "type": "Warning",
+        "regarding": {"apiVersion": "netpolicy.io/v1alpha1", "kind": "NodeConfig", "name": policy}
+    }))
+    .unwrap();
+    events.create(&pp, &ev).await.unwrap();
+    assert!(forbidden(
+        events
+            .delete(&ev.metadata.name.clone().unwrap(), &Default::default())
+            .await
+    ));
+    // The agent writes no policy status.
+    assert!(forbidden(
+        Api::<DynamicObject>::all_with(agent.clone(), &nc_ar)
+            .patch_status(
+                &policy,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"matchedNodes": 2}})),
+            )
+            .await
+    ));
     op_nnc
         .create(&pp, &nnc(&cp.unique("op-nnc")))
         .await

@@ -99,6 +99,17 @@ impl Operator {
             .sum()
     }
 
+    /// A metric's value for one controller label, 0 when absent.
+    fn metric_for(&self, name: &str, controller: &str) -> f64 {
+        let Some((_, body)) = self.get("/metrics") else {
+            return 0.0;
+        };
+        let prefix = format!("{name}{{controller=\"{controller}\"}} ");
+        body.lines()
+            .filter_map(|l| l.strip_prefix(&prefix)?.parse::<f64>().ok())
+            .sum()
+    }
+
     fn leads(&self) -> bool {
         self.metric("netpolicy_leader") == 1.0
     }
@@ -416,7 +427,7 @@ async fn an_invalid_selector_selects_nothing_and_status_writes_do_not_start_a_pa
     assert_eq!(routes_of(&nncs, &n2).await, Some(vec![]));
 
     // An agent's status write is not a reason to render: no pass, no write.
-    let passes = op.metric("netpolicy_reconciles_total");
+    let passes = op.metric_for("netpolicy_reconciles_total", "routing");
     let writes = cp.writes("nodenetworkconfigs", &n1).len();
     for i in 0..3 {
         nncs.patch_status(
@@ -433,18 +444,132 @@ async fn an_invalid_selector_selects_nothing_and_status_writes_do_not_start_a_pa
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
-        op.metric("netpolicy_reconciles_total"),
+        op.metric_for("netpolicy_reconciles_total", "routing"),
         passes,
         "{}",
         op.log()
     );
+    // Only the three status writes made here: the operator wrote nothing.
     let after = cp.writes("nodenetworkconfigs", &n1);
-    assert!(
-        after[writes..]
+    assert_eq!(after.len() - writes, 3, "{:?}", &after[writes..]);
+    assert!(after[writes..].iter().all(|w| w.subresource == "status"));
+    // Text logs to a file carry no ANSI colour codes.
+    assert!(!op.log().contains('\x1b'), "{}", op.log());
+}
+
+/// NodeConfig status, live: matched and applied nodes, `Ready` and `Conflict` naming
+/// node, item and both sources, an Event per new conflict, and no write while nothing
+/// changes.
+#[tokio::test(flavor = "multi_thread")]
+async fn policy_status_reports_matches_conflicts_and_applied_nodes_and_stays_quiet() {
+    let _serial = SERIAL.lock().await;
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let ns = cp.unique("lease-ns-status");
+    let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns_obj)
+        .await
+        .unwrap();
+    let pool = cp.unique("pool");
+    let n1 = cp.unique("node");
+    node(&client, &n1, &pool).await;
+    let _op = Operator::start(cp, &ns, &cp.unique("lease"), "solo");
+    let ncs = Api::<NodeConfig>::all(client.clone());
+    let (a, b) = (cp.unique("nc-a"), cp.unique("nc-b"));
+    let mut nc_a = node_config(&a, &pool, "10.20.0.0/16");
+    nc_a.spec.routing.routes[0].via = Some("192.0.2.1".into());
+    let mut nc_b = node_config(&b, &pool, "10.20.0.0/16");
+    nc_b.spec.routing.routes[0].via = Some("192.0.2.2".into());
+    ncs.create(&PostParams::default(), &nc_a).await.unwrap();
+    ncs.create(&PostParams::default(), &nc_b).await.unwrap();
+    let status = |name: String| {
+        let ncs = ncs.clone();
+        async move { ncs.get(&name).await.unwrap().status.unwrap_or_default() }
+    };
+    let cond = |s: &netpolicy_operator::api::PolicyStatus, t: &str| {
+        s.conditions
             .iter()
-            .all(|w| w.user == "netpolicy-admin" && w.subresource == "status"),
-        "only the three fake-agent status writes: {:?}",
-        &after[writes..]
+            .find(|c| c.type_ == t)
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+            .unwrap_or_default()
+    };
+    eventually("both report the conflict", 30, || async {
+        cond(&status(a.clone()).await, "Conflict").0 == "True"
+            && cond(&status(b.clone()).await, "Conflict").0 == "True"
+    })
+    .await;
+    let s = status(a.clone()).await;
+    assert_eq!(s.matched_nodes, 1);
+    assert_eq!(cond(&s, "Ready").1, "Conflict");
+    assert_eq!(s.conflicts.len(), 1);
+    assert_eq!(s.conflicts[0].node, n1);
+    assert_eq!(s.conflicts[0].item, "route 10.20.0.0/16 table 254");
+    assert_eq!(
+        s.conflicts[0].sources,
+        [format!("NodeConfig/{a}"), format!("NodeConfig/{b}")]
     );
-    assert_eq!(after.len() - writes, 3);
+    // An Event on the NodeConfig says so.
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), "default");
+    eventually("a Conflict Event regarding the NodeConfig", 20, || async {
+        events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("Conflict")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(a.as_str())
+                    && e.note.as_deref().is_some_and(|n| n.contains(&n1))
+            })
+    })
+    .await;
+    // Held: the node got no NodeNetworkConfig with either route.
+    let nncs = Api::<NodeNetworkConfig>::all(client.clone());
+    assert_eq!(routes_of(&nncs, &n1).await, None);
+
+    // Quiet while nothing changes.
+    let before = cp.writes("nodeconfigs", &a).len() + cp.writes("nodeconfigs", &b).len();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let after = cp.writes("nodeconfigs", &a).len() + cp.writes("nodeconfigs", &b).len();
+    assert_eq!(after, before, "policy status rewritten on a quiet cluster");
+
+    // b outranks a: the conflict goes, n1 is rendered with b's route; until an agent
+    // applies it, b is Applying.
+    ncs.patch(
+        &b,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"priority": 1}})),
+    )
+    .await
+    .unwrap();
+    eventually("the conflict is resolved", 30, || async {
+        cond(&status(a.clone()).await, "Conflict").0 == "False"
+            && cond(&status(b.clone()).await, "Ready").1 == "Applying"
+    })
+    .await;
+    let nnc = nncs.get(&n1).await.unwrap();
+    assert_eq!(
+        nnc.spec.rendered.routes[0].item.via.as_deref(),
+        Some("192.0.2.2")
+    );
+    // The agent reports the revision applied: b is Ready on 1 of 1 node.
+    nncs.patch_status(
+        &n1,
+        &PatchParams::apply("fake-agent").force(),
+        &Patch::Apply(json!({
+            "apiVersion": "netpolicy.io/v1alpha1",
+            "kind": "NodeNetworkConfig",
+            "status": {"appliedRevision": nnc.spec.revision}
+        })),
+    )
+    .await
+    .unwrap();
+    eventually("b is Ready", 30, || async {
+        let s = status(b.clone()).await;
+        s.applied_nodes == 1 && cond(&s, "Ready").0 == "True"
+    })
+    .await;
 }

@@ -67,12 +67,18 @@ pub fn labels_fingerprint(n: &Node) -> String {
     s
 }
 
+/// A second wake-up of a watch: `poke` when what `fingerprint` covers changes (a
+/// status a controller reports from, say) without waking the main pass.
+pub type Also<K> = Option<(mpsc::Sender<()>, fn(&K) -> String)>;
+
 /// A reflector that pokes `poke` when an object appears, disappears, or changes in
-/// what `fingerprint` covers; other changes only update the store.
+/// what `fingerprint` covers, and `also`'s channel when what its fingerprint covers
+/// changes; other changes only update the store.
 pub fn watched<K>(
     api: Api<K>,
     poke: mpsc::Sender<()>,
     fingerprint: fn(&K) -> String,
+    also: Also<K>,
 ) -> (Store<K>, BoxStream<'static, ()>)
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
@@ -80,6 +86,7 @@ where
 {
     let (reader, writer) = reflector::store();
     let mut seen: HashMap<String, String> = HashMap::new();
+    let mut seen_also: HashMap<String, String> = HashMap::new();
     let stream = reflector(writer, watcher(api, watcher::Config::default()))
         .default_backoff()
         .map(move |ev| {
@@ -89,11 +96,18 @@ where
                     false
                 }
                 Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                    if let Some((tx, fp)) = &also {
+                        let f = fp(o);
+                        if seen_also.insert(o.name_any(), f.clone()) != Some(f) {
+                            let _ = tx.try_send(());
+                        }
+                    }
                     let f = fingerprint(o);
                     seen.insert(o.name_any(), f.clone()) != Some(f)
                 }
                 Ok(watcher::Event::Delete(o)) => {
                     seen.remove(&o.name_any());
+                    seen_also.remove(&o.name_any());
                     true
                 }
                 Ok(watcher::Event::Init) => false,
@@ -101,6 +115,7 @@ where
                 Ok(watcher::Event::InitDone) => true,
             };
             if changed {
+                tracing::debug!(kind = %K::kind(&Default::default()), "watch: a change that matters");
                 let _ = poke.try_send(());
             }
         })
