@@ -187,7 +187,15 @@ pub struct NodeNetworkConfigStatus {
     /// Items the agent could not apply.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub item_errors: Vec<ItemError>,
+    /// Foreign routes and rules the agent removed from hard-synced tables
+    /// (`tableHardSync`), in the readable form `plan` prints, from the last pass that
+    /// removed any (at most [`MAX_LISTED_REMOVALS`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed_foreign: Vec<String>,
 }
+
+/// Removals listed in a NodeNetworkConfig's status at most.
+pub const MAX_LISTED_REMOVALS: usize = 50;
 
 /// Condition types and reasons, as named constants (one place, typed: no status
 /// literals scattered through the code).

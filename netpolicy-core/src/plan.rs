@@ -17,7 +17,9 @@
 //! Observed items carry `owned`: whether netpolicy created them (the adapter decides by
 //! its markers). Foreign items are never deleted or changed, with one opt-in exception:
 //! routes in a table listed in `table_hard_sync`, where every route not desired is
-//! deleted and every desired route is replaced, whoever made it. A desired item whose
+//! deleted and every desired route is replaced, whoever made it, and every rule not
+//! desired that looks such a table up is deleted. Deletes name the observed protocol,
+//! so the kernel removes exactly the object observed. A desired item whose
 //! identity is taken by a foreign item is reported in [`Plan::skipped`]: untouched when
 //! it already has the desired content ([`SkipReason::ForeignIdentical`]), blocked when
 //! it differs ([`SkipReason::ForeignDiffers`]).
@@ -67,6 +69,8 @@ pub struct ObservedRule {
     pub rule: Rule,
     /// Whether netpolicy created it.
     pub owned: bool,
+    /// The rule's protocol (`FRA_PROTOCOL`) as observed; a delete names it.
+    pub protocol: u8,
 }
 
 /// What the node has: every owned item, plus the foreign items the adapter saw (routes
@@ -88,12 +92,14 @@ pub struct Observed {
 /// One kernel operation.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Op {
-    /// Delete a rule.
+    /// Delete exactly this rule (its selector, action and protocol).
     DeleteRule {
         /// Family the rule lives in.
         family: IpFamily,
         /// The rule as observed.
         rule: Rule,
+        /// Its protocol as observed.
+        protocol: u8,
     },
     /// Delete exactly this route: its identity, its next hops and its protocol, so that
     /// a foreign route with the same identity is never the one removed.
@@ -188,7 +194,7 @@ impl std::fmt::Display for Op {
     /// form of its item (the words `netpolicy plan` uses), for logs and status.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::DeleteRule { family, rule } => write!(f, "delete {family} rule {rule}"),
+            Self::DeleteRule { family, rule, .. } => write!(f, "delete {family} rule {rule}"),
             Self::DeleteRoute { route, protocol } => {
                 write!(f, "delete route {route} proto {protocol}")
             }
@@ -514,13 +520,18 @@ fn plan_rules(
             }
         }
     }
+    let hard: BTreeSet<u32> = desired.table_hard_sync.iter().copied().collect();
     let mut have: BTreeMap<(IpFamily, &RuleKey), &ObservedRule> = BTreeMap::new();
     for o in &observed.rules {
         let k = (o.family, &o.rule.key);
-        if o.owned && !want.contains_key(&k) {
+        // In a hard-synced table's name, a foreign rule that looks the table up and is
+        // not desired goes too (ipruler's table-hard-sync).
+        let hard_synced = o.rule.action.table().is_some_and(|t| hard.contains(&t));
+        if (o.owned || hard_synced) && !want.contains_key(&k) {
             ops.push(Op::DeleteRule {
                 family: o.family,
                 rule: o.rule.clone(),
+                protocol: o.protocol,
             });
         }
         if o.owned || !have.contains_key(&k) {
@@ -604,6 +615,7 @@ mod tests {
                         family,
                         rule: r.clone(),
                         owned,
+                        protocol: if owned { 203 } else { 0 },
                     })
                 })
                 .collect(),
@@ -852,6 +864,49 @@ mod tests {
         assert!(
             s.to_string()
                 .starts_with("route 10.20.0.0/16 table 100: blocked by a foreign")
+        );
+    }
+
+    #[test]
+    fn a_hard_synced_table_loses_foreign_rules_that_look_it_up() {
+        let d = desired(RoutingSpec {
+            rules: vec![RuleSpec {
+                priority: 100,
+                from: Some("10.1.0.0/16".into()),
+                table: Some(100),
+                ..Default::default()
+            }],
+            table_hard_sync: vec![100],
+            ..Default::default()
+        });
+        let foreign = desired(RoutingSpec {
+            rules: vec![
+                RuleSpec {
+                    priority: 200,
+                    from: Some("10.2.0.0/16".into()),
+                    table: Some(100),
+                    ..Default::default()
+                },
+                RuleSpec {
+                    priority: 300,
+                    from: Some("10.3.0.0/16".into()),
+                    table: Some(101),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        });
+        let mut o = observed_from(&foreign, false);
+        o.rules.extend(observed_from(&d, true).rules);
+        let p = plan(&o, &d);
+        assert_eq!(
+            p.ops,
+            [Op::DeleteRule {
+                family: IpFamily::V4,
+                rule: foreign.rules[0].clone(),
+                protocol: 0
+            }],
+            "only the foreign rule looking up table 100 goes"
         );
     }
 }

@@ -341,11 +341,13 @@ impl Adapter {
         let wanted_rules: BTreeSet<_> = desired.rules.iter().map(|r| r.key.clone()).collect();
         for (family, rule, protocol) in rules {
             let owned = self.own.owns(protocol);
-            if owned || wanted_rules.contains(&rule.key) {
+            let looks_up_hard = rule.action.table().is_some_and(|t| hard.contains(&t));
+            if owned || looks_up_hard || wanted_rules.contains(&rule.key) {
                 observed.rules.push(ObservedRule {
                     family,
                     rule,
                     owned,
+                    protocol,
                 });
             }
         }
@@ -619,8 +621,12 @@ impl Adapter {
     fn messages(&self, op: &Op) -> std::result::Result<Vec<(RouteNetlinkMessage, u16)>, String> {
         let p = self.own.route_protocol;
         Ok(match op {
-            Op::DeleteRule { family, rule } => vec![(
-                RouteNetlinkMessage::DelRule(codec::rule_message(*family, rule, p)),
+            Op::DeleteRule {
+                family,
+                rule,
+                protocol,
+            } => vec![(
+                RouteNetlinkMessage::DelRule(codec::rule_message(*family, rule, *protocol)),
                 0,
             )],
             Op::DeleteRoute { route, protocol } => vec![(

@@ -761,3 +761,83 @@ mod second_pass {
         }
     }
 }
+
+/// `tableHardSync` as ipruler does it: in a listed table every route that is not
+/// desired goes, and so does every rule, foreign or not, that looks the table up and is
+/// not desired; rules looking up other tables stay.
+#[test]
+fn a_hard_synced_table_loses_foreign_routes_and_the_foreign_rules_that_look_it_up() {
+    let Some(ns) = Netns::new("hard_sync") else {
+        return;
+    };
+    ns.ip(&[
+        "route",
+        "add",
+        "10.98.0.0/16",
+        "via",
+        "192.0.2.1",
+        "table",
+        "100",
+    ]);
+    ns.ip(&[
+        "route",
+        "add",
+        "10.97.0.0/16",
+        "via",
+        "192.0.2.1",
+        "table",
+        "200",
+    ]);
+    ns.ip(&[
+        "rule",
+        "add",
+        "priority",
+        "500",
+        "from",
+        "10.5.0.0/16",
+        "table",
+        "100",
+    ]);
+    ns.ip(&[
+        "rule",
+        "add",
+        "priority",
+        "501",
+        "from",
+        "10.6.0.0/16",
+        "table",
+        "200",
+    ]);
+    let desired = config(json!({
+        "routes": [{"to": "10.20.0.0/16", "via": "192.0.2.1", "table": 100}],
+        "rules": [{"priority": 600, "from": "10.1.0.0/16", "table": 100}],
+        "tableHardSync": [100]
+    }));
+    let mut a = ns.adapter();
+    let report = a.reconcile(&desired, false).unwrap();
+    assert!(report.is_converged(), "{report:#?}");
+    let removed: Vec<String> = report
+        .results
+        .iter()
+        .filter(|r| r.op.is_delete())
+        .map(|r| r.op.to_string())
+        .collect();
+    assert_eq!(
+        removed,
+        [
+            "delete IPv4 rule priority 500 from 10.5.0.0/16 lookup 100",
+            "delete route 10.98.0.0/16 table 100 via 192.0.2.1 dev v0 proto 3",
+        ],
+        "{report:#?}"
+    );
+    let rules = ns.ip(&["rule", "show"]);
+    assert!(
+        !rules.contains("500:") && rules.contains("501:") && rules.contains("600:"),
+        "{rules}"
+    );
+    assert_eq!(
+        ns.table("-4", "100").trim(),
+        "10.20.0.0/16 via 192.0.2.1 dev v0 proto 203"
+    );
+    assert!(ns.table("-4", "200").contains("10.97.0.0/16"));
+}

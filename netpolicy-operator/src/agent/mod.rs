@@ -34,14 +34,14 @@ use kube::{
     api::{Patch, PatchParams},
     runtime::{WatchStreamExt, watcher, watcher::Event},
 };
-use netpolicy_core::{merge::ItemRef, model::RoutingConfig};
+use netpolicy_core::{merge::ItemRef, model::RoutingConfig, plan::Op};
 use netpolicy_netlink::{Adapter, Namespace, Outcome, Ownership, Report};
 use serde_json::json;
 use tracing::{info, warn};
 
 use crate::{
     api::{
-        ItemError, NodeNetworkConfig, NodeNetworkConfigStatus,
+        ItemError, MAX_LISTED_REMOVALS, NodeNetworkConfig, NodeNetworkConfigStatus,
         conditions::{self, item, reasons},
     },
     runtime::{LogFormat, Shared, client_from, init_logs, serve_probes, shutdown_signal},
@@ -224,7 +224,7 @@ async fn pass(
             if !report.drift.is_empty() {
                 info!(node, repaired = report.drift.len(), "drift repaired");
             }
-            PassOutcome::Applied(item_errors(&report, &desired))
+            PassOutcome::Applied(item_errors(&report, &desired), removed_foreign(&report))
         }
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
@@ -256,8 +256,9 @@ async fn pass(
 pub enum PassOutcome {
     /// The spec does not validate (nothing was changed).
     Invalid(String),
-    /// The spec was applied; these items are not in the kernel as desired.
-    Applied(Vec<ItemError>),
+    /// The spec was applied; these items are not in the kernel as desired, and these
+    /// foreign objects were removed from hard-synced tables.
+    Applied(Vec<ItemError>, Vec<String>),
 }
 
 /// The status a pass leads to, from the current one. Pure: the same inputs give the
@@ -278,13 +279,13 @@ pub fn next_status(
             format!("the spec does not validate, nothing was changed: {e}"),
             Vec::new(),
         ),
-        PassOutcome::Applied(errors) if errors.is_empty() => (
+        PassOutcome::Applied(errors, _) if errors.is_empty() => (
             true,
             reasons::APPLIED,
             format!("revision {revision} is in the kernel as desired"),
             Vec::new(),
         ),
-        PassOutcome::Applied(errors) => (
+        PassOutcome::Applied(errors, _) => (
             false,
             reasons::ITEMS_NOT_APPLIED,
             format!(
@@ -324,7 +325,34 @@ pub fn next_status(
             observed_generation: generation,
         }],
         item_errors: errors,
+        // What the last pass that removed anything removed: kept until the next one,
+        // so that a quiet pass writes nothing.
+        removed_foreign: match outcome {
+            PassOutcome::Applied(_, removed) if !removed.is_empty() => {
+                removed.iter().take(MAX_LISTED_REMOVALS).cloned().collect()
+            }
+            _ => current.removed_foreign.clone(),
+        },
     }
+}
+
+/// The foreign routes and rules a pass removed (only `tableHardSync` removes foreign
+/// objects), in readable form.
+pub fn removed_foreign(report: &Report) -> Vec<String> {
+    let ours = Ownership::default();
+    report
+        .results
+        .iter()
+        .filter(|r| r.outcome.is_ok())
+        .filter_map(|r| match &r.op {
+            Op::DeleteRoute { protocol, .. } | Op::DeleteRule { protocol, .. }
+                if !ours.owns(*protocol) =>
+            {
+                Some(r.op.to_string())
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Every desired item that is not in the kernel as desired after a pass, sorted: the
@@ -417,14 +445,14 @@ mod tests {
             &NodeNetworkConfigStatus::default(),
             Some(1),
             "r1",
-            &PassOutcome::Applied(vec![]),
+            &PassOutcome::Applied(vec![], vec![]),
             t0.clone(),
         );
         let again = next_status(
             &first,
             Some(1),
             "r1",
-            &PassOutcome::Applied(vec![]),
+            &PassOutcome::Applied(vec![], vec![]),
             at("2026-01-01T00:05:00Z"),
         );
         assert_eq!(again, first);
@@ -441,7 +469,7 @@ mod tests {
             &NodeNetworkConfigStatus::default(),
             Some(1),
             "r1",
-            &PassOutcome::Applied(vec![]),
+            &PassOutcome::Applied(vec![], vec![]),
             t0,
         );
         // A new revision that also applies: same status, same transition time.
@@ -449,7 +477,7 @@ mod tests {
             &ok,
             Some(2),
             "r2",
-            &PassOutcome::Applied(vec![]),
+            &PassOutcome::Applied(vec![], vec![]),
             t1.clone(),
         );
         assert_eq!(
@@ -461,7 +489,7 @@ mod tests {
             &ok2,
             Some(3),
             "r3",
-            &PassOutcome::Applied(vec![err("add route 10.21.0.0/16 table 100")]),
+            &PassOutcome::Applied(vec![err("add route 10.21.0.0/16 table 100")], vec![]),
             t1.clone(),
         );
         assert_eq!(bad.conditions[0].status, "False");
@@ -474,7 +502,7 @@ mod tests {
             &bad,
             Some(3),
             "r3",
-            &PassOutcome::Applied(vec![err("add route 10.21.0.0/16 table 100")]),
+            &PassOutcome::Applied(vec![err("add route 10.21.0.0/16 table 100")], vec![]),
             t2,
         );
         assert_eq!(bad2, bad);
@@ -493,5 +521,22 @@ mod tests {
         assert_eq!(s.conditions[0].reason, reasons::INVALID);
         assert!(s.conditions[0].message.contains("spec.routes[0].to"));
         assert_eq!(s.applied_revision, None);
+    }
+
+    #[test]
+    fn foreign_removals_are_reported_and_kept_until_the_next_ones() {
+        let t = at("2026-01-01T00:00:00Z");
+        let removed = vec!["delete route 10.98.0.0/16 table 100 via 192.0.2.1 proto 3".to_owned()];
+        let s1 = next_status(
+            &NodeNetworkConfigStatus::default(),
+            Some(1),
+            "r1",
+            &PassOutcome::Applied(vec![], removed.clone()),
+            t.clone(),
+        );
+        assert_eq!(s1.removed_foreign, removed);
+        // A quiet pass changes nothing: the same status, nothing to write.
+        let s2 = next_status(&s1, Some(1), "r1", &PassOutcome::Applied(vec![], vec![]), t);
+        assert_eq!(s2, s1);
     }
 }

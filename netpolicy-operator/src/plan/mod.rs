@@ -850,7 +850,8 @@ impl PlanReport {
                     .collect();
                 let _ = writeln!(
                     out,
-                    "  hard-synced tables: {} (routes there that are not listed are removed)",
+                    "  hard-synced tables: {} (routes there that are not listed, and rules that look \
+                     them up and are not listed, are removed, whoever made them)",
                     tables.join(", ")
                 );
             }
