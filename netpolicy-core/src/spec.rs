@@ -29,10 +29,13 @@ pub struct RoutingSpec {
     /// VLAN sub-interfaces, with their addresses.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vlans: Vec<VlanSpec>,
-    /// Routes.
+    /// Routes. Every route netpolicy installs carries route protocol 203 (`proto 203`
+    /// in `ip route`): that is how the agent finds its own routes again and never
+    /// touches anyone else's, so a route's protocol is not configurable.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<RouteSpec>,
-    /// Policy routing rules.
+    /// Policy routing rules. Each carries rule protocol 203 (`proto 203` in `ip rule`),
+    /// at any priority 1..32765, for the same reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<RuleSpec>,
     /// Route tables in which the agent removes every route that is not desired, even

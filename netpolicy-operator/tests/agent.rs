@@ -42,6 +42,15 @@ fn route(to: &str, via: &str) -> Value {
 /// Starts `netpolicy agent` for `node` on `ns`, resyncing every second, logging to the
 /// control plane's directory.
 fn start_agent(cp: &netpolicy_testenv::ControlPlane, node: &str, ns: &TestNamespace) -> Agent {
+    start_agent_with(cp, node, ns, &[])
+}
+
+fn start_agent_with(
+    cp: &netpolicy_testenv::ControlPlane,
+    node: &str,
+    ns: &TestNamespace,
+    extra: &[&str],
+) -> Agent {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -62,11 +71,22 @@ fn start_agent(cp: &netpolicy_testenv::ControlPlane, node: &str, ns: &TestNamesp
             ])
             .arg(&cp.kubeconfig)
             .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(extra)
             .env("RUST_LOG", "info")
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap(),
     )
+}
+
+impl Agent {
+    /// SIGTERM, then the exit status.
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        self.0.wait().unwrap()
+    }
 }
 
 /// Regressions: every pass wrote status with a fresh `lastTransitionTime`, each write
@@ -279,5 +299,86 @@ async fn the_agent_applies_follows_repairs_reports_and_cleans_up() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert_eq!(table().trim(), "10.99.0.0/16 via 192.0.2.1 dev v0");
+}
+
+/// The chart's `agent.cleanupOnUninstall`: a stop while the agent's DaemonSet exists
+/// (a rolling update) leaves the node as it is; a stop once the DaemonSet is gone (the
+/// chart uninstalled) removes what netpolicy made, and only that.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_cleans_up_when_its_daemonset_is_uninstalled_and_only_then() {
+    use k8s_openapi::api::{apps::v1::DaemonSet, core::v1::Namespace};
+    let Some(ns) = TestNamespace::new("agent-uninstall").unwrap() else {
+        return;
+    };
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let node = cp.unique("uninstall-node");
+    let kns = cp.unique("agent-ns");
+    let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": kns}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns_obj)
+        .await
+        .unwrap();
+    let dss: Api<DaemonSet> = Api::namespaced(client.clone(), &kns);
+    let ds: DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "agent"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {"metadata": {"labels": {"app": "agent"}},
+                         "spec": {"containers": [{"name": "agent", "image": "netpolicy"}]}}
+        }
+    }))
+    .unwrap();
+    dss.create(&PostParams::default(), &ds).await.unwrap();
+    let api: Api<NodeNetworkConfig> = Api::all(client.clone());
+    api.create(
+        &PostParams::default(),
+        &nnc(&node, "u1", json!([route("10.20.0.0/16", "192.0.2.1")])),
+    )
+    .await
+    .unwrap();
+    ns.ip(&[
+        "route",
+        "add",
+        "10.99.0.0/16",
+        "via",
+        "192.0.2.1",
+        "table",
+        "100",
+    ])
+    .unwrap();
+    let flag = ["--cleanup-on-uninstall", &format!("{kns}/agent")].map(String::from);
+    let flag: Vec<&str> = flag.iter().map(String::as_str).collect();
+    let table = || {
+        ns.ip(&["route", "show", "table", "100"])
+            .unwrap_or_default()
+    };
+    let applied = || async {
+        api.get(&node)
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.applied_revision)
+            .as_deref()
+            == Some("u1")
+    };
+
+    // A rolling update: the DaemonSet is there; the node keeps its routes.
+    let agent = start_agent_with(cp, &node, &ns, &flag);
+    eventually("applied", 30, applied).await;
+    assert!(agent.terminate().success());
+    assert!(
+        table().contains("10.20.0.0/16 via 192.0.2.1 dev v0 proto 203"),
+        "{}",
+        table()
+    );
+
+    // Uninstalled: the DaemonSet is gone; the agent removes what netpolicy made.
+    let agent = start_agent_with(cp, &node, &ns, &flag);
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    dss.delete("agent", &Default::default()).await.unwrap();
+    assert!(agent.terminate().success());
     assert_eq!(table().trim(), "10.99.0.0/16 via 192.0.2.1 dev v0");
 }

@@ -52,6 +52,19 @@ fn render(namespace: &str, extra: &[&str]) -> Vec<Value> {
         .collect()
 }
 
+fn numbers_as_f64(v: &Value) -> Value {
+    match v {
+        Value::Number(n) => json!(n.as_f64()),
+        Value::Array(a) => Value::Array(a.iter().map(numbers_as_f64).collect()),
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| (k.clone(), numbers_as_f64(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
 fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
     docs.iter().filter(|d| d["kind"] == kind).collect()
 }
@@ -64,12 +77,57 @@ fn the_chart_lints_clean() {
 
 #[test]
 fn the_chart_carries_the_current_crds() {
-    let in_chart = std::fs::read_to_string(chart().join("crds/netpolicy-crds.yaml")).unwrap();
+    let in_chart = std::fs::read_to_string(chart().join("files/netpolicy-crds.yaml")).unwrap();
     let deploy = std::fs::read_to_string(chart().join("../../deploy/crds.yaml")).unwrap();
     assert!(
         in_chart == deploy,
-        "charts/netpolicy/crds/netpolicy-crds.yaml is stale: copy deploy/crds.yaml there"
+        "charts/netpolicy/files/netpolicy-crds.yaml is stale: copy deploy/crds.yaml there"
     );
+    // Rendered, they are the generated CRDs, kept on uninstall; `crds.enabled=false`
+    // renders none.
+    let docs = render("np", &[]);
+    let rendered = of_kind(&docs, "CustomResourceDefinition");
+    assert_eq!(rendered.len(), crds().len());
+    for (r, c) in rendered.iter().zip(crds()) {
+        assert_eq!(r["metadata"]["name"], c.metadata.name.clone().unwrap());
+        assert_eq!(
+            r["metadata"]["annotations"]["helm.sh/resource-policy"],
+            "keep"
+        );
+        // (helm's toYaml writes 0.0 as 0: compare numbers as numbers.)
+        assert_eq!(
+            numbers_as_f64(&r["spec"]),
+            numbers_as_f64(&serde_json::to_value(&c.spec).unwrap())
+        );
+    }
+    let docs = render("np", &["--set", "crds.enabled=false"]);
+    assert!(of_kind(&docs, "CustomResourceDefinition").is_empty());
+}
+
+#[test]
+fn the_agent_cleans_up_on_uninstall_unless_told_not_to() {
+    let args = |docs: &[Value]| -> Vec<String> {
+        of_kind(docs, "DaemonSet")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let on = render("np", &[]);
+    assert!(args(&on).contains(&"--cleanup-on-uninstall=np/t-agent".to_owned()));
+    assert_eq!(
+        of_kind(&on, "Role").len(),
+        2,
+        "leader election and the agent's"
+    );
+    let off = render("np", &["--set", "agent.cleanupOnUninstall=false"]);
+    assert!(
+        !args(&off)
+            .iter()
+            .any(|a| a.starts_with("--cleanup-on-uninstall"))
+    );
+    assert_eq!(of_kind(&off, "Role").len(), 1);
 }
 
 #[test]
@@ -218,6 +276,15 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
     assert!(forbidden(
         agent_nnc.delete(&name, &Default::default()).await
     ));
+    // The agent reads its own DaemonSet (uninstall or update?), and only that.
+    let agent_ds = Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(agent.clone(), &ns);
+    // Allowed: the DaemonSet was applied as a dry run, so it is not there (404, not 403).
+    assert!(matches!(
+        agent_ds.get("t-agent").await,
+        Err(kube::Error::Api(ref s)) if s.code == 404
+    ));
+    assert!(forbidden(agent_ds.get("other").await));
+    assert!(forbidden(agent_ds.list(&Default::default()).await));
 
     // The operator: writes NodeNetworkConfigs, reads (never writes) policies and Nodes,
     // Leases only in its namespace.

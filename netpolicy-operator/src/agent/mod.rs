@@ -72,6 +72,12 @@ pub struct AgentOptions {
     /// Remove everything netpolicy made in the namespace, then exit.
     #[arg(long)]
     pub cleanup: bool,
+    /// The agent's DaemonSet (`NAMESPACE/NAME`). When set, a stop signal that arrives
+    /// while that DaemonSet is gone or being deleted (the chart uninstalled) removes
+    /// everything netpolicy made on the node before the agent exits; a stop during a
+    /// rolling update (the DaemonSet still there) leaves the node as it is.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub cleanup_on_uninstall: Option<String>,
 }
 
 /// Field manager of the agent's status writes.
@@ -186,9 +192,55 @@ pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         shared.synced.store(true, Ordering::Release);
         shared.metrics.reconciled("agent", start.elapsed(), ok);
     }
-    info!("agent stopped (the node keeps its configuration)");
     server.abort();
+    if let Some(ds) = &opts.cleanup_on_uninstall
+        && uninstalled(&api.clone().into_client(), ds).await
+    {
+        info!(daemonset = %ds, "the agent's DaemonSet is gone: removing what netpolicy made");
+        let report = tokio::task::spawn_blocking({
+            let a = Arc::clone(&adapter);
+            move || {
+                a.lock()
+                    .map_err(|_| anyhow::anyhow!("adapter lock"))?
+                    .cleanup()
+                    .map_err(anyhow::Error::from)
+            }
+        })
+        .await??;
+        let left = item_errors(&report, &RoutingConfig::default());
+        if !left.is_empty() {
+            anyhow::bail!(
+                "cleanup left {} object(s) netpolicy made in place",
+                left.len()
+            );
+        }
+        info!(removed = report.results.len(), "cleanup done");
+        return Ok(());
+    }
+    info!("agent stopped (the node keeps its configuration)");
     Ok(())
+}
+
+/// Whether the DaemonSet `namespace/name` is gone or being deleted. When the API
+/// server cannot say, the answer is no: a node is never cleaned up on a guess.
+async fn uninstalled(client: &kube::Client, ds: &str) -> bool {
+    let Some((namespace, name)) = ds.split_once('/') else {
+        warn!(
+            daemonset = ds,
+            "--cleanup-on-uninstall wants NAMESPACE/NAME; not cleaning up"
+        );
+        return false;
+    };
+    let api: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+        Api::namespaced(client.clone(), namespace);
+    match api.get_opt(name).await {
+        Ok(None) => true,
+        Ok(Some(d)) => d.metadata.deletion_timestamp.is_some(),
+        Err(e) => {
+            warn!(error = %e, "could not read the agent's DaemonSet; not cleaning up");
+            false
+        }
+    }
 }
 
 fn generation_key(o: &NodeNetworkConfig) -> (String, i64) {
