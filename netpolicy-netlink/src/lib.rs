@@ -58,6 +58,7 @@
 
 pub mod codec;
 pub mod conn;
+#[cfg(feature = "test-util")]
 pub mod testns;
 
 use std::collections::BTreeSet;

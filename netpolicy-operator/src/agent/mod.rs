@@ -98,28 +98,7 @@ pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         .with_context(|| format!("opening the network namespace {ns:?}"))?;
     let adapter = Arc::new(Mutex::new(adapter));
     if opts.cleanup {
-        let report = tokio::task::spawn_blocking({
-            let a = Arc::clone(&adapter);
-            move || {
-                a.lock()
-                    .map_err(|_| anyhow::anyhow!("adapter lock"))?
-                    .cleanup()
-                    .map_err(anyhow::Error::from)
-            }
-        })
-        .await??;
-        let problems = item_errors(&report, &RoutingConfig::default());
-        if !problems.is_empty() {
-            for p in &problems {
-                warn!(item = %p.item, reason = %p.reason, errno = ?p.errno, "{}", p.message);
-            }
-            anyhow::bail!(
-                "cleanup left {} object(s) netpolicy made in place",
-                problems.len()
-            );
-        }
-        info!(removed = report.results.len(), "cleanup done");
-        return Ok(());
+        return cleanup(&adapter).await;
     }
     let client = client_from(opts.kubeconfig.as_ref()).await?;
     let shared = Arc::new(Shared::default());
@@ -197,27 +176,36 @@ pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         && uninstalled(&api.clone().into_client(), ds).await
     {
         info!(daemonset = %ds, "the agent's DaemonSet is gone: removing what netpolicy made");
-        let report = tokio::task::spawn_blocking({
-            let a = Arc::clone(&adapter);
-            move || {
-                a.lock()
-                    .map_err(|_| anyhow::anyhow!("adapter lock"))?
-                    .cleanup()
-                    .map_err(anyhow::Error::from)
-            }
-        })
-        .await??;
-        let left = item_errors(&report, &RoutingConfig::default());
-        if !left.is_empty() {
-            anyhow::bail!(
-                "cleanup left {} object(s) netpolicy made in place",
-                left.len()
-            );
-        }
-        info!(removed = report.results.len(), "cleanup done");
-        return Ok(());
+        return cleanup(&adapter).await;
     }
     info!("agent stopped (the node keeps its configuration)");
+    Ok(())
+}
+
+/// Removes everything netpolicy made in the namespace, checks the result, and fails
+/// naming what was left.
+async fn cleanup(adapter: &Arc<Mutex<Adapter>>) -> anyhow::Result<()> {
+    let report = tokio::task::spawn_blocking({
+        let a = Arc::clone(adapter);
+        move || {
+            a.lock()
+                .map_err(|_| anyhow::anyhow!("adapter lock"))?
+                .cleanup()
+                .map_err(anyhow::Error::from)
+        }
+    })
+    .await??;
+    let left = item_errors(&report, &RoutingConfig::default());
+    if !left.is_empty() {
+        for p in &left {
+            warn!(item = %p.item, reason = %p.reason, errno = ?p.errno, "{}", p.message);
+        }
+        anyhow::bail!(
+            "cleanup left {} object(s) netpolicy made in place",
+            left.len()
+        );
+    }
+    info!(removed = report.results.len(), "cleanup done");
     Ok(())
 }
 
