@@ -147,6 +147,15 @@ impl ControlPlane {
     /// # Panics
     /// When the audit log cannot be read.
     pub fn writes(&self, resource: &str, name: &str) -> Vec<Write> {
+        self.writes_where(resource, |n| n == name)
+    }
+
+    /// Every completed write request to `resource` whose object name satisfies `pick`
+    /// (one read of the audit log for many objects).
+    ///
+    /// # Panics
+    /// When the audit log cannot be read.
+    pub fn writes_where(&self, resource: &str, pick: impl Fn(&str) -> bool) -> Vec<Write> {
         let path = self.dir.join("audit.log");
         let text =
             fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
@@ -167,7 +176,7 @@ impl ControlPlane {
                 name: field(&e, &["objectRef", "name"]),
                 user: field(&e, &["user", "username"]),
             })
-            .filter(|w| w.resource == resource && w.name == name)
+            .filter(|w| w.resource == resource && pick(&w.name))
             .collect()
     }
 }

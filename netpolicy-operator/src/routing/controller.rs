@@ -22,7 +22,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client, ResourceExt,
@@ -179,6 +179,9 @@ pub async fn run(
     info!("routing controller stopped");
     Ok(())
 }
+
+/// NodeNetworkConfig writes in flight at once.
+const WRITE_CONCURRENCY: usize = 16;
 
 /// A NodeNetworkConfig's revision and the revision its agent applied: what a policy's
 /// `appliedNodes` is counted from.
@@ -343,6 +346,7 @@ async fn reconcile(
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     let mut changed = 0;
     let mut present = BTreeSet::new();
+    let mut writes: Vec<(String, serde_json::Value)> = Vec::new();
     for (node, outcome) in engine.outcomes() {
         present.insert(node.to_owned());
         match outcome {
@@ -380,9 +384,7 @@ async fn reconcile(
                     },
                     "spec": spec,
                 });
-                api.patch(node, &pp, &Patch::Apply(&obj)).await?;
-                debug!(node, revision = %spec.revision, "NodeNetworkConfig applied");
-                changed += 1;
+                writes.push((node.to_owned(), obj));
             }
             NodeOutcome::Held(problems) => {
                 for p in problems.iter() {
@@ -391,6 +393,21 @@ async fn reconcile(
             }
         }
     }
+    // Independent objects: written WRITE_CONCURRENCY at a time, not one round trip
+    // after another.
+    let written: Vec<()> = futures::stream::iter(writes)
+        .map(|(node, obj)| {
+            let pp = &pp;
+            async move {
+                api.patch(&node, pp, &Patch::Apply(&obj)).await?;
+                debug!(node, "NodeNetworkConfig applied");
+                Ok::<(), kube::Error>(())
+            }
+        })
+        .buffer_unordered(WRITE_CONCURRENCY)
+        .try_collect()
+        .await?;
+    changed += written.len();
     for (name, o) in &existing {
         let ours = o.labels().get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1);
         if ours && !present.contains(name) {
