@@ -307,7 +307,7 @@ async fn the_agent_applies_follows_repairs_reports_and_cleans_up() {
 /// chart uninstalled) removes what netpolicy made, and only that.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_agent_cleans_up_when_its_daemonset_is_uninstalled_and_only_then() {
-    use k8s_openapi::api::{apps::v1::DaemonSet, core::v1::Namespace};
+    use k8s_openapi::api::apps::v1::DaemonSet;
     let Some(ns) = TestNamespace::new("agent-uninstall").unwrap() else {
         return;
     };
@@ -315,12 +315,7 @@ async fn the_agent_cleans_up_when_its_daemonset_is_uninstalled_and_only_then() {
     let client = cp.client().await;
     netpolicy_testenv::install_crds(&client, crds()).await;
     let node = cp.unique("uninstall-node");
-    let kns = cp.unique("agent-ns");
-    let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": kns}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns_obj)
-        .await
-        .unwrap();
+    let kns = cp.namespace("agent-ns").await;
     let dss: Api<DaemonSet> = Api::namespaced(client.clone(), &kns);
     let ds: DaemonSet = serde_json::from_value(json!({
         "metadata": {"name": "agent"},

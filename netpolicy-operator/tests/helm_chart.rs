@@ -6,7 +6,6 @@
 
 use std::{path::PathBuf, process::Command};
 
-use k8s_openapi::api::core::v1::Namespace;
 use kube::{
     Api, Client,
     api::{DynamicObject, Patch, PatchParams, PostParams},
@@ -202,12 +201,7 @@ fn forbidden<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> bool {
 async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
     let cp = netpolicy_testenv::shared();
     let admin = cp.client().await;
-    let ns = cp.unique("np-release");
-    let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-    Api::<Namespace>::all(admin.clone())
-        .create(&PostParams::default(), &ns_obj)
-        .await
-        .unwrap();
+    let ns = cp.namespace("np-release").await;
     // Release names are cluster-wide (ClusterRoles): one release per test binary.
     let docs = render(&ns, &["--set", "agent.enabled=true"]);
     apply_all(&admin, &docs, &ns).await;

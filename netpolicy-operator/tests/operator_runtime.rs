@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client,
     api::{DeleteParams, Patch, PatchParams, PostParams},
@@ -161,12 +161,7 @@ async fn one_instance_leads_and_the_other_takes_over() {
     let cp = netpolicy_testenv::shared();
     let client = cp.client().await;
     netpolicy_testenv::install_crds(&client, crds()).await;
-    let ns = cp.unique("lease-ns");
-    let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns_obj)
-        .await
-        .unwrap();
+    let ns = cp.namespace("lease-ns").await;
     let pool = cp.unique("pool");
     let (n1, n2) = (cp.unique("node"), cp.unique("node"));
     node(&client, &n1, &pool).await;
@@ -299,13 +294,8 @@ async fn json_logs_and_a_clear_error_without_a_cluster() {
     );
 
     // JSON logs: every line a JSON object.
-    let ns = cp.unique("lease-ns-json");
+    let ns = cp.namespace("lease-ns-json").await;
     let client = cp.client().await;
-    let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns_obj)
-        .await
-        .unwrap();
     netpolicy_testenv::install_crds(&client, crds()).await;
     let log = dir.path().join("op.log");
     let mut child = Command::new(env!("CARGO_BIN_EXE_netpolicy"))
@@ -360,12 +350,7 @@ async fn an_invalid_selector_selects_nothing_and_status_writes_do_not_start_a_pa
     let cp = netpolicy_testenv::shared();
     let client = cp.client().await;
     netpolicy_testenv::install_crds(&client, crds()).await;
-    let ns = cp.unique("lease-ns-quiet");
-    let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns_obj)
-        .await
-        .unwrap();
+    let ns = cp.namespace("lease-ns-quiet").await;
     let pool = cp.unique("pool");
     let (n1, n2) = (cp.unique("node"), cp.unique("node"));
     node(&client, &n1, &pool).await;
@@ -466,12 +451,7 @@ async fn policy_status_reports_matches_conflicts_and_applied_nodes_and_stays_qui
     let cp = netpolicy_testenv::shared();
     let client = cp.client().await;
     netpolicy_testenv::install_crds(&client, crds()).await;
-    let ns = cp.unique("lease-ns-status");
-    let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns_obj)
-        .await
-        .unwrap();
+    let ns = cp.namespace("lease-ns-status").await;
     let pool = cp.unique("pool");
     let n1 = cp.unique("node");
     node(&client, &n1, &pool).await;

@@ -19,7 +19,7 @@ use std::{
 };
 
 use futures::{StreamExt, stream};
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api,
     api::{ListParams, Patch, PatchParams, PostParams},
@@ -119,12 +119,7 @@ async fn routing_at_two_thousand_nodes() {
     }))
     .unwrap();
     ccs.create(&PostParams::default(), &cc).await.unwrap();
-    let ns = "scale-system";
-    let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns_obj)
-        .await
-        .unwrap();
+    let ns = &cp.namespace("scale-system").await;
 
     let log = cp.dir.join("operator-scale.log");
     let started = Instant::now();

@@ -71,6 +71,22 @@ impl ControlPlane {
         format!("{prefix}-{n}")
     }
 
+    /// A fresh Namespace named [`ControlPlane::unique`]`(prefix)`, created; its name.
+    ///
+    /// # Panics
+    /// When the API server refuses it.
+    pub async fn namespace(&self, prefix: &str) -> String {
+        let name = self.unique(prefix);
+        let ns: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
+                .unwrap_or_else(|e| panic!("namespace {name}: {e}"));
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(self.client().await)
+            .create(&Default::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+        name
+    }
+
     /// An admin client, once the API server reports ready (first call waits up to 60 s).
     ///
     /// # Panics

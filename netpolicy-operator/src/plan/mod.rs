@@ -13,7 +13,6 @@ use std::{
 
 use comfy_table::{ContentArrangement, Table, presets};
 use netpolicy_core::{
-    FieldError,
     merge::{Engine, NodeOutcome, Problem},
     selector::Labels,
     spec::{RenderedSpec, RouteSpec, RuleSpec, SourceRef, VlanSpec},
@@ -122,11 +121,6 @@ impl PlanReport {
     pub fn has_errors(&self) -> bool {
         !self.errors.is_empty()
     }
-}
-
-/// One `errors` entry per field problem of an object.
-fn field_errors(kind: &str, name: &str, problems: &[FieldError], out: &mut Vec<InputError>) {
-    InputError::from_fields(kind, name, problems, out);
 }
 
 /// Keeps the first object of each name and reports the others.
@@ -285,7 +279,7 @@ fn plan_route_reflectors(
     let config = match rr::config(&c.spec) {
         Ok(config) => config,
         Err(problems) => {
-            field_errors(KIND, &name, &problems, errors);
+            InputError::from_fields(KIND, &name, &problems, errors);
             return None;
         }
     };
@@ -310,7 +304,7 @@ fn plan_route_reflectors(
             Some(RouteReflectorReport::new(&t, &steps))
         }
         Err(netpolicy_rr::Error::Invalid(problems)) => {
-            field_errors(KIND, &name, &problems, errors);
+            InputError::from_fields(KIND, &name, &problems, errors);
             None
         }
         Err(e) => {
@@ -358,7 +352,7 @@ fn plan_routed_ips(
         let selector = match r.spec.node_selector.validate("spec.nodeSelector") {
             Ok(s) => s,
             Err(e) => {
-                field_errors(KIND, &name, e.field_errors(), errors);
+                InputError::from_fields(KIND, &name, e.field_errors(), errors);
                 continue;
             }
         };
@@ -471,7 +465,7 @@ fn plan_floating_ips(
                     errors.push(range_error("spec.cidrs".into(), e.to_string()));
                 }
             }
-            Err(e) => field_errors("FloatingIPRange", &name, e.field_errors(), errors),
+            Err(e) => InputError::from_fields("FloatingIPRange", &name, e.field_errors(), errors),
         }
         if let Some(auto) = &r.spec.auto_allocate {
             // The name every auto-allocated FloatingIP gets must be one the API server
@@ -505,7 +499,9 @@ fn plan_floating_ips(
                         }
                     }
                 }
-                Err(e) => field_errors("FloatingIPRange", &name, e.field_errors(), errors),
+                Err(e) => {
+                    InputError::from_fields("FloatingIPRange", &name, e.field_errors(), errors)
+                }
             }
         }
     }
