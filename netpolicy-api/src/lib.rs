@@ -320,16 +320,40 @@ pub struct AddressRangeSpec {
     pub end: String,
 }
 
-/// Automatic FloatingIPs for Namespaces.
+/// Automatic FloatingIPs for Namespaces: every Namespace that matches the selector and
+/// whose name starts with the prefix gets a FloatingIP from this range (Rancher's
+/// guest-cluster namespaces are `c-m-…`); deleting the Namespace frees it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AutoAllocate {
     /// Namespaces that get a FloatingIP; empty selects every Namespace.
     #[serde(default)]
     pub namespace_selector: LabelSelector,
-    /// The FloatingIP is named `<namePrefix><range name>`. Default empty.
+    /// Only Namespaces whose name starts with this (default: any name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name_prefix: Option<String>,
+    pub namespace_name_prefix: Option<String>,
+    /// Name of the FloatingIP created in each Namespace (default `auto-<range name>`).
+    #[serde(
+        default,
+        rename = "floatingIPName",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub floating_ip_name: Option<String>,
+}
+
+impl AutoAllocate {
+    /// The name of the FloatingIPs this creates for range `range`.
+    pub fn floating_ip_name(&self, range: &str) -> String {
+        self.floating_ip_name
+            .clone()
+            .unwrap_or_else(|| format!("auto-{range}"))
+    }
+
+    /// Whether a Namespace of this name qualifies by name (the selector is checked
+    /// apart).
+    pub fn takes_namespace_name(&self, namespace: &str) -> bool {
+        namespace.starts_with(self.namespace_name_prefix.as_deref().unwrap_or(""))
+    }
 }
 
 /// kube-vip publishing.

@@ -70,6 +70,7 @@
 //!   bytes inside the entry (longer ones on the heap).
 
 pub mod alloc;
+pub mod assign;
 pub mod error;
 pub mod pools;
 pub mod prefix;

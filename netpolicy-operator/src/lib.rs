@@ -4,8 +4,12 @@
 //!
 //! - [`routing`]: ClusterConfig + NodeConfigs → NodeNetworkConfigs (`mod.rs` pure,
 //!   `controller.rs` the only part that awaits);
+//! - [`floating_ip`]: FloatingIPRanges, FloatingIPs and Namespaces → addresses (the
+//!   rule is `netpolicy_ipam::assign`);
 //! - [`route_reflector`]: route reflectors from Nodes and Calico objects;
-//! - [`k8s`]: shared Kubernetes plumbing (watches, field managers, the problem type);
+//! - [`routed_ip`]: RoutedIPs → the node that holds each (candidates and election);
+//! - [`k8s`]: shared Kubernetes plumbing (watches, field managers, the problem type,
+//!   the Node facts every job reads);
 //! - [`runtime`]: the operator process (leader election, metrics, health);
 //! - [`plan`]: `netpolicy plan`, reading manifests from disk ([`manifest`]) and calling
 //!   each job's pure functions;
@@ -16,9 +20,11 @@ pub mod agent;
 /// The custom resources: the `netpolicy-api` crate, re-exported.
 pub use netpolicy_api as api;
 pub mod cli;
+pub mod floating_ip;
 pub mod k8s;
 pub mod plan;
 pub mod route_reflector;
+pub mod routed_ip;
 pub mod routing;
 pub mod runtime;
 

@@ -1065,7 +1065,7 @@ kind: FloatingIPRange
 metadata: {name: blue}
 spec:
   cidrs: [10.135.10.192/26]
-  autoAllocate: {namePrefix: Auto_}
+  autoAllocate: {floatingIPName: Auto_}
 ";
     let (code, v, stderr) = plan_json(text);
     assert_eq!(code, 1, "{stderr}");
@@ -1080,15 +1080,12 @@ spec:
             ("Node", "metadata.name"),
             ("Node", "metadata.labels.zone"),
             ("Namespace", "metadata.name"),
-            ("FloatingIPRange", "spec.autoAllocate.namePrefix"),
+            ("FloatingIPRange", "spec.autoAllocate.floatingIPName"),
         ],
         "{errors:#?}"
     );
     assert!(
-        errors[3]["message"]
-            .as_str()
-            .unwrap()
-            .contains("\"Auto_blue\""),
+        errors[3]["message"].as_str().unwrap().contains("\"Auto_\""),
         "{errors:#?}"
     );
 }
@@ -1166,5 +1163,63 @@ fn large_counts_are_exact_strings_and_all_of_ipv6_is_two_to_the_128() {
     assert_eq!(
         v["floatingIPRanges"][0]["capacity"],
         "340282366920938463463374607431768211456"
+    );
+}
+
+#[test]
+fn auto_allocation_takes_namespaces_by_selector_and_name_prefix() {
+    let text = "---
+apiVersion: v1
+kind: Namespace
+metadata: {name: c-m-one, labels: {fip: 'yes'}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: c-m-two}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-a, labels: {fip: 'yes'}}
+---
+apiVersion: netpolicy.io/v1alpha1
+kind: FloatingIPRange
+metadata: {name: blue}
+spec:
+  cidrs: [10.135.10.192/26]
+  autoAllocate:
+    namespaceSelector: {matchLabels: {fip: 'yes'}}
+    namespaceNamePrefix: c-m-
+---
+apiVersion: netpolicy.io/v1alpha1
+kind: FloatingIPRange
+metadata: {name: green}
+spec:
+  cidrs: [10.135.11.0/29]
+  autoAllocate: {floatingIPName: lb}
+";
+    let (code, v, stderr) = plan_json(text);
+    assert_eq!(code, 0, "{stderr}");
+    let got: Vec<String> = v["floatingIPs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            format!(
+                "{}/{} {} {}",
+                f["namespace"].as_str().unwrap(),
+                f["name"].as_str().unwrap(),
+                f["address"].as_str().unwrap(),
+                f["auto"]
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "c-m-one/auto-blue 10.135.10.193 true",
+            "c-m-one/lb 10.135.11.1 true",
+            "c-m-two/lb 10.135.11.2 true",
+            "team-a/lb 10.135.11.3 true",
+        ]
     );
 }

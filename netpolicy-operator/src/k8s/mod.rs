@@ -44,6 +44,60 @@ impl InputError {
     }
 }
 
+/// What every job reads of a Node: one type, so the jobs agree on what "Ready" or
+/// "tainted" means.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeFacts {
+    /// Name.
+    pub name: String,
+    /// Labels.
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// The Ready condition is True (see [`NodeFacts::of`]).
+    pub ready: bool,
+    /// `spec.unschedulable`.
+    pub unschedulable: bool,
+    /// `spec.taints`.
+    pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    /// `spec.providerID`.
+    pub provider_id: Option<String>,
+    /// Creation time, seconds since the epoch (0 when unknown; only its order matters).
+    pub created: i64,
+}
+
+impl NodeFacts {
+    /// The facts of a Node. A Node whose Ready condition is not `True` is not Ready. A
+    /// Node with no Ready condition at all is Ready only when `assume_ready` is set:
+    /// `netpolicy plan` sets it, because hand-written manifests have no status; the
+    /// operator, which reads live Nodes, does not.
+    pub fn of(node: &Node, assume_ready: bool) -> Self {
+        let condition = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+        let spec = node.spec.as_ref();
+        Self {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            ready: condition.map_or(assume_ready, |c| c.status == "True"),
+            unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+            taints: spec.and_then(|s| s.taints.clone()).unwrap_or_default(),
+            provider_id: spec.and_then(|s| s.provider_id.clone()),
+            created: node
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(0, |t| t.0.as_second()),
+        }
+    }
+
+    /// Has a taint that keeps ordinary workloads off (`NoSchedule`, `NoExecute`, or an
+    /// effect this version does not know).
+    pub fn tainted(&self) -> bool {
+        self.taints.iter().any(|t| t.effect != "PreferNoSchedule")
+    }
+}
+
 /// What of an object the routing job reads: a change of anything else (a status
 /// written by an agent, a Node's heartbeat) must not start a pass.
 pub fn spec_fingerprint<K: Resource>(o: &K) -> String {

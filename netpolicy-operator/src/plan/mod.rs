@@ -19,16 +19,16 @@ use netpolicy_core::{
 };
 use serde::Serialize;
 
-use netpolicy_ipam::{Error as IpamError, RestoreProblem, pools::Pools, space::AddressSpace};
-
 pub mod manifest;
 
 use manifest::{Located, Manifests};
 
 use crate::{
     api::{FloatingIPRange, ROUTE_REFLECTOR_CONFIG_NAME},
-    k8s::InputError,
+    floating_ip as fip,
+    k8s::{InputError, NodeFacts},
     route_reflector::{self as rr, RouteReflectorReport},
+    routed_ip,
     routing::{cluster_config_policy, node_config_policy},
 };
 
@@ -291,7 +291,10 @@ fn plan_route_reflectors(
         .map(|n| &n.object)
         .filter(|n| seen.insert(n.metadata.name.clone().unwrap_or_default()))
         .collect();
-    let infos: Vec<netpolicy_rr::NodeInfo> = nodes.iter().map(|n| rr::node_info(n, true)).collect();
+    let infos: Vec<netpolicy_rr::NodeInfo> = nodes
+        .iter()
+        .map(|n| rr::node_info(&NodeFacts::of(n, true)))
+        .collect();
     let current = rr::current(
         nodes.iter().copied(),
         m.bgp_peers.iter().map(|p| &p.object),
@@ -366,33 +369,17 @@ fn plan_routed_ips(
         let candidates: Vec<netpolicy_issuers::Candidate> = m
             .nodes
             .iter()
-            .map(|n| {
-                let info = rr::node_info(&n.object, true);
-                let spec = n.object.spec.as_ref();
-                netpolicy_issuers::Candidate {
-                    name: info.name.clone(),
-                    provider_id: spec.and_then(|s| s.provider_id.clone()),
-                    ready: info.ready,
-                    unschedulable: info.unschedulable,
-                    tainted: info
-                        .taints
-                        .iter()
-                        .any(|t| t.effect != netpolicy_rr::Effect::PreferNoSchedule),
-                    selected: selector.matches(&info.labels),
-                    has_endpoint: true,
-                    created: info.created,
-                }
-            })
+            .map(|n| routed_ip::candidate(&NodeFacts::of(&n.object, true), &selector, true))
             .collect();
         let holder = r.status.as_ref().and_then(|s| s.node.clone());
-        let input = netpolicy_issuers::ElectionInput {
-            nodes: &candidates,
-            holder: holder.as_deref(),
-            cooldown: &[],
-            now: 0,
-            cooldown_seconds: i64::from(r.spec.cooldown_seconds),
-        };
-        let node = netpolicy_issuers::elect(&input).map(|c| c.name.clone());
+        let node = routed_ip::elect(
+            &candidates,
+            holder.as_deref(),
+            &[],
+            0,
+            r.spec.cooldown_seconds,
+        )
+        .map(|c| c.name.clone());
         if node.is_none() {
             warnings.push(format!(
                 "RoutedIP {name}: no eligible node (Ready, schedulable, selected, untainted, \
@@ -407,34 +394,15 @@ fn plan_routed_ips(
     out
 }
 
-/// A FloatingIP request, explicit or automatic.
-struct Request {
-    namespace: String,
-    name: String,
-    range: String,
-    address: Option<String>,
-    auto: bool,
-}
-
-fn fip_error(namespace: &str, name: &str, field: &str, message: String) -> InputError {
-    InputError {
-        kind: "FloatingIP".into(),
-        name: format!("{namespace}/{name}"),
-        field: field.into(),
-        message,
-    }
-}
-
-/// Allocates every FloatingIP: static requests first (so no dynamic request takes an
-/// address someone asked for by name), then dynamic ones; each group by namespace, then
-/// name. A failed static request is an error, never a different address.
+/// Allocates every FloatingIP (explicit and automatic) with the floating-IP job's rule
+/// ([`crate::floating_ip`]); an explicit FloatingIP replaces the automatic one of the
+/// same name.
 fn plan_floating_ips(
     m: &Manifests,
     errors: &mut Vec<InputError>,
 ) -> (Vec<RangeReport>, Vec<FloatingIPReport>) {
-    let mut pools = Pools::new();
     let keep = unique_by_name(
-        "FloatingIPRange",
+        fip::RANGE_KIND,
         &m.floating_ip_ranges,
         |o| o.metadata.name.as_ref(),
         errors,
@@ -444,162 +412,23 @@ fn plan_floating_ips(
         .map(|&i| &m.floating_ip_ranges[i].object)
         .collect();
     ranges.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let mut requests = Vec::new();
+    let mut pools = fip::pools(&ranges, errors);
+    let mut claims = Vec::new();
     for r in &ranges {
-        let name = r.metadata.name.clone().unwrap_or_default();
-        let range_error = |field: String, message: String| InputError {
-            kind: "FloatingIPRange".into(),
-            name: name.clone(),
-            field,
-            message,
-        };
-        let spans: Vec<(String, String)> = r
-            .spec
-            .ranges
-            .iter()
-            .map(|x| (x.start.clone(), x.end.clone()))
-            .collect();
-        match AddressSpace::parse("spec", &r.spec.cidrs, &spans, &r.spec.exclude) {
-            Ok(space) => {
-                if let Err(e) = pools.add(&name, space, r.spec.draining) {
-                    errors.push(range_error("spec.cidrs".into(), e.to_string()));
-                }
-            }
-            Err(e) => InputError::from_fields("FloatingIPRange", &name, e.field_errors(), errors),
-        }
-        if let Some(auto) = &r.spec.auto_allocate {
-            // The name every auto-allocated FloatingIP gets must be one the API server
-            // takes.
-            let generated = format!("{}{name}", auto.name_prefix.as_deref().unwrap_or(""));
-            if let Err(e) = netpolicy_core::names::dns_subdomain(&generated) {
-                errors.push(range_error(
-                    "spec.autoAllocate.namePrefix".into(),
-                    format!("the FloatingIPs it would create are named {generated:?}: {e}"),
-                ));
-                continue;
-            }
-            match auto
-                .namespace_selector
-                .validate("spec.autoAllocate.namespaceSelector")
-            {
-                Ok(sel) => {
-                    for ns in &m.namespaces {
-                        let labels = ns.object.metadata.labels.clone().unwrap_or_default();
-                        if sel.matches(&labels) {
-                            requests.push(Request {
-                                namespace: ns.object.metadata.name.clone().unwrap_or_default(),
-                                name: format!(
-                                    "{}{name}",
-                                    auto.name_prefix.as_deref().unwrap_or("")
-                                ),
-                                range: name.clone(),
-                                address: None,
-                                auto: true,
-                            });
-                        }
-                    }
-                }
-                Err(e) => {
-                    InputError::from_fields("FloatingIPRange", &name, e.field_errors(), errors)
-                }
-            }
-        }
+        claims.extend(fip::auto_claims(
+            r,
+            m.namespaces.iter().map(|n| &n.object),
+            errors,
+        ));
     }
-    // Addresses already handed out (FloatingIP status) are restored first: an owner
-    // never moves.
-    let mut persisted: BTreeMap<&str, Vec<(std::net::IpAddr, String)>> = BTreeMap::new();
-    for f in &m.floating_ips {
-        let o = &f.object;
-        let Some(addr) = o.status.as_ref().and_then(|s| s.address.as_deref()) else {
-            continue;
-        };
-        let namespace = o.metadata.namespace.as_deref().unwrap_or("default");
-        let name = o.metadata.name.as_deref().unwrap_or_default();
-        match addr.trim().parse() {
-            Ok(a) => persisted
-                .entry(o.spec.range.as_str())
-                .or_default()
-                .push((a, format!("{namespace}/{name}"))),
-            Err(_) => errors.push(fip_error(
-                namespace,
-                name,
-                "status.address",
-                format!("{addr:?} is not an IPv4 or IPv6 address"),
-            )),
-        }
-    }
-    // Persisted addresses that contradict each other are not guessed at: their owners get
-    // no address (not another one), contested addresses stay reserved, and everything
-    // else of the range is restored as it was.
-    let mut unrestored: BTreeMap<String, String> = BTreeMap::new();
-    for (range, entries) in persisted {
-        if pools.get(range).is_none() {
-            continue; // reported with each FloatingIP below
-        }
-        let Err(e) = pools.restore(range, entries.iter().map(|(a, o)| (*a, o.as_str()))) else {
-            continue;
-        };
-        let mut bad_owners = BTreeSet::new();
-        let mut contested = BTreeSet::new();
-        if let IpamError::Restore(problems) = &e {
-            for p in problems {
-                match p {
-                    RestoreProblem::SharedValue {
-                        value,
-                        first,
-                        second,
-                    } => {
-                        contested.insert(value.clone());
-                        bad_owners.insert(first.clone());
-                        bad_owners.insert(second.clone());
-                    }
-                    RestoreProblem::OwnerTwice { owner, .. }
-                    | RestoreProblem::NotInPool { owner, .. } => {
-                        bad_owners.insert(owner.clone());
-                    }
-                }
-            }
-        }
-        let mut keep: Vec<(std::net::IpAddr, String)> = Vec::new();
-        for (a, o) in entries {
-            if bad_owners.contains(&o) {
-                unrestored.insert(o, a.to_string());
-            } else if !contested.contains(&a.to_string()) {
-                keep.push((a, o));
-            }
-        }
-        keep.extend(
-            contested
-                .iter()
-                .filter_map(|v| v.parse().ok())
-                .map(|a: std::net::IpAddr| (a, format!("(contested {a})"))),
-        );
-        let _ = pools.restore(range, keep);
-        errors.push(InputError {
-            kind: "FloatingIPRange".into(),
-            name: range.to_owned(),
-            field: "status".into(),
-            message: format!(
-                "{e}; those FloatingIPs get no address until this is resolved, and contested \
-                 addresses stay reserved"
-            ),
-        });
-    }
-    let mut explicit: Vec<Request> = Vec::new();
+    let mut explicit = Vec::new();
     let mut explicit_names: BTreeSet<(String, String)> = BTreeSet::new();
     for f in &m.floating_ips {
-        let o = &f.object;
-        let (namespace, name) = (
-            o.metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into()),
-            o.metadata.name.clone().unwrap_or_default(),
-        );
-        if !explicit_names.insert((namespace.clone(), name.clone())) {
-            errors.push(fip_error(
-                &namespace,
-                &name,
+        let c = fip::claim(&f.object);
+        if !explicit_names.insert((c.namespace.clone(), c.name.clone())) {
+            errors.push(fip::fip_error(
+                &c.namespace,
+                &c.name,
                 "metadata.name",
                 format!(
                     "defined twice (again at {}); the second is ignored",
@@ -608,80 +437,48 @@ fn plan_floating_ips(
             ));
             continue;
         }
-        explicit.push(Request {
-            namespace,
-            name,
-            range: o.spec.range.clone(),
-            address: o.spec.address.clone(),
-            auto: false,
-        });
+        explicit.push(c);
     }
-    // An explicit FloatingIP replaces the automatic one of the same name.
-    requests.retain(|a| !explicit_names.contains(&(a.namespace.clone(), a.name.clone())));
-    requests.extend(explicit);
-    requests.sort_by(|a, b| {
-        (a.address.is_none(), &a.namespace, &a.name).cmp(&(
-            b.address.is_none(),
-            &b.namespace,
-            &b.name,
-        ))
-    });
-    let mut fips = Vec::new();
-    for r in requests {
-        let owner = format!("{}/{}", r.namespace, r.name);
-        let result = if let Some(addr) = unrestored.get(&owner) {
-            Err((
-                "status.address",
-                format!(
-                    "its address {addr} could not be restored (see FloatingIPRange/{}); no \
-                     other address is given in its place",
-                    r.range
-                ),
-            ))
-        } else if pools.get(&r.range).is_none() {
-            let known = ranges
-                .iter()
-                .any(|x| x.metadata.name.as_deref() == Some(r.range.as_str()));
-            Err(if known {
-                format!(
-                    "range {:?} is invalid (see its errors), so nothing is allocated from it",
-                    r.range
-                )
-            } else {
-                format!("there is no FloatingIPRange named {:?}", r.range)
-            })
-            .map_err(|m| ("spec.range", m))
-        } else {
-            match &r.address {
-                Some(text) => match text.trim().parse::<std::net::IpAddr>() {
-                    Ok(a) => pools
-                        .allocate_static(&r.range, &owner, &a)
-                        .map_err(|e| ("spec.address", e.to_string())),
-                    Err(_) => Err((
-                        "spec.address",
-                        format!("{text:?} is not an IPv4 or IPv6 address"),
-                    )),
-                },
-                None => pools
-                    .allocate(&r.range, &owner)
-                    .map_err(|e| ("spec.range", e.to_string())),
+    claims.retain(|a| !explicit_names.contains(&(a.namespace.clone(), a.name.clone())));
+    claims.extend(explicit);
+    // Addresses already handed out (FloatingIP status) are restored first.
+    let recorded: Vec<(String, String, String)> = m
+        .floating_ips
+        .iter()
+        .filter_map(|f| {
+            let o = &f.object;
+            let addr = o.status.as_ref()?.address.clone()?;
+            Some((o.spec.range.clone(), fip::claim(o).owner(), addr))
+        })
+        .collect();
+    let known: BTreeSet<String> = ranges
+        .iter()
+        .filter_map(|r| r.metadata.name.clone())
+        .collect();
+    let mut fips: Vec<FloatingIPReport> = fip::serve(&mut pools, &recorded, claims, &known, errors)
+        .into_iter()
+        .map(|a| {
+            let address = match a.result {
+                Ok(ip) => ip.to_string(),
+                Err((field, message)) => {
+                    errors.push(fip::fip_error(
+                        &a.claim.namespace,
+                        &a.claim.name,
+                        field,
+                        message,
+                    ));
+                    String::new()
+                }
+            };
+            FloatingIPReport {
+                namespace: a.claim.namespace,
+                name: a.claim.name,
+                range: a.claim.range,
+                address,
+                auto: a.claim.auto,
             }
-        };
-        let address = match result {
-            Ok(a) => a.to_string(),
-            Err((field, message)) => {
-                errors.push(fip_error(&r.namespace, &r.name, field, message));
-                String::new()
-            }
-        };
-        fips.push(FloatingIPReport {
-            namespace: r.namespace,
-            name: r.name,
-            range: r.range,
-            address,
-            auto: r.auto,
-        });
-    }
+        })
+        .collect();
     fips.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     let ranges = pools
         .iter()

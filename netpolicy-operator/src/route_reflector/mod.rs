@@ -15,7 +15,10 @@ use netpolicy_rr::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::api::{ReflectorTopology, ReflectorsPer, RouteReflectorConfigSpec};
+use crate::{
+    api::{ReflectorTopology, ReflectorsPer, RouteReflectorConfigSpec},
+    k8s::NodeFacts,
+};
 
 /// A Calico `BGPPeer` as read from manifests or the API (only the fields we write).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -154,39 +157,22 @@ fn effect(e: &str) -> Option<Effect> {
 
 /// What placement needs to know about a Node. A taint with an unknown effect counts as
 /// `NoSchedule` (it keeps the node from being a reflector unless tolerated).
-///
-/// A Node whose Ready condition is not `True` is not Ready. A Node with no Ready
-/// condition at all is Ready only when `assume_ready` is set: `netpolicy plan` sets it,
-/// because hand-written manifests have no status; the operator, which reads live Nodes,
-/// does not.
-pub fn node_info(node: &Node, assume_ready: bool) -> NodeInfo {
-    let condition = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
-    let ready = condition.map_or(assume_ready, |c| c.status == "True");
-    let spec = node.spec.as_ref();
+pub fn node_info(node: &NodeFacts) -> NodeInfo {
     NodeInfo {
-        name: node.metadata.name.clone().unwrap_or_default(),
-        labels: node.metadata.labels.clone().unwrap_or_default(),
-        ready,
-        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
-        taints: spec
-            .and_then(|s| s.taints.as_ref())
-            .into_iter()
-            .flatten()
+        name: node.name.clone(),
+        labels: node.labels.clone(),
+        ready: node.ready,
+        unschedulable: node.unschedulable,
+        taints: node
+            .taints
+            .iter()
             .map(|t| Taint {
                 key: t.key.clone(),
                 value: t.value.clone().unwrap_or_default(),
                 effect: effect(&t.effect).unwrap_or(Effect::NoSchedule),
             })
             .collect(),
-        created: node
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map_or(0, |t| t.0.as_second()),
+        created: node.created,
     }
 }
 
