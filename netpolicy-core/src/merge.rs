@@ -1062,6 +1062,38 @@ impl Engine {
         ps
     }
 
+    /// A policy by its source.
+    pub fn policy(&self, source: &Source) -> Option<&Policy> {
+        let &pid = self.policy_ids.get(source)?;
+        self.policies[pid as usize].as_ref()
+    }
+
+    /// Every policy, in no particular order.
+    pub fn policies(&self) -> impl Iterator<Item = &Policy> {
+        self.policies.iter().flatten()
+    }
+
+    /// The nodes a policy selects, sorted by name; empty for an unknown policy. Uses the
+    /// label index: O(candidates of its most selective requirement), not O(nodes).
+    pub fn selected(&self, source: &Source) -> Vec<&str> {
+        let Some(p) = self.policy(source) else {
+            return Vec::new();
+        };
+        let mut names: Vec<&str> = self
+            .select(p.selector())
+            .into_iter()
+            .filter_map(|nid| self.nodes[nid as usize].as_ref().map(|n| &*n.name))
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// A node's labels, when known.
+    pub fn labels(&self, node: &str) -> Option<&Labels> {
+        let &nid = self.node_ids.get(node)?;
+        self.nodes[nid as usize].as_ref().map(|n| &n.labels)
+    }
+
     /// Number of nodes.
     pub fn node_count(&self) -> usize {
         self.node_ids.len()

@@ -478,6 +478,17 @@ proptest! {
                     prop_assert!(reported.contains(n), "{} changed but was not reported", n);
                 }
             }
+            // What each policy selects, from the label index, is what its selector
+            // matches.
+            for p in policies.values() {
+                let p = p.policy();
+                let brute: Vec<&str> = nodes
+                    .iter()
+                    .filter(|(_, l)| p.selector().matches(l))
+                    .map(|(n, _)| n.as_str())
+                    .collect();
+                prop_assert_eq!(engine.selected(p.source()), brute);
+            }
             before = after;
         }
     }

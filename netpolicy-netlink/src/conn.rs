@@ -76,7 +76,10 @@ pub struct Conn {
 }
 
 fn io(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
-    move |e| Error::Io(format!("{what}: {e}"))
+    move |e| Error::Io {
+        what: what.to_owned(),
+        source: std::sync::Arc::new(e),
+    }
 }
 
 fn open_socket() -> Result<Socket> {
@@ -104,15 +107,23 @@ impl Conn {
         let sock = match ns.path() {
             None => open_socket()?,
             Some(path) => std::thread::spawn(move || -> Result<Socket> {
-                let f = File::open(&path)
-                    .map_err(|e| Error::Io(format!("namespace {}: {e}", path.display())))?;
+                let f = File::open(&path).map_err(|e| Error::Io {
+                    what: format!("opening namespace {}", path.display()),
+                    source: std::sync::Arc::new(e),
+                })?;
                 nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).map_err(
-                    |e| Error::Io(format!("entering namespace {}: {e}", path.display())),
+                    |e| Error::Io {
+                        what: format!("entering namespace {}", path.display()),
+                        source: std::sync::Arc::new(std::io::Error::from(e)),
+                    },
                 )?;
                 open_socket()
             })
             .join()
-            .map_err(|_| Error::Io("namespace thread panicked".into()))??,
+            .map_err(|_| Error::Io {
+                what: "opening the namespace".into(),
+                source: std::sync::Arc::new(std::io::Error::other("its thread panicked")),
+            })??,
         };
         Ok(Self {
             sock,

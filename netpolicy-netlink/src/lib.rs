@@ -85,11 +85,17 @@ pub use conn::{KernelError, Namespace};
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Errors that stop a whole pass (per-item failures are [`Outcome::Failed`]).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// The socket or namespace failed.
-    #[error("{0}")]
-    Io(String),
+    #[error("{what}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The system's error (shared: errors are `Clone`).
+        #[source]
+        source: std::sync::Arc<std::io::Error>,
+    },
     /// The kernel refused a dump.
     #[error("kernel: {0}")]
     Kernel(KernelError),

@@ -73,7 +73,7 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
         Command::Crds => match crds_yaml() {
             Ok(y) => print_out(&y),
             Err(e) => {
-                eprintln!("error: {e:#}");
+                eprintln!("error: {}", crate::error::Chain(&e));
                 ExitCode::from(2)
             }
         },
@@ -83,7 +83,7 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
 /// Runs a long-lived async command on a multi-threaded runtime; `code` maps its success
 /// to an exit status. Errors print as `error: ...` and exit 2.
 fn run_async<T>(
-    fut: impl std::future::Future<Output = anyhow::Result<T>>,
+    fut: impl std::future::Future<Output = crate::Result<T>>,
     code: impl FnOnce(T) -> ExitCode,
 ) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -99,7 +99,7 @@ fn run_async<T>(
     match rt.block_on(fut) {
         Ok(v) => code(v),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", crate::error::Chain(&e));
             ExitCode::from(2)
         }
     }

@@ -20,6 +20,7 @@ pub mod agent;
 /// The custom resources: the `netpolicy-api` crate, re-exported.
 pub use netpolicy_api as api;
 pub mod cli;
+pub mod error;
 pub mod floating_ip;
 pub mod k8s;
 pub mod plan;
@@ -30,6 +31,8 @@ pub mod runtime;
 
 /// Reading manifests from disk (`netpolicy plan`'s input).
 pub use plan::manifest;
+
+pub use error::{Error, Result};
 
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

@@ -26,7 +26,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::Context as _;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{
@@ -38,6 +37,8 @@ use netpolicy_core::{merge::ItemRef, model::RoutingConfig, plan::Op};
 use netpolicy_netlink::{Adapter, Namespace, Outcome, Ownership, Report};
 use serde_json::json;
 use tracing::{info, warn};
+
+use crate::error::{Chain, Error, Result};
 
 use crate::{
     api::{
@@ -88,14 +89,16 @@ pub const FIELD_MANAGER: &str = "netpolicy-agent";
 /// # Errors
 /// No configuration, the namespace or the listen address unusable, the API server
 /// unreachable at start.
-pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
+pub async fn run(opts: AgentOptions) -> Result<()> {
     init_logs(opts.log_format);
     let ns = opts
         .netns
         .clone()
         .map_or(Namespace::Current, Namespace::Named);
-    let adapter = Adapter::open(&ns, Ownership::default())
-        .with_context(|| format!("opening the network namespace {ns:?}"))?;
+    let adapter = Adapter::open(&ns, Ownership::default()).map_err(|source| Error::Netlink {
+        what: format!("opening the network namespace {ns:?}"),
+        source,
+    })?;
     let adapter = Arc::new(Mutex::new(adapter));
     if opts.cleanup {
         return cleanup(&adapter).await;
@@ -164,7 +167,7 @@ pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
                 true
             }
             Err(e) => {
-                warn!(error = %format!("{e:#}"), "apply failed");
+                warn!(error = %Chain(&e), "apply failed");
                 false
             }
         };
@@ -184,26 +187,17 @@ pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
 
 /// Removes everything netpolicy made in the namespace, checks the result, and fails
 /// naming what was left.
-async fn cleanup(adapter: &Arc<Mutex<Adapter>>) -> anyhow::Result<()> {
-    let report = tokio::task::spawn_blocking({
-        let a = Arc::clone(adapter);
-        move || {
-            a.lock()
-                .map_err(|_| anyhow::anyhow!("adapter lock"))?
-                .cleanup()
-                .map_err(anyhow::Error::from)
-        }
-    })
-    .await??;
+async fn cleanup(adapter: &Arc<Mutex<Adapter>>) -> Result<()> {
+    let report = with_adapter(adapter, "removing what netpolicy made", Adapter::cleanup).await?;
     let left = item_errors(&report, &RoutingConfig::default());
     if !left.is_empty() {
         for p in &left {
             warn!(item = %p.item, reason = %p.reason, errno = ?p.errno, "{}", p.message);
         }
-        anyhow::bail!(
+        return Err(Error::Incomplete(format!(
             "cleanup left {} object(s) netpolicy made in place",
             left.len()
-        );
+        )));
     }
     info!(removed = report.results.len(), "cleanup done");
     Ok(())
@@ -244,7 +238,7 @@ async fn pass(
     api: &Api<NodeNetworkConfig>,
     nnc: &NodeNetworkConfig,
     adapter: &Arc<Mutex<Adapter>>,
-) -> anyhow::Result<Option<NodeNetworkConfig>> {
+) -> Result<Option<NodeNetworkConfig>> {
     let node = nnc.name_any();
     let current = nnc.status.clone().unwrap_or_default();
     let generation = nnc.metadata.generation;
@@ -252,15 +246,11 @@ async fn pass(
     let outcome = match nnc.spec.rendered.routing().validate("spec") {
         Err(e) => PassOutcome::Invalid(e.to_string()),
         Ok(desired) => {
-            let a = Arc::clone(adapter);
             let d = desired.clone();
-            let report = tokio::task::spawn_blocking(move || {
-                a.lock()
-                    .map_err(|_| anyhow::anyhow!("adapter lock"))?
-                    .reconcile(&d, false)
-                    .map_err(anyhow::Error::from)
+            let report = with_adapter(adapter, "applying the NodeNetworkConfig", move |a| {
+                a.reconcile(&d, false)
             })
-            .await??;
+            .await?;
             if !report.drift.is_empty() {
                 info!(node, repaired = report.drift.len(), "drift repaired");
             }
@@ -287,8 +277,32 @@ async fn pass(
             &Patch::Apply(&patch),
         )
         .await
-        .context("writing status")?;
+        .map_err(|source| Error::Kube {
+            what: "writing status".into(),
+            source,
+        })?;
     Ok(Some(written))
+}
+
+/// Runs `f` on the adapter on a blocking thread (netlink calls block).
+async fn with_adapter<T: Send + 'static>(
+    adapter: &Arc<Mutex<Adapter>>,
+    what: &str,
+    f: impl FnOnce(&mut Adapter) -> netpolicy_netlink::Result<T> + Send + 'static,
+) -> Result<T> {
+    let a = Arc::clone(adapter);
+    let result = tokio::task::spawn_blocking(move || {
+        // A pass that panicked leaves the adapter usable: every pass observes the
+        // kernel again before it acts.
+        let mut guard = a.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut guard)
+    })
+    .await
+    .map_err(|e| Error::Incomplete(format!("{what}: the worker thread failed: {e}")))?;
+    result.map_err(|source| Error::Netlink {
+        what: what.to_owned(),
+        source,
+    })
 }
 
 /// What one pass found.

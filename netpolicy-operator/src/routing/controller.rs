@@ -17,7 +17,7 @@
 //! Only one instance runs this at a time (the runtime's leader election).
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -27,14 +27,11 @@ use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
-    runtime::{reflector, reflector::Store},
+    runtime::{reflector, reflector::ObjectRef, reflector::Store},
 };
-use netpolicy_core::{
-    merge::{Engine, NodeOutcome},
-    spec::RenderedSpec,
-};
+use netpolicy_core::{merge::NodeOutcome, spec::RenderedSpec};
 use serde_json::json;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use kube::{
@@ -42,66 +39,65 @@ use kube::{
     runtime::events::{Event, EventType, Recorder, Reporter},
 };
 
-use super::{
-    PolicyFacts, carried_from, cluster_config_policy, new_conflicts, node_config_policy,
-    policy_facts, policy_status, revision,
-};
+use super::{PolicyFacts, Routing, carried_from, new_conflicts, policy_status, revision};
 use crate::{
     api::{ClusterConfig, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec, PolicyStatus},
-    k8s::{labels_fingerprint, spec_fingerprint, watched},
+    k8s::{Changes, Wake, labels_fingerprint, spec_fingerprint, watched},
     runtime::Shared,
 };
 
 pub use crate::k8s::{FIELD_MANAGER, MANAGED_BY};
 
-/// Runs the controllers until `stop` turns true.
+/// Runs the routing controller until `stop` turns true.
+///
+/// Each pass takes the objects that changed since the last one (names from the
+/// watches), brings them into [`Routing`] (netpolicy-core's incremental engine), and
+/// compares and writes only the NodeNetworkConfigs of the nodes whose outcome changed
+/// or whose object changed. The first pass, a relist, a failed pass and every
+/// [`RESYNC`] compare everything (and write nothing when nothing differs).
 ///
 /// # Errors
-/// Only when the controllers cannot start.
+/// Only when the controllers cannot start (a watch's cache was dropped).
 pub async fn run(
     client: Client,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
-) -> anyhow::Result<()> {
-    let (poke, mut poked) = mpsc::channel::<()>(1);
-    let (status_poke, mut status_poked) = mpsc::channel::<()>(1);
+) -> Result<(), reflector::store::WriterDropped> {
+    let wake = Wake::new();
+    let status_wake = Wake::new();
     let (ccs, s1) = watched(
         Api::<ClusterConfig>::all(client.clone()),
-        poke.clone(),
+        wake.clone(),
         spec_fingerprint,
         None,
     );
     let (ncs, s2) = watched(
         Api::<NodeConfig>::all(client.clone()),
-        poke.clone(),
+        wake.clone(),
         spec_fingerprint,
         None,
     );
     let (nodes, s3) = watched(
         Api::<Node>::all(client.clone()),
-        poke.clone(),
+        wake.clone(),
         labels_fingerprint,
         None,
     );
     // Agents write NodeNetworkConfig status: a spec change or a deletion (someone
-    // else's) re-renders; a new applied revision only updates the policies' status.
+    // else's) is compared again; a new applied revision only updates the policies'
+    // status.
     let (nncs, s4) = watched(
         Api::<NodeNetworkConfig>::all(client.clone()),
-        poke,
+        wake.clone(),
         spec_fingerprint,
-        Some((status_poke, applied_fingerprint)),
+        Some((status_wake.clone(), applied_fingerprint)),
     );
     let drive = tokio::spawn(futures::stream::select_all([s1, s2, s3, s4]).for_each(|()| async {}));
     let synced = async {
-        for r in [
-            ccs.wait_until_ready().await,
-            ncs.wait_until_ready().await,
-            nodes.wait_until_ready().await,
-            nncs.wait_until_ready().await,
-        ] {
-            r?;
-        }
-        Ok::<(), reflector::store::WriterDropped>(())
+        ccs.wait_until_ready().await?;
+        ncs.wait_until_ready().await?;
+        nodes.wait_until_ready().await?;
+        nncs.wait_until_ready().await
     };
     tokio::select! {
         r = synced => r?,
@@ -111,6 +107,12 @@ pub async fn run(
         .synced
         .store(true, std::sync::atomic::Ordering::Release);
     info!("caches synced: routing controller running");
+    let stores = Stores {
+        ccs,
+        ncs,
+        nodes,
+        nncs,
+    };
     let nnc_api = Api::<NodeNetworkConfig>::all(client.clone());
     let status = StatusWriter {
         ccs: Api::all(client.clone()),
@@ -123,61 +125,99 @@ pub async fn run(
             },
         ),
     };
-    let mut facts: Option<BTreeMap<String, PolicyFacts>> = None;
-    let mut render = true;
+    let mut routing = Routing::new();
+    let mut full = true;
+    let mut status_due = true;
     loop {
-        let start = Instant::now();
+        let changes = wake.take();
         let mut ok = true;
-        if render {
-            debug!("routing: render pass");
-            match reconcile(&ccs, &ncs, &nodes, &nncs, &nnc_api).await {
-                Ok((changed, f)) => {
+        if full || !changes.is_empty() {
+            let start = Instant::now();
+            debug!(full, "routing: render pass");
+            match render(&mut routing, &changes, full, &stores, &nnc_api).await {
+                Ok(changed) => {
                     if changed > 0 {
                         info!(changed, "routing: NodeNetworkConfigs updated");
                     }
-                    facts = Some(f);
+                    full = false;
                 }
                 Err(e) => {
-                    warn!(error = %e, "routing: reconcile failed; retrying");
+                    warn!(error = %e, "routing: render failed; retrying everything");
                     ok = false;
+                    full = true;
                 }
             }
             shared.metrics.reconciled("routing", start.elapsed(), ok);
+            status_due = true;
         }
-        if let Some(f) = &facts {
+        let _ = status_wake.take();
+        if status_due {
             debug!("routing: status pass");
             let start = Instant::now();
-            let written = status.write_all(&ccs, &ncs, &nncs, f).await;
+            let written = status
+                .write_all(&stores.ccs, &stores.ncs, &stores.nncs, &routing.facts())
+                .await;
             if let Err(e) = &written {
                 warn!(error = %e, "routing: writing policy status failed; retrying");
                 ok = false;
             }
+            status_due = written.is_err();
             shared
                 .metrics
                 .reconciled("routing-status", start.elapsed(), written.is_ok());
         }
         // Wait for a change (or retry a failure); coalesce bursts of events.
-        let wait = if ok {
-            Duration::from_secs(300)
-        } else {
-            Duration::from_secs(2)
-        };
-        render = !ok;
+        let wait = if ok { RESYNC } else { Duration::from_secs(2) };
         tokio::select! {
             _ = stop.changed() => break,
-            _ = poked.recv() => render = true,
-            _ = status_poked.recv() => {}
-            () = tokio::time::sleep(wait) => render = true,
+            () = wake.notified() => {}
+            () = status_wake.notified() => status_due = true,
+            () = tokio::time::sleep(wait) => full = true,
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        while poked.try_recv().is_ok() {
-            render = true;
-        }
-        while status_poked.try_recv().is_ok() {}
     }
     drive.abort();
     info!("routing controller stopped");
     Ok(())
+}
+
+/// How often a quiet controller compares everything anyway (and writes nothing when
+/// nothing differs).
+pub const RESYNC: Duration = Duration::from_secs(300);
+
+/// The caches the routing job reads.
+struct Stores {
+    ccs: Store<ClusterConfig>,
+    ncs: Store<NodeConfig>,
+    nodes: Store<Node>,
+    nncs: Store<NodeNetworkConfig>,
+}
+
+/// The names to look at for one kind: the changed ones, or on a full pass every name in
+/// the cache and every name known before (so deletions are seen).
+fn names<'a, K>(
+    changes: &'a Changes,
+    full: bool,
+    kind: &str,
+    store: &Store<K>,
+    known: impl IntoIterator<Item = &'a str>,
+) -> BTreeSet<String>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let mut out: BTreeSet<String> = changes.of(kind).map(str::to_owned).collect();
+    if full || changes.relisted(kind) {
+        out.extend(store.state().iter().map(|o| o.name_any()));
+        out.extend(known.into_iter().map(str::to_owned));
+    }
+    out
+}
+
+fn get<K>(store: &Store<K>, name: &str) -> Option<Arc<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store.get(&ObjectRef::new(name))
 }
 
 /// NodeNetworkConfig writes in flight at once.
@@ -300,58 +340,89 @@ impl StatusWriter {
     }
 }
 
-/// One pass over the caches; returns how many objects it wrote or deleted, and what it
-/// found about each policy.
-async fn reconcile(
-    ccs: &Store<ClusterConfig>,
-    ncs: &Store<NodeConfig>,
-    nodes: &Store<Node>,
-    nncs: &Store<NodeNetworkConfig>,
+/// Brings the changed objects into `routing`, then compares and writes the
+/// NodeNetworkConfigs of the nodes that may differ. Returns how many objects it wrote or
+/// deleted.
+async fn render(
+    routing: &mut Routing,
+    changes: &Changes,
+    full: bool,
+    stores: &Stores,
     api: &Api<NodeNetworkConfig>,
-) -> Result<(usize, BTreeMap<String, PolicyFacts>), kube::Error> {
-    let mut errors = Vec::new();
-    let mut policies: Vec<_> = ccs
-        .state()
-        .iter()
-        .filter_map(|cc| cluster_config_policy(cc, &mut errors))
-        .collect();
-    let nc_list = ncs.state();
-    policies.extend(nc_list.iter().map(|nc| node_config_policy(nc, &mut errors)));
-    // A NodeConfig whose selector is broken selects nothing; the nodes that still
-    // carry its items keep their last good config until it is fixed or deleted.
-    let unselectable: BTreeSet<String> = nc_list
-        .iter()
-        .filter(|nc| nc.spec.node_selector.validate("spec.nodeSelector").is_err())
-        .map(|nc| nc.name_any())
-        .collect();
-    for e in &errors {
-        warn!(kind = %e.kind, name = %e.name, field = %e.field, "{}", e.message);
-    }
-    let node_list = nodes.state();
-    let node_labels: Vec<(String, netpolicy_core::selector::Labels)> = node_list
-        .iter()
-        .map(|n| (n.name_any(), n.labels().clone()))
-        .collect();
-    let engine = Engine::build(node_labels.clone(), policies.clone());
-    let facts = policy_facts(&policies, &node_labels, engine.outcomes(), &errors);
-    let existing: BTreeMap<String, Arc<NodeNetworkConfig>> = nncs
-        .state()
+) -> Result<usize, kube::Error> {
+    let mut dirty: BTreeSet<String> = BTreeSet::new();
+    let known_policies: Vec<String> = routing
+        .policy_keys()
         .into_iter()
-        .map(|o| (o.name_any(), o))
+        .map(str::to_owned)
         .collect();
-    let uids: BTreeMap<String, String> = node_list
-        .iter()
-        .map(|n| (n.name_any(), n.uid().unwrap_or_default()))
-        .collect();
+    let known = |prefix: &str| -> Vec<String> {
+        known_policies
+            .iter()
+            .filter_map(|k| k.strip_prefix(prefix).map(str::to_owned))
+            .collect()
+    };
+    let cc_known = known("ClusterConfig/");
+    for name in names(
+        changes,
+        full,
+        "ClusterConfig",
+        &stores.ccs,
+        cc_known.iter().map(String::as_str),
+    ) {
+        let obj = get(&stores.ccs, &name);
+        dirty.extend(routing.cluster_config(&name, obj.as_deref()));
+        log_problems(routing.errors(&format!("ClusterConfig/{name}")));
+    }
+    let nc_known = known("NodeConfig/");
+    for name in names(
+        changes,
+        full,
+        "NodeConfig",
+        &stores.ncs,
+        nc_known.iter().map(String::as_str),
+    ) {
+        let obj = get(&stores.ncs, &name);
+        dirty.extend(routing.node_config(&name, obj.as_deref()));
+        log_problems(routing.errors(&format!("NodeConfig/{name}")));
+    }
+    let known_nodes: Vec<String> = routing.nodes().into_iter().map(str::to_owned).collect();
+    for name in names(
+        changes,
+        full,
+        "Node",
+        &stores.nodes,
+        known_nodes.iter().map(String::as_str),
+    ) {
+        let obj = get(&stores.nodes, &name);
+        dirty.extend(routing.node(&name, obj.as_ref().map(|n| n.labels())));
+        // Gone: its NodeNetworkConfig goes too.
+        dirty.insert(name);
+    }
+    dirty.extend(names(changes, full, "NodeNetworkConfig", &stores.nncs, []));
+    if full {
+        dirty.extend(routing.nodes().into_iter().map(str::to_owned));
+    }
+    let unselectable = routing.unselectable();
     let pp = PatchParams::apply(FIELD_MANAGER).force();
-    let mut changed = 0;
-    let mut present = BTreeSet::new();
+    // Nodes with the same outcome share one rendering.
+    let mut rendered: HashMap<usize, NodeNetworkConfigSpec> = HashMap::new();
     let mut writes: Vec<(String, serde_json::Value)> = Vec::new();
-    for (node, outcome) in engine.outcomes() {
-        present.insert(node.to_owned());
+    let mut deletes: Vec<String> = Vec::new();
+    for node in &dirty {
+        let existing = get(&stores.nncs, node);
+        let Some(outcome) = routing.outcome(node) else {
+            let ours = existing.as_ref().is_some_and(|o| {
+                o.labels().get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1)
+            });
+            if ours {
+                deletes.push(node.clone());
+            }
+            continue;
+        };
         match outcome {
             NodeOutcome::Rendered(cfg) => {
-                if let Some(o) = existing.get(node)
+                if let Some(o) = &existing
                     && let Some(held_by) = carried_from(&o.spec, &unselectable)
                 {
                     warn!(
@@ -361,14 +432,21 @@ async fn reconcile(
                     );
                     continue;
                 }
-                let rendered = RenderedSpec::from_merged(cfg);
-                let spec = NodeNetworkConfigSpec {
-                    revision: revision(&rendered),
-                    rendered,
-                };
-                if existing.get(node).is_some_and(|o| o.spec == spec) {
+                let spec = rendered
+                    .entry(Arc::as_ptr(cfg) as usize)
+                    .or_insert_with(|| {
+                        let rendered = RenderedSpec::from_merged(cfg);
+                        NodeNetworkConfigSpec {
+                            revision: revision(&rendered),
+                            rendered,
+                        }
+                    });
+                if existing.as_ref().is_some_and(|o| o.spec == *spec) {
                     continue;
                 }
+                let uid = get(&stores.nodes, node)
+                    .and_then(|n| n.uid())
+                    .unwrap_or_default();
                 let obj = json!({
                     "apiVersion": "netpolicy.io/v1alpha1",
                     "kind": "NodeNetworkConfig",
@@ -379,12 +457,12 @@ async fn reconcile(
                             "apiVersion": "v1",
                             "kind": "Node",
                             "name": node,
-                            "uid": uids.get(node).cloned().unwrap_or_default(),
+                            "uid": uid,
                         }],
                     },
                     "spec": spec,
                 });
-                writes.push((node.to_owned(), obj));
+                writes.push((node.clone(), obj));
             }
             NodeOutcome::Held(problems) => {
                 for p in problems.iter() {
@@ -407,16 +485,20 @@ async fn reconcile(
         .buffer_unordered(WRITE_CONCURRENCY)
         .try_collect()
         .await?;
-    changed += written.len();
-    for (name, o) in &existing {
-        let ours = o.labels().get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1);
-        if ours && !present.contains(name) {
-            match api.delete(name, &DeleteParams::default()).await {
-                Ok(_) => changed += 1,
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e),
-            }
+    let mut changed = written.len();
+    for name in deletes {
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => changed += 1,
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e),
         }
     }
-    Ok((changed, facts))
+    Ok(changed)
+}
+
+/// Logs a policy's problems (once per change of the policy, and on full passes).
+fn log_problems(errors: &[crate::k8s::InputError]) {
+    for e in errors {
+        warn!(kind = %e.kind, name = %e.name, field = %e.field, "{}", e.message);
+    }
 }

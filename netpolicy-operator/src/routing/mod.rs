@@ -5,11 +5,11 @@
 
 pub mod controller;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use netpolicy_core::{
-    merge::{NodeOutcome, Policy, Problem, Source},
+    merge::{Engine, NodeOutcome, Policy, Problem, Source},
     selector::{Labels, Selector},
     spec::RenderedSpec,
 };
@@ -34,24 +34,11 @@ pub struct PolicyFacts {
     pub problems: Vec<String>,
 }
 
-/// The facts of every policy: which nodes each selects (an invalid selector selects
-/// none), the conflicts each is part of (from the nodes' outcomes), its validation
-/// problems.
-pub fn policy_facts<'a>(
-    policies: &[Policy],
-    nodes: &[(String, Labels)],
+/// Adds the conflicts of held nodes to the facts of every source they name.
+fn add_conflicts<'a>(
+    out: &mut BTreeMap<String, PolicyFacts>,
     outcomes: impl IntoIterator<Item = (&'a str, &'a NodeOutcome)>,
-    errors: &[InputError],
-) -> BTreeMap<String, PolicyFacts> {
-    let mut out: BTreeMap<String, PolicyFacts> = BTreeMap::new();
-    for p in policies {
-        let f = out.entry(p.source().to_string()).or_default();
-        f.matched = nodes
-            .iter()
-            .filter(|(_, l)| p.selector().matches(l))
-            .map(|(n, _)| n.clone())
-            .collect();
-    }
+) {
     for (node, outcome) in outcomes {
         let NodeOutcome::Held(problems) = outcome else {
             continue;
@@ -73,17 +60,10 @@ pub fn policy_facts<'a>(
             }
         }
     }
-    for e in errors {
-        out.entry(format!("{}/{}", e.kind, e.name))
-            .or_default()
-            .problems
-            .push(format!("{}: {}", e.field, e.message));
-    }
     for f in out.values_mut() {
         f.conflicts.sort();
         f.conflicts.dedup();
     }
-    out
 }
 
 fn condition(
@@ -318,6 +298,213 @@ pub fn node_config_policy(nc: &NodeConfig, errors: &mut Vec<InputError>) -> Poli
     }
 }
 
+/// The routing job's memory between passes: netpolicy-core's [`Engine`], brought up to
+/// date object by object, so a change costs what it touches (the nodes a policy
+/// selects, one node's labels), not a merge of the whole cluster.
+///
+/// Each call returns the nodes whose outcome changed: the nodes whose
+/// NodeNetworkConfig may need a write. A node seen for the first time is reported too
+/// (it needs its first NodeNetworkConfig, even an empty one).
+#[derive(Debug, Default)]
+pub struct Routing {
+    engine: Engine,
+    /// Per policy (`Kind/name`): what it was built from and what was wrong with it.
+    policies: HashMap<String, PolicyEntry>,
+    /// Nodes whose outcome is Held (the status pass reads conflicts from these only).
+    held: BTreeSet<String>,
+}
+
+#[derive(Debug)]
+struct PolicyEntry {
+    /// `uid/generation` of the object it was built from.
+    fingerprint: String,
+    /// Validation problems.
+    errors: Vec<InputError>,
+    /// A NodeConfig whose selector is invalid (it selects nothing).
+    unselectable: bool,
+}
+
+impl Routing {
+    /// No nodes, no policies.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Brings ClusterConfig `name` in (`None`: it is gone). Returns the nodes whose
+    /// outcome changed; an unchanged object (same uid and generation) costs nothing.
+    pub fn cluster_config(&mut self, name: &str, cc: Option<&ClusterConfig>) -> Vec<String> {
+        let key = format!("ClusterConfig/{name}");
+        let source = Source::cluster(name);
+        let Some(cc) = cc else {
+            self.policies.remove(&key);
+            let changed = self.engine.remove_policy(&source);
+            return self.note(changed);
+        };
+        let fingerprint = fingerprint(&cc.metadata);
+        if self
+            .policies
+            .get(&key)
+            .is_some_and(|e| e.fingerprint == fingerprint)
+        {
+            return Vec::new();
+        }
+        let mut errors = Vec::new();
+        let policy = cluster_config_policy(cc, &mut errors);
+        self.policies.insert(
+            key,
+            PolicyEntry {
+                fingerprint,
+                errors,
+                unselectable: false,
+            },
+        );
+        let changed = match policy {
+            Some(p) => self.engine.upsert_policy(p),
+            None => self.engine.remove_policy(&source),
+        };
+        self.note(changed)
+    }
+
+    /// Brings NodeConfig `name` in (`None`: it is gone). As [`Routing::cluster_config`].
+    pub fn node_config(&mut self, name: &str, nc: Option<&NodeConfig>) -> Vec<String> {
+        let key = format!("NodeConfig/{name}");
+        let Some(nc) = nc else {
+            self.policies.remove(&key);
+            let changed = self.engine.remove_policy(&Source::node_config(name));
+            return self.note(changed);
+        };
+        let fingerprint = fingerprint(&nc.metadata);
+        if self
+            .policies
+            .get(&key)
+            .is_some_and(|e| e.fingerprint == fingerprint)
+        {
+            return Vec::new();
+        }
+        let mut errors = Vec::new();
+        let policy = node_config_policy(nc, &mut errors);
+        let unselectable = nc.spec.node_selector.validate("spec.nodeSelector").is_err();
+        self.policies.insert(
+            key,
+            PolicyEntry {
+                fingerprint,
+                errors,
+                unselectable,
+            },
+        );
+        let changed = self.engine.upsert_policy(policy);
+        self.note(changed)
+    }
+
+    /// Brings Node `name` in with its labels (`None`: it is gone). Returns the nodes
+    /// whose outcome changed (this one, or none); a new node is always returned.
+    pub fn node(&mut self, name: &str, labels: Option<&Labels>) -> Vec<String> {
+        let Some(labels) = labels else {
+            self.engine.remove_node(name);
+            self.held.remove(name);
+            return Vec::new();
+        };
+        let new = self.engine.labels(name).is_none();
+        if !new && self.engine.labels(name) == Some(labels) {
+            return Vec::new();
+        }
+        let mut changed = self.engine.upsert_node(name, labels.clone());
+        if new && changed.is_empty() {
+            changed.push(name.into());
+        }
+        self.note(changed)
+    }
+
+    fn note(&mut self, changed: netpolicy_core::merge::Changed) -> Vec<String> {
+        changed
+            .into_iter()
+            .map(|n| {
+                let n = n.to_string();
+                if matches!(self.engine.outcome(&n), Some(NodeOutcome::Held(_))) {
+                    self.held.insert(n.clone());
+                } else {
+                    self.held.remove(&n);
+                }
+                n
+            })
+            .collect()
+    }
+
+    /// The merge outcome of a node, when the node is known.
+    pub fn outcome(&self, node: &str) -> Option<&NodeOutcome> {
+        self.engine.outcome(node)
+    }
+
+    /// Whether the node is known.
+    pub fn has_node(&self, node: &str) -> bool {
+        self.engine.labels(node).is_some()
+    }
+
+    /// Every known node, sorted.
+    pub fn nodes(&self) -> Vec<&str> {
+        self.engine.outcomes().into_keys().collect()
+    }
+
+    /// The names of the policies brought in (`Kind/name`), sorted.
+    pub fn policy_keys(&self) -> BTreeSet<&str> {
+        self.policies.keys().map(String::as_str).collect()
+    }
+
+    /// NodeConfigs whose selector is invalid (they select nothing; the nodes that still
+    /// carry their items keep their last good config, see [`carried_from`]).
+    pub fn unselectable(&self) -> BTreeSet<String> {
+        self.policies
+            .iter()
+            .filter(|(_, e)| e.unselectable)
+            .filter_map(|(k, _)| k.strip_prefix("NodeConfig/").map(str::to_owned))
+            .collect()
+    }
+
+    /// Problems of the policy `Kind/name`.
+    pub fn errors(&self, key: &str) -> &[InputError] {
+        self.policies.get(key).map_or(&[], |e| &e.errors)
+    }
+
+    /// What the status pass reports about every policy brought in: the nodes it selects
+    /// (from the engine's label index), the conflicts it is part of (from the held
+    /// nodes only), its problems.
+    pub fn facts(&self) -> BTreeMap<String, PolicyFacts> {
+        let mut out: BTreeMap<String, PolicyFacts> = BTreeMap::new();
+        for (key, entry) in &self.policies {
+            let f = out.entry(key.clone()).or_default();
+            f.problems = entry
+                .errors
+                .iter()
+                .map(|e| format!("{}: {}", e.field, e.message))
+                .collect();
+        }
+        for p in self.engine.policies() {
+            out.entry(p.source().to_string()).or_default().matched = self
+                .engine
+                .selected(p.source())
+                .into_iter()
+                .map(str::to_owned)
+                .collect();
+        }
+        let held = self
+            .held
+            .iter()
+            .filter_map(|n| Some((n.as_str(), self.engine.outcome(n)?)));
+        add_conflicts(&mut out, held);
+        out
+    }
+}
+
+/// `uid/generation`: what the routing job reads of a policy object changes only with
+/// its generation.
+fn fingerprint(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        m.uid.as_deref().unwrap_or_default(),
+        m.generation.unwrap_or(0)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,5 +601,147 @@ mod tests {
         assert_eq!(revision(&a), revision(&a.clone()));
         assert_ne!(revision(&a), revision(&b));
         assert_eq!(revision(&a).len(), 16);
+    }
+
+    /// A NodeConfig selecting `role=<role>` that routes 10.0.0.0/8 via `via`.
+    fn node_config(
+        name: &str,
+        generation: i64,
+        role: &str,
+        via: &str,
+        priority: i64,
+    ) -> NodeConfig {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "netpolicy.io/v1alpha1",
+            "kind": "NodeConfig",
+            "metadata": {"name": name, "uid": format!("uid-{name}"), "generation": generation},
+            "spec": {
+                "nodeSelector": {"matchLabels": {"role": role}},
+                "priority": priority,
+                "routes": [{"to": "10.0.0.0/8", "via": via}],
+            },
+        }))
+        .unwrap()
+    }
+
+    /// The facts as a full recompute finds them: every selector against every node.
+    fn brute_facts(
+        ncs: &BTreeMap<String, NodeConfig>,
+        nodes: &BTreeMap<String, Labels>,
+    ) -> BTreeMap<String, PolicyFacts> {
+        let mut errors = Vec::new();
+        let policies: Vec<Policy> = ncs
+            .values()
+            .map(|nc| node_config_policy(nc, &mut errors))
+            .collect();
+        let engine = Engine::build(
+            nodes.iter().map(|(n, l)| (n.clone(), l.clone())),
+            policies.clone(),
+        );
+        let mut out: BTreeMap<String, PolicyFacts> = BTreeMap::new();
+        for p in &policies {
+            out.entry(p.source().to_string()).or_default().matched = nodes
+                .iter()
+                .filter(|(_, l)| p.selector().matches(l))
+                .map(|(n, _)| n.clone())
+                .collect();
+        }
+        add_conflicts(&mut out, engine.outcomes());
+        out
+    }
+
+    #[test]
+    fn incremental_routing_matches_a_full_recompute_and_reports_every_node_to_write() {
+        // A fixed pseudo-random walk over a small universe: 6 nodes, 4 NodeConfigs, two
+        // roles, two gateways, two priorities (equal priorities with different gateways
+        // conflict).
+        let mut seed: u64 = 0x5eed;
+        let mut next = |n: u64| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) % n
+        };
+        let mut routing = Routing::new();
+        let mut ncs: BTreeMap<String, NodeConfig> = BTreeMap::new();
+        let mut nodes: BTreeMap<String, Labels> = BTreeMap::new();
+        let mut generation = 0;
+        let mut before: BTreeMap<String, NodeOutcome> = BTreeMap::new();
+        for step in 0..400 {
+            generation += 1;
+            let changed = match next(4) {
+                0 => {
+                    let name = format!("n{}", next(6));
+                    let labels = Labels::from([(
+                        "role".to_owned(),
+                        ["a", "b"][next(2) as usize].to_owned(),
+                    )]);
+                    nodes.insert(name.clone(), labels.clone());
+                    routing.node(&name, Some(&labels))
+                }
+                1 => {
+                    let name = format!("n{}", next(6));
+                    nodes.remove(&name);
+                    routing.node(&name, None)
+                }
+                2 => {
+                    let name = format!("nc{}", next(4));
+                    let nc = node_config(
+                        &name,
+                        generation,
+                        ["a", "b"][next(2) as usize],
+                        ["10.1.0.1", "10.1.0.2"][next(2) as usize],
+                        next(2) as i64,
+                    );
+                    ncs.insert(name.clone(), nc.clone());
+                    routing.node_config(&name, Some(&nc))
+                }
+                _ => {
+                    let name = format!("nc{}", next(4));
+                    ncs.remove(&name);
+                    routing.node_config(&name, None)
+                }
+            };
+            let after: BTreeMap<String, NodeOutcome> = routing
+                .nodes()
+                .into_iter()
+                .map(|n| (n.to_owned(), routing.outcome(n).unwrap().clone()))
+                .collect();
+            for (n, o) in &after {
+                assert!(
+                    before.get(n) == Some(o) || changed.contains(n),
+                    "step {step}: {n} changed but was not reported"
+                );
+            }
+            let want = brute_facts(&ncs, &nodes);
+            let got = routing.facts();
+            for (k, w) in &want {
+                let g = got.get(k).cloned().unwrap_or_default();
+                assert_eq!(g.matched, w.matched, "step {step}: {k} matched");
+                assert_eq!(g.conflicts, w.conflicts, "step {step}: {k} conflicts");
+            }
+            assert_eq!(
+                got.keys().collect::<Vec<_>>(),
+                ncs.keys()
+                    .map(|n| format!("NodeConfig/{n}"))
+                    .collect::<Vec<_>>()
+                    .iter()
+                    .collect::<Vec<_>>(),
+                "step {step}: policies known"
+            );
+            before = after;
+        }
+    }
+
+    #[test]
+    fn an_unchanged_policy_or_node_costs_nothing_and_a_new_node_is_reported() {
+        let mut routing = Routing::new();
+        let labels = Labels::from([("role".to_owned(), "a".to_owned())]);
+        assert_eq!(routing.node("n1", Some(&labels)), ["n1"]);
+        assert!(routing.node("n1", Some(&labels)).is_empty());
+        let nc = node_config("edge", 1, "a", "10.1.0.1", 0);
+        assert_eq!(routing.node_config("edge", Some(&nc)), ["n1"]);
+        assert!(routing.node_config("edge", Some(&nc)).is_empty());
+        assert_eq!(routing.node_config("edge", None), ["n1"]);
     }
 }

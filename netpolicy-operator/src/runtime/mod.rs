@@ -24,7 +24,6 @@ use std::{
     time::Duration,
 };
 
-use anyhow::Context as _;
 use axum::{Router, extract::State, http::StatusCode, routing::get};
 use kube::{Client, Config, config::KubeConfigOptions};
 use kube_lease_manager::LeaseManagerBuilder;
@@ -36,7 +35,10 @@ use prometheus_client::{
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use crate::routing::controller as controllers;
+use crate::{
+    error::{Chain, Error, Result},
+    routing::controller as controllers,
+};
 
 /// Options of `netpolicy operator`.
 #[derive(Debug, Clone, clap::Args)]
@@ -188,25 +190,34 @@ pub(crate) fn init_logs(format: LogFormat) {
     };
 }
 
-async fn client(opts: &Options) -> anyhow::Result<Client> {
+async fn client(opts: &Options) -> Result<Client> {
     client_from(opts.kubeconfig.as_ref()).await
 }
 
 /// A client from a kubeconfig file, or the inferred configuration.
-pub(crate) async fn client_from(kubeconfig: Option<&PathBuf>) -> anyhow::Result<Client> {
+pub(crate) async fn client_from(kubeconfig: Option<&PathBuf>) -> Result<Client> {
     let config = match kubeconfig {
         Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| Error::Config {
+                what: format!("reading kubeconfig {}", path.display()),
+                source: Box::new(e),
+            })?;
             Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
                 .await
-                .with_context(|| format!("kubeconfig {}", path.display()))?
+                .map_err(|e| Error::Config {
+                    what: format!("kubeconfig {}", path.display()),
+                    source: Box::new(e),
+                })?
         }
-        None => Config::infer()
-            .await
-            .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not in a cluster")?,
+        None => Config::infer().await.map_err(|e| Error::Config {
+            what: "no kubeconfig (KUBECONFIG, ~/.kube/config) and not in a cluster".into(),
+            source: Box::new(e),
+        })?,
     };
-    Client::try_from(config).context("building the Kubernetes client")
+    Client::try_from(config).map_err(|source| Error::Kube {
+        what: "building the Kubernetes client".into(),
+        source,
+    })
 }
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
@@ -267,15 +278,21 @@ pub(crate) async fn serve_probes(
     listen: SocketAddr,
     shared: &Arc<Shared>,
     client: &Client,
-) -> anyhow::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
+) -> Result<tokio::task::JoinHandle<std::io::Result<()>>> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .with_context(|| format!("listening on {listen}"))?;
+        .map_err(|source| Error::Io {
+            what: format!("listening on {listen}"),
+            source,
+        })?;
     info!(listen = %listener.local_addr().map_or(listen, |a| a), "serving /metrics, /healthz, /readyz");
     let server = tokio::spawn(axum::serve(listener, router(Arc::clone(shared))).into_future());
     if let Err(e) = client.apiserver_version().await {
         server.abort();
-        return Err(anyhow::Error::new(e).context("the API server does not answer"));
+        return Err(Error::Kube {
+            what: "the API server does not answer".into(),
+            source: e,
+        });
     }
     shared.connected.store(true, Ordering::Release);
     Ok(server)
@@ -285,7 +302,7 @@ pub(crate) async fn serve_probes(
 ///
 /// # Errors
 /// No configuration, the listen address taken, or the API server unreachable at start.
-pub async fn run(opts: Options) -> anyhow::Result<Exit> {
+pub async fn run(opts: Options) -> Result<Exit> {
     init_logs(opts.log_format);
     let client = client(&opts).await?;
     let shared = Arc::new(Shared::default());
@@ -303,7 +320,10 @@ pub async fn run(opts: Options) -> anyhow::Result<Exit> {
         .with_grace(opts.lease_seconds.div_ceil(3).max(1))
         .build()
         .await
-        .context("setting up leader election")?;
+        .map_err(|e| Error::Config {
+            what: "setting up leader election".into(),
+            source: Box::new(e),
+        })?;
     let (mut leading, lease_task) = manager.watch().await;
     info!(%identity, lease = %opts.lease_name, namespace = %opts.lease_namespace, "waiting for the lease");
 
@@ -343,7 +363,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Exit> {
     if let Some(c) = controllers {
         match tokio::time::timeout(Duration::from_secs(10), c).await {
             Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => warn!(error = %e, "a controller ended with an error"),
+            Ok(Ok(Err(e))) => warn!(error = %Chain(&e), "a controller ended with an error"),
             _ => warn!("controllers did not stop within 10 s"),
         }
     }
