@@ -81,6 +81,19 @@ pub mod validate;
 
 pub use error::{Error, FieldError, Result};
 
+/// What an embedder uses: `use netpolicy_core::prelude::*;` brings in the user-facing
+/// spec types, validation's result types, the merge engine and the kernel plan.
+pub mod prelude {
+    pub use crate::{
+        error::{Error, FieldError, Result},
+        merge::{Engine, MergedConfig, NodeOutcome, Policy, Problem, Source},
+        model::RoutingConfig,
+        plan::{Observed, Op, Plan, plan},
+        selector::{Labels, Selector},
+        spec::{LabelSelector, RenderedSpec, RouteSpec, RoutingSpec, RuleSpec, VlanSpec},
+    };
+}
+
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;

@@ -78,6 +78,19 @@ pub mod space;
 
 pub use error::{Error, RestoreProblem, Result};
 
+/// What an embedder uses: `use netpolicy_ipam::prelude::*;` brings in pools, the
+/// allocators, the shared assignment rule and the errors.
+pub mod prelude {
+    pub use crate::{
+        alloc::{Allocator, IdAllocator},
+        assign::{Assignment, Recorded, Refusal, Request, assign},
+        error::{Error, RestoreProblem, Result},
+        pools::Pools,
+        prefix::PrefixAllocator,
+        space::{AddressSpace, Count, PrefixSpace},
+    };
+}
+
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;

@@ -81,6 +81,14 @@ use netpolicy_core::{
 use codec::{LINK_ALIAS, Links};
 pub use conn::{KernelError, Namespace};
 
+/// What an embedder uses: `use netpolicy_netlink::prelude::*;` brings in the adapter,
+/// the namespace to open, ownership, and what a pass reports.
+pub mod prelude {
+    pub use crate::{
+        Adapter, Error, KernelError, Namespace, OpResult, Outcome, Ownership, Report, Result,
+    };
+}
+
 /// `Result` with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
