@@ -11,7 +11,10 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, CustomResourceExt};
-use netpolicy_core::spec::{LabelSelector, RenderedSpec, RoutingSpec};
+use netpolicy_core::{
+    render::RenderedSpec,
+    spec::{LabelSelector, RoutingSpec},
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

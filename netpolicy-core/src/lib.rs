@@ -18,6 +18,10 @@
 //! | [`selector`] | label selectors with Kubernetes semantics |
 //! | [`merge`] | precedence, conflicts, the incremental [`merge::Engine`] |
 //! | [`plan`] | observed + desired → ordered kernel operations |
+//! | [`render`] | model and merge results → wire form ([`render::RenderedSpec`]) |
+//!
+//! Modules depend one way: `spec` ← `model` ← `validate` ← `selector` ← `merge` ←
+//! `plan`, `render` (no cycles).
 //!
 //! # Examples
 //! ```
@@ -75,6 +79,7 @@ pub mod merge;
 pub mod model;
 pub mod names;
 pub mod plan;
+pub mod render;
 pub mod selector;
 pub mod spec;
 pub mod validate;
@@ -89,8 +94,9 @@ pub mod prelude {
         merge::{Engine, MergedConfig, NodeOutcome, Policy, Problem, Source},
         model::RoutingConfig,
         plan::{Observed, Op, Plan, plan},
+        render::RenderedSpec,
         selector::{Labels, Selector},
-        spec::{LabelSelector, RenderedSpec, RouteSpec, RoutingSpec, RuleSpec, VlanSpec},
+        spec::{LabelSelector, RouteSpec, RoutingSpec, RuleSpec, VlanSpec},
     };
 }
 

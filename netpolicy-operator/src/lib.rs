@@ -10,7 +10,8 @@
 //! - [`routed_ip`]: RoutedIPs → the node that holds each (candidates and election);
 //! - [`k8s`]: shared Kubernetes plumbing (watches, field managers, the problem type,
 //!   the Node facts every job reads);
-//! - [`runtime`]: the operator process (leader election, metrics, health);
+//! - [`runtime`]: the operator process (leader election, health and metrics endpoints);
+//! - [`telemetry`]: the metrics and health flags controllers and the agent update;
 //! - [`plan`]: `netpolicy plan`, reading manifests from disk ([`manifest`]) and calling
 //!   each job's pure functions;
 //! - [`agent`]: the node agent; [`cli`]: the `netpolicy` command line;
@@ -28,6 +29,7 @@ pub mod route_reflector;
 pub mod routed_ip;
 pub mod routing;
 pub mod runtime;
+pub mod telemetry;
 
 /// Reading manifests from disk (`netpolicy plan`'s input).
 pub use plan::manifest;

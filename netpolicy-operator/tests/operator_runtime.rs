@@ -553,3 +553,101 @@ async fn policy_status_reports_matches_conflicts_and_applied_nodes_and_stays_qui
     })
     .await;
 }
+
+/// The controller reacts to the object that changed, whatever its kind: a Node
+/// relabelled into and out of a policy, a NodeNetworkConfig edited or deleted by
+/// someone else, a policy deleted. Each reaches the NodeNetworkConfig without a resync
+/// (the resync is 5 minutes away).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_controller_follows_each_kind_of_change() {
+    let _serial = SERIAL.lock().await;
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let ns = cp.namespace("follow-ns").await;
+    let pool = cp.unique("pool");
+    let n1 = cp.unique("node");
+    node(&client, &n1, "elsewhere").await;
+    let nc = cp.unique("nc");
+    let ncs = Api::<NodeConfig>::all(client.clone());
+    ncs.create(
+        &PostParams::default(),
+        &node_config(&nc, &pool, "10.30.0.0/16"),
+    )
+    .await
+    .unwrap();
+    let lease = cp.unique("lease");
+    let op = Operator::start(cp, &ns, &lease, "follow");
+    let nncs = Api::<NodeNetworkConfig>::all(client.clone());
+    eventually("an empty config for the unselected node", 30, || async {
+        routes_of(&nncs, &n1).await == Some(vec![])
+    })
+    .await;
+    let nodes = Api::<Node>::all(client.clone());
+    let relabel = |pool: String| {
+        let nodes = nodes.clone();
+        let n1 = n1.clone();
+        async move {
+            nodes
+                .patch(
+                    &n1,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"labels": {"test-pool": pool}}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    relabel(pool.clone()).await;
+    eventually("relabelled into the policy", 20, || async {
+        routes_of(&nncs, &n1).await == Some(vec!["10.30.0.0/16".to_owned()])
+    })
+    .await;
+    // Someone else edits the spec: put back.
+    nncs.patch(
+        &n1,
+        &PatchParams::apply("someone-else").force(),
+        &Patch::Apply(json!({
+            "apiVersion": "netpolicy.io/v1alpha1",
+            "kind": "NodeNetworkConfig",
+            "spec": {"revision": "tampered", "routes": []}
+        })),
+    )
+    .await
+    .unwrap();
+    eventually("an edited NodeNetworkConfig is put back", 20, || async {
+        nncs.get_opt(&n1)
+            .await
+            .unwrap()
+            .is_some_and(|o| o.spec.revision != "tampered" && o.spec.rendered.routes.len() == 1)
+    })
+    .await;
+    // Someone else deletes it: made again.
+    nncs.delete(&n1, &DeleteParams::default()).await.unwrap();
+    eventually("a deleted NodeNetworkConfig is made again", 20, || async {
+        routes_of(&nncs, &n1).await == Some(vec!["10.30.0.0/16".to_owned()])
+    })
+    .await;
+    relabel("elsewhere".to_owned()).await;
+    eventually("relabelled out of the policy", 20, || async {
+        routes_of(&nncs, &n1).await == Some(vec![])
+    })
+    .await;
+    relabel(pool.clone()).await;
+    eventually("back in", 20, || async {
+        routes_of(&nncs, &n1).await == Some(vec!["10.30.0.0/16".to_owned()])
+    })
+    .await;
+    ncs.delete(&nc, &DeleteParams::default()).await.unwrap();
+    eventually("the deleted policy's routes go", 20, || async {
+        routes_of(&nncs, &n1).await == Some(vec![])
+    })
+    .await;
+    assert_eq!(
+        op.metric_for("netpolicy_reconcile_errors_total", "routing"),
+        0.0,
+        "{}",
+        op.log()
+    );
+    nodes.delete(&n1, &DeleteParams::default()).await.unwrap();
+}

@@ -14,8 +14,9 @@ use std::{
 use comfy_table::{ContentArrangement, Table, presets};
 use netpolicy_core::{
     merge::{Engine, NodeOutcome, Problem},
+    render::{RenderedSpec, SourceRef},
     selector::Labels,
-    spec::{RenderedSpec, RouteSpec, RuleSpec, SourceRef, VlanSpec},
+    spec::{RouteSpec, RuleSpec, VlanSpec},
 };
 use serde::Serialize;
 

@@ -29,7 +29,7 @@ use kube::{
     api::{DeleteParams, Patch, PatchParams},
     runtime::{reflector, reflector::ObjectRef, reflector::Store},
 };
-use netpolicy_core::{merge::NodeOutcome, spec::RenderedSpec};
+use netpolicy_core::{merge::NodeOutcome, render::RenderedSpec};
 use serde_json::json;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -43,7 +43,7 @@ use super::{PolicyFacts, Routing, carried_from, new_conflicts, policy_status, re
 use crate::{
     api::{ClusterConfig, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec, PolicyStatus},
     k8s::{Changes, Wake, labels_fingerprint, spec_fingerprint, watched},
-    runtime::Shared,
+    telemetry::Shared,
 };
 
 pub use crate::k8s::{FIELD_MANAGER, MANAGED_BY};

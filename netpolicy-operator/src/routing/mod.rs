@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use netpolicy_core::{
     merge::{Engine, NodeOutcome, Policy, Problem, Source},
+    render::RenderedSpec,
     selector::{Labels, Selector},
-    spec::RenderedSpec,
 };
 
 use crate::{
