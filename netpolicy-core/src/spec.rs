@@ -5,9 +5,10 @@
 //! marks are kept as the user's text so that validation ([`RoutingSpec::validate`]) can
 //! report *every* problem with its field path instead of stopping at the first one a
 //! deserializer meets. Going the other way, [`RoutingSpec::from_config`] renders a
-//! validated [`RoutingConfig`] in canonical text (`10.20.0.0/16`, compressed lowercase
-//! IPv6, tables as numbers), and [`RenderedSpec::from_merged`] does the same for a
-//! node's merged configuration, with the source of every item.
+//! validated [`crate::model::RoutingConfig`] in canonical text (`10.20.0.0/16`,
+//! compressed lowercase IPv6, tables as numbers), and
+//! [`crate::render::RenderedSpec::from_merged`] does the same for a node's merged
+//! configuration, with the source of every item (both in [`crate::render`]).
 //!
 //! Like Kubernetes, deserialization ignores unknown fields (the API server prunes them);
 //! `netpolicy plan` checks manifests strictly against the CRD schema and reports them.
