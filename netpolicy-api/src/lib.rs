@@ -35,6 +35,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         NodeNetworkConfig::crd(),
         FloatingIPRange::crd(),
         FloatingIP::crd(),
+        FloatingIPClaim::crd(),
         RouteReflectorConfig::crd(),
         RoutedIPIssuer::crd(),
         RoutedIP::crd(),
@@ -242,6 +243,47 @@ pub mod conditions {
         pub const NO_CONFLICT: &str = "NoConflict";
     }
 
+    /// Condition types and reasons of FloatingIPRanges and FloatingIPs.
+    pub mod floating_ip {
+        /// Range condition type: every address is allocated.
+        pub const EXHAUSTED: &str = "Exhausted";
+        /// Range condition type: it shares addresses with another range.
+        pub const OVERLAP: &str = "Overlap";
+        /// Range condition type: allocations outside the range as it is now (it
+        /// shrank, or an exclusion covers them); they are kept.
+        pub const OUTSIDE: &str = "AllocationsOutside";
+        /// FloatingIP condition type: the address is published to kube-vip.
+        pub const PUBLISHED: &str = "Published";
+
+        /// Reason: the FloatingIP holds its address.
+        pub const ALLOCATED: &str = "Allocated";
+        /// Reason: no address yet (the operator is working on it).
+        pub const PENDING: &str = "Pending";
+        /// Reason: the static request is held by another FloatingIP (named in the
+        /// message).
+        pub const TAKEN: &str = "Taken";
+        /// Reason: the static request is outside the range, excluded or unusable.
+        pub const OUT_OF_RANGE: &str = "OutOfRange";
+        /// Reason: the range has no free address.
+        pub const EXHAUSTED_REASON: &str = "RangeExhausted";
+        /// Reason: the range is draining.
+        pub const DRAINING: &str = "RangeDraining";
+        /// Reason: the range does not exist or is invalid.
+        pub const NO_RANGE: &str = "NoRange";
+        /// Reason: the spec does not validate.
+        pub const INVALID: &str = "Invalid";
+        /// Reason: the range is valid and has free addresses (range `Ready`).
+        pub const AVAILABLE: &str = "Available";
+        /// Reason: kube-vip never hands out this address (IPv4 ending in .0 or .255).
+        pub const NOT_PUBLISHABLE: &str = "NotPublishable";
+        /// Reason: published.
+        pub const PUBLISHED_REASON: &str = "Published";
+        /// Reason: the guest cluster could not be reached (retried with backoff).
+        pub const GUEST_UNREACHABLE: &str = "GuestUnreachable";
+        /// Reason of a condition that does not hold (no overlap, nothing outside).
+        pub const NONE: &str = "None";
+    }
+
     /// Reasons of one entry of `status.itemErrors`.
     pub mod item {
         /// The kernel refused the operation (`errno` says why).
@@ -372,6 +414,35 @@ pub struct KubeVip {
     /// Name of kube-vip's ConfigMap (default `kubevip`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map: Option<String>,
+    /// Publish into a guest cluster instead: the kubeconfig in this Secret (looked up in
+    /// each FloatingIP's namespace) reaches the guest's API server, and the address is
+    /// written as `cidr-global` in the guest's own ConfigMap (same namespace and name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_kubeconfig_secret: Option<LocalSecretKeyRef>,
+}
+
+/// A key of a Secret in the namespace the context gives.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalSecretKeyRef {
+    /// Secret name.
+    pub name: String,
+    /// Key in its data (default `value`, as Cluster API and Rancher name a kubeconfig
+    /// Secret's key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+impl KubeVip {
+    /// The ConfigMap kube-vip-cloud-provider reads: (namespace, name).
+    pub fn config_map(&self) -> (String, String) {
+        (
+            self.namespace
+                .clone()
+                .unwrap_or_else(|| "kube-system".into()),
+            self.config_map.clone().unwrap_or_else(|| "kubevip".into()),
+        )
+    }
 }
 
 /// What the operator reports about a FloatingIPRange. Counts are decimal strings: an
@@ -424,6 +495,65 @@ pub struct FloatingIPStatus {
     /// Standard conditions (`Allocated`, with the holder when a static request is taken).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// The record that one address of a FloatingIPRange is held, named by the address
+/// ([`FloatingIPClaim::name_for`]): the API server refuses a second object of the same
+/// name, so two operator processes, a restart in a burst or a stale cache can never
+/// hand one address to two FloatingIPs. Written by the operator only.
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "netpolicy.io",
+    version = "v1alpha1",
+    kind = "FloatingIPClaim",
+    plural = "floatingipclaims",
+    shortname = "fipc",
+    derive = "PartialEq",
+    derive = "Default",
+    printcolumn = r#"{"name":"Address","type":"string","jsonPath":".spec.address"}"#,
+    printcolumn = r#"{"name":"Range","type":"string","jsonPath":".spec.range"}"#,
+    printcolumn = r#"{"name":"Namespace","type":"string","jsonPath":".spec.owner.namespace"}"#,
+    printcolumn = r#"{"name":"FloatingIP","type":"string","jsonPath":".spec.owner.name"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct FloatingIPClaimSpec {
+    /// The address, in canonical text.
+    pub address: String,
+    /// The FloatingIPRange it came from.
+    pub range: String,
+    /// The FloatingIP that holds it.
+    pub owner: ClaimOwner,
+}
+
+/// The FloatingIP that holds a claim.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimOwner {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its uid: a FloatingIP deleted and made again under the same name is another
+    /// owner.
+    pub uid: String,
+}
+
+impl FloatingIPClaim {
+    /// The claim name of an address: IPv4 as written (`203.0.113.7`), IPv6 as its eight
+    /// groups of four hex digits joined by `-` (`2001-0db8-0000-0000-0000-0000-0000-0001`),
+    /// since `:` is not allowed in names. The two forms never collide (only IPv6 names
+    /// hold `-`), and every address has exactly one name.
+    pub fn name_for(address: std::net::IpAddr) -> String {
+        match address {
+            std::net::IpAddr::V4(a) => a.to_string(),
+            std::net::IpAddr::V6(a) => a
+                .segments()
+                .iter()
+                .map(|g| format!("{g:04x}"))
+                .collect::<Vec<_>>()
+                .join("-"),
+        }
+    }
 }
 
 /// The only allowed name of the RouteReflectorConfig.

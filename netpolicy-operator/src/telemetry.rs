@@ -3,7 +3,7 @@
 //! agent update it, and it depends on neither.
 
 use std::{
-    sync::atomic::{AtomicBool, AtomicI64, Ordering},
+    sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering},
     time::Duration,
 };
 
@@ -28,6 +28,22 @@ pub struct Metrics {
     errors: Family<ControllerLabel, Counter>,
     duration: Family<ControllerLabel, Histogram>,
     pub(crate) leader: Gauge<i64, AtomicI64>,
+    fip_capacity: Family<RangeLabel, Gauge<f64, AtomicU64>>,
+    fip_allocated: Family<RangeLabel, Gauge<f64, AtomicU64>>,
+    fip_allocations: Family<RangeLabel, Counter>,
+    fip_releases: Family<RangeLabel, Counter>,
+    fip_latency: Family<RangeLabel, Histogram>,
+}
+
+/// Labels of the per-range metrics.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RangeLabel {
+    /// FloatingIPRange name.
+    pub range: String,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new([0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0])
 }
 
 fn duration_histogram() -> Histogram {
@@ -59,12 +75,50 @@ impl Default for Metrics {
             "1 while this instance holds the lease",
             leader.clone(),
         );
+        let fip_capacity = Family::<RangeLabel, Gauge<f64, AtomicU64>>::default();
+        let fip_allocated = Family::<RangeLabel, Gauge<f64, AtomicU64>>::default();
+        let fip_allocations = Family::<RangeLabel, Counter>::default();
+        let fip_releases = Family::<RangeLabel, Counter>::default();
+        let fip_latency = Family::<RangeLabel, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "fipranges_capacity",
+            "Usable addresses of a FloatingIPRange (exact up to 2^53; an IPv6 range's count \
+             is rounded to the nearest double)",
+            fip_capacity.clone(),
+        );
+        registry.register(
+            "fipranges_reserved",
+            "Allocated addresses of a FloatingIPRange",
+            fip_allocated.clone(),
+        );
+        registry.register(
+            "floating_ip_allocations",
+            "Addresses claimed",
+            fip_allocations.clone(),
+        );
+        registry.register(
+            "floating_ip_releases",
+            "Addresses released",
+            fip_releases.clone(),
+        );
+        registry.register(
+            "floating_ip_allocation_seconds",
+            "From a FloatingIP's creation until its address is claimed",
+            fip_latency.clone(),
+        );
         Self {
             registry,
             reconciles,
             errors,
             duration,
             leader,
+            fip_capacity,
+            fip_allocated,
+            fip_allocations,
+            fip_releases,
+            fip_latency,
         }
     }
 }
@@ -80,6 +134,37 @@ impl Metrics {
             self.errors.get_or_create(&l).inc();
         }
         self.duration.get_or_create(&l).observe(took.as_secs_f64());
+    }
+
+    /// An address of `range` was claimed, `waited` seconds after its FloatingIP was made.
+    pub fn floating_ip_allocated(&self, range: &str, waited: f64) {
+        let l = RangeLabel {
+            range: range.to_owned(),
+        };
+        self.fip_allocations.get_or_create(&l).inc();
+        self.fip_latency.get_or_create(&l).observe(waited);
+    }
+
+    /// An address of `range` was released.
+    pub fn floating_ip_released(&self, range: &str) {
+        self.fip_releases
+            .get_or_create(&RangeLabel {
+                range: range.to_owned(),
+            })
+            .inc();
+    }
+
+    /// A range's capacity and allocated count, when known.
+    pub fn floating_ip_range(&self, range: &str, capacity: Option<f64>, allocated: Option<f64>) {
+        let l = RangeLabel {
+            range: range.to_owned(),
+        };
+        if let Some(c) = capacity {
+            self.fip_capacity.get_or_create(&l).set(c);
+        }
+        if let Some(a) = allocated {
+            self.fip_allocated.get_or_create(&l).set(a);
+        }
     }
 
     /// The Prometheus text exposition.

@@ -117,8 +117,8 @@ fn the_agent_cleans_up_on_uninstall_unless_told_not_to() {
     assert!(args(&on).contains(&"--cleanup-on-uninstall=np/t-agent".to_owned()));
     assert_eq!(
         of_kind(&on, "Role").len(),
-        2,
-        "leader election and the agent's"
+        3,
+        "leader election, kube-vip's ConfigMaps and the agent's"
     );
     let off = render("np", &["--set", "agent.cleanupOnUninstall=false"]);
     assert!(
@@ -126,7 +126,7 @@ fn the_agent_cleans_up_on_uninstall_unless_told_not_to() {
             .iter()
             .any(|a| a.starts_with("--cleanup-on-uninstall"))
     );
-    assert_eq!(of_kind(&off, "Role").len(), 1);
+    assert_eq!(of_kind(&off, "Role").len(), 2);
 }
 
 #[test]
@@ -174,7 +174,9 @@ async fn apply_all(client: &Client, docs: &[Value], namespace: &str) {
         let gvk = GroupVersionKind::try_from(&types).unwrap();
         let (ar, caps) = discovery::pinned_kind(client, &gvk).await.unwrap();
         let api: Api<DynamicObject> = if caps.scope == discovery::Scope::Namespaced {
-            Api::namespaced_with(client.clone(), namespace, &ar)
+            // Objects the chart places in another namespace (kube-vip's Role) keep it.
+            let ns = obj.metadata.namespace.as_deref().unwrap_or(namespace);
+            Api::namespaced_with(client.clone(), ns, &ar)
         } else {
             Api::all_with(client.clone(), &ar)
         };
@@ -203,7 +205,16 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
     let admin = cp.client().await;
     let ns = cp.namespace("np-release").await;
     // Release names are cluster-wide (ClusterRoles): one release per test binary.
-    let docs = render(&ns, &["--set", "agent.enabled=true"]);
+    let kube_vip_ns = cp.namespace("np-kube-vip").await;
+    let docs = render(
+        &ns,
+        &[
+            "--set",
+            "agent.enabled=true",
+            "--set",
+            &format!("floatingIPs.kubeVipNamespaces={{{kube_vip_ns}}}"),
+        ],
+    );
     apply_all(&admin, &docs, &ns).await;
 
     let sa = |name: &str| format!("system:serviceaccount:{ns}:{name}");
@@ -353,4 +364,83 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
         Err(kube::Error::Api(ref s)) if s.code == 404
     ));
     assert!(forbidden(leases("default").get("t-operator").await));
+
+    // Floating IPs: claims (create, delete), FloatingIPs (create, never delete or edit),
+    // ranges' status and finalizers, Namespaces read-only, kube-vip ConfigMaps only in
+    // the namespaces the chart lists.
+    let (claim_ar, _) = discovery::pinned_kind(&admin, &gvk("FloatingIPClaim"))
+        .await
+        .unwrap();
+    let claims = Api::<DynamicObject>::all_with(operator.clone(), &claim_ar);
+    let claim_name = "198.51.100.77".to_owned();
+    let claim: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "FloatingIPClaim",
+        "metadata": {"name": claim_name},
+        "spec": {"address": claim_name, "range": "r", "owner": {"namespace": "a", "name": "b", "uid": "u"}}
+    }))
+    .unwrap();
+    claims.create(&pp, &claim).await.unwrap();
+    claims
+        .delete(&claim_name, &Default::default())
+        .await
+        .unwrap();
+    let (fip_ar, _) = discovery::pinned_kind(&admin, &gvk("FloatingIP"))
+        .await
+        .unwrap();
+    let fips = Api::<DynamicObject>::namespaced_with(operator.clone(), &ns, &fip_ar);
+    let fip: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "FloatingIP",
+        "metadata": {"name": "auto-r"}, "spec": {"range": "r"}
+    }))
+    .unwrap();
+    fips.create(&pp, &fip).await.unwrap();
+    assert!(forbidden(
+        fips.patch(
+            "auto-r",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"address": "198.51.100.9"}}))
+        )
+        .await
+    ));
+    assert!(forbidden(fips.delete("auto-r", &Default::default()).await));
+    let (range_ar, _) = discovery::pinned_kind(&admin, &gvk("FloatingIPRange"))
+        .await
+        .unwrap();
+    let range: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "FloatingIPRange",
+        "metadata": {"name": cp.unique("rbac-range")}, "spec": {"cidrs": ["198.51.100.0/24"]}
+    }))
+    .unwrap();
+    assert!(forbidden(
+        Api::<DynamicObject>::all_with(operator.clone(), &range_ar)
+            .create(&pp, &range)
+            .await
+    ));
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(operator.clone());
+    assert!(namespaces.list(&Default::default()).await.is_ok());
+    assert!(forbidden(
+        namespaces.delete(&kube_vip_ns, &Default::default()).await
+    ));
+    let cm =
+        |ns: &str| Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(operator.clone(), ns);
+    let kubevip = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": {"name": "kubevip"}, "data": {"cidr-a": "198.51.100.7/32"}});
+    cm(&kube_vip_ns)
+        .patch(
+            "kubevip",
+            &PatchParams::apply("netpolicy-operator"),
+            &Patch::Apply(&kubevip),
+        )
+        .await
+        .unwrap();
+    assert!(forbidden(
+        cm(&ns)
+            .patch(
+                "kubevip",
+                &PatchParams::apply("netpolicy-operator"),
+                &Patch::Apply(&kubevip)
+            )
+            .await
+    ));
+    assert!(forbidden(cm(&kube_vip_ns).list(&Default::default()).await));
 }

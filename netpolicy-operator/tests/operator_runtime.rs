@@ -43,6 +43,16 @@ impl Drop for Operator {
 
 impl Operator {
     fn start(cp: &netpolicy_testenv::ControlPlane, ns: &str, lease: &str, id: &str) -> Self {
+        Self::start_with(cp, ns, lease, id, &[])
+    }
+
+    fn start_with(
+        cp: &netpolicy_testenv::ControlPlane,
+        ns: &str,
+        lease: &str,
+        id: &str,
+        extra: &[&str],
+    ) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -61,6 +71,7 @@ impl Operator {
                 "--identity",
                 id,
             ])
+            .args(extra)
             .args(["--lease-seconds", "3", "--listen"])
             .arg(format!("127.0.0.1:{port}"))
             .env("RUST_LOG", "info")

@@ -385,6 +385,22 @@ fn the_floating_ip_example_allocates_without_errors() {
         fips.iter()
             .all(|f| f["namespace"] != "team-c" || f["auto"].is_null())
     );
+    // A namespace that asks for an address from the range by name gets no automatic one.
+    let auto: Vec<&str> = fips
+        .iter()
+        .filter(|f| f["auto"] == true)
+        .map(|f| f["namespace"].as_str().unwrap())
+        .collect();
+    assert_eq!(auto, ["guest-1"]);
+    // kube-vip-cloud-provider's ConfigMap, as the operator would keep it.
+    assert_eq!(
+        v["kubeVip"],
+        serde_json::json!([{
+            "cluster": "local", "namespace": "kube-system", "name": "kubevip",
+            "data": {"cidr-guest-1": "203.0.113.194/32", "cidr-team-a": "203.0.113.200/32",
+                     "cidr-team-b": "203.0.113.195/32"}
+        }])
+    );
 }
 
 #[test]

@@ -8,7 +8,10 @@ use std::{
 };
 
 use futures::{StreamExt, stream::BoxStream};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::{
+    api::core::v1::Node,
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+};
 use kube::{
     Api, Resource, ResourceExt,
     runtime::{WatchStreamExt, reflector, reflector::Store, watcher},
@@ -98,6 +101,32 @@ impl NodeFacts {
     /// effect this version does not know).
     pub fn tainted(&self) -> bool {
         self.taints.iter().any(|t| t.effect != "PreferNoSchedule")
+    }
+}
+
+/// A condition of type `type_`, keeping its `lastTransitionTime` from `current` while its
+/// status stays the same (so an unchanged status compares equal and is not written).
+pub fn condition(
+    current: &[Condition],
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    let status = if ok { "True" } else { "False" };
+    let last_transition_time = current
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time,
+        observed_generation: generation,
     }
 }
 

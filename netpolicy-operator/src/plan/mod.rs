@@ -58,6 +58,9 @@ pub struct PlanReport {
     /// Every FloatingIP (explicit and auto-allocated), by namespace and name.
     #[serde(rename = "floatingIPs")]
     pub floating_ips: Vec<FloatingIPReport>,
+    /// The kube-vip ConfigMaps the operator would keep (its keys only).
+    #[serde(rename = "kubeVip", skip_serializing_if = "Vec::is_empty")]
+    pub kube_vip: Vec<fip::KubeVipPublication>,
     /// The elected node of every RoutedIP (no provider is called).
     #[serde(rename = "routedIPs")]
     pub routed_ips: Vec<RoutedIPReport>,
@@ -236,9 +239,10 @@ pub fn plan(m: &Manifests) -> PlanReport {
             }),
         }
     }
-    let (ranges, fips) = plan_floating_ips(m, &mut errors);
+    let (ranges, fips, kube_vip) = plan_floating_ips(m, &mut errors, &mut report.warnings);
     report.floating_ip_ranges = ranges;
     report.floating_ips = fips;
+    report.kube_vip = kube_vip;
     report.route_reflectors = plan_route_reflectors(m, &mut errors);
     report.routed_ips = plan_routed_ips(m, &mut errors, &mut report.warnings);
     report.errors = errors;
@@ -401,7 +405,12 @@ fn plan_routed_ips(
 fn plan_floating_ips(
     m: &Manifests,
     errors: &mut Vec<InputError>,
-) -> (Vec<RangeReport>, Vec<FloatingIPReport>) {
+    warnings: &mut Vec<String>,
+) -> (
+    Vec<RangeReport>,
+    Vec<FloatingIPReport>,
+    Vec<fip::KubeVipPublication>,
+) {
     let keep = unique_by_name(
         fip::RANGE_KIND,
         &m.floating_ip_ranges,
@@ -414,14 +423,6 @@ fn plan_floating_ips(
         .collect();
     ranges.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let mut pools = fip::pools(&ranges, errors);
-    let mut claims = Vec::new();
-    for r in &ranges {
-        claims.extend(fip::auto_claims(
-            r,
-            m.namespaces.iter().map(|n| &n.object),
-            errors,
-        ));
-    }
     let mut explicit = Vec::new();
     let mut explicit_names: BTreeSet<(String, String)> = BTreeSet::new();
     for f in &m.floating_ips {
@@ -440,7 +441,14 @@ fn plan_floating_ips(
         }
         explicit.push(c);
     }
-    claims.retain(|a| !explicit_names.contains(&(a.namespace.clone(), a.name.clone())));
+    // The FloatingIPs autoAllocate would make, as the operator decides it.
+    let existing: Vec<(String, String, String)> = explicit
+        .iter()
+        .map(|c| (c.namespace.clone(), c.name.clone(), c.range.clone()))
+        .collect();
+    let namespaces: Vec<&k8s_openapi::api::core::v1::Namespace> =
+        m.namespaces.iter().map(|n| &n.object).collect();
+    let mut claims = fip::missing_auto(&ranges, &namespaces, &existing, errors);
     claims.extend(explicit);
     // Addresses already handed out (FloatingIP status) are restored first.
     let recorded: Vec<(String, String, String)> = m
@@ -481,6 +489,31 @@ fn plan_floating_ips(
         })
         .collect();
     fips.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    let held: Vec<fip::Holding> = fips
+        .iter()
+        .filter_map(|f| {
+            Some(fip::Holding {
+                namespace: f.namespace.clone(),
+                name: f.name.clone(),
+                range: f.range.clone(),
+                address: f.address.parse().ok()?,
+            })
+        })
+        .collect();
+    let kube_vip = fip::kube_vip(&ranges, &held);
+    for h in held.iter().filter(|h| !fip::publishable(h.address)) {
+        let publishes = ranges.iter().any(|r| {
+            r.metadata.name.as_deref() == Some(h.range.as_str())
+                && r.spec.kube_vip.as_ref().is_some_and(|k| k.publish)
+        });
+        if publishes {
+            warnings.push(format!(
+                "FloatingIP {}/{}: kube-vip never hands out {} (an IPv4 address ending in .0 \
+                 or .255); it is not published",
+                h.namespace, h.name, h.address
+            ));
+        }
+    }
     let ranges = pools
         .iter()
         .map(|(name, p)| RangeReport {
@@ -490,7 +523,7 @@ fn plan_floating_ips(
             draining: p.draining,
         })
         .collect();
-    (ranges, fips)
+    (ranges, fips, kube_vip)
 }
 
 fn node_list(nodes: &[&str]) -> String {

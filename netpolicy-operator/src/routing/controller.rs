@@ -54,7 +54,7 @@ pub use crate::k8s::{FIELD_MANAGER, MANAGED_BY};
 /// watches), brings them into [`Routing`] (netpolicy-core's incremental engine), and
 /// compares and writes only the NodeNetworkConfigs of the nodes whose outcome changed
 /// or whose object changed. The first pass, a relist, a failed pass and every
-/// [`RESYNC`] compare everything (and write nothing when nothing differs).
+/// `resync` compare everything (and write nothing when nothing differs).
 ///
 /// # Errors
 /// Only when the controllers cannot start (a watch's cache was dropped).
@@ -62,6 +62,7 @@ pub async fn run(
     client: Client,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
+    resync: Duration,
 ) -> Result<(), reflector::store::WriterDropped> {
     let wake = Wake::new();
     let status_wake = Wake::new();
@@ -167,7 +168,7 @@ pub async fn run(
                 .reconciled("routing-status", start.elapsed(), written.is_ok());
         }
         // Wait for a change (or retry a failure); coalesce bursts of events.
-        let wait = if ok { RESYNC } else { Duration::from_secs(2) };
+        let wait = if ok { resync } else { Duration::from_secs(2) };
         tokio::select! {
             _ = stop.changed() => break,
             () = wake.notified() => {}
@@ -180,10 +181,6 @@ pub async fn run(
     info!("routing controller stopped");
     Ok(())
 }
-
-/// How often a quiet controller compares everything anyway (and writes nothing when
-/// nothing differs).
-pub const RESYNC: Duration = Duration::from_secs(300);
 
 /// The caches the routing job reads.
 struct Stores {

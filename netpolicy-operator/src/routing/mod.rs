@@ -7,7 +7,7 @@ pub mod controller;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use netpolicy_core::{
     merge::{Engine, NodeOutcome, Policy, Problem, Source},
     render::RenderedSpec,
@@ -20,7 +20,7 @@ use crate::{
         NodeNetworkConfigSpec, PolicyConflict, PolicyStatus,
         conditions::{self, policy},
     },
-    k8s::InputError,
+    k8s::{InputError, condition},
 };
 
 /// What a render pass found about one policy (key: `Kind/name`).
@@ -63,35 +63,6 @@ fn add_conflicts<'a>(
     for f in out.values_mut() {
         f.conflicts.sort();
         f.conflicts.dedup();
-    }
-}
-
-fn condition(
-    current: &PolicyStatus,
-    type_: &str,
-    ok: bool,
-    reason: &str,
-    message: String,
-    generation: Option<i64>,
-    now: &Time,
-) -> Condition {
-    let status = if ok {
-        conditions::TRUE
-    } else {
-        conditions::FALSE
-    };
-    let last_transition_time = current
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == status)
-        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
-    Condition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.into(),
-        message,
-        last_transition_time,
-        observed_generation: generation,
     }
 }
 
@@ -163,7 +134,7 @@ pub fn policy_status(
     };
     let conflict = if facts.conflicts.is_empty() {
         condition(
-            current,
+            &current.conditions,
             conditions::CONFLICT,
             false,
             policy::NO_CONFLICT,
@@ -173,7 +144,7 @@ pub fn policy_status(
         )
     } else {
         condition(
-            current,
+            &current.conditions,
             conditions::CONFLICT,
             true,
             policy::CONFLICT,
@@ -192,7 +163,7 @@ pub fn policy_status(
         applied_nodes: i64::try_from(applied).unwrap_or(i64::MAX),
         conditions: vec![
             condition(
-                current,
+                &current.conditions,
                 conditions::READY,
                 ready,
                 reason,

@@ -30,7 +30,7 @@ use tracing::{error, info, warn};
 pub use crate::telemetry::{ControllerLabel, Metrics, Shared};
 use crate::{
     error::{Chain, Error, Result},
-    routing::controller as controllers,
+    floating_ip, routing,
 };
 
 /// Options of `netpolicy operator`.
@@ -52,6 +52,10 @@ pub struct Options {
     /// stops renewing.
     #[arg(long, default_value_t = 15)]
     pub lease_seconds: u64,
+    /// Seconds between full passes of a quiet controller (they write nothing when
+    /// nothing differs; events start passes at once).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    pub resync_seconds: u64,
     /// Address for `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
@@ -241,11 +245,17 @@ pub async fn run(opts: Options) -> Result<Exit> {
                 shared.metrics.leader.set(i64::from(now));
                 if now && controllers.is_none() {
                     info!(%identity, "acquired the lease: starting controllers");
-                    controllers = Some(tokio::spawn(controllers::run(
-                        client.clone(),
-                        Arc::clone(&shared),
-                        stop_rx.clone(),
-                    )));
+                    let (c, sh, st) = (client.clone(), Arc::clone(&shared), stop_rx.clone());
+                    let resync = Duration::from_secs(opts.resync_seconds);
+                    controllers = Some(tokio::spawn(async move {
+                        // Every job's controller, side by side; one that cannot start
+                        // stops the others.
+                        tokio::try_join!(
+                            routing::controller::run(c.clone(), Arc::clone(&sh), st.clone(), resync),
+                            floating_ip::controller::run(c, sh, st, resync),
+                        )
+                        .map(|_| ())
+                    }));
                 } else if !now && controllers.is_some() {
                     warn!(%identity, "lost the lease: stopping");
                     break Exit::LostLease;

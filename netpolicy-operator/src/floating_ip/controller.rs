@@ -1,0 +1,549 @@
+//! The floating-IP controller: FloatingIPRanges, FloatingIPs, Namespaces and
+//! FloatingIPClaims → claims, statuses, auto-allocated FloatingIPs and kube-vip's
+//! ConfigMaps (the rules are [`super::pass`]).
+//!
+//! # Guarantees
+//! - Nothing is allocated before every cache has synced: the claims in the API server
+//!   are the record of what is allocated, and all of them are known first.
+//! - An address is handed out only by creating its claim, named by the address: the
+//!   API server refuses a second one, so two operator processes (a leader and a
+//!   stale former leader, or a restart in a burst) never hand out one address twice.
+//!   A refused create is not an allocation: the next pass sees the other claim.
+//! - A crash between creating a claim and writing the FloatingIP's status loses
+//!   nothing: the claim names its owner (with its uid), and the next pass, from the
+//!   claims, writes the status. A claim whose owner is gone is released by the next
+//!   pass, so no address leaks.
+//! - A pass that finds nothing new writes nothing: statuses are compared before they
+//!   are written (conditions keep their transition time), kube-vip ConfigMaps are
+//!   compared key by key with what the operator owns in them.
+//!
+//! # Why claims are our own kind, not `networking.k8s.io/v1` IPAddress
+//! IPAddress is the Service IP allocator's record: the API server's repair loop and
+//! ServiceCIDR tooling read it, `kubectl get ipaddresses` would list floating IPs as
+//! if they were ClusterIPs, and it exists only from Kubernetes 1.33 on. A
+//! cluster-scoped kind of ours gives the same API-server-enforced uniqueness on every
+//! supported version, with RBAC that grants nothing over Service IPs.
+//!
+//! # Why FloatingIPs carry no finalizer
+//! A FloatingIP's address is released by deleting its claim, which outlives the
+//! FloatingIP and is found by the next pass (its owner's uid is gone). A finalizer
+//! would add nothing to that, and would leave Namespaces stuck in `Terminating`
+//! whenever the operator is down. FloatingIPRanges do carry one: a range with
+//! allocations is not deleted until they are released.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::{
+    api::core::v1::{ConfigMap, Namespace},
+    apimachinery::pkg::apis::meta::v1::Time,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+    runtime::{
+        events::{Event, EventType, Recorder, Reporter},
+        reflector::{self, ObjectRef, Store},
+    },
+};
+use serde_json::json;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use super::{Pass, World, pass};
+use crate::{
+    api::{FloatingIP, FloatingIPClaim, FloatingIPRange},
+    k8s::{FIELD_MANAGER, Wake, watched},
+    telemetry::Shared,
+};
+
+/// Writes in flight at once.
+const CONCURRENCY: usize = 16;
+
+/// What of a FloatingIPRange the job reads: its spec, its deletion, its finalizers.
+fn range_fingerprint(r: &FloatingIPRange) -> String {
+    format!(
+        "{}/{}/{}/{:?}",
+        r.meta().uid.as_deref().unwrap_or_default(),
+        r.meta().generation.unwrap_or(0),
+        r.meta().deletion_timestamp.is_some(),
+        r.meta().finalizers
+    )
+}
+
+/// What of a FloatingIP the job reads: identity, spec, deletion.
+fn fip_fingerprint(f: &FloatingIP) -> String {
+    format!(
+        "{}/{}/{}",
+        f.meta().uid.as_deref().unwrap_or_default(),
+        f.meta().generation.unwrap_or(0),
+        f.meta().deletion_timestamp.is_some()
+    )
+}
+
+/// What of a Namespace the job reads: identity, labels, deletion.
+fn namespace_fingerprint(n: &Namespace) -> String {
+    format!(
+        "{}/{}/{:?}",
+        n.meta().uid.as_deref().unwrap_or_default(),
+        n.meta().deletion_timestamp.is_some(),
+        n.meta().labels
+    )
+}
+
+/// Claims never change: created or deleted.
+fn claim_fingerprint(c: &FloatingIPClaim) -> String {
+    c.meta().uid.clone().unwrap_or_default()
+}
+
+/// Runs the floating-IP controller until `stop` turns true.
+///
+/// # Errors
+/// Only when a watch's cache was dropped before it synced.
+pub async fn run(
+    client: Client,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+    resync: Duration,
+) -> Result<(), reflector::store::WriterDropped> {
+    let wake = Wake::new();
+    let (ranges, s1) = watched(
+        Api::<FloatingIPRange>::all(client.clone()),
+        wake.clone(),
+        range_fingerprint,
+        None,
+    );
+    let (fips, s2) = watched(
+        Api::<FloatingIP>::all(client.clone()),
+        wake.clone(),
+        fip_fingerprint,
+        None,
+    );
+    let (namespaces, s3) = watched(
+        Api::<Namespace>::all(client.clone()),
+        wake.clone(),
+        namespace_fingerprint,
+        None,
+    );
+    let (claims, s4) = watched(
+        Api::<FloatingIPClaim>::all(client.clone()),
+        wake.clone(),
+        claim_fingerprint,
+        None,
+    );
+    let drive = tokio::spawn(futures::stream::select_all([s1, s2, s3, s4]).for_each(|()| async {}));
+    let synced = async {
+        ranges.wait_until_ready().await?;
+        fips.wait_until_ready().await?;
+        namespaces.wait_until_ready().await?;
+        claims.wait_until_ready().await
+    };
+    tokio::select! {
+        r = synced => r?,
+        _ = stop.changed() => { drive.abort(); return Ok(()); }
+    }
+    info!("caches synced: floating-IP controller running");
+    let mut writer = Writer {
+        client: client.clone(),
+        recorder: Recorder::new(
+            client,
+            Reporter {
+                controller: "netpolicy-operator".into(),
+                instance: None,
+            },
+        ),
+        shared: Arc::clone(&shared),
+        logged: HashMap::new(),
+    };
+    let stores = Stores {
+        ranges,
+        fips,
+        namespaces,
+        claims,
+    };
+    loop {
+        let _ = wake.take();
+        let start = Instant::now();
+        let result = writer.pass(&stores).await;
+        if let Err(e) = &result {
+            warn!(error = %e, "floating IPs: pass failed; retrying");
+        }
+        shared
+            .metrics
+            .reconciled("floating-ip", start.elapsed(), result.is_ok());
+        let wait = if result.is_ok() {
+            resync
+        } else {
+            Duration::from_secs(2)
+        };
+        tokio::select! {
+            _ = stop.changed() => break,
+            () = wake.notified() => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+        // Coalesce a burst (200 FloatingIPs created at once) into few passes.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drive.abort();
+    info!("floating-IP controller stopped");
+    Ok(())
+}
+
+/// The caches the job reads.
+struct Stores {
+    ranges: Store<FloatingIPRange>,
+    fips: Store<FloatingIP>,
+    namespaces: Store<Namespace>,
+    claims: Store<FloatingIPClaim>,
+}
+
+/// Carries a [`Pass`] out.
+struct Writer {
+    client: Client,
+    recorder: Recorder,
+    shared: Arc<Shared>,
+    /// Problems already logged (logged again only when they change).
+    logged: HashMap<String, String>,
+}
+
+fn get<K>(store: &Store<K>, namespace: Option<&str>, name: &str) -> Option<Arc<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let mut r = ObjectRef::new(name);
+    if let Some(ns) = namespace {
+        r = r.within(ns);
+    }
+    store.get(&r)
+}
+
+impl Writer {
+    async fn pass(&mut self, s: &Stores) -> Result<(), kube::Error> {
+        let ranges = s.ranges.state();
+        let fips = s.fips.state();
+        let namespaces = s.namespaces.state();
+        let claims = s.claims.state();
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let p: Pass = pass(
+            World {
+                ranges: &ranges,
+                fips: &fips,
+                namespaces: &namespaces,
+                claims: &claims,
+            },
+            &now,
+        );
+        self.log_problems(&p);
+        let mut writes = 0usize;
+        // 1. FloatingIPs auto-allocation wants.
+        for f in &p.create_fips {
+            let ns = f.metadata.namespace.clone().unwrap_or_default();
+            match Api::<FloatingIP>::namespaced(self.client.clone(), &ns)
+                .create(&PostParams::default(), f)
+                .await
+            {
+                Ok(_) => {
+                    writes += 1;
+                    info!(
+                        namespace = ns,
+                        name = f.name_any(),
+                        range = f.spec.range,
+                        "auto-allocated FloatingIP created"
+                    );
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                // A Namespace being deleted refuses new objects.
+                Err(kube::Error::Api(e)) if e.code == 403 || e.code == 404 => {
+                    debug!(namespace = ns, error = %e.message, "auto-allocated FloatingIP not created");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // 2. New claims: the API server decides who gets an address.
+        let claim_api = Api::<FloatingIPClaim>::all(self.client.clone());
+        let jobs: Vec<(FloatingIPClaim, Option<Arc<FloatingIP>>)> = p
+            .create_claims
+            .iter()
+            .map(|c| {
+                let fip = get(&s.fips, Some(&c.spec.owner.namespace), &c.spec.owner.name);
+                (c.clone(), fip)
+            })
+            .collect();
+        let created: Vec<Option<(String, String, f64)>> = futures::stream::iter(jobs)
+            .map(|(c, fip)| {
+                let api = claim_api.clone();
+                async move {
+                    match api.create(&PostParams::default(), &c).await {
+                        Ok(_) => {
+                            let waited = fip
+                                .and_then(|f| f.metadata.creation_timestamp.clone())
+                                .map_or(0.0, |t| {
+                                    (k8s_openapi::jiff::Timestamp::now().as_millisecond()
+                                        - t.0.as_millisecond())
+                                    .max(0) as f64
+                                        / 1000.0
+                                });
+                            Ok(Some((c.spec.range.clone(), c.spec.address.clone(), waited)))
+                        }
+                        Err(kube::Error::Api(e)) if e.code == 409 => {
+                            // Someone else holds it (another operator process, or our
+                            // cache is behind): not ours; the next pass sees theirs.
+                            debug!(
+                                address = c.spec.address,
+                                "claim exists already; not allocated"
+                            );
+                            Ok(None)
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_collect()
+            .await?;
+        for (range, address, waited) in created.into_iter().flatten() {
+            writes += 1;
+            self.shared.metrics.floating_ip_allocated(&range, waited);
+            debug!(range, address, "address claimed");
+        }
+        // 3. Releases.
+        for r in &p.releases {
+            match claim_api.delete(&r.claim, &DeleteParams::default()).await {
+                Ok(_) => {
+                    writes += 1;
+                    self.shared.metrics.floating_ip_released(&r.range);
+                    info!(range = r.range, address = r.address, "released: {}", r.why);
+                    if let Some(range) = get(&s.ranges, None, &r.range) {
+                        self.event(
+                            range.as_ref(),
+                            EventType::Normal,
+                            "Released",
+                            format!("{} released: {}", r.address, r.why),
+                        )
+                        .await;
+                    }
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        // 4. Statuses that differ.
+        for (ns, name, status) in &p.fip_status {
+            let Some(cur) = get(&s.fips, Some(ns), name) else {
+                continue;
+            };
+            let current = cur.status.clone().unwrap_or_default();
+            if current == *status {
+                continue;
+            }
+            if let Some(ready) = status.conditions.first()
+                && ready.status == "False"
+                && ready.reason == crate::api::conditions::floating_ip::TAKEN
+                && current.conditions.first().map(|c| c.reason.as_str())
+                    != Some(ready.reason.as_str())
+            {
+                self.event(
+                    cur.as_ref(),
+                    EventType::Warning,
+                    "Taken",
+                    ready.message.clone(),
+                )
+                .await;
+            }
+            let api = Api::<FloatingIP>::namespaced(self.client.clone(), ns);
+            let patch = json!({
+                "apiVersion": "netpolicy.io/v1alpha1",
+                "kind": "FloatingIP",
+                "status": status,
+            });
+            match api
+                .patch_status(
+                    name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&patch),
+                )
+                .await
+            {
+                Ok(_) => writes += 1,
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let range_api = Api::<FloatingIPRange>::all(self.client.clone());
+        for (name, status) in &p.range_status {
+            let Some(cur) = get(&s.ranges, None, name) else {
+                continue;
+            };
+            let current = cur.status.clone().unwrap_or_default();
+            self.shared.metrics.floating_ip_range(
+                name,
+                status
+                    .capacity
+                    .as_deref()
+                    .and_then(|c| c.parse::<f64>().ok()),
+                status
+                    .allocated
+                    .as_deref()
+                    .and_then(|c| c.parse::<f64>().ok()),
+            );
+            if current == *status {
+                continue;
+            }
+            let became_full = |st: &crate::api::FloatingIPRangeStatus| {
+                st.conditions.iter().any(|c| {
+                    c.type_ == crate::api::conditions::floating_ip::EXHAUSTED && c.status == "True"
+                })
+            };
+            if became_full(status) && !became_full(&current) {
+                self.event(
+                    cur.as_ref(),
+                    EventType::Warning,
+                    "Exhausted",
+                    "every address is allocated; new FloatingIPs wait".into(),
+                )
+                .await;
+            }
+            let patch = json!({
+                "apiVersion": "netpolicy.io/v1alpha1",
+                "kind": "FloatingIPRange",
+                "status": status,
+            });
+            match range_api
+                .patch_status(
+                    name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&patch),
+                )
+                .await
+            {
+                Ok(_) => writes += 1,
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        // 5. Range finalizers.
+        for (name, add) in &p.range_finalizers {
+            let Some(cur) = get(&s.ranges, None, name) else {
+                continue;
+            };
+            let mut list: Vec<String> = cur.metadata.finalizers.clone().unwrap_or_default();
+            list.retain(|f| f != super::RANGE_FINALIZER);
+            if *add {
+                list.push(super::RANGE_FINALIZER.into());
+            } else {
+                info!(range = name, "no allocations left: the range may go");
+            }
+            let patch = json!({"metadata": {
+                "finalizers": list,
+                "resourceVersion": cur.metadata.resource_version,
+            }});
+            match range_api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => writes += 1,
+                // Changed meanwhile: the next pass sees it.
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        // 6. kube-vip.
+        for cm in &p.kube_vip {
+            writes += usize::from(self.publish(cm).await?);
+        }
+        if writes > 0 {
+            debug!(writes, "floating IPs: pass wrote");
+        }
+        Ok(())
+    }
+
+    /// Keeps the operator's keys of one kube-vip ConfigMap: only when they differ from
+    /// what is there, and never touching keys it does not own.
+    async fn publish(&self, cm: &super::KubeVipConfigMap) -> Result<bool, kube::Error> {
+        let api = Api::<ConfigMap>::namespaced(self.client.clone(), &cm.namespace);
+        let current = api.get_opt(&cm.name).await?;
+        let owned = current.as_ref().map(owned_keys).unwrap_or_default();
+        let data = current
+            .as_ref()
+            .and_then(|c| c.data.clone())
+            .unwrap_or_default();
+        let same = cm.data.iter().all(|(k, v)| data.get(k) == Some(v))
+            && owned.iter().all(|k| cm.data.contains_key(k));
+        if same && (current.is_some() || cm.data.is_empty()) {
+            return Ok(false);
+        }
+        let patch = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": cm.name, "namespace": cm.namespace},
+            "data": cm.data,
+        });
+        api.patch(
+            &cm.name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+        info!(
+            namespace = cm.namespace,
+            name = cm.name,
+            keys = cm.data.len(),
+            "kube-vip ConfigMap updated"
+        );
+        Ok(true)
+    }
+
+    async fn event<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Allocate".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
+            warn!(error = %e, "could not record an Event");
+        }
+    }
+
+    fn log_problems(&mut self, p: &Pass) {
+        let mut now: HashMap<String, String> = HashMap::new();
+        for e in &p.problems {
+            let key = format!("{}/{}/{}", e.kind, e.name, e.field);
+            now.insert(key, e.message.clone());
+        }
+        for (k, m) in &now {
+            if self.logged.get(k) != Some(m) {
+                warn!(object = k, "{m}");
+            }
+        }
+        self.logged = now;
+    }
+}
+
+/// The `data` keys field manager [`FIELD_MANAGER`] owns in a ConfigMap.
+fn owned_keys(cm: &ConfigMap) -> BTreeSet<String> {
+    cm.metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.manager.as_deref() == Some(FIELD_MANAGER))
+        .filter_map(|m| m.fields_v1.as_ref())
+        .filter_map(|f| f.0.get("f:data")?.as_object().cloned())
+        .flat_map(|d| {
+            d.keys()
+                .filter_map(|k| k.strip_prefix("f:").map(str::to_owned))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}

@@ -1,0 +1,502 @@
+//! The floating-IP job of `netpolicy operator`, as real processes against a real API
+//! server: static and dynamic allocation, a taken request naming its holder, range
+//! status, exhaustion, kube-vip's ConfigMap, auto-allocation by Namespace, and no
+//! address handed out twice while two operators run and the leader is SIGKILLed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::{Read, Write},
+    net::TcpStream,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, ListParams, PostParams},
+};
+use netpolicy_operator::api::{FloatingIP, FloatingIPClaim, FloatingIPRange, crds};
+use netpolicy_testenv::{ControlPlane, eventually};
+use serde_json::json;
+
+/// The operators watch the whole (shared) cluster: one test at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+struct Operator {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Operator {
+    /// An operator with a 2 s resync, so "quiet" is measured over several resyncs.
+    fn start(cp: &ControlPlane, ns: &str, lease: &str, id: &str) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = cp.dir.join(format!("fip-operator-{lease}-{id}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_netpolicy"))
+            .args(["operator", "--kubeconfig"])
+            .arg(&cp.kubeconfig)
+            .args([
+                "--lease-namespace",
+                ns,
+                "--lease-name",
+                lease,
+                "--identity",
+                id,
+            ])
+            .args(["--lease-seconds", "3", "--resync-seconds", "2", "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Self { child, port, log }
+    }
+
+    fn metrics(&self) -> String {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return String::new();
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        );
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        text
+    }
+
+    fn leads(&self) -> bool {
+        self.metrics().lines().any(|l| l == "netpolicy_leader 1")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+fn range(name: &str, cidr: &str, extra: serde_json::Value) -> FloatingIPRange {
+    let mut spec = json!({"cidrs": [cidr]});
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "FloatingIPRange",
+        "metadata": {"name": name}, "spec": spec
+    }))
+    .unwrap()
+}
+
+fn fip(name: &str, range: &str, address: Option<&str>) -> FloatingIP {
+    serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "FloatingIP",
+        "metadata": {"name": name}, "spec": {"range": range, "address": address}
+    }))
+    .unwrap()
+}
+
+async fn create_fip(client: &Client, ns: &str, name: &str, range: &str, address: Option<&str>) {
+    Api::<FloatingIP>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &fip(name, range, address))
+        .await
+        .unwrap();
+}
+
+async fn address(client: &Client, ns: &str, name: &str) -> Option<String> {
+    Api::<FloatingIP>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .ok()??
+        .status?
+        .address
+}
+
+/// (status, reason, message) of a FloatingIP's Ready condition.
+async fn ready(client: &Client, ns: &str, name: &str) -> Option<(String, String, String)> {
+    let f = Api::<FloatingIP>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .ok()??;
+    let c = f
+        .status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Ready")?;
+    Some((c.status, c.reason, c.message))
+}
+
+async fn range_condition(client: &Client, name: &str, type_: &str) -> Option<String> {
+    let r = Api::<FloatingIPRange>::all(client.clone())
+        .get_opt(name)
+        .await
+        .ok()??;
+    r.status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status)
+}
+
+async fn claims_of(client: &Client, range: &str) -> Vec<FloatingIPClaim> {
+    Api::<FloatingIPClaim>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|c| c.spec.range == range)
+        .collect()
+}
+
+async fn kube_vip_data(client: &Client, ns: &str) -> BTreeMap<String, String> {
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get_opt("kubevip")
+        .await
+        .unwrap()
+        .and_then(|c| c.data)
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn static_dynamic_taken_exhausted_released_published_and_quiet() {
+    let _serial = SERIAL.lock().await;
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let system = cp.namespace("fip-system").await;
+    let kv = cp.namespace("fip-kube-vip").await;
+    let (ns1, ns2) = (cp.namespace("fip-a").await, cp.namespace("fip-b").await);
+    // Someone else's key in kube-vip's ConfigMap: it stays.
+    Api::<ConfigMap>::namespaced(client.clone(), &kv)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "kubevip"},
+                                           "data": {"cidr-global": "192.0.2.10/32"}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let name = cp.unique("blue");
+    // 10.77.0.0/29: 6 usable addresses, .1 to .6.
+    Api::<FloatingIPRange>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &range(
+                &name,
+                "10.77.0.0/29",
+                json!({"kubeVip": {"publish": true, "namespace": kv}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let op = Operator::start(cp, &system, &cp.unique("lease"), "solo");
+    create_fip(&client, &ns1, "pinned", &name, Some("10.77.0.3")).await;
+    create_fip(&client, &ns1, "dyn", &name, None).await;
+    create_fip(&client, &ns2, "dyn", &name, None).await;
+    create_fip(&client, &ns2, "copycat", &name, Some("10.77.0.3")).await;
+    eventually("static and dynamic allocations", 30, || async {
+        address(&client, &ns1, "pinned").await.as_deref() == Some("10.77.0.3")
+            && address(&client, &ns1, "dyn").await.is_some()
+            && address(&client, &ns2, "dyn").await.is_some()
+    })
+    .await;
+    // The static one first, then dynamic ones lowest first by namespace and name; no
+    // two the same.
+    let got = [
+        address(&client, &ns1, "dyn").await.unwrap(),
+        address(&client, &ns2, "dyn").await.unwrap(),
+    ];
+    assert_eq!(got, ["10.77.0.1", "10.77.0.2"], "{}", op.log());
+    eventually("the taken request names its holder", 20, || async {
+        ready(&client, &ns2, "copycat")
+            .await
+            .is_some_and(|(s, r, m)| {
+                s == "False" && r == "Taken" && m.contains(&format!("{ns1}/pinned"))
+            })
+    })
+    .await;
+    assert_eq!(address(&client, &ns2, "copycat").await, None);
+    eventually("range status", 20, || async {
+        let r = Api::<FloatingIPRange>::all(client.clone())
+            .get(&name)
+            .await
+            .unwrap();
+        r.status.is_some_and(|s| {
+            s.capacity.as_deref() == Some("6") && s.allocated.as_deref() == Some("3")
+        })
+    })
+    .await;
+    eventually("kube-vip's ConfigMap", 20, || async {
+        let d = kube_vip_data(&client, &kv).await;
+        d.get(&format!("cidr-{ns1}")).map(String::as_str) == Some("10.77.0.1/32,10.77.0.3/32")
+            && d.get(&format!("cidr-{ns2}")).map(String::as_str) == Some("10.77.0.2/32")
+            && d.get("cidr-global").map(String::as_str) == Some("192.0.2.10/32")
+    })
+    .await;
+
+    // Exhaustion: .4, .5, .6, then nothing.
+    for n in ["e1", "e2", "e3", "e4"] {
+        create_fip(&client, &ns2, n, &name, None).await;
+    }
+    eventually("exhausted", 30, || async {
+        range_condition(&client, &name, "Exhausted")
+            .await
+            .as_deref()
+            == Some("True")
+            && ready(&client, &ns2, "e4")
+                .await
+                .is_some_and(|(s, r, _)| s == "False" && r == "RangeExhausted")
+    })
+    .await;
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), "default");
+    eventually("an Exhausted Event", 20, || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("Exhausted")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str())
+            })
+    })
+    .await;
+
+    // A deletion releases; the waiting request gets the freed address.
+    Api::<FloatingIP>::namespaced(client.clone(), &ns1)
+        .delete("dyn", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("released and handed to the one waiting", 30, || async {
+        address(&client, &ns2, "e4").await.as_deref() == Some("10.77.0.1")
+    })
+    .await;
+    eventually("kube-vip follows", 20, || async {
+        kube_vip_data(&client, &kv)
+            .await
+            .get(&format!("cidr-{ns1}"))
+            .map(String::as_str)
+            == Some("10.77.0.3/32")
+    })
+    .await;
+    let claims = claims_of(&client, &name).await;
+    let addrs: BTreeSet<&str> = claims.iter().map(|c| c.spec.address.as_str()).collect();
+    assert_eq!(addrs.len(), 6);
+    assert_eq!(claims.len(), 6);
+
+    // Quiet: five resyncs (2 s) write nothing.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let count = || {
+        [
+            "floatingips",
+            "floatingipranges",
+            "floatingipclaims",
+            "configmaps",
+        ]
+        .iter()
+        .map(|r| cp.writes_where(r, |_| true).len())
+        .sum::<usize>()
+    };
+    let before = count();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        count() - before,
+        0,
+        "writes on a quiet cluster\n{}",
+        op.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_operators_and_a_kill_never_hand_out_an_address_twice() {
+    let _serial = SERIAL.lock().await;
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let system = cp.namespace("fip-ha").await;
+    let name = cp.unique("burst");
+    Api::<FloatingIPRange>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &range(&name, "10.78.0.0/24", json!({})),
+        )
+        .await
+        .unwrap();
+    let lease = cp.unique("lease");
+    let a = Operator::start(cp, &system, &lease, "a");
+    let b = Operator::start(cp, &system, &lease, "b");
+    eventually("one leads", 30, || async { a.leads() || b.leads() }).await;
+    let (leader, standby) = if a.leads() { (a, b) } else { (b, a) };
+    let mut namespaces = Vec::new();
+    for _ in 0..4 {
+        namespaces.push(cp.namespace("fip-burst").await);
+    }
+    // 200 FloatingIPs at once; the leader is killed half-way.
+    let mut leader = leader;
+    let mut tasks = Vec::new();
+    let mut killed_at = 0;
+    for i in 0..200 {
+        let c = client.clone();
+        let ns = namespaces[i % 4].clone();
+        let range = name.clone();
+        tasks.push(tokio::spawn(async move {
+            create_fip(&c, &ns, &format!("ip-{i:03}"), &range, None).await;
+        }));
+        if i == 100 {
+            // Kill once the leader has claimed some addresses, not all.
+            eventually("the leader claims some", 30, || async {
+                !claims_of(&client, &name).await.is_empty()
+            })
+            .await;
+            leader.child.kill().unwrap();
+            let _ = leader.child.wait();
+            killed_at = claims_of(&client, &name).await.len();
+        }
+    }
+    println!("claims when the leader was killed: {killed_at} of 200");
+    assert!(killed_at < 200);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    eventually("the standby takes over", 30, || async { standby.leads() }).await;
+    eventually("every FloatingIP has an address", 90, || async {
+        let mut n = 0;
+        for ns in &namespaces {
+            n += Api::<FloatingIP>::namespaced(client.clone(), ns)
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .filter(|f| f.status.as_ref().and_then(|s| s.address.as_ref()).is_some())
+                .count();
+        }
+        n == 200
+    })
+    .await;
+    let mut held: BTreeMap<String, String> = BTreeMap::new();
+    for ns in &namespaces {
+        for f in Api::<FloatingIP>::namespaced(client.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+        {
+            let a = f.status.unwrap().address.unwrap();
+            let owner = format!("{ns}/{}", f.metadata.name.unwrap());
+            assert!(
+                held.insert(a.clone(), owner).is_none(),
+                "{a} handed out twice"
+            );
+        }
+    }
+    // Lowest first: exactly .1 to .200.
+    let want: BTreeSet<String> = (1..=200).map(|i| format!("10.78.0.{i}")).collect();
+    assert_eq!(
+        held.keys().cloned().collect::<BTreeSet<_>>(),
+        want,
+        "{}",
+        standby.log()
+    );
+    // Nothing leaked: one claim per FloatingIP, naming it.
+    eventually("one claim per address, no leftovers", 30, || async {
+        let claims = claims_of(&client, &name).await;
+        claims.len() == 200
+            && claims.iter().all(|c| {
+                held.get(&c.spec.address)
+                    == Some(&format!("{}/{}", c.spec.owner.namespace, c.spec.owner.name))
+            })
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn namespaces_get_their_floating_ip_by_selector_and_prefix_and_free_it_when_deleted() {
+    let _serial = SERIAL.lock().await;
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let system = cp.namespace("fip-auto").await;
+    let name = cp.unique("guests");
+    let prefix = format!("c-m-{}", cp.unique("t"));
+    let mk_ns = |name: String, labelled: bool| {
+        let client = client.clone();
+        async move {
+            let labels = if labelled {
+                json!({"fip": "yes"})
+            } else {
+                json!({})
+            };
+            Api::<Namespace>::all(client)
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    let guest = format!("{prefix}-one");
+    let unlabelled = format!("{prefix}-two");
+    let other = cp.unique("team");
+    mk_ns(guest.clone(), true).await;
+    mk_ns(unlabelled.clone(), false).await;
+    mk_ns(other.clone(), true).await;
+    Api::<FloatingIPRange>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &range(
+                &name,
+                "10.79.0.0/28",
+                json!({"autoAllocate": {"namespaceSelector": {"matchLabels": {"fip": "yes"}},
+                                        "namespaceNamePrefix": prefix}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let _op = Operator::start(cp, &system, &cp.unique("lease"), "auto");
+    let fip_name = format!("auto-{name}");
+    eventually("the guest namespace gets its FloatingIP", 30, || async {
+        address(&client, &guest, &fip_name).await.as_deref() == Some("10.79.0.1")
+    })
+    .await;
+    for ns in [&unlabelled, &other] {
+        assert!(
+            Api::<FloatingIP>::namespaced(client.clone(), ns)
+                .get_opt(&fip_name)
+                .await
+                .unwrap()
+                .is_none(),
+            "{ns} got one"
+        );
+    }
+    // Deleting the Namespace frees the address (this API server runs no namespace
+    // controller, so the Namespace stays Terminating: the operator does not wait).
+    Api::<Namespace>::all(client.clone())
+        .delete(&guest, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the address is released", 30, || async {
+        claims_of(&client, &name).await.is_empty()
+    })
+    .await;
+}
