@@ -933,10 +933,7 @@ pub fn pass(world: World<'_>, now: &Time) -> Pass {
             )
         };
         let full = exhausted.contains(name)
-            || pool.is_some_and(|p| {
-                Some(p.alloc.allocated())
-                    == p.alloc.space().size().get()
-            });
+            || pool.is_some_and(|p| Some(p.alloc.allocated()) == p.alloc.space().size().get());
         conds.insert(
             0,
             k8s::condition(
