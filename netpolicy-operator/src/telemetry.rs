@@ -33,6 +33,14 @@ pub struct Metrics {
     fip_allocations: Family<RangeLabel, Counter>,
     fip_releases: Family<RangeLabel, Counter>,
     fip_latency: Family<RangeLabel, Histogram>,
+    guest_errors: Family<GuestLabel, Counter>,
+}
+
+/// Labels of the guest-cluster metrics.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GuestLabel {
+    /// `<namespace>/<secret>` of the guest's kubeconfig.
+    pub guest: String,
 }
 
 /// Labels of the per-range metrics.
@@ -108,6 +116,12 @@ impl Default for Metrics {
             "From a FloatingIP's creation until its address is claimed",
             fip_latency.clone(),
         );
+        let guest_errors = Family::<GuestLabel, Counter>::default();
+        registry.register(
+            "floating_ip_guest_publish_errors",
+            "Publications to a guest cluster's kube-vip ConfigMap that failed",
+            guest_errors.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -119,6 +133,7 @@ impl Default for Metrics {
             fip_allocations,
             fip_releases,
             fip_latency,
+            guest_errors,
         }
     }
 }
@@ -143,6 +158,15 @@ impl Metrics {
         };
         self.fip_allocations.get_or_create(&l).inc();
         self.fip_latency.get_or_create(&l).observe(waited);
+    }
+
+    /// A publication to a guest cluster failed.
+    pub fn guest_publish_failed(&self, guest: &str) {
+        self.guest_errors
+            .get_or_create(&GuestLabel {
+                guest: guest.to_owned(),
+            })
+            .inc();
     }
 
     /// An address of `range` was released.

@@ -500,3 +500,112 @@ async fn namespaces_get_their_floating_ip_by_selector_and_prefix_and_free_it_whe
     })
     .await;
 }
+
+/// A Secret holding a kubeconfig, in `ns`.
+async fn kubeconfig_secret(client: &Client, ns: &str, name: &str, text: &str) {
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name},
+                                           "stringData": {"value": text}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+}
+
+/// (status, reason) of a FloatingIP's Published condition.
+async fn published(client: &Client, ns: &str, name: &str) -> Option<(String, String)> {
+    let f = Api::<FloatingIP>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .ok()??;
+    let c = f
+        .status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Published")?;
+    Some((c.status, c.reason))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn guest_clusters_get_cidr_global_and_an_unreachable_one_blocks_no_other() {
+    let _serial = SERIAL.lock().await;
+    let cp = netpolicy_testenv::shared();
+    let guest_cp = netpolicy_testenv::second();
+    let client = cp.client().await;
+    let guest = guest_cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let system = cp.namespace("fip-guests").await;
+    let (reachable, unreachable) = (cp.namespace("c-m-up").await, cp.namespace("c-m-down").await);
+    let kubeconfig = std::fs::read_to_string(&guest_cp.kubeconfig).unwrap();
+    kubeconfig_secret(&client, &reachable, "guest-kubeconfig", &kubeconfig).await;
+    // A guest whose API server is gone: a port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dead = kubeconfig.replace(
+        guest_cp.server.as_str(),
+        &format!("https://127.0.0.1:{closed}"),
+    );
+    assert_ne!(dead, kubeconfig);
+    kubeconfig_secret(&client, &unreachable, "guest-kubeconfig", &dead).await;
+    let name = cp.unique("guest-range");
+    Api::<FloatingIPRange>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &range(
+                &name,
+                "10.80.0.0/28",
+                json!({"kubeVip": {"publish": true,
+                                   "guestKubeconfigSecret": {"name": "guest-kubeconfig"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let op = Operator::start(cp, &system, &cp.unique("lease"), "guests");
+    create_fip(&client, &unreachable, "vip", &name, None).await;
+    create_fip(&client, &reachable, "vip", &name, None).await;
+    eventually(
+        "the guest's own ConfigMap holds cidr-global",
+        40,
+        || async {
+            kube_vip_data(&guest, "kube-system")
+                .await
+                .get("cidr-global")
+                .map(String::as_str)
+                == Some("10.80.0.2/32")
+        },
+    )
+    .await;
+    eventually(
+        "the reachable guest's FloatingIP says published",
+        30,
+        || async {
+            published(&client, &reachable, "vip").await
+                == Some(("True".to_owned(), "Published".to_owned()))
+        },
+    )
+    .await;
+    eventually(
+        "the unreachable guest's FloatingIP says why",
+        40,
+        || async {
+            published(&client, &unreachable, "vip").await
+                == Some(("False".to_owned(), "GuestUnreachable".to_owned()))
+        },
+    )
+    .await;
+    // Nothing is published in the operator's own cluster for guest ranges.
+    assert!(
+        kube_vip_data(&client, "kube-system").await.is_empty(),
+        "{}",
+        op.log()
+    );
+    assert!(
+        op.metrics()
+            .contains("netpolicy_floating_ip_guest_publish_errors_total")
+    );
+}

@@ -63,6 +63,20 @@ pub fn shared() -> &'static ControlPlane {
     })
 }
 
+static SECOND: OnceLock<ControlPlane> = OnceLock::new();
+
+/// A second, independent control plane of this test binary (its own etcd and API
+/// server), started on first use: a guest cluster, a remote cluster.
+///
+/// # Panics
+/// As [`shared`].
+pub fn second() -> &'static ControlPlane {
+    SECOND.get_or_init(|| match start() {
+        Ok(cp) => cp,
+        Err(e) => panic!("netpolicy-testenv: the second control plane did not start: {e}"),
+    })
+}
+
 impl ControlPlane {
     /// A name no other test of this binary gets: `<prefix>-<n>` (lowercase, valid as a
     /// Kubernetes object name).

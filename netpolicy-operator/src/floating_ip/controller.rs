@@ -32,7 +32,7 @@
 //! allocations is not deleted until they are released.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -158,6 +158,10 @@ pub async fn run(
         ),
         shared: Arc::clone(&shared),
         logged: HashMap::new(),
+        guests: BTreeMap::new(),
+        guest_backoff: HashMap::new(),
+        guest_published: HashMap::new(),
+        wake: wake.clone(),
     };
     let stores = Stores {
         ranges,
@@ -208,7 +212,20 @@ struct Writer {
     shared: Arc<Shared>,
     /// Problems already logged (logged again only when they change).
     logged: HashMap<String, String>,
+    /// The last publication to each guest cluster: `Ok` or why not.
+    guests: BTreeMap<String, Result<(), String>>,
+    /// Guests that failed: when to try again, and the next delay.
+    guest_backoff: HashMap<String, (Instant, Duration)>,
+    /// What each guest was last given successfully (so a quiet pass writes nothing).
+    guest_published: HashMap<String, super::KubeVipPublication>,
+    /// To run another pass when a guest's state changes (its FloatingIPs' status).
+    wake: Wake,
 }
+
+/// Longest wait between tries of an unreachable guest cluster.
+const GUEST_MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// Longest a guest publication may take; a slow guest never holds up the others long.
+const GUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
 fn get<K>(store: &Store<K>, namespace: Option<&str>, name: &str) -> Option<Arc<K>>
 where
@@ -234,6 +251,7 @@ impl Writer {
                 fips: &fips,
                 namespaces: &namespaces,
                 claims: &claims,
+                guests: &self.guests,
             },
             &now,
         );
@@ -451,50 +469,96 @@ impl Writer {
                 Err(e) => return Err(e),
             }
         }
-        // 6. kube-vip.
+        // 6. kube-vip, here and in guest clusters.
         for cm in &p.kube_vip {
-            writes += usize::from(self.publish(cm).await?);
+            let api = Api::<ConfigMap>::namespaced(self.client.clone(), &cm.namespace);
+            writes += usize::from(publish(&api, cm).await?);
         }
+        self.publish_guests(&p.guests).await;
         if writes > 0 {
             debug!(writes, "floating IPs: pass wrote");
         }
         Ok(())
     }
 
-    /// Keeps the operator's keys of one kube-vip ConfigMap: only when they differ from
-    /// what is there, and never touching keys it does not own.
-    async fn publish(&self, cm: &super::KubeVipConfigMap) -> Result<bool, kube::Error> {
-        let api = Api::<ConfigMap>::namespaced(self.client.clone(), &cm.namespace);
-        let current = api.get_opt(&cm.name).await?;
-        let owned = current.as_ref().map(owned_keys).unwrap_or_default();
-        let data = current
-            .as_ref()
-            .and_then(|c| c.data.clone())
-            .unwrap_or_default();
-        let same = cm.data.iter().all(|(k, v)| data.get(k) == Some(v))
-            && owned.iter().all(|k| cm.data.contains_key(k));
-        if same && (current.is_some() || cm.data.is_empty()) {
-            return Ok(false);
+    /// Publishes to every guest cluster that is due (not waiting out a backoff, and
+    /// not already holding exactly this), side by side, each within [`GUEST_TIMEOUT`].
+    /// A change of a guest's state wakes another pass (its FloatingIPs' status).
+    async fn publish_guests(&mut self, wanted: &[super::KubeVipPublication]) {
+        let now = Instant::now();
+        let due: Vec<super::KubeVipPublication> = wanted
+            .iter()
+            .filter(|g| self.guest_published.get(&g.cluster) != Some(*g))
+            .filter(|g| {
+                self.guest_backoff
+                    .get(&g.cluster)
+                    .is_none_or(|(at, _)| *at <= now)
+            })
+            .cloned()
+            .collect();
+        let results: Vec<(super::KubeVipPublication, Result<bool, String>)> =
+            futures::stream::iter(due)
+                .map(|g| {
+                    let client = self.client.clone();
+                    async move {
+                        let r = tokio::time::timeout(GUEST_TIMEOUT, publish_guest(client, &g))
+                            .await
+                            .unwrap_or_else(|_| Err(format!("no answer within {GUEST_TIMEOUT:?}")));
+                        (g, r)
+                    }
+                })
+                .buffer_unordered(CONCURRENCY)
+                .collect()
+                .await;
+        let mut changed = false;
+        for (g, r) in results {
+            let state = r.as_ref().map(|_| ()).map_err(Clone::clone);
+            match r {
+                Ok(wrote) => {
+                    if wrote {
+                        info!(
+                            guest = g.cluster,
+                            "kube-vip ConfigMap in the guest cluster updated"
+                        );
+                    }
+                    self.guest_backoff.remove(&g.cluster);
+                    self.guest_published.insert(g.cluster.clone(), g.clone());
+                }
+                Err(e) => {
+                    let delay = self
+                        .guest_backoff
+                        .get(&g.cluster)
+                        .map_or(Duration::from_secs(2), |(_, d)| {
+                            (*d * 2).min(GUEST_MAX_BACKOFF)
+                        });
+                    warn!(guest = g.cluster, error = e, retry_in = ?delay, "guest cluster unreachable");
+                    self.shared.metrics.guest_publish_failed(&g.cluster);
+                    self.guest_backoff
+                        .insert(g.cluster.clone(), (Instant::now() + delay, delay));
+                    self.guest_published.remove(&g.cluster);
+                    // Try again when the backoff ends.
+                    let wake = self.wake.clone();
+                    let cluster = g.cluster.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        wake.changed(&Arc::from("Guest"), cluster);
+                    });
+                }
+            }
+            if self.guests.get(&g.cluster) != Some(&state) {
+                self.guests.insert(g.cluster.clone(), state);
+                changed = true;
+            }
         }
-        let patch = json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": cm.name, "namespace": cm.namespace},
-            "data": cm.data,
-        });
-        api.patch(
-            &cm.name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
-        info!(
-            namespace = cm.namespace,
-            name = cm.name,
-            keys = cm.data.len(),
-            "kube-vip ConfigMap updated"
-        );
-        Ok(true)
+        // Guests no range asks for any more are forgotten.
+        let wanted_clusters: BTreeSet<&str> = wanted.iter().map(|g| g.cluster.as_str()).collect();
+        self.guests
+            .retain(|c, _| wanted_clusters.contains(c.as_str()));
+        self.guest_published
+            .retain(|c, _| wanted_clusters.contains(c.as_str()));
+        if changed {
+            self.wake.changed(&Arc::from("Guest"), String::new());
+        }
     }
 
     async fn event<K: Resource<DynamicType = ()>>(
@@ -546,4 +610,81 @@ fn owned_keys(cm: &ConfigMap) -> BTreeSet<String> {
                 .collect::<Vec<_>>()
         })
         .collect()
+}
+
+/// Keeps the operator's keys of one kube-vip ConfigMap: only when they differ from
+/// what is there, and never touching keys it does not own.
+async fn publish(api: &Api<ConfigMap>, cm: &super::KubeVipConfigMap) -> Result<bool, kube::Error> {
+    let current = api.get_opt(&cm.name).await?;
+    let owned = current.as_ref().map(owned_keys).unwrap_or_default();
+    let data = current
+        .as_ref()
+        .and_then(|c| c.data.clone())
+        .unwrap_or_default();
+    let same = cm.data.iter().all(|(k, v)| data.get(k) == Some(v))
+        && owned.iter().all(|k| cm.data.contains_key(k));
+    if same && (current.is_some() || cm.data.is_empty()) {
+        return Ok(false);
+    }
+    let patch = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": cm.name, "namespace": cm.namespace},
+        "data": cm.data,
+    });
+    api.patch(
+        &cm.name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    info!(
+        namespace = cm.namespace,
+        name = cm.name,
+        keys = cm.data.len(),
+        "kube-vip ConfigMap updated"
+    );
+    Ok(true)
+}
+
+/// Publishes `cidr-global` in a guest cluster, through the kubeconfig in the Secret
+/// `g.cluster` (`<namespace>/<secret>`) names. Returns whether it wrote.
+async fn publish_guest(client: Client, g: &super::KubeVipPublication) -> Result<bool, String> {
+    let (namespace, name) = g
+        .cluster
+        .split_once('/')
+        .ok_or_else(|| format!("{:?} is not <namespace>/<secret>", g.cluster))?;
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client, namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("reading Secret {}: {e}", g.cluster))?
+        .ok_or_else(|| format!("Secret {} does not exist", g.cluster))?;
+    let data = secret.data.unwrap_or_default();
+    let key = ["value", "kubeconfig", "config"]
+        .into_iter()
+        .find(|k| data.contains_key(*k))
+        .ok_or_else(|| {
+            format!(
+                "Secret {} has no key value, kubeconfig or config",
+                g.cluster
+            )
+        })?;
+    let text = String::from_utf8(data[key].0.clone())
+        .map_err(|_| format!("Secret {} key {key} is not text", g.cluster))?;
+    let kc = kube::config::Kubeconfig::from_yaml(&text)
+        .map_err(|e| format!("Secret {} key {key}: not a kubeconfig: {e}", g.cluster))?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| format!("Secret {} key {key}: {e}", g.cluster))?;
+    config.connect_timeout = Some(Duration::from_secs(5));
+    config.read_timeout = Some(Duration::from_secs(10));
+    let guest = Client::try_from(config).map_err(|e| format!("guest client: {e}"))?;
+    let api = Api::<ConfigMap>::namespaced(guest, &g.namespace);
+    let cm = super::KubeVipConfigMap {
+        namespace: g.namespace.clone(),
+        name: g.name.clone(),
+        data: g.data.clone(),
+    };
+    publish(&api, &cm).await.map_err(|e| e.to_string())
 }

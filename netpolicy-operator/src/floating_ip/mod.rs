@@ -336,6 +336,9 @@ pub struct World<'a> {
     pub namespaces: &'a [Arc<Namespace>],
     /// Every FloatingIPClaim.
     pub claims: &'a [Arc<FloatingIPClaim>],
+    /// What the last publication to each guest cluster (`<namespace>/<secret>`) gave:
+    /// `Ok`, or why it failed. Absent: not tried yet.
+    pub guests: &'a BTreeMap<String, Result<(), String>>,
 }
 
 /// A claim released, and why.
@@ -484,8 +487,10 @@ pub struct Pass {
     pub range_status: Vec<(String, FloatingIPRangeStatus)>,
     /// Ranges whose finalizer is to be added (true) or removed (false).
     pub range_finalizers: Vec<(String, bool)>,
-    /// kube-vip ConfigMaps named by any range.
+    /// kube-vip ConfigMaps named by any range, in this cluster.
     pub kube_vip: Vec<KubeVipConfigMap>,
+    /// kube-vip ConfigMaps in guest clusters (`cluster` is `<namespace>/<secret>`).
+    pub guests: Vec<KubeVipPublication>,
     /// Problems with the input (logged once per change).
     pub problems: Vec<InputError>,
 }
@@ -799,19 +804,72 @@ pub fn pass(world: World<'_>, now: &Time) -> Pass {
             .get(f.spec.range.as_str())
             .and_then(|r| r.spec.kube_vip.as_ref())
             .filter(|k| k.publish);
-        if let (Some(_), Some(a)) = (
+        if let (Some(kv), Some(a)) = (
             kv,
             address.as_deref().and_then(|a| a.parse::<IpAddr>().ok()),
         ) {
-            conditions.push(if publishable(a) {
-                k8s::condition(&cur.conditions, fc::PUBLISHED, true, fc::PUBLISHED_REASON, format!("{a} is published to kube-vip"), generation, now)
-            } else {
+            let guest = kv.guest_kubeconfig_secret.as_ref().map(|g| {
+                let cluster = format!(
+                    "{}/{}",
+                    f.metadata.namespace.as_deref().unwrap_or_default(),
+                    g.name
+                );
+                let state = world.guests.get(&cluster).cloned();
+                (cluster, state)
+            });
+            conditions.push(if !publishable(a) {
                 k8s::condition(
                     &cur.conditions,
                     fc::PUBLISHED,
                     false,
                     fc::NOT_PUBLISHABLE,
-                    format!("kube-vip never hands out {a} (an IPv4 address ending in .0 or .255); it is not published"),
+                    format!(
+                        "kube-vip never hands out {a} (an IPv4 address ending in .0 or .255); \
+                         it is not published"
+                    ),
+                    generation,
+                    now,
+                )
+            } else if let Some((cluster, state)) = guest {
+                match state {
+                    Some(Ok(())) => k8s::condition(
+                        &cur.conditions,
+                        fc::PUBLISHED,
+                        true,
+                        fc::PUBLISHED_REASON,
+                        format!(
+                            "{a} is published as cidr-global in the guest cluster of Secret \
+                             {cluster}"
+                        ),
+                        generation,
+                        now,
+                    ),
+                    Some(Err(why)) => k8s::condition(
+                        &cur.conditions,
+                        fc::PUBLISHED,
+                        false,
+                        fc::GUEST_UNREACHABLE,
+                        format!("the guest cluster of Secret {cluster}: {why} (retrying)"),
+                        generation,
+                        now,
+                    ),
+                    None => k8s::condition(
+                        &cur.conditions,
+                        fc::PUBLISHED,
+                        false,
+                        fc::PENDING,
+                        format!("publishing to the guest cluster of Secret {cluster}"),
+                        generation,
+                        now,
+                    ),
+                }
+            } else {
+                k8s::condition(
+                    &cur.conditions,
+                    fc::PUBLISHED,
+                    true,
+                    fc::PUBLISHED_REASON,
+                    format!("{a} is published to kube-vip"),
                     generation,
                     now,
                 )
@@ -1000,15 +1058,17 @@ pub fn pass(world: World<'_>, now: &Time) -> Pass {
             })
         })
         .collect();
-    out.kube_vip = kube_vip(&ranges, &held)
-        .into_iter()
-        .filter(|p| p.cluster == LOCAL)
-        .map(|p| KubeVipConfigMap {
-            namespace: p.namespace,
-            name: p.name,
-            data: p.data,
-        })
-        .collect();
+    for p in kube_vip(&ranges, &held) {
+        if p.cluster == LOCAL {
+            out.kube_vip.push(KubeVipConfigMap {
+                namespace: p.namespace,
+                name: p.name,
+                data: p.data,
+            });
+        } else {
+            out.guests.push(p);
+        }
+    }
     out.problems = problems;
     out
 }
@@ -1069,6 +1129,7 @@ mod tests {
                 fips,
                 namespaces: &[],
                 claims,
+                guests: &BTreeMap::new(),
             },
             &now(),
         )
@@ -1240,6 +1301,7 @@ mod tests {
                 fips: &[Arc::new(f.clone())],
                 namespaces: &[],
                 claims: &claims,
+                guests: &BTreeMap::new(),
             },
             &later,
         );
