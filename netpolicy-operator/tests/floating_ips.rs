@@ -609,3 +609,98 @@ async fn guest_clusters_get_cidr_global_and_an_unreachable_one_blocks_no_other()
             .contains("netpolicy_floating_ip_guest_publish_errors_total")
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_move_keeps_the_old_address_until_the_new_one_is_held_and_a_range_waits_for_its_allocations()
+ {
+    let _serial = SERIAL.lock().await;
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let system = cp.namespace("fip-move").await;
+    let ns = cp.namespace("fip-mover").await;
+    let name = cp.unique("moving");
+    let ranges = Api::<FloatingIPRange>::all(client.clone());
+    ranges
+        .create(
+            &PostParams::default(),
+            &range(&name, "10.81.0.0/29", json!({})),
+        )
+        .await
+        .unwrap();
+    let _op = Operator::start(cp, &system, &cp.unique("lease"), "mover");
+    create_fip(&client, &ns, "x", &name, None).await;
+    create_fip(&client, &ns, "y", &name, None).await;
+    eventually("allocated", 30, || async {
+        address(&client, &ns, "x").await.as_deref() == Some("10.81.0.1")
+            && address(&client, &ns, "y").await.as_deref() == Some("10.81.0.2")
+    })
+    .await;
+    let fips = Api::<FloatingIP>::namespaced(client.clone(), &ns);
+    let move_to = |to: &'static str| {
+        let fips = fips.clone();
+        async move {
+            fips.patch(
+                "x",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"spec": {"address": to}})),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    // Onto an address someone holds: refused, naming the holder, and x keeps .1.
+    move_to("10.81.0.2").await;
+    eventually("a move onto a taken address is refused", 30, || async {
+        ready(&client, &ns, "x").await.is_some_and(|(s, _, m)| {
+            s == "True" && m.contains("cannot move") && m.contains(&format!("{ns}/y"))
+        })
+    })
+    .await;
+    assert_eq!(
+        address(&client, &ns, "x").await.as_deref(),
+        Some("10.81.0.1")
+    );
+    // Onto a free one: moves; the old address is released after.
+    move_to("10.81.0.5").await;
+    eventually("moved", 30, || async {
+        address(&client, &ns, "x").await.as_deref() == Some("10.81.0.5")
+            && claims_of(&client, &name).await.len() == 2
+    })
+    .await;
+    let held: BTreeSet<String> = claims_of(&client, &name)
+        .await
+        .into_iter()
+        .map(|c| c.spec.address)
+        .collect();
+    assert_eq!(
+        held,
+        BTreeSet::from(["10.81.0.2".to_owned(), "10.81.0.5".to_owned()])
+    );
+    // Deleting the range waits for its allocations, and says so.
+    ranges
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the range waits, and says why", 30, || async {
+        let r = ranges.get_opt(&name).await.unwrap();
+        r.is_some_and(|r| {
+            r.status.is_some_and(|s| {
+                s.conditions.iter().any(|c| {
+                    c.type_ == "Ready"
+                        && c.status == "False"
+                        && c.message.contains("2 allocation(s)")
+                })
+            })
+        })
+    })
+    .await;
+    fips.delete("x", &DeleteParams::default()).await.unwrap();
+    fips.delete("y", &DeleteParams::default()).await.unwrap();
+    eventually(
+        "the range goes once its allocations are released",
+        30,
+        || async { ranges.get_opt(&name).await.unwrap().is_none() },
+    )
+    .await;
+}

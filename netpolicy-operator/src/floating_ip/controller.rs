@@ -416,6 +416,17 @@ impl Writer {
                     c.type_ == crate::api::conditions::floating_ip::EXHAUSTED && c.status == "True"
                 })
             };
+            if let Some(c) = outside(status)
+                && outside(&current).is_none()
+            {
+                self.event(
+                    cur.as_ref(),
+                    EventType::Warning,
+                    "AllocationsOutside",
+                    c.message.clone(),
+                )
+                .await;
+            }
             if became_full(status) && !became_full(&current) {
                 self.event(
                     cur.as_ref(),
@@ -593,6 +604,15 @@ impl Writer {
         }
         self.logged = now;
     }
+}
+
+/// A range's `AllocationsOutside` condition, when True.
+fn outside(
+    st: &crate::api::FloatingIPRangeStatus,
+) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    st.conditions
+        .iter()
+        .find(|c| c.type_ == crate::api::conditions::floating_ip::OUTSIDE && c.status == "True")
 }
 
 /// The `data` keys field manager [`FIELD_MANAGER`] owns in a ConfigMap.
