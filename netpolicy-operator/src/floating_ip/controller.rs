@@ -330,7 +330,23 @@ impl Writer {
         }
         // 3. Releases.
         for r in &p.releases {
-            match claim_api.delete(&r.claim, &DeleteParams::default()).await {
+            if let Some(owner) = &r.owner_gone
+                && self.owner_lives(owner).await?
+            {
+                debug!(
+                    claim = r.claim,
+                    "owner exists (the cache is behind): not released"
+                );
+                continue;
+            }
+            let dp = DeleteParams {
+                preconditions: r.claim_uid.clone().map(|uid| kube::api::Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match claim_api.delete(&r.claim, &dp).await {
                 Ok(_) => {
                     writes += 1;
                     self.shared.metrics.floating_ip_released(&r.range);
@@ -345,7 +361,8 @@ impl Writer {
                         .await;
                     }
                 }
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                // Gone already, or another object of that name now (409).
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
                 Err(e) => return Err(e),
             }
         }
@@ -490,6 +507,24 @@ impl Writer {
             debug!(writes, "floating IPs: pass wrote");
         }
         Ok(())
+    }
+
+    /// Whether a claim's owner exists in the API server (not just in the cache): the
+    /// same uid, not being deleted, in a Namespace not being deleted.
+    async fn owner_lives(&self, owner: &crate::api::ClaimOwner) -> Result<bool, kube::Error> {
+        let f = Api::<FloatingIP>::namespaced(self.client.clone(), &owner.namespace)
+            .get_opt(&owner.name)
+            .await?;
+        let Some(f) = f else { return Ok(false) };
+        if f.metadata.uid.as_deref() != Some(owner.uid.as_str())
+            || f.metadata.deletion_timestamp.is_some()
+        {
+            return Ok(false);
+        }
+        let ns = Api::<Namespace>::all(self.client.clone())
+            .get_opt(&owner.namespace)
+            .await?;
+        Ok(ns.is_some_and(|n| n.metadata.deletion_timestamp.is_none()))
     }
 
     /// Publishes to every guest cluster that is due (not waiting out a backoff, and

@@ -352,6 +352,11 @@ pub struct Release {
     pub address: String,
     /// Why (for the Event).
     pub why: String,
+    /// The claim's uid: the delete is made on exactly this object.
+    pub claim_uid: Option<String>,
+    /// Set when the owner is gone from the cache: the controller reads the owner from
+    /// the API server before it releases (a cache may lag behind the claims' watch).
+    pub owner_gone: Option<ClaimOwner>,
 }
 
 /// A kube-vip-cloud-provider ConfigMap as the operator keeps it: only its own keys.
@@ -601,6 +606,8 @@ pub fn pass(world: World<'_>, now: &Time) -> Pass {
                 range: c.spec.range.clone(),
                 address: c.spec.address.clone(),
                 why: format!("FloatingIP {key} is gone"),
+                claim_uid: c.metadata.uid.clone(),
+                owner_gone: Some(c.spec.owner.clone()),
             });
         }
     }
@@ -631,6 +638,8 @@ pub fn pass(world: World<'_>, now: &Time) -> Pass {
                 range: c.spec.range.clone(),
                 address: c.spec.address.clone(),
                 why: format!("FloatingIP {key} moved to {}", chosen.spec.address),
+                claim_uid: c.metadata.uid.clone(),
+                owner_gone: None,
             });
         }
         let moves = wanted.is_some_and(|w| chosen.spec.address != w.to_string());
