@@ -291,7 +291,7 @@ impl Writer {
                 (c.clone(), fip)
             })
             .collect();
-        let created: Vec<Option<(String, String, f64)>> = futures::stream::iter(jobs)
+        let created: Vec<Option<(String, String, f64, String)>> = futures::stream::iter(jobs)
             .map(|(c, fip)| {
                 let api = claim_api.clone();
                 async move {
@@ -305,7 +305,12 @@ impl Writer {
                                     .max(0) as f64
                                         / 1000.0
                                 });
-                            Ok(Some((c.spec.range.clone(), c.spec.address.clone(), waited)))
+                            Ok(Some((
+                                c.spec.range.clone(),
+                                c.spec.address.clone(),
+                                waited,
+                                format!("{}/{}", c.spec.owner.namespace, c.spec.owner.name),
+                            )))
                         }
                         Err(kube::Error::Api(e)) if e.code == 409 => {
                             // Someone else holds it (another operator process, or our
@@ -323,8 +328,12 @@ impl Writer {
             .buffer_unordered(CONCURRENCY)
             .try_collect()
             .await?;
-        for (range, address, waited) in created.into_iter().flatten() {
+        // FloatingIPs that just got a claim: their status is written by the next pass
+        // (woken by the claim), with the address, not now without it.
+        let mut just_claimed: BTreeSet<String> = BTreeSet::new();
+        for (range, address, waited, owner) in created.into_iter().flatten() {
             writes += 1;
+            just_claimed.insert(owner);
             self.shared.metrics.floating_ip_allocated(&range, waited);
             debug!(range, address, "address claimed");
         }
@@ -368,6 +377,9 @@ impl Writer {
         }
         // 4. Statuses that differ.
         for (ns, name, status) in &p.fip_status {
+            if just_claimed.contains(&format!("{ns}/{name}")) {
+                continue;
+            }
             let Some(cur) = get(&s.fips, Some(ns), name) else {
                 continue;
             };
