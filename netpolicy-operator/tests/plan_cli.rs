@@ -626,10 +626,16 @@ fn the_route_reflector_example_plans_a_multi_topology() {
     let rr = &v["routeReflectors"];
     let reflectors = rr["reflectors"].as_array().unwrap();
     assert_eq!(reflectors.len(), 6, "{rr}");
-    // Preferred (general) nodes first; zones get consecutive cluster IDs.
+    // Preferred (general) nodes first; `multi` gives every reflector its own cluster ID
+    // (reflectors of a zone serve different clients there), counting up.
     assert_eq!(reflectors[0]["node"], "general-a1");
     assert_eq!(reflectors[0]["clusterID"], "224.0.0.1");
-    assert_eq!(reflectors[5]["clusterID"], "224.0.0.3");
+    let ids: std::collections::BTreeSet<&str> = reflectors
+        .iter()
+        .map(|r| r["clusterID"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 6, "{rr}");
+    assert_eq!(reflectors[5]["clusterID"], "224.0.0.6");
     let zone_of = |n: &str| n.chars().rev().nth(1).unwrap(); // general-a1 -> 'a'
     for (client, rs) in rr["clients"].as_object().unwrap() {
         let rs: Vec<&str> = rs
@@ -657,7 +663,10 @@ fn the_route_reflector_example_plans_a_multi_topology() {
         .iter()
         .map(|s| s["phase"].as_str().unwrap())
         .collect();
-    assert_eq!(phases, ["createPeers", "promote", "addClientLabels"]);
+    assert_eq!(
+        phases,
+        ["createPeers", "promote", "setClusterIDs", "addClientLabels"]
+    );
 }
 
 /// Writes the cluster as the plan leaves it (labels, annotations, BGPPeers) and plans

@@ -10,7 +10,9 @@
 //! 2. [`topology()`]: the `simple` or `multi` peering, its `BGPPeer` objects and the
 //!    marks on nodes (see [`mod@topology`] for how `multi` balances and groups).
 //! 3. [`transition()`]: make-before-break steps from the [`Current`] state.
-//! 4. [`sim::verify`]: replays a plan against Calico's selector semantics.
+//! 4. [`sim::verify`]: replays a plan against Calico's selector semantics and BIRD's
+//!    route reflection: no node loses its last session or a route it should keep, at
+//!    any operation, and at the end every node learns every other node's route.
 //!
 //! [`Engine`] keeps a topology and updates it for one node added or removed without
 //! recomputing the cluster.
@@ -27,8 +29,16 @@
 //!   (fewest peerings to move; counted through reflector sets, so in `simple`, where a
 //!   zone's reflectors all serve the same clients, the next rules decide); ties go
 //!   against non-preferred, then the youngest, then the last name.
-//! - Cluster IDs: with [`Per::Zone`], zone `i` in zone-name order gets `clusterID` with
-//!   its last octet plus `i`; with [`Per::Cluster`] every reflector shares `clusterID`.
+//! - Cluster IDs: a reflector drops a reflected route whose CLUSTER_LIST holds its own
+//!   cluster ID (BIRD, RFC 4456), so reflectors share an ID only where they serve the
+//!   same clients. `simple` (either `per`): one ID per zone with reflectors, the zone's
+//!   reflectors serving its clients alike; a zone keeps the ID its reflectors hold
+//!   (a new zone never renumbers the others), new ones count up the last octet from
+//!   `clusterID` skipping IDs in use. `multi`: every reflector its own ID (a zone's
+//!   reflectors serve different sets there), kept while it holds it alone. With one
+//!   shared ID for everything (the old `per: cluster`) or per zone in `multi`, clients
+//!   of one reflector never learned routes of clients of another when no path around
+//!   existed (one zone, no zone label, `peersPerNode: 1`); [`sim`] shows it.
 //! - Marks: reflectors carry the reflector label with value [`reflector_token`] (their
 //!   name when it is a valid label value) and the [`CLUSTER_ID_ANNOTATION`]; `multi`
 //!   clients carry one `rr.netpolicy.io/set-<id>` label.

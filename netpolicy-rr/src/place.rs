@@ -1,6 +1,9 @@
 //! Sizing, eligibility and stable placement of reflectors per zone.
 
-use std::{collections::BTreeMap, net::Ipv4Addr};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::Ipv4Addr,
+};
 
 use netpolicy_core::FieldError;
 
@@ -107,18 +110,6 @@ pub fn place(nodes: &[NodeInfo], config: &Config, current: &Current) -> Result<P
         let zone = config.zone_of(n);
         zones.entry(zone).or_default().push(n);
     }
-    let last = config.cluster_id.octets()[3];
-    if usize::from(last) + zones.len().saturating_sub(1) > 255 && config.per == Per::Zone {
-        return Err(Error::Invalid(vec![FieldError::new(
-            "spec.clusterID",
-            format!(
-                "{} zones need {} cluster IDs counting up from {}, past x.x.x.255",
-                zones.len(),
-                zones.len(),
-                config.cluster_id
-            ),
-        )]));
-    }
     let ready: Vec<usize> = zones
         .values()
         .map(|ns| ns.iter().filter(|n| n.ready).count())
@@ -136,19 +127,23 @@ pub fn place(nodes: &[NodeInfo], config: &Config, current: &Current) -> Result<P
     let (wanted, targets) = sizes(config, &ready, &caps);
     let clients = current.client_counts();
     let reflectors_now: std::collections::HashSet<&str> = current.reflectors().collect();
+    let chosen: Vec<Vec<String>> = (0..zones.len())
+        .map(|i| {
+            choose(
+                &eligible[i],
+                targets[i] as usize,
+                config,
+                &reflectors_now,
+                &clients,
+            )
+        })
+        .collect();
+    let staffed: Vec<bool> = chosen.iter().map(|c| !c.is_empty()).collect();
+    let ids = zone_cluster_ids(&zones, &staffed, config, current)?;
     let mut out = Vec::with_capacity(zones.len());
-    for (i, (zone, _)) in zones.iter().enumerate() {
-        let k = targets[i] as usize;
-        let chosen = choose(&eligible[i], k, config, &reflectors_now, &clients);
+    for (i, ((zone, _), chosen)) in zones.iter().zip(chosen).enumerate() {
         let shortfall = shortfall(wanted[i], targets[i], caps[i]);
-        let cluster_id = match config.per {
-            Per::Zone => {
-                let mut o = config.cluster_id.octets();
-                o[3] = last.saturating_add(u8::try_from(i).unwrap_or(u8::MAX));
-                Ipv4Addr::from(o)
-            }
-            Per::Cluster => config.cluster_id,
-        };
+        let cluster_id = ids[i];
         out.push(ZonePlacement {
             zone: (*zone).to_owned(),
             ready: ready[i],
@@ -160,6 +155,87 @@ pub fn place(nodes: &[NodeInfo], config: &Config, current: &Current) -> Result<P
         });
     }
     Ok(Placement { zones: out })
+}
+
+/// A cluster ID per zone, also when the count is per cluster: a zone's reflectors serve
+/// the same clients (`simple`), and reflectors that share a cluster ID but not their
+/// clients lose routes (BIRD drops a reflected route whose CLUSTER_LIST holds its own
+/// ID; see [`crate::sim`]). `multi` gives each reflector its own ([`crate::topology()`]).
+///
+/// A zone keeps the ID its reflectors hold now (the most common one among them, when
+/// no earlier zone in name order kept it), so a new zone never renumbers the others;
+/// the others take the lowest last octet from `clusterID`'s up that no node holds now
+/// and no zone took. With no reflectors anywhere yet that is `clusterID`, then one up
+/// per zone in zone-name order. A zone without reflectors holds no ID (its entry says
+/// `clusterID` and means nothing).
+fn zone_cluster_ids(
+    zones: &BTreeMap<&str, Vec<&NodeInfo>>,
+    staffed: &[bool],
+    config: &Config,
+    current: &Current,
+) -> Result<Vec<Ipv4Addr>> {
+    let held: BTreeSet<Ipv4Addr> = current
+        .marks
+        .values()
+        .filter_map(|m| m.cluster_id)
+        .collect();
+    let mut taken: BTreeSet<Ipv4Addr> = BTreeSet::new();
+    let mut out: Vec<Option<Ipv4Addr>> = Vec::with_capacity(zones.len());
+    for (zi, nodes) in zones.values().enumerate() {
+        if !staffed[zi] {
+            out.push(Some(config.cluster_id));
+            continue;
+        }
+        let mut counts: BTreeMap<Ipv4Addr, usize> = BTreeMap::new();
+        for n in nodes {
+            if let Some(m) = current.marks.get(&n.name)
+                && m.reflector.is_some()
+                && let Some(id) = m.cluster_id
+            {
+                *counts.entry(id).or_default() += 1;
+            }
+        }
+        let keep = counts
+            .iter()
+            .filter(|(id, _)| !taken.contains(*id))
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+            .map(|(id, _)| *id);
+        if let Some(id) = keep {
+            taken.insert(id);
+        }
+        out.push(keep);
+    }
+    let base = config.cluster_id.octets();
+    let mut next = base[3];
+    let mut ids = Vec::with_capacity(out.len());
+    for id in out {
+        let id = match id {
+            Some(id) => id,
+            None => loop {
+                let mut o = base;
+                o[3] = next;
+                let candidate = Ipv4Addr::from(o);
+                if !held.contains(&candidate) && !taken.contains(&candidate) {
+                    taken.insert(candidate);
+                    break candidate;
+                }
+                next = next.checked_add(1).ok_or_else(|| {
+                    Error::Invalid(vec![FieldError::new(
+                        "spec.clusterID",
+                        format!(
+                            "{} zones need {} cluster IDs counting up from {} (skipping the \
+                             ones nodes hold now), past x.x.x.255",
+                            zones.len(),
+                            zones.len(),
+                            config.cluster_id
+                        ),
+                    )])
+                })?;
+            },
+        };
+        ids.push(id);
+    }
+    Ok(ids)
 }
 
 /// `k` reflectors from a zone's eligible nodes: current ones stay (fewest clients
@@ -321,7 +397,7 @@ mod tests {
     }
 
     #[test]
-    fn per_cluster_spreads_evenly_and_shares_the_cluster_id() {
+    fn per_cluster_spreads_evenly_and_gives_each_zone_its_cluster_id() {
         let mut nodes = zone_nodes("a", 5, 0);
         nodes.extend(zone_nodes("b", 5, 0));
         nodes.extend(zone_nodes("c", 1, 0));
@@ -333,9 +409,14 @@ mod tests {
         let p = place(&nodes, &c, &Current::default()).unwrap();
         let counts: Vec<usize> = p.zones.iter().map(|z| z.reflectors.len()).collect();
         assert_eq!(counts, [3, 3, 1]);
-        assert!(
-            p.reflectors()
-                .all(|(_, id)| id == Ipv4Addr::new(224, 0, 0, 1))
+        let ids: Vec<Ipv4Addr> = p.zones.iter().map(|z| z.cluster_id).collect();
+        assert_eq!(
+            ids,
+            [
+                Ipv4Addr::new(224, 0, 0, 1),
+                Ipv4Addr::new(224, 0, 0, 2),
+                Ipv4Addr::new(224, 0, 0, 3)
+            ]
         );
     }
 

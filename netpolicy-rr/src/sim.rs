@@ -6,6 +6,29 @@
 //! `nodeSelector` matches with every node its `peerSelector` matches (never a node with
 //! itself), and a session exists when any object configures the pair in either
 //! direction.
+//!
+//! Sessions are not enough: [`Cluster::propagation`] follows every node's route through
+//! those sessions with the route-reflection rules Calico configures in BIRD
+//! (RFC 4456), and [`verify`] checks that no node stops learning a route it learned
+//! before and still should, at any operation of a plan, and that every node learns
+//! every other node's route at the end.
+//!
+//! # Route reflection as Calico configures BIRD
+//! - A node with a cluster ID (the `projectcalico.org/RouteReflectorClusterID`
+//!   annotation) is a reflector. On its session with a peer whose cluster ID differs
+//!   (or that has none) it sets `rr client` and `rr cluster id <its ID>`: the peer is
+//!   its client. A peer with the same cluster ID is a plain iBGP peer (a non-client).
+//!   A node without a cluster ID treats every peer as a plain iBGP peer.
+//! - Every node advertises its own route to every peer.
+//! - A node advertises a route it learned over iBGP only if it is a reflector and the
+//!   route came from a client or goes to a client (learned from a client: to everyone;
+//!   from a non-client: to clients only); never back to the peer it came from. It
+//!   prepends its cluster ID to the route's CLUSTER_LIST.
+//! - A node drops a route whose CLUSTER_LIST holds its own cluster ID (loop
+//!   prevention), and a route it originated.
+//! - Each node advertises only its best route: the shortest CLUSTER_LIST, then the
+//!   lowest peer (node name order, standing in for the lowest peer address). The
+//!   property checks use both tie orders ([`Tie`]).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -139,6 +162,139 @@ impl Cluster {
     }
 }
 
+/// How two equally good routes are ordered (BIRD prefers the lower peer address; the
+/// checks run with both orders so that no result depends on the addresses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tie {
+    /// The peer first in node-name order wins.
+    Lowest,
+    /// The peer last in node-name order wins.
+    Highest,
+}
+
+/// Which nodes learn which nodes' routes: `learned[o]` holds every node that has a
+/// route to `o` (never `o` itself).
+pub type Learned = BTreeMap<String, BTreeSet<String>>;
+
+/// A route as one node holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Held {
+    /// CLUSTER_LIST (cluster IDs as integers), most recent first.
+    cluster_list: Vec<u32>,
+    /// The peer it came from (`usize::MAX`: originated here).
+    from: usize,
+    /// It came from a client of this node.
+    from_client: bool,
+}
+
+impl Cluster {
+    /// Every node's route, followed through the sessions with Calico's route-reflection
+    /// rules (module docs); `tie` orders equally good routes.
+    ///
+    /// # Errors
+    /// A selector that does not parse, or a route that never settles (the rules above
+    /// always settle; this guards the check itself).
+    pub fn propagation(&self, tie: Tie) -> Result<Learned, String> {
+        let sessions = self.sessions()?;
+        let names: Vec<&String> = sessions.keys().collect();
+        let index: BTreeMap<&str, usize> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), i))
+            .collect();
+        let adj: Vec<Vec<usize>> = names
+            .iter()
+            .map(|n| {
+                sessions[*n]
+                    .iter()
+                    .filter_map(|p| index.get(p.as_str()).copied())
+                    .collect()
+            })
+            .collect();
+        let cid: Vec<Option<u32>> = names
+            .iter()
+            .map(|n| self.cluster_ids.get(*n).map(|a| u32::from(*a)))
+            .collect();
+        // x treats y as its client.
+        let client = |x: usize, y: usize| cid[x].is_some() && cid[x] != cid[y];
+        let better = |a: &Held, b: &Held| match a.cluster_list.len().cmp(&b.cluster_list.len()) {
+            std::cmp::Ordering::Less => true,
+            std::cmp::Ordering::Greater => false,
+            std::cmp::Ordering::Equal => match tie {
+                Tie::Lowest => a.from < b.from,
+                Tie::Highest => a.from > b.from,
+            },
+        };
+        let n = names.len();
+        let mut out = Learned::new();
+        for o in 0..n {
+            let mut best: Vec<Option<Held>> = vec![None; n];
+            best[o] = Some(Held {
+                cluster_list: Vec::new(),
+                from: usize::MAX,
+                from_client: false,
+            });
+            let mut settled = false;
+            for _round in 0..(4 * n + 4) {
+                let mut changed = false;
+                for x in 0..n {
+                    if x == o {
+                        continue;
+                    }
+                    let mut cand: Option<Held> = None;
+                    for &y in &adj[x] {
+                        let Some(r) = &best[y] else { continue };
+                        // What y advertises to x.
+                        let cluster_list = if r.from == usize::MAX {
+                            Vec::new()
+                        } else {
+                            let Some(c) = cid[y] else { continue };
+                            if r.from == x || !(r.from_client || client(y, x)) {
+                                continue;
+                            }
+                            let mut cl = Vec::with_capacity(r.cluster_list.len() + 1);
+                            cl.push(c);
+                            cl.extend_from_slice(&r.cluster_list);
+                            cl
+                        };
+                        // What x accepts.
+                        if cid[x].is_some_and(|c| cluster_list.contains(&c)) {
+                            continue;
+                        }
+                        let h = Held {
+                            cluster_list,
+                            from: y,
+                            from_client: client(x, y),
+                        };
+                        if cand.as_ref().is_none_or(|c| better(&h, c)) {
+                            cand = Some(h);
+                        }
+                    }
+                    if cand != best[x] {
+                        best[x] = cand;
+                        changed = true;
+                    }
+                }
+                if !changed {
+                    settled = true;
+                    break;
+                }
+            }
+            if !settled {
+                return Err(format!("the route of {} does not settle", names[o]));
+            }
+            out.insert(
+                names[o].clone(),
+                (0..n)
+                    .filter(|&x| x != o && best[x].is_some())
+                    .map(|x| names[x].clone())
+                    .collect(),
+            );
+        }
+        Ok(out)
+    }
+}
+
 /// Replays `steps` from `current` one operation at a time and checks that
 /// - no node that has a session before the plan and in the target loses all of its
 ///   sessions at any point;
@@ -172,6 +328,16 @@ pub fn verify(
         .filter(|(n, s)| !s.is_empty() && expected(n))
         .map(|(n, _)| n.as_str())
         .collect();
+    // Routes that must reach their node all the way: learned before the plan (with
+    // either tie order) and by a node that is still in BGP after it.
+    let learned_before = [c.propagation(Tie::Lowest)?, c.propagation(Tie::Highest)?];
+    let must = |o: &str, x: &str| {
+        keep.contains(o)
+            && keep.contains(x)
+            && learned_before
+                .iter()
+                .all(|l| l.get(o).is_some_and(|s| s.contains(x)))
+    };
     for (si, step) in steps.iter().enumerate() {
         for (oi, op) in step.ops.iter().enumerate() {
             c.apply(op);
@@ -182,6 +348,57 @@ pub fn verify(
                         "{n} has no session after step {si} ({:?}) operation {oi}: {op:?}",
                         step.phase
                     ));
+                }
+            }
+            for tie in [Tie::Lowest, Tie::Highest] {
+                for (o, xs) in &c.propagation(tie)? {
+                    for x in &keep {
+                        if *x != o && !xs.contains(*x) && must(o, x) {
+                            let show = |n: &str| {
+                                let peers: Vec<String> = now
+                                    .get(n)
+                                    .into_iter()
+                                    .flatten()
+                                    .map(|p| match c.cluster_ids.get(p) {
+                                        Some(id) => format!("{p}[{id}]"),
+                                        None => p.clone(),
+                                    })
+                                    .collect();
+                                format!("{n}[{:?}] peers {}", c.cluster_ids.get(n), peers.join(" "))
+                            };
+                            return Err(format!(
+                                "{x} no longer learns the route of {o} after step {si} ({:?}) \
+                                 operation {oi}: {op:?} ({tie:?} ties); {}; {}; before: {o} \
+                                 peered {:?}",
+                                step.phase,
+                                show(o),
+                                show(x),
+                                before.get(o)
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // At the end every node in the topology learns every other's route.
+    let members: BTreeSet<&str> = target
+        .clients
+        .iter()
+        .filter(|(_, rs)| !rs.is_empty())
+        .map(|(n, _)| n.as_str())
+        .chain(reflectors.iter().copied())
+        .collect();
+    if members.len() > 1 {
+        for tie in [Tie::Lowest, Tie::Highest] {
+            let learned = c.propagation(tie)?;
+            for o in &members {
+                for x in &members {
+                    if o != x && !learned.get(*o).is_some_and(|s| s.contains(*x)) {
+                        return Err(format!(
+                            "at the end {x} does not learn the route of {o} ({tie:?} ties)"
+                        ));
+                    }
                 }
             }
         }
@@ -206,10 +423,88 @@ pub fn verify(
             }
         }
     }
-    for (r, id) in target.placement.reflectors() {
-        if c.cluster_ids.get(r) != Some(&id) {
+    for (r, m) in &target.marks {
+        if let Some(id) = m.cluster_id
+            && c.cluster_ids.get(r) != Some(&id)
+        {
             return Err(format!("at the end reflector {r} has no cluster ID {id}"));
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two reflectors and two clients: `c1` peers with `r1`, `c2` with `r2`, the
+    /// reflectors with each other.
+    fn two_reflectors(id1: [u8; 4], id2: [u8; 4]) -> Cluster {
+        let labels: BTreeMap<String, Labels> = ["c1", "c2", "r1", "r2"]
+            .iter()
+            .map(|n| {
+                let mut l = Labels::new();
+                l.insert(format!("is-{n}"), String::new());
+                ((*n).to_owned(), l)
+            })
+            .collect();
+        let peer = |name: &str, a: &str, b: &str| {
+            (
+                name.to_owned(),
+                BgpPeer {
+                    name: name.to_owned(),
+                    node_selector: format!("has(is-{a})"),
+                    peer_selector: format!("has(is-{b})"),
+                },
+            )
+        };
+        Cluster {
+            labels,
+            cluster_ids: BTreeMap::from([
+                ("r1".to_owned(), Ipv4Addr::from(id1)),
+                ("r2".to_owned(), Ipv4Addr::from(id2)),
+            ]),
+            peers: BTreeMap::from([
+                peer("p1", "c1", "r1"),
+                peer("p2", "c2", "r2"),
+                peer("mesh", "r1", "r2"),
+            ]),
+            reflector_label: "rr".into(),
+        }
+    }
+
+    #[test]
+    fn reflectors_sharing_a_cluster_id_but_not_their_clients_lose_routes() {
+        let c = two_reflectors([224, 0, 0, 1], [224, 0, 0, 1]);
+        for tie in [Tie::Lowest, Tie::Highest] {
+            let l = c.propagation(tie).unwrap();
+            // r1 reflects c1's route to r2 with CLUSTER_LIST [224.0.0.1]: r2 drops it.
+            assert!(!l["c1"].contains("c2"), "{l:?}");
+            assert!(!l["c1"].contains("r2"), "{l:?}");
+            // Own routes of the reflectors still travel (no CLUSTER_LIST on them).
+            assert!(l["r1"].contains("c2"), "{l:?}");
+        }
+    }
+
+    #[test]
+    fn a_cluster_id_per_reflector_carries_every_route() {
+        let c = two_reflectors([224, 0, 0, 1], [224, 0, 0, 2]);
+        for tie in [Tie::Lowest, Tie::Highest] {
+            let l = c.propagation(tie).unwrap();
+            for (o, xs) in &l {
+                assert_eq!(xs.len(), 3, "{o}: {xs:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_node_without_a_cluster_id_reflects_nothing() {
+        let mut c = two_reflectors([224, 0, 0, 1], [224, 0, 0, 2]);
+        c.cluster_ids.remove("r1");
+        let l = c.propagation(Tie::Lowest).unwrap();
+        // c1 → r1 stops there: r1 is a plain iBGP speaker.
+        assert_eq!(l["c1"], BTreeSet::from(["r1".to_owned()]));
+        // r2 still reflects c2's route to r1 (r1 is its client now); r1 keeps it.
+        assert!(l["c2"].contains("r1") && !l["c2"].contains("c1"));
+    }
 }

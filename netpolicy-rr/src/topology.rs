@@ -2,7 +2,8 @@
 //!
 //! # `simple`
 //! Every client peers with every reflector of its zone (with every reflector when its
-//! zone has none); reflectors mesh. Objects: one mesh, one per zone.
+//! zone has none); reflectors mesh. Objects: one mesh, one per zone (`zone-<zone>`, or
+//! `zone-<zone>-any` while the zone has no reflector of its own).
 //!
 //! # `multi`
 //! Reflectors are laid out in one ring, round-robin over zones (zone-name order, each
@@ -165,6 +166,19 @@ pub fn topology_for(
             &mut order,
         )?,
     };
+    let mut placement = placement;
+    if config.topology == Kind::Multi {
+        own_cluster_ids(config, current, &mut marks)?;
+        // A zone's entry shows its lowest reflector ID (each has its own here).
+        for z in &mut placement.zones {
+            z.cluster_id = z
+                .reflectors
+                .iter()
+                .filter_map(|r| marks.get(r).and_then(|m| m.cluster_id))
+                .min()
+                .unwrap_or(config.cluster_id);
+        }
+    }
     bgp_peers.push(mesh);
     bgp_peers.sort();
     Ok(Topology {
@@ -175,6 +189,71 @@ pub fn topology_for(
         warnings,
         ring: order,
     })
+}
+
+/// `multi`: every reflector its own cluster ID. Reflectors of a zone serve different
+/// client sets there, and a reflector drops a reflected route whose CLUSTER_LIST holds
+/// its own ID: with a shared ID, clients of one would never learn routes of clients of
+/// another (one zone, or `peersPerNode: 1`). A reflector keeps the ID it has while no
+/// other reflector keeps it; others take the lowest free ID counting up from
+/// `clusterID`. Sessions are the same either way; what it costs is paths: a reflector
+/// now accepts each route from every other reflector that reflects it (at most one copy
+/// per reflector), where a shared ID dropped the copies of its own cluster.
+///
+/// IDs in use are not reused: after a change from `simple`, the zone IDs are freed
+/// once their holders are demoted, and the next computation keeps what each reflector
+/// holds alone.
+fn own_cluster_ids(
+    config: &Config,
+    current: &Current,
+    marks: &mut BTreeMap<String, Marks>,
+) -> Result<()> {
+    let reflectors: Vec<String> = marks
+        .iter()
+        .filter(|(_, m)| m.reflector.is_some())
+        .map(|(n, _)| n.clone())
+        .collect();
+    // IDs in use now, and by how many nodes: a reflector keeps its ID only if no other
+    // node holds it (a zone's shared ID is given up), and a new ID is one nobody holds,
+    // so a reflector never shares an ID with a leaving one during the transition.
+    let mut holders: HashMap<u32, usize> = HashMap::new();
+    for m in current.marks.values() {
+        if let Some(id) = m.cluster_id {
+            *holders.entry(u32::from(id)).or_default() += 1;
+        }
+    }
+    let mut used: BTreeSet<u32> = holders.keys().copied().collect();
+    let mut pending = Vec::new();
+    for r in &reflectors {
+        match current.marks.get(r).and_then(|m| m.cluster_id) {
+            Some(id) if holders.get(&u32::from(id)) == Some(&1) => {
+                if let Some(m) = marks.get_mut(r) {
+                    m.cluster_id = Some(id);
+                }
+            }
+            _ => pending.push(r.clone()),
+        }
+    }
+    let mut next = u32::from(config.cluster_id);
+    for r in pending {
+        while used.contains(&next) {
+            next = next.checked_add(1).ok_or_else(|| {
+                Error::Invalid(vec![netpolicy_core::FieldError::new(
+                    "spec.clusterID",
+                    format!(
+                        "{} reflectors need as many cluster IDs counting up from {}",
+                        reflectors.len(),
+                        config.cluster_id
+                    ),
+                )])
+            })?;
+        }
+        used.insert(next);
+        if let Some(m) = marks.get_mut(&r) {
+            m.cluster_id = Some(std::net::Ipv4Addr::from(next));
+        }
+    }
+    Ok(())
 }
 
 /// Warnings that depend only on the placement: short zones, no reflector at all.
@@ -221,7 +300,11 @@ fn simple(config: &Config, placement: &Placement, clients: &[(&str, usize)]) -> 
         } else {
             format!("{} == {}", config.zone_label, quoted(&z.zone))
         };
-        let mut name = format!("{BGP_PEER_PREFIX}zone-{}", name_part(&z.zone));
+        // A zone without reflectors of its own peers with every reflector: another
+        // object (another name), so a zone gaining or losing reflectors is a create and a
+        // delete (make before break), never an update that drops sessions at once.
+        let suffix = if z.reflectors.is_empty() { "-any" } else { "" };
+        let mut name = format!("{BGP_PEER_PREFIX}zone-{}{suffix}", name_part(&z.zone));
         if !used.insert(name.clone()) {
             // Two zone names that differ only in punctuation or case.
             let _ = write!(name, "-{:08x}", fnv1a(&[&z.zone]) as u32);

@@ -5,22 +5,34 @@
 //!
 //! 1. [`Phase::CreatePeers`]: new `BGPPeer` objects. Creating an object only adds
 //!    sessions.
-//! 2. [`Phase::Promote`]: new reflectors get their cluster ID, then the reflector label
-//!    (a promoted client moves to the reflector mesh, and every client of its zone or
-//!    set gains it).
-//! 3. [`Phase::UpdatePeers`]: changed objects (a zone that gets or loses its own
-//!    reflectors); the reflectors they now select exist.
-//! 4. [`Phase::AddClientLabels`]: clients join their new reflector sets, next to their
+//! 2. [`Phase::Promote`]: new reflectors get the reflector label (a promoted client
+//!    moves to the reflector mesh, and every client of its zone or set gains it). No
+//!    cluster ID yet: a plain iBGP speaker learns every route its peers send, where a
+//!    reflector sharing its zone's cluster ID would drop what its zone's reflectors
+//!    reflect until it peers with all of their clients itself.
+//! 3. [`Phase::ClusterIds`]: new reflectors get their cluster ID, existing ones a
+//!    corrected one; they now peer with every client they serve. IDs nobody holds
+//!    first, then the ones that join a cluster ID others hold (from then on they drop
+//!    what those reflect to them, so the other paths must exist already).
+//! 4. [`Phase::UpdatePeers`]: changed objects (a zone that gets or loses its own
+//!    reflectors); the reflectors they now select exist and reflect.
+//! 5. [`Phase::AddClientLabels`]: clients join their new reflector sets, next to their
 //!    old ones.
-//! 5. [`Phase::RemoveClientLabels`]: clients leave their old sets; their new sessions are
+//! 6. [`Phase::ReleaseClusterIds`]: leaving reflectors lose their cluster ID while they
+//!    still peer with everyone they did: a node without one is a plain iBGP speaker
+//!    that every reflector treats as a client, so it learns and is learned by everyone
+//!    (keeping the ID until its sessions are gone would make the reflectors that share
+//!    it drop what it sends them).
+//! 7. [`Phase::RemoveClientLabels`]: clients leave their old sets; their new sessions are
 //!    already configured.
-//! 6. [`Phase::DeletePeers`]: objects no longer wanted.
-//! 7. [`Phase::Demote`]: old reflectors lose the label, then the cluster ID. Nobody's
-//!    set names them any more, and a demoted node already carries its client label.
+//! 8. [`Phase::DeletePeers`]: objects no longer wanted.
+//! 9. [`Phase::Demote`]: old reflectors lose the label. Nobody's set names them any
+//!    more, and a demoted node already carries its client label.
 //!
 //! [`crate::sim::verify`] replays a plan operation by operation against Calico's
-//! selector semantics and checks that no node that has a session before and after loses
-//! all of them in between; the property tests run it on random transitions.
+//! selector semantics and BIRD's route reflection and checks that no node that has a
+//! session before and after loses all of them, or a route it learned before and still
+//! should, in between; the property tests run it on random transitions.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -84,17 +96,21 @@ pub enum Op {
 pub enum Phase {
     /// New objects.
     CreatePeers,
-    /// New reflectors and corrected cluster IDs.
+    /// New reflectors join the mesh.
     Promote,
+    /// New and corrected cluster IDs.
+    ClusterIds,
     /// Changed objects.
     UpdatePeers,
     /// Clients join new sets.
     AddClientLabels,
+    /// Leaving reflectors' cluster IDs go.
+    ReleaseClusterIds,
     /// Clients leave old sets.
     RemoveClientLabels,
     /// Objects no longer wanted.
     DeletePeers,
-    /// Old reflectors and stale cluster IDs.
+    /// Old reflectors leave the mesh.
     Demote,
 }
 
@@ -106,6 +122,8 @@ impl Phase {
             Self::Promote => "promote",
             Self::UpdatePeers => "updatePeers",
             Self::AddClientLabels => "addClientLabels",
+            Self::ClusterIds => "setClusterIDs",
+            Self::ReleaseClusterIds => "releaseClusterIDs",
             Self::RemoveClientLabels => "removeClientLabels",
             Self::DeletePeers => "deletePeers",
             Self::Demote => "demote",
@@ -163,7 +181,7 @@ pub fn transition(nodes: &[NodeInfo], current: &Current, target: &Topology) -> V
         let owned = || node.to_owned();
         if let Some(value) = &to.reflector {
             if let Some(id) = to.cluster_id.filter(|id| have.cluster_id != Some(*id)) {
-                push(Phase::Promote, Op::SetClusterId { node: owned(), id });
+                push(Phase::ClusterIds, Op::SetClusterId { node: owned(), id });
             }
             if have.reflector.as_ref() != Some(value) {
                 push(
@@ -193,12 +211,29 @@ pub fn transition(nodes: &[NodeInfo], current: &Current, target: &Topology) -> V
                 },
             );
         }
+        if to.cluster_id.is_none() && have.cluster_id.is_some() {
+            push(
+                Phase::ReleaseClusterIds,
+                Op::RemoveClusterId { node: owned() },
+            );
+        }
         if to.reflector.is_none() && have.reflector.is_some() {
             push(Phase::Demote, Op::RemoveReflectorLabel { node: owned() });
         }
-        if to.cluster_id.is_none() && have.cluster_id.is_some() {
-            push(Phase::Demote, Op::RemoveClusterId { node: owned() });
-        }
+    }
+    // A reflector taking an ID nobody holds goes first; one joining a cluster ID that
+    // others hold goes last: from then on it drops what those others reflect to it, so
+    // every other path (the new reflectors' own IDs) must already be in place.
+    let held: BTreeSet<Ipv4Addr> = current
+        .marks
+        .values()
+        .filter_map(|m| m.cluster_id)
+        .collect();
+    if let Some(ops) = steps.get_mut(&Phase::ClusterIds) {
+        ops.sort_by_key(|op| match op {
+            Op::SetClusterId { id, .. } => held.contains(id),
+            _ => false,
+        });
     }
     steps
         .into_iter()

@@ -25,7 +25,8 @@ struct Spec {
 
 fn spec() -> impl Strategy<Value = Spec> {
     (
-        0..4usize,
+        // Zone 4: no zone label at all.
+        0..5usize,
         prop::bool::weighted(0.9),
         prop::bool::weighted(0.1),
         0..1000i64,
@@ -42,7 +43,14 @@ fn build(specs: &[(usize, Spec)]) -> Vec<NodeInfo> {
     specs
         .iter()
         .map(|(id, s)| {
-            let mut n = NodeInfo::ready(&format!("n{id:03}"), ZONES[s.zone], s.created);
+            let mut n = NodeInfo::ready(
+                &format!("n{id:03}"),
+                ZONES.get(s.zone).copied().unwrap_or_default(),
+                s.created,
+            );
+            if s.zone >= ZONES.len() {
+                n.labels.clear();
+            }
             n.ready = s.ready;
             n.unschedulable = s.unschedulable;
             n

@@ -293,7 +293,13 @@ impl RouteReflectorReport {
                     z.reflectors.iter().map(|r| ReflectorRow {
                         node: r.clone(),
                         zone: z.zone.clone(),
-                        cluster_id: z.cluster_id.to_string(),
+                        // The reflector's own (`multi` gives each its own), else the zone's.
+                        cluster_id: t
+                            .marks
+                            .get(r)
+                            .and_then(|m| m.cluster_id)
+                            .unwrap_or(z.cluster_id)
+                            .to_string(),
                     })
                 })
                 .collect(),
