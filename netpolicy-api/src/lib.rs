@@ -9,6 +9,8 @@
 //! embedders share one definition. All kinds are cluster-scoped.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, CustomResourceExt};
 use netpolicy_core::{
@@ -282,6 +284,26 @@ pub mod conditions {
         pub const GUEST_UNREACHABLE: &str = "GuestUnreachable";
         /// Reason of a condition that does not hold (no overlap, nothing outside).
         pub const NONE: &str = "None";
+    }
+
+    /// Condition types and reasons of the RouteReflectorConfig.
+    pub mod route_reflector {
+        /// Condition type: a transition is being applied.
+        pub const PROGRESSING: &str = "Progressing";
+        /// Condition type: Calico's full node-to-node mesh is on.
+        pub const NODE_TO_NODE_MESH: &str = "NodeToNodeMesh";
+        /// Reason: the cluster holds the topology.
+        pub const SETTLED: &str = "Settled";
+        /// Reason: a step of a transition is being applied.
+        pub const APPLYING: &str = "ApplyingStep";
+        /// Reason: the spec does not validate.
+        pub const INVALID: &str = "Invalid";
+        /// Reason: the mesh is on (`report`: nothing is changed).
+        pub const MESH_ON: &str = "MeshEnabled";
+        /// Reason: the mesh is off.
+        pub const MESH_OFF: &str = "MeshDisabled";
+        /// Reason: Calico's API (BGPPeer, BGPConfiguration) is not installed.
+        pub const NO_CALICO: &str = "CalicoNotInstalled";
     }
 
     /// Reasons of one entry of `status.itemErrors`.
@@ -613,6 +635,30 @@ pub struct RouteReflectorConfigSpec {
     /// Reflectors per client (`multi` only).
     #[serde(default = "default_peers_per_node")]
     pub peers_per_node: u32,
+    /// Seconds between the steps of a transition (the seed's `WAIT_TIMEOUT`): time for
+    /// BIRD to bring new sessions up before the next step relies on them.
+    #[serde(default = "default_step_delay_seconds")]
+    pub step_delay_seconds: u32,
+    /// Calico's node-to-node mesh: `report` (a condition says while it is still on) or
+    /// `disable` (turned off once every node has its reflector sessions).
+    #[serde(default)]
+    pub node_to_node_mesh: NodeToNodeMesh,
+}
+
+/// What the operator does about Calico's full node-to-node mesh.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum NodeToNodeMesh {
+    /// Report it in a condition; leave it as it is.
+    #[default]
+    Report,
+    /// Turn it off in Calico's `BGPConfiguration` `default` once every node has its
+    /// reflector sessions.
+    Disable,
+}
+
+fn default_step_delay_seconds() -> u32 {
+    5
 }
 
 impl Default for RouteReflectorConfigSpec {
@@ -630,6 +676,8 @@ impl Default for RouteReflectorConfigSpec {
             cluster_id: default_cluster_id(),
             topology: ReflectorTopology::default(),
             peers_per_node: default_peers_per_node(),
+            step_delay_seconds: default_step_delay_seconds(),
+            node_to_node_mesh: NodeToNodeMesh::default(),
         }
     }
 }
@@ -713,9 +761,34 @@ pub struct RouteReflectorConfigStatus {
     /// leaving only changes the reflector sets around it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ring: Vec<String>,
-    /// Standard conditions.
+    /// Cluster IDs in use: per zone (`simple`; the zone keeps its ID, so a new zone
+    /// never renumbers the others) or per reflector (`multi`).
+    #[serde(
+        default,
+        rename = "clusterIDs",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub cluster_ids: BTreeMap<String, String>,
+    /// The transition in progress; absent when settled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transition: Option<TransitionStatus>,
+    /// Standard conditions (`Ready`, `Progressing`, `NodeToNodeMesh`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// A transition in progress: the step being applied, of how many are left planned.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TransitionStatus {
+    /// The phase of the step (`createPeers`, `promote`, ...).
+    pub phase: String,
+    /// Steps done since the transition started.
+    pub step: u32,
+    /// Steps it had when it started.
+    pub of: u32,
+    /// When it started (RFC 3339).
+    pub started: String,
 }
 
 /// A cloud account that hands out routed IPs: exactly one provider.

@@ -34,6 +34,16 @@ pub struct Metrics {
     fip_releases: Family<RangeLabel, Counter>,
     fip_latency: Family<RangeLabel, Histogram>,
     guest_errors: Family<GuestLabel, Counter>,
+    rr_reflectors: Family<ZoneLabel, Gauge<f64, AtomicU64>>,
+    rr_transitions: Counter,
+    rr_steps: Counter,
+}
+
+/// Labels of the per-zone metrics.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ZoneLabel {
+    /// Zone (empty for nodes without the zone label).
+    pub zone: String,
 }
 
 /// Labels of the guest-cluster metrics.
@@ -122,6 +132,24 @@ impl Default for Metrics {
             "Publications to a guest cluster's kube-vip ConfigMap that failed",
             guest_errors.clone(),
         );
+        let rr_reflectors = Family::<ZoneLabel, Gauge<f64, AtomicU64>>::default();
+        let rr_transitions = Counter::default();
+        let rr_steps = Counter::default();
+        registry.register(
+            "route_reflectors",
+            "Route reflectors per zone in the target topology",
+            rr_reflectors.clone(),
+        );
+        registry.register(
+            "route_reflector_transitions",
+            "Route-reflector transitions started",
+            rr_transitions.clone(),
+        );
+        registry.register(
+            "route_reflector_steps",
+            "Route-reflector transition steps applied",
+            rr_steps.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -134,6 +162,9 @@ impl Default for Metrics {
             fip_releases,
             fip_latency,
             guest_errors,
+            rr_reflectors,
+            rr_transitions,
+            rr_steps,
         }
     }
 }
@@ -158,6 +189,25 @@ impl Metrics {
         };
         self.fip_allocations.get_or_create(&l).inc();
         self.fip_latency.get_or_create(&l).observe(waited);
+    }
+
+    /// Reflectors of a zone in the target topology.
+    pub fn reflectors(&self, zone: &str, n: f64) {
+        self.rr_reflectors
+            .get_or_create(&ZoneLabel {
+                zone: zone.to_owned(),
+            })
+            .set(n);
+    }
+
+    /// A route-reflector transition started.
+    pub fn rr_transition(&self) {
+        self.rr_transitions.inc();
+    }
+
+    /// A route-reflector transition step was applied.
+    pub fn rr_step(&self) {
+        self.rr_steps.inc();
     }
 
     /// A publication to a guest cluster failed.

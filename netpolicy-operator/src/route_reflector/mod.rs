@@ -5,6 +5,8 @@
 //! cluster-ID annotation and `rr.netpolicy.io/set-*` labels on Nodes, and the `BGPPeer`
 //! objects whose names start with `netpolicy-rr-` (others are never touched).
 
+pub mod controller;
+
 use std::{collections::BTreeMap, net::Ipv4Addr};
 
 use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::ObjectMeta};

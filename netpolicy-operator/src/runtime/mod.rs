@@ -30,7 +30,7 @@ use tracing::{error, info, warn};
 pub use crate::telemetry::{ControllerLabel, Metrics, Shared};
 use crate::{
     error::{Chain, Error, Result},
-    floating_ip, routing,
+    floating_ip, route_reflector, routing,
 };
 
 /// Options of `netpolicy operator`.
@@ -252,7 +252,8 @@ pub async fn run(opts: Options) -> Result<Exit> {
                         // stops the others.
                         tokio::try_join!(
                             routing::controller::run(c.clone(), Arc::clone(&sh), st.clone(), resync),
-                            floating_ip::controller::run(c, sh, st, resync),
+                            floating_ip::controller::run(c.clone(), Arc::clone(&sh), st.clone(), resync),
+                            route_reflector::controller::run(c, sh, st, resync),
                         )
                         .map(|_| ())
                     }));

@@ -1,0 +1,645 @@
+//! The route-reflector controller: the RouteReflectorConfig `default`, Nodes and
+//! Calico's `BGPPeer`s → reflector labels and cluster-ID annotations on Nodes and our
+//! `BGPPeer` objects (DESIGN.md, RouteReflectorConfig; the rules are netpolicy-rr's).
+//!
+//! # Guarantees
+//! - Nothing is written before every cache has synced, and nothing without a
+//!   RouteReflectorConfig `default`.
+//! - Each pass plans from what the cluster holds now ([`netpolicy_rr::transition()`])
+//!   and applies only the plan's first step, then waits `stepDelaySeconds` for BIRD to
+//!   bring the new sessions up before the next step relies on them (make before
+//!   break). A restart resumes where the cluster is: the plan is recomputed from it.
+//! - Plans are netpolicy-rr's, whose property tests replay them operation by operation
+//!   with [`netpolicy_rr::sim::verify`] (sessions and route propagation); the
+//!   end-to-end test checks the same on the cluster's real states. The check is not
+//!   run here: at thousands of nodes it costs seconds per plan.
+//! - Only `BGPPeer`s named `netpolicy-rr-*` are ever changed or deleted; Node patches
+//!   touch only the reflector label, `rr.netpolicy.io/set-*` labels and the cluster-ID
+//!   annotation.
+//! - A pass that finds nothing to do writes nothing (the status is compared first).
+
+use std::{
+    collections::BTreeMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use futures::StreamExt;
+use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams},
+    runtime::reflector::{self, ObjectRef, Store},
+};
+use netpolicy_rr::{Op, topology, transition};
+use serde_json::json;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use super::{CalicoBgpPeer, config, current, node_info};
+use crate::{
+    api::{
+        ROUTE_REFLECTOR_CONFIG_NAME, RouteReflectorConfig, RouteReflectorConfigStatus,
+        TransitionStatus,
+        conditions::{self, route_reflector as rc},
+    },
+    k8s::{FIELD_MANAGER, MANAGED_BY, NodeFacts, Wake, condition, watched},
+    telemetry::Shared,
+};
+
+/// Calico's `BGPPeer` (`crd.projectcalico.org/v1`, as the Kubernetes datastore stores
+/// it).
+pub fn bgp_peer_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("crd.projectcalico.org", "v1", "BGPPeer"),
+        "bgppeers",
+    )
+}
+
+/// Calico's `BGPConfiguration`.
+pub fn bgp_configuration_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("crd.projectcalico.org", "v1", "BGPConfiguration"),
+        "bgpconfigurations",
+    )
+}
+
+/// What of a Node placement reads: identity, labels, the cluster-ID annotation,
+/// readiness, schedulability, taints.
+fn node_fingerprint(n: &Node) -> String {
+    let f = NodeFacts::of(n, false);
+    format!(
+        "{}|{:?}|{:?}|{}|{}|{:?}",
+        n.uid().unwrap_or_default(),
+        f.labels,
+        n.annotations().get(netpolicy_rr::CLUSTER_ID_ANNOTATION),
+        f.ready,
+        f.unschedulable,
+        f.taints
+            .iter()
+            .map(|t| (&t.key, &t.value, &t.effect))
+            .collect::<Vec<_>>()
+    )
+}
+
+fn generation_fingerprint<K: Resource>(o: &K) -> String {
+    format!(
+        "{}/{}",
+        o.meta().uid.as_deref().unwrap_or_default(),
+        o.meta().generation.unwrap_or(0)
+    )
+}
+
+/// Runs the route-reflector controller until `stop` turns true.
+///
+/// # Errors
+/// Only when a watch's cache was dropped before it synced.
+pub async fn run(
+    client: Client,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+    resync: Duration,
+) -> Result<(), reflector::store::WriterDropped> {
+    let wake = Wake::new();
+    let (configs, s1) = watched(
+        Api::<RouteReflectorConfig>::all(client.clone()),
+        wake.clone(),
+        generation_fingerprint,
+        None,
+    );
+    let (nodes, s2) = watched(
+        Api::<Node>::all(client.clone()),
+        wake.clone(),
+        node_fingerprint,
+        None,
+    );
+    let ar = bgp_peer_resource();
+    let peers_writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+    let peers_reader = peers_writer.as_reader();
+    let peer_wake = wake.clone();
+    let kind: Arc<str> = Arc::from("BGPPeer");
+    let calico = has_calico(&client).await;
+    let s3 = if calico {
+        reflector::reflector(
+            peers_writer,
+            kube::runtime::watcher(
+                Api::<DynamicObject>::all_with(client.clone(), &ar),
+                kube::runtime::watcher::Config::default(),
+            ),
+        )
+        .map(move |ev| {
+            if let Ok(e) = &ev {
+                match e {
+                    kube::runtime::watcher::Event::Apply(o)
+                    | kube::runtime::watcher::Event::Delete(o) => {
+                        peer_wake.changed(&kind, o.name_any());
+                    }
+                    kube::runtime::watcher::Event::InitDone => peer_wake.relisted(&kind),
+                    _ => {}
+                }
+            }
+        })
+        .boxed()
+    } else {
+        futures::stream::pending().boxed()
+    };
+    let drive = tokio::spawn(futures::stream::select_all([s1, s2, s3]).for_each(|()| async {}));
+    let synced = async {
+        configs.wait_until_ready().await?;
+        nodes.wait_until_ready().await?;
+        if calico {
+            peers_reader.wait_until_ready().await?;
+        }
+        Ok::<(), reflector::store::WriterDropped>(())
+    };
+    tokio::select! {
+        r = synced => r?,
+        _ = stop.changed() => { drive.abort(); return Ok(()); }
+    }
+    info!(calico, "caches synced: route-reflector controller running");
+    let mut job = Job {
+        client,
+        shared: Arc::clone(&shared),
+        configs,
+        nodes,
+        peers: peers_reader,
+        calico,
+        last_step: None,
+        started: None,
+    };
+    loop {
+        let _ = wake.take();
+        let start = Instant::now();
+        let result = job.pass().await;
+        debug!(?result, took = ?start.elapsed(), "route reflectors: pass");
+        let wait = match &result {
+            Ok(Some(w)) => *w,
+            Ok(None) => resync,
+            Err(e) => {
+                warn!(error = %e, "route reflectors: pass failed; retrying");
+                Duration::from_secs(2)
+            }
+        };
+        shared
+            .metrics
+            .reconciled("route-reflector", start.elapsed(), result.is_ok());
+        tokio::select! {
+            _ = stop.changed() => break,
+            () = wake.notified() => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drive.abort();
+    info!("route-reflector controller stopped");
+    Ok(())
+}
+
+/// Whether Calico's `BGPPeer` kind is served.
+async fn has_calico(client: &Client) -> bool {
+    Api::<DynamicObject>::all_with(client.clone(), &bgp_peer_resource())
+        .list(&kube::api::ListParams::default().limit(1))
+        .await
+        .is_ok()
+}
+
+struct Job {
+    client: Client,
+    shared: Arc<Shared>,
+    configs: Store<RouteReflectorConfig>,
+    nodes: Store<Node>,
+    peers: Store<DynamicObject>,
+    calico: bool,
+    /// When the last step was applied (pacing).
+    last_step: Option<Instant>,
+    /// The transition in progress: when it started, steps done, steps planned then.
+    started: Option<(Time, u32, u32)>,
+}
+
+impl Job {
+    /// One pass; returns when to look again while a transition waits out its pacing.
+    async fn pass(&mut self) -> Result<Option<Duration>, kube::Error> {
+        let Some(rrc) = self
+            .configs
+            .get(&ObjectRef::new(ROUTE_REFLECTOR_CONFIG_NAME))
+        else {
+            return Ok(None);
+        };
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let cur = rrc.status.clone().unwrap_or_default();
+        let generation = rrc.metadata.generation;
+        let cfg = match config(&rrc.spec) {
+            Ok(c) => c,
+            Err(problems) => {
+                let message = problems
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                let mut st = cur.clone();
+                st.conditions = vec![condition(
+                    &cur.conditions,
+                    conditions::READY,
+                    false,
+                    rc::INVALID,
+                    message,
+                    generation,
+                    &now,
+                )];
+                self.write_status(&cur, st).await?;
+                return Ok(None);
+            }
+        };
+        if !self.calico {
+            let mut st = cur.clone();
+            st.conditions = vec![condition(
+                &cur.conditions,
+                conditions::READY,
+                false,
+                rc::NO_CALICO,
+                "Calico's crd.projectcalico.org/v1 BGPPeer is not served: install Calico (or its \
+                 CRDs) and restart the operator"
+                    .into(),
+                generation,
+                &now,
+            )];
+            self.write_status(&cur, st).await?;
+            return Ok(None);
+        }
+        let nodes = self.nodes.state();
+        let infos: Vec<netpolicy_rr::NodeInfo> = nodes
+            .iter()
+            .map(|n| node_info(&NodeFacts::of(n, false)))
+            .collect();
+        let peers: Vec<CalicoBgpPeer> = self
+            .peers
+            .state()
+            .iter()
+            .filter_map(|o| serde_json::to_value(o.as_ref()).ok())
+            .filter_map(|v| serde_json::from_value(v).ok())
+            .collect();
+        let now_state = current(
+            nodes.iter().map(AsRef::as_ref),
+            peers.iter(),
+            &cur.ring,
+            &cfg.reflector_label,
+        );
+        let target = match topology(&infos, &cfg, &now_state) {
+            Ok(t) => t,
+            Err(e) => {
+                let mut st = cur.clone();
+                st.conditions = vec![condition(
+                    &cur.conditions,
+                    conditions::READY,
+                    false,
+                    rc::INVALID,
+                    e.to_string(),
+                    generation,
+                    &now,
+                )];
+                self.write_status(&cur, st).await?;
+                return Ok(None);
+            }
+        };
+        let steps = transition(&infos, &now_state, &target);
+        let mut cluster_ids: BTreeMap<String, String> = BTreeMap::new();
+        for z in &target.placement.zones {
+            if z.reflectors.is_empty() {
+                continue;
+            }
+            if cfg.topology == netpolicy_rr::Kind::Multi {
+                for r in &z.reflectors {
+                    if let Some(id) = target.marks.get(r).and_then(|m| m.cluster_id) {
+                        cluster_ids.insert(r.clone(), id.to_string());
+                    }
+                }
+            } else {
+                cluster_ids.insert(z.zone.clone(), z.cluster_id.to_string());
+            }
+        }
+        let reflectors = u32::try_from(target.placement.reflectors().count()).unwrap_or(u32::MAX);
+        for z in &target.placement.zones {
+            self.shared
+                .metrics
+                .reflectors(&z.zone, z.reflectors.len() as f64);
+        }
+        if steps.is_empty() {
+            self.started = None;
+            let mesh = self.mesh(&rrc).await?;
+            let st = RouteReflectorConfigStatus {
+                reflectors: Some(reflectors),
+                ring: target.ring.clone(),
+                cluster_ids,
+                transition: None,
+                conditions: vec![
+                    condition(
+                        &cur.conditions,
+                        conditions::READY,
+                        target.warnings.is_empty(),
+                        rc::SETTLED,
+                        if target.warnings.is_empty() {
+                            format!("{reflectors} reflector(s); every node has its sessions")
+                        } else {
+                            target.warnings.join("; ")
+                        },
+                        generation,
+                        &now,
+                    ),
+                    condition(
+                        &cur.conditions,
+                        rc::PROGRESSING,
+                        false,
+                        rc::SETTLED,
+                        "no transition".into(),
+                        generation,
+                        &now,
+                    ),
+                    mesh.map_or_else(
+                        || {
+                            condition(
+                                &cur.conditions,
+                                rc::NODE_TO_NODE_MESH,
+                                false,
+                                rc::MESH_OFF,
+                                "Calico's node-to-node mesh is off".into(),
+                                generation,
+                                &now,
+                            )
+                        },
+                        |m| {
+                            condition(
+                                &cur.conditions,
+                                rc::NODE_TO_NODE_MESH,
+                                true,
+                                rc::MESH_ON,
+                                m,
+                                generation,
+                                &now,
+                            )
+                        },
+                    ),
+                ],
+            };
+            self.write_status(&cur, st).await?;
+            return Ok(None);
+        }
+        // Pacing: BIRD needs time to bring the last step's sessions up.
+        let delay = Duration::from_secs(u64::from(rrc.spec.step_delay_seconds));
+        if let Some(at) = self.last_step
+            && at.elapsed() < delay
+        {
+            return Ok(Some(delay - at.elapsed()));
+        }
+        let (started, done, of) = self.started.clone().unwrap_or_else(|| {
+            self.shared.metrics.rr_transition();
+            (
+                now.clone(),
+                0,
+                u32::try_from(steps.len()).unwrap_or(u32::MAX),
+            )
+        });
+        let step = &steps[0];
+        let st = RouteReflectorConfigStatus {
+            reflectors: Some(reflectors),
+            ring: target.ring.clone(),
+            cluster_ids,
+            transition: Some(TransitionStatus {
+                phase: step.phase.as_str().to_owned(),
+                step: done + 1,
+                of: of.max(done + 1),
+                started: started.0.to_string(),
+            }),
+            conditions: vec![
+                condition(
+                    &cur.conditions,
+                    conditions::READY,
+                    false,
+                    rc::APPLYING,
+                    format!("applying step {} ({})", done + 1, step.phase.as_str()),
+                    generation,
+                    &now,
+                ),
+                condition(
+                    &cur.conditions,
+                    rc::PROGRESSING,
+                    true,
+                    rc::APPLYING,
+                    format!("{} step(s) left", steps.len()),
+                    generation,
+                    &now,
+                ),
+            ],
+        };
+        self.write_status(&cur, st).await?;
+        info!(
+            phase = step.phase.as_str(),
+            ops = step.ops.len(),
+            "route reflectors: applying a step"
+        );
+        for op in &step.ops {
+            self.apply(op).await?;
+        }
+        // The next plan is made from the caches: wait until they show this step, or a
+        // stale cache would plan from a state that is gone.
+        self.wait_seen(&step.ops).await;
+        self.shared.metrics.rr_step();
+        self.last_step = Some(Instant::now());
+        self.started = Some((started, done + 1, of));
+        Ok(Some(delay.max(Duration::from_millis(500))))
+    }
+
+    async fn apply(&self, op: &Op) -> Result<(), kube::Error> {
+        debug!(%op, "route reflectors: operation");
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let label = |node: &str, key: &str, value: Option<&str>| {
+            let nodes = nodes.clone();
+            let patch = json!({"metadata": {"labels": {key: value}}});
+            let node = node.to_owned();
+            async move {
+                nodes
+                    .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map(|_| ())
+            }
+        };
+        let result = match op {
+            Op::ApplyBgpPeer(p) => {
+                let obj = json!({
+                    "apiVersion": "crd.projectcalico.org/v1",
+                    "kind": "BGPPeer",
+                    "metadata": {"name": p.name, "labels": {MANAGED_BY.0: MANAGED_BY.1}},
+                    "spec": {"nodeSelector": p.node_selector, "peerSelector": p.peer_selector},
+                });
+                Api::<DynamicObject>::all_with(self.client.clone(), &bgp_peer_resource())
+                    .patch(
+                        &p.name,
+                        &PatchParams::apply(FIELD_MANAGER).force(),
+                        &Patch::Apply(&obj),
+                    )
+                    .await
+                    .map(|_| ())
+            }
+            Op::DeleteBgpPeer { name } => {
+                match Api::<DynamicObject>::all_with(self.client.clone(), &bgp_peer_resource())
+                    .delete(name, &DeleteParams::default())
+                    .await
+                {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+            Op::SetClusterId { node, id } => {
+                let patch = json!({"metadata": {"annotations": {
+                    netpolicy_rr::CLUSTER_ID_ANNOTATION: id.to_string()}}});
+                nodes
+                    .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map(|_| ())
+            }
+            Op::RemoveClusterId { node } => {
+                let patch = json!({"metadata": {"annotations": {
+                    netpolicy_rr::CLUSTER_ID_ANNOTATION: null}}});
+                nodes
+                    .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map(|_| ())
+            }
+            Op::SetReflectorLabel { node, value } => {
+                label(node, &self.reflector_label(), Some(value)).await
+            }
+            Op::RemoveReflectorLabel { node } => label(node, &self.reflector_label(), None).await,
+            Op::AddSetLabel { node, key } => label(node, key, Some("")).await,
+            Op::RemoveSetLabel { node, key } => label(node, key, None).await,
+        };
+        match result {
+            // A node that left meanwhile: nothing to do for it.
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Waits (up to 10 s) until the caches show every operation.
+    async fn wait_seen(&self, ops: &[Op]) {
+        let label = self.reflector_label();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let seen = ops.iter().all(|op| {
+                let node = |n: &str| self.nodes.get(&ObjectRef::new(n));
+                let peer = |name: &str| {
+                    self.peers
+                        .get(&ObjectRef::new_with(name, bgp_peer_resource()))
+                };
+                match op {
+                    Op::ApplyBgpPeer(p) => peer(&p.name).is_some_and(|o| {
+                        o.data["spec"]["nodeSelector"] == p.node_selector.as_str()
+                            && o.data["spec"]["peerSelector"] == p.peer_selector.as_str()
+                    }),
+                    Op::DeleteBgpPeer { name } => peer(name).is_none(),
+                    Op::SetClusterId { node: n, id } => node(n).is_none_or(|o| {
+                        o.annotations().get(netpolicy_rr::CLUSTER_ID_ANNOTATION)
+                            == Some(&id.to_string())
+                    }),
+                    Op::RemoveClusterId { node: n } => node(n).is_none_or(|o| {
+                        !o.annotations()
+                            .contains_key(netpolicy_rr::CLUSTER_ID_ANNOTATION)
+                    }),
+                    Op::SetReflectorLabel { node: n, value } => {
+                        node(n).is_none_or(|o| o.labels().get(&label) == Some(value))
+                    }
+                    Op::RemoveReflectorLabel { node: n } => {
+                        node(n).is_none_or(|o| !o.labels().contains_key(&label))
+                    }
+                    Op::AddSetLabel { node: n, key } => {
+                        node(n).is_none_or(|o| o.labels().contains_key(key))
+                    }
+                    Op::RemoveSetLabel { node: n, key } => {
+                        node(n).is_none_or(|o| !o.labels().contains_key(key))
+                    }
+                }
+            });
+            if seen || Instant::now() > deadline {
+                if !seen {
+                    warn!("route reflectors: the caches do not show the last step after 10 s");
+                }
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn reflector_label(&self) -> String {
+        self.configs
+            .get(&ObjectRef::new(ROUTE_REFLECTOR_CONFIG_NAME))
+            .map_or_else(
+                || crate::api::DEFAULT_REFLECTOR_LABEL.to_owned(),
+                |c| c.spec.reflector_label.clone(),
+            )
+    }
+
+    /// Calico's node-to-node mesh: `Some(why)` while it is on. With `disable`, it is
+    /// turned off here (the caller calls this only when every node has its reflector
+    /// sessions).
+    async fn mesh(&self, rrc: &RouteReflectorConfig) -> Result<Option<String>, kube::Error> {
+        let api =
+            Api::<DynamicObject>::all_with(self.client.clone(), &bgp_configuration_resource());
+        let obj = match api.get_opt("default").await {
+            Ok(o) => o,
+            // Calico without BGPConfiguration served: nothing to say.
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        // Calico's default is on.
+        let on = obj
+            .as_ref()
+            .and_then(|o| o.data.get("spec")?.get("nodeToNodeMeshEnabled")?.as_bool())
+            .unwrap_or(true);
+        if !on {
+            return Ok(None);
+        }
+        if rrc.spec.node_to_node_mesh == crate::api::NodeToNodeMesh::Disable {
+            let patch = json!({
+                "apiVersion": "crd.projectcalico.org/v1",
+                "kind": "BGPConfiguration",
+                "metadata": {"name": "default"},
+                "spec": {"nodeToNodeMeshEnabled": false},
+            });
+            api.patch(
+                "default",
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Apply(&patch),
+            )
+            .await?;
+            info!("every node has its reflector sessions: Calico's node-to-node mesh turned off");
+            return Ok(None);
+        }
+        Ok(Some(
+            "Calico's node-to-node mesh is still on (nodeToNodeMesh: report leaves it; \
+             `disable` turns it off once every node has its reflector sessions)"
+                .into(),
+        ))
+    }
+
+    async fn write_status(
+        &self,
+        current: &RouteReflectorConfigStatus,
+        next: RouteReflectorConfigStatus,
+    ) -> Result<(), kube::Error> {
+        if *current == next {
+            return Ok(());
+        }
+        let patch = json!({
+            "apiVersion": "netpolicy.io/v1alpha1",
+            "kind": "RouteReflectorConfig",
+            "status": next,
+        });
+        Api::<RouteReflectorConfig>::all(self.client.clone())
+            .patch_status(
+                ROUTE_REFLECTOR_CONFIG_NAME,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+            .map(|_| ())
+    }
+}

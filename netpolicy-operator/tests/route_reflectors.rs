@@ -1,0 +1,407 @@
+//! The route-reflector job of `netpolicy operator` as a real process against a real API
+//! server that runs Calico's own CRDs (`tests/data/calico`), so every `BGPPeer` and
+//! `BGPConfiguration` written is validated as in a Calico cluster.
+//!
+//! A checker reads consistent snapshots of Nodes and BGPPeers (both at one etcd
+//! revision) one after another, as fast as it can, and checks each with Calico's
+//! sessions and BIRD's route reflection (`netpolicy_rr::sim`): once the first topology
+//! is in place, no node is ever without a session and every node learns every other
+//! node's route — while the cluster grows, a reflector node goes, another turns
+//! NotReady, and the topology switches `simple` ↔ `multi`.
+//!
+//! Size: `NETPOLICY_RR_E2E_NODES` nodes over 3 zones (default 120), grown to twice that.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::{
+    collections::BTreeMap,
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::{
+    api::core::v1::Node,
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
+};
+use netpolicy_operator::{
+    api::{RouteReflectorConfig, crds},
+    k8s::NodeFacts,
+    route_reflector::{self as rr, CalicoBgpPeer, controller::bgp_peer_resource},
+};
+use netpolicy_rr::sim::{self, Tie};
+use serde_json::json;
+
+const ZONES: [&str; 3] = ["a", "b", "c"];
+const LABEL: &str = "calico-route-reflector";
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn calico_crds() -> Vec<CustomResourceDefinition> {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/calico");
+    [
+        "crd.projectcalico.org_bgppeers.yaml",
+        "crd.projectcalico.org_bgpconfigurations.yaml",
+    ]
+    .iter()
+    .map(|f| serde_saphyr::from_str(&std::fs::read_to_string(dir.join(f)).unwrap()).unwrap())
+    .collect()
+}
+
+async fn add_nodes(client: &Client, prefix: &str, range: std::ops::Range<usize>) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    stream::iter(range)
+        .for_each_concurrent(16, |i| {
+            let nodes = nodes.clone();
+            async move {
+                let name = format!("{prefix}{i:04}");
+                let n: Node = serde_json::from_value(json!({"metadata": {
+                    "name": name,
+                    "labels": {"topology.kubernetes.io/zone": ZONES[i % 3], "e2e-rr": "yes"}
+                }}))
+                .unwrap();
+                nodes.create(&PostParams::default(), &n).await.unwrap();
+                set_ready(&nodes, &name, true).await;
+            }
+        })
+        .await;
+}
+
+/// Sets the Ready condition as the kubelet would, and (Ready) lifts the
+/// `node.kubernetes.io/not-ready` taint the API server puts on new Nodes, as the node
+/// lifecycle controller would (this control plane runs no controller manager).
+async fn set_ready(nodes: &Api<Node>, name: &str, ready: bool) {
+    if ready {
+        nodes
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"taints": null}})),
+            )
+            .await
+            .unwrap();
+    }
+    nodes
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [
+                {"type": "Ready", "status": if ready { "True" } else { "False" }}
+            ]}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// What the watcher sees, and what it found wrong.
+#[derive(Default)]
+struct Seen {
+    nodes: BTreeMap<String, Node>,
+    peers: BTreeMap<String, CalicoBgpPeer>,
+    /// Checking starts once the first topology is in place.
+    armed: bool,
+    checks: usize,
+    violations: Vec<String>,
+}
+
+impl Seen {
+    fn check(&mut self, prefix: &str) {
+        let nodes: Vec<&Node> = self
+            .nodes
+            .values()
+            .filter(|n| n.name_any().starts_with(prefix))
+            .collect();
+        let infos: Vec<netpolicy_rr::NodeInfo> = nodes
+            .iter()
+            .map(|n| rr::node_info(&NodeFacts::of(n, false)))
+            .collect();
+        let current = rr::current(nodes.iter().copied(), self.peers.values(), &[], LABEL);
+        let cluster = sim::Cluster::new(&infos, &current, LABEL);
+        let sessions = match cluster.sessions() {
+            Ok(s) => s,
+            Err(e) => {
+                self.violations.push(e);
+                return;
+            }
+        };
+        if !self.armed {
+            return;
+        }
+        self.checks += 1;
+        for (n, s) in &sessions {
+            if s.is_empty() {
+                let labels = self.nodes.get(n).map(|x| x.labels().clone());
+                let peers: Vec<(&String, &Option<String>, &Option<String>)> = self
+                    .peers
+                    .values()
+                    .map(|p| {
+                        (
+                            p.metadata.name.as_ref().unwrap(),
+                            &p.spec.node_selector,
+                            &p.spec.peer_selector,
+                        )
+                    })
+                    .collect();
+                self.violations.push(format!(
+                    "{n} has no session; labels {labels:?}; peers {peers:?}"
+                ));
+            }
+        }
+        for tie in [Tie::Lowest, Tie::Highest] {
+            match cluster.propagation(tie) {
+                Ok(learned) => {
+                    for (o, xs) in &learned {
+                        if xs.len() + 1 < sessions.len() {
+                            let missing: Vec<&String> = sessions
+                                .keys()
+                                .filter(|x| *x != o && !xs.contains(*x))
+                                .take(3)
+                                .collect();
+                            self.violations.push(format!(
+                                "{} node(s) do not learn the route of {o} ({tie:?} ties), e.g. {missing:?}",
+                                sessions.len() - 1 - xs.len()
+                            ));
+                        }
+                    }
+                }
+                Err(e) => self.violations.push(e),
+            }
+        }
+    }
+}
+
+/// Checks consistent snapshots of Nodes and BGPPeers, one after another, as fast as it
+/// can: Nodes are listed, then BGPPeers at exactly the same resource version (one etcd
+/// revision for both), so every snapshot is a state the cluster really was in. (Two
+/// watches of different kinds are not ordered with each other: their combined view
+/// would show states that never existed.)
+fn watch_and_check(client: Client, prefix: String, seen: Arc<Mutex<Seen>>) {
+    tokio::spawn(async move {
+        let nodes_api: Api<Node> = Api::all(client.clone());
+        let peers_api = Api::<DynamicObject>::all_with(client, &bgp_peer_resource());
+        let mut last_rv = String::new();
+        loop {
+            let Ok(nodes) = nodes_api.list(&ListParams::default()).await else {
+                continue;
+            };
+            let rv = nodes.metadata.resource_version.clone().unwrap_or_default();
+            if rv == last_rv {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            let at = ListParams::default()
+                .at(&rv)
+                .matching(kube::api::VersionMatch::Exact);
+            let Ok(peers) = peers_api.list(&at).await else {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            };
+            last_rv = rv;
+            let mut s = seen.lock().unwrap();
+            s.nodes = nodes.items.into_iter().map(|n| (n.name_any(), n)).collect();
+            s.peers = peers
+                .items
+                .iter()
+                .filter_map(|p| {
+                    serde_json::from_value::<CalicoBgpPeer>(serde_json::to_value(p).ok()?).ok()
+                })
+                .map(|p| (p.metadata.name.clone().unwrap_or_default(), p))
+                .collect();
+            s.check(&prefix);
+        }
+    });
+}
+
+async fn rrc_status(
+    client: &Client,
+) -> Option<netpolicy_operator::api::RouteReflectorConfigStatus> {
+    Api::<RouteReflectorConfig>::all(client.clone())
+        .get_opt("default")
+        .await
+        .ok()??
+        .status
+}
+
+/// Waits until the operator reports the topology settled (no transition, with
+/// reflectors) for 2 s in a row: time to have noticed the last change.
+async fn settled(client: &Client, what: &str, secs: u64) {
+    let t = Instant::now();
+    let mut since: Option<Instant> = None;
+    loop {
+        let status = rrc_status(client).await;
+        if let Some(s) = &status
+            && let Some(c) = s.conditions.iter().find(|c| c.reason == "Invalid")
+        {
+            panic!("{what}: {}", c.message);
+        }
+        let ok = status.is_some_and(|s| {
+            s.transition.is_none()
+                && s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Progressing" && c.status == "False")
+                && s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.reason == "Settled")
+                && s.reflectors.unwrap_or(0) > 0
+        });
+        since = if ok {
+            since.or(Some(Instant::now()))
+        } else {
+            None
+        };
+        if since.is_some_and(|s| s.elapsed() > Duration::from_secs(2)) {
+            println!("{what}: settled after {:?}", t.elapsed());
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "{what}: not settled: {:?}",
+            rrc_status(client).await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn routes_reach_every_node_through_growth_loss_and_a_topology_switch() {
+    let n: usize = std::env::var("NETPOLICY_RR_E2E_NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(120);
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    netpolicy_testenv::install_crds(&client, calico_crds()).await;
+    // Someone else's BGPPeer: never touched.
+    let foreign: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "crd.projectcalico.org/v1", "kind": "BGPPeer",
+        "metadata": {"name": "tor-uplink"},
+        "spec": {"peerIP": "192.0.2.1", "asNumber": 64512, "nodeSelector": "all()"}
+    }))
+    .unwrap();
+    let peers = Api::<DynamicObject>::all_with(client.clone(), &bgp_peer_resource());
+    peers
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+    let prefix = "rr-e2e-";
+    add_nodes(&client, prefix, 0..n).await;
+    let first = Api::<Node>::all(client.clone())
+        .get(&format!("{prefix}0000"))
+        .await
+        .unwrap();
+    let facts = NodeFacts::of(&first, false);
+    assert!(
+        facts.ready && !facts.unschedulable && facts.taints.is_empty(),
+        "{first:?}"
+    );
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    watch_and_check(client.clone(), prefix.to_owned(), Arc::clone(&seen));
+    let rrc: RouteReflectorConfig = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RouteReflectorConfig",
+        "metadata": {"name": "default"},
+        "spec": {"min": 2, "max": 4, "ratio": 0.05, "stepDelaySeconds": 0,
+                 "eligibleNodes": {"matchLabels": {"e2e-rr": "yes"}}}
+    }))
+    .unwrap();
+    Api::<RouteReflectorConfig>::all(client.clone())
+        .create(&PostParams::default(), &rrc)
+        .await
+        .unwrap();
+    let ns = cp.namespace("rr-e2e-system").await;
+    let log = cp.dir.join("operator-rr.log");
+    let _op = Killed(
+        Command::new(env!("CARGO_BIN_EXE_netpolicy"))
+            .args(["operator", "--kubeconfig"])
+            .arg(&cp.kubeconfig)
+            .args([
+                "--lease-namespace",
+                &ns,
+                "--lease-seconds",
+                "3",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    settled(&client, "first topology (simple)", 120).await;
+    seen.lock().unwrap().armed = true;
+    seen.lock().unwrap().check(prefix);
+
+    // Grow to twice the nodes.
+    add_nodes(&client, prefix, n..2 * n).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    settled(&client, "grown", 120).await;
+
+    // A reflector node goes; another reflector turns NotReady.
+    let reflectors: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .nodes
+        .values()
+        .filter(|n| n.labels().contains_key(LABEL))
+        .map(|n| n.name_any())
+        .collect();
+    assert!(reflectors.len() >= 4, "{reflectors:?}\n{}", log_text());
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .delete(&reflectors[0], &DeleteParams::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    settled(&client, "a reflector node removed", 120).await;
+    set_ready(&nodes, &reflectors[1], false).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    settled(&client, "a reflector NotReady", 120).await;
+
+    // simple → multi → simple.
+    for topology in ["multi", "simple"] {
+        Api::<RouteReflectorConfig>::all(client.clone())
+            .patch(
+                "default",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"topology": topology, "peersPerNode": 2}})),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        settled(&client, topology, 180).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (checks, violations) = {
+        let s = seen.lock().unwrap();
+        (s.checks, s.violations.clone())
+    };
+    println!("checked {checks} intermediate states");
+    assert!(checks > 10, "too few states checked: {checks}");
+    assert!(
+        violations.is_empty(),
+        "{} violation(s), first: {:?}\n{}",
+        violations.len(),
+        violations.first(),
+        log_text()
+    );
+    // The foreign BGPPeer is untouched.
+    let f = peers.get("tor-uplink").await.unwrap();
+    assert_eq!(f.data["spec"]["peerIP"], "192.0.2.1");
+    // Calico's node-to-node mesh is reported, not changed (nodeToNodeMesh: report).
+    let status = rrc_status(&client).await.unwrap();
+    assert!(!status.cluster_ids.is_empty(), "{status:?}");
+}
