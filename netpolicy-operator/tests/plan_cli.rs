@@ -636,6 +636,24 @@ fn the_route_reflector_example_plans_a_multi_topology() {
         .collect();
     assert_eq!(ids.len(), 6, "{rr}");
     assert_eq!(reflectors[5]["clusterID"], "224.0.0.6");
+    // The machine-readable end state of every node's marks.
+    let nodes = rr["nodes"].as_object().unwrap();
+    assert_eq!(
+        nodes["general-a1"],
+        serde_json::json!({
+            "labels": {"calico-route-reflector": "general-a1"},
+            "annotations": {"projectcalico.org/RouteReflectorClusterID": "224.0.0.1"}
+        })
+    );
+    let client = &nodes["edge-a1"]["labels"];
+    assert_eq!(client.as_object().unwrap().len(), 1, "{client}");
+    assert!(
+        client
+            .as_object()
+            .unwrap()
+            .keys()
+            .all(|k| k.starts_with("rr.netpolicy.io/set-"))
+    );
     let zone_of = |n: &str| n.chars().rev().nth(1).unwrap(); // general-a1 -> 'a'
     for (client, rs) in rr["clients"].as_object().unwrap() {
         let rs: Vec<&str> = rs

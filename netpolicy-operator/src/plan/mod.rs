@@ -309,7 +309,12 @@ fn plan_route_reflectors(
     match netpolicy_rr::topology(&infos, &config, &current) {
         Ok(t) => {
             let steps = netpolicy_rr::transition(&infos, &current, &t);
-            Some(RouteReflectorReport::new(&t, &steps))
+            Some(RouteReflectorReport::new(
+                &t,
+                &steps,
+                &infos,
+                &config.reflector_label,
+            ))
         }
         Err(netpolicy_rr::Error::Invalid(problems)) => {
             InputError::from_fields(KIND, &name, &problems, errors);

@@ -250,6 +250,19 @@ pub struct RouteReflectorReport {
     /// `multi`: the reflector ring, for the RouteReflectorConfig's `status.ring`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ring: Vec<String>,
+    /// The end state of every node's marks: the labels and annotations netpolicy owns
+    /// (the reflector label, `rr.netpolicy.io/set-*`, Calico's cluster-ID annotation);
+    /// empty maps where a node carries none.
+    pub nodes: BTreeMap<String, NodeMarks>,
+}
+
+/// A node's labels and annotations netpolicy owns, as the topology wants them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct NodeMarks {
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// One reflector.
@@ -285,7 +298,31 @@ pub struct StepRow {
 
 impl RouteReflectorReport {
     /// The report of a topology and the steps to reach it.
-    pub fn new(t: &Topology, steps: &[netpolicy_rr::Step]) -> Self {
+    pub fn new(
+        t: &Topology,
+        steps: &[netpolicy_rr::Step],
+        nodes: &[NodeInfo],
+        reflector_label: &str,
+    ) -> Self {
+        let node_marks = nodes
+            .iter()
+            .map(|n| {
+                let mut m = NodeMarks::default();
+                if let Some(marks) = t.marks.get(&n.name) {
+                    if let Some(token) = &marks.reflector {
+                        m.labels.insert(reflector_label.to_owned(), token.clone());
+                    }
+                    for key in &marks.sets {
+                        m.labels.insert(key.clone(), String::new());
+                    }
+                    if let Some(id) = marks.cluster_id {
+                        m.annotations
+                            .insert(CLUSTER_ID_ANNOTATION.to_owned(), id.to_string());
+                    }
+                }
+                (n.name.clone(), m)
+            })
+            .collect();
         Self {
             reflectors: t
                 .placement
@@ -326,6 +363,7 @@ impl RouteReflectorReport {
                 .collect(),
             warnings: t.warnings.clone(),
             ring: t.ring.clone(),
+            nodes: node_marks,
         }
     }
 }
