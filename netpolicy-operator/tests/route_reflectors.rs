@@ -333,6 +333,8 @@ async fn routes_reach_every_node_through_growth_loss_and_a_topology_switch() {
                 "3",
                 "--listen",
                 "127.0.0.1:0",
+                "--resync-seconds",
+                "2",
             ])
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -396,6 +398,26 @@ async fn routes_reach_every_node_through_growth_loss_and_a_topology_switch() {
         "{} violation(s), first: {:?}\n{}",
         violations.len(),
         violations.first(),
+        log_text()
+    );
+    // Quiet: four resyncs (2 s) write nothing.
+    let count = || {
+        [
+            "nodes",
+            "bgppeers",
+            "bgpconfigurations",
+            "routereflectorconfigs",
+        ]
+        .iter()
+        .map(|r| cp.writes_where(r, |_| true).len())
+        .sum::<usize>()
+    };
+    let before = count();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        count() - before,
+        0,
+        "writes on a quiet cluster\n{}",
         log_text()
     );
     // The foreign BGPPeer is untouched.
