@@ -4,10 +4,17 @@
 //!
 //! - [`routing`]: ClusterConfig + NodeConfigs → NodeNetworkConfigs (`mod.rs` pure,
 //!   `controller.rs` the only part that awaits);
-//! - [`floating_ip`]: FloatingIPRanges, FloatingIPs and Namespaces → addresses (the
-//!   rule is `netpolicy_ipam::assign`);
-//! - [`route_reflector`]: route reflectors from Nodes and Calico objects;
-//! - [`routed_ip`]: RoutedIPs → the node that holds each (candidates and election);
+//! - [`floating_ip`]: FloatingIPRanges, FloatingIPs and Namespaces → one
+//!   FloatingIPClaim per address, statuses, kube-vip ConfigMaps (the rule is
+//!   `netpolicy_ipam::assign`; a controller);
+//! - [`route_reflector`]: the RouteReflectorConfig, Nodes and Calico objects →
+//!   reflector marks and `BGPPeer`s, applied step by step (a controller);
+//! - [`routed_ip`]: RoutedIPs → the node that holds each (candidates and election; the
+//!   controller comes with its issue);
+//!
+//! Each job folder's `mod.rs` is pure and `controller.rs` is the only part that awaits;
+//! jobs do not import each other. The runtime runs every controller while it holds the
+//! lease.
 //! - [`k8s`]: shared Kubernetes plumbing (watches, field managers, the problem type,
 //!   the Node facts every job reads);
 //! - [`runtime`]: the operator process (leader election, health and metrics endpoints);
