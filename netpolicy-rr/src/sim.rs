@@ -195,6 +195,20 @@ impl Cluster {
     /// A selector that does not parse, or a route that never settles (the rules above
     /// always settle; this guards the check itself).
     pub fn propagation(&self, tie: Tie) -> Result<Learned, String> {
+        self.follow(tie).map(|(learned, _)| learned)
+    }
+
+    /// Paths each node holds once every route settled: for every other node's route,
+    /// how many peers send it a copy it accepts (its Adj-RIB-In, summed over routes).
+    /// What a cluster-ID layout costs a BGP speaker, beside its sessions.
+    ///
+    /// # Errors
+    /// As [`Cluster::propagation`].
+    pub fn paths(&self, tie: Tie) -> Result<BTreeMap<String, usize>, String> {
+        self.follow(tie).map(|(_, paths)| paths)
+    }
+
+    fn follow(&self, tie: Tie) -> Result<(Learned, BTreeMap<String, usize>), String> {
         let sessions = self.sessions()?;
         let names: Vec<&String> = sessions.keys().collect();
         let index: BTreeMap<&str, usize> = names
@@ -217,6 +231,22 @@ impl Cluster {
             .collect();
         // x treats y as its client.
         let client = |x: usize, y: usize| cid[x].is_some() && cid[x] != cid[y];
+        // What y, holding `r`, advertises to x and x accepts: the CLUSTER_LIST x gets.
+        let offer = |y: usize, x: usize, r: &Held| -> Option<Vec<u32>> {
+            let cluster_list = if r.from == usize::MAX {
+                Vec::new()
+            } else {
+                let c = cid[y]?;
+                if r.from == x || !(r.from_client || client(y, x)) {
+                    return None;
+                }
+                let mut cl = Vec::with_capacity(r.cluster_list.len() + 1);
+                cl.push(c);
+                cl.extend_from_slice(&r.cluster_list);
+                cl
+            };
+            (!cid[x].is_some_and(|c| cluster_list.contains(&c))).then_some(cluster_list)
+        };
         let better = |a: &Held, b: &Held| match a.cluster_list.len().cmp(&b.cluster_list.len()) {
             std::cmp::Ordering::Less => true,
             std::cmp::Ordering::Greater => false,
@@ -227,6 +257,7 @@ impl Cluster {
         };
         let n = names.len();
         let mut out = Learned::new();
+        let mut paths = vec![0usize; n];
         for o in 0..n {
             let mut best: Vec<Option<Held>> = vec![None; n];
             best[o] = Some(Held {
@@ -244,23 +275,9 @@ impl Cluster {
                     let mut cand: Option<Held> = None;
                     for &y in &adj[x] {
                         let Some(r) = &best[y] else { continue };
-                        // What y advertises to x.
-                        let cluster_list = if r.from == usize::MAX {
-                            Vec::new()
-                        } else {
-                            let Some(c) = cid[y] else { continue };
-                            if r.from == x || !(r.from_client || client(y, x)) {
-                                continue;
-                            }
-                            let mut cl = Vec::with_capacity(r.cluster_list.len() + 1);
-                            cl.push(c);
-                            cl.extend_from_slice(&r.cluster_list);
-                            cl
-                        };
-                        // What x accepts.
-                        if cid[x].is_some_and(|c| cluster_list.contains(&c)) {
+                        let Some(cluster_list) = offer(y, x, r) else {
                             continue;
-                        }
+                        };
                         let h = Held {
                             cluster_list,
                             from: y,
@@ -283,6 +300,13 @@ impl Cluster {
             if !settled {
                 return Err(format!("the route of {} does not settle", names[o]));
             }
+            // Copies each node accepts at the fixpoint.
+            for x in (0..n).filter(|&x| x != o) {
+                paths[x] += adj[x]
+                    .iter()
+                    .filter(|&&y| best[y].as_ref().is_some_and(|r| offer(y, x, r).is_some()))
+                    .count();
+            }
             out.insert(
                 names[o].clone(),
                 (0..n)
@@ -291,7 +315,12 @@ impl Cluster {
                     .collect(),
             );
         }
-        Ok(out)
+        let paths = names
+            .iter()
+            .zip(paths)
+            .map(|(n, p)| ((*n).clone(), p))
+            .collect();
+        Ok((out, paths))
     }
 }
 
