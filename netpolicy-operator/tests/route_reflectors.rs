@@ -283,19 +283,6 @@ async fn routes_reach_every_node_through_growth_loss_and_a_topology_switch() {
     let cp = netpolicy_testenv::shared();
     let client = cp.client().await;
     netpolicy_testenv::install_crds(&client, crds()).await;
-    netpolicy_testenv::install_crds(&client, calico_crds()).await;
-    // Someone else's BGPPeer: never touched.
-    let foreign: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "crd.projectcalico.org/v1", "kind": "BGPPeer",
-        "metadata": {"name": "tor-uplink"},
-        "spec": {"peerIP": "192.0.2.1", "asNumber": 64512, "nodeSelector": "all()"}
-    }))
-    .unwrap();
-    let peers = Api::<DynamicObject>::all_with(client.clone(), &bgp_peer_resource());
-    peers
-        .create(&PostParams::default(), &foreign)
-        .await
-        .unwrap();
     let prefix = "rr-e2e-";
     add_nodes(&client, prefix, 0..n).await;
     let first = Api::<Node>::all(client.clone())
@@ -343,6 +330,33 @@ async fn routes_reach_every_node_through_growth_loss_and_a_topology_switch() {
             .unwrap(),
     );
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    // Calico comes after the operator: it says so, then picks Calico up.
+    let t = Instant::now();
+    loop {
+        let waiting = rrc_status(&client).await.is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.reason == "CalicoNotInstalled")
+        });
+        if waiting {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "{}", log_text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    netpolicy_testenv::install_crds(&client, calico_crds()).await;
+    // Someone else's BGPPeer: never touched.
+    let foreign: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "crd.projectcalico.org/v1", "kind": "BGPPeer",
+        "metadata": {"name": "tor-uplink"},
+        "spec": {"peerIP": "192.0.2.1", "asNumber": 64512, "nodeSelector": "all()"}
+    }))
+    .unwrap();
+    let peers = Api::<DynamicObject>::all_with(client.clone(), &bgp_peer_resource());
+    peers
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
     settled(&client, "first topology (simple)", 120).await;
     seen.lock().unwrap().armed = true;
     seen.lock().unwrap().check(prefix);

@@ -29,7 +29,10 @@ use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams},
-    runtime::reflector::{self, ObjectRef, Store},
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, ObjectRef, Store},
+    },
 };
 use netpolicy_rr::{Op, topology, transition};
 use serde_json::json;
@@ -116,34 +119,13 @@ pub async fn run(
     let ar = bgp_peer_resource();
     let peers_writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
     let peers_reader = peers_writer.as_reader();
-    let peer_wake = wake.clone();
-    let kind: Arc<str> = Arc::from("BGPPeer");
     let calico = has_calico(&client).await;
-    let s3 = if calico {
-        reflector::reflector(
-            peers_writer,
-            kube::runtime::watcher(
-                Api::<DynamicObject>::all_with(client.clone(), &ar),
-                kube::runtime::watcher::Config::default(),
-            ),
-        )
-        .map(move |ev| {
-            if let Ok(e) = &ev {
-                match e {
-                    kube::runtime::watcher::Event::Apply(o)
-                    | kube::runtime::watcher::Event::Delete(o) => {
-                        peer_wake.changed(&kind, o.name_any());
-                    }
-                    kube::runtime::watcher::Event::InitDone => peer_wake.relisted(&kind),
-                    _ => {}
-                }
-            }
-        })
-        .boxed()
-    } else {
-        futures::stream::pending().boxed()
-    };
-    let drive = tokio::spawn(futures::stream::select_all([s1, s2, s3]).for_each(|()| async {}));
+    let mut peers_writer = Some(peers_writer);
+    let mut peers_task = None;
+    if calico {
+        peers_task = watch_peers(&client, &wake, &mut peers_writer);
+    }
+    let drive = tokio::spawn(futures::stream::select_all([s1, s2]).for_each(|()| async {}));
     let synced = async {
         configs.wait_until_ready().await?;
         nodes.wait_until_ready().await?;
@@ -154,7 +136,11 @@ pub async fn run(
     };
     tokio::select! {
         r = synced => r?,
-        _ = stop.changed() => { drive.abort(); return Ok(()); }
+        _ = stop.changed() => {
+            drive.abort();
+            if let Some(t) = peers_task { t.abort(); }
+            return Ok(());
+        }
     }
     info!(calico, "caches synced: route-reflector controller running");
     let mut job = Job {
@@ -169,6 +155,14 @@ pub async fn run(
     };
     loop {
         let _ = wake.take();
+        // Calico installed after the operator started: start following its BGPPeers.
+        if !job.calico && has_calico(&job.client).await {
+            peers_task = watch_peers(&job.client, &wake, &mut peers_writer);
+            if job.peers.wait_until_ready().await.is_ok() {
+                info!("Calico's BGPPeer is served now: route reflectors managed");
+                job.calico = true;
+            }
+        }
         let start = Instant::now();
         let result = job.pass().await;
         debug!(?result, took = ?start.elapsed(), "route reflectors: pass");
@@ -191,8 +185,39 @@ pub async fn run(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     drive.abort();
+    if let Some(t) = peers_task {
+        t.abort();
+    }
     info!("route-reflector controller stopped");
     Ok(())
+}
+
+/// Starts following Calico's `BGPPeer`s into the store behind `writer` (taken: once).
+fn watch_peers(
+    client: &Client,
+    wake: &Wake,
+    writer: &mut Option<reflector::store::Writer<DynamicObject>>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let writer = writer.take()?;
+    let wake = wake.clone();
+    let kind: Arc<str> = Arc::from("BGPPeer");
+    let stream = reflector::reflector(
+        writer,
+        kube::runtime::watcher(
+            Api::<DynamicObject>::all_with(client.clone(), &bgp_peer_resource()),
+            kube::runtime::watcher::Config::default(),
+        )
+        .default_backoff(),
+    )
+    .map(move |ev| match &ev {
+        Ok(kube::runtime::watcher::Event::Apply(o) | kube::runtime::watcher::Event::Delete(o)) => {
+            wake.changed(&kind, o.name_any())
+        }
+        Ok(kube::runtime::watcher::Event::InitDone) => wake.relisted(&kind),
+        Ok(_) => {}
+        Err(e) => warn!(error = %e, "BGPPeer watch error (retrying)"),
+    });
+    Some(tokio::spawn(stream.for_each(|()| async {})))
 }
 
 /// Whether Calico's `BGPPeer` kind is served.
@@ -258,7 +283,7 @@ impl Job {
                 false,
                 rc::NO_CALICO,
                 "Calico's crd.projectcalico.org/v1 BGPPeer is not served: install Calico (or its \
-                 CRDs) and restart the operator"
+                 CRDs); the operator notices on its next pass"
                     .into(),
                 generation,
                 &now,
