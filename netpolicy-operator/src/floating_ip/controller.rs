@@ -510,11 +510,23 @@ impl Writer {
             }
         }
         // 6. kube-vip, here and in guest clusters.
+        // One ConfigMap that cannot be written (say, a namespace the chart gives no
+        // access to) holds up no other, nor the guests; the pass is retried.
+        let mut failed = None;
         for cm in &p.kube_vip {
             let api = Api::<ConfigMap>::namespaced(self.client.clone(), &cm.namespace);
-            writes += usize::from(publish(&api, cm).await?);
+            match publish(&api, cm).await {
+                Ok(wrote) => writes += usize::from(wrote),
+                Err(e) => {
+                    warn!(namespace = cm.namespace, name = cm.name, error = %e, "kube-vip ConfigMap not written");
+                    failed.get_or_insert(e);
+                }
+            }
         }
         self.publish_guests(&p.guests).await;
+        if let Some(e) = failed {
+            return Err(e);
+        }
         if writes > 0 {
             debug!(writes, "floating IPs: pass wrote");
         }
