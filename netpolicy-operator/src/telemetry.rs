@@ -35,8 +35,16 @@ pub struct Metrics {
     fip_latency: Family<RangeLabel, Histogram>,
     guest_errors: Family<GuestLabel, Counter>,
     rr_reflectors: Family<ZoneLabel, Gauge<f64, AtomicU64>>,
+    rr_clients: Family<ReflectorLabel, Gauge<f64, AtomicU64>>,
     rr_transitions: Counter,
     rr_steps: Counter,
+}
+
+/// Labels of the per-reflector metrics.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReflectorLabel {
+    /// Reflector node.
+    pub reflector: String,
 }
 
 /// Labels of the per-zone metrics.
@@ -133,6 +141,12 @@ impl Default for Metrics {
             guest_errors.clone(),
         );
         let rr_reflectors = Family::<ZoneLabel, Gauge<f64, AtomicU64>>::default();
+        let rr_clients = Family::<ReflectorLabel, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "route_reflector_clients",
+            "Clients per route reflector in the target topology",
+            rr_clients.clone(),
+        );
         let rr_transitions = Counter::default();
         let rr_steps = Counter::default();
         registry.register(
@@ -163,6 +177,7 @@ impl Default for Metrics {
             fip_latency,
             guest_errors,
             rr_reflectors,
+            rr_clients,
             rr_transitions,
             rr_steps,
         }
@@ -198,6 +213,18 @@ impl Metrics {
                 zone: zone.to_owned(),
             })
             .set(n);
+    }
+
+    /// Clients per reflector in the target topology (reflectors that left are dropped).
+    pub fn reflector_clients<'a>(&self, loads: impl IntoIterator<Item = (&'a str, usize)>) {
+        self.rr_clients.clear();
+        for (r, n) in loads {
+            self.rr_clients
+                .get_or_create(&ReflectorLabel {
+                    reflector: r.to_owned(),
+                })
+                .set(n as f64);
+        }
     }
 
     /// A route-reflector transition started.
@@ -268,5 +295,28 @@ impl Shared {
     pub(crate) fn ready(&self) -> bool {
         self.connected.load(Ordering::Acquire)
             && (!self.leading.load(Ordering::Acquire) || self.synced.load(Ordering::Acquire))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clients_per_reflector_follow_the_topology_and_departed_reflectors_go() {
+        let m = Metrics::default();
+        m.reflector_clients([("r1", 3), ("r2", 4)]);
+        let text = m.render();
+        assert!(
+            text.contains("netpolicy_route_reflector_clients{reflector=\"r1\"} 3"),
+            "{text}"
+        );
+        m.reflector_clients([("r2", 5)]);
+        let text = m.render();
+        assert!(!text.contains("reflector=\"r1\""), "{text}");
+        assert!(
+            text.contains("netpolicy_route_reflector_clients{reflector=\"r2\"} 5"),
+            "{text}"
+        );
     }
 }

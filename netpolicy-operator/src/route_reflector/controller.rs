@@ -348,6 +348,7 @@ impl Job {
                 .metrics
                 .reflectors(&z.zone, z.reflectors.len() as f64);
         }
+        self.shared.metrics.reflector_clients(target.loads());
         if steps.is_empty() {
             self.started = None;
             let mesh = self.mesh(&rrc).await?;
