@@ -209,17 +209,23 @@ fn watch_and_check(client: Client, prefix: String, seen: Arc<Mutex<Seen>>) {
                 continue;
             };
             last_rv = rv;
-            let mut s = seen.lock().unwrap();
-            s.nodes = nodes.items.into_iter().map(|n| (n.name_any(), n)).collect();
-            s.peers = peers
-                .items
-                .iter()
-                .filter_map(|p| {
-                    serde_json::from_value::<CalicoBgpPeer>(serde_json::to_value(p).ok()?).ok()
-                })
-                .map(|p| (p.metadata.name.clone().unwrap_or_default(), p))
-                .collect();
-            s.check(&prefix);
+            // The check is CPU work: off the async workers, so it never starves the test.
+            let seen = Arc::clone(&seen);
+            let prefix = prefix.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                let mut s = seen.lock().unwrap();
+                s.nodes = nodes.items.into_iter().map(|n| (n.name_any(), n)).collect();
+                s.peers = peers
+                    .items
+                    .iter()
+                    .filter_map(|p| {
+                        serde_json::from_value::<CalicoBgpPeer>(serde_json::to_value(p).ok()?).ok()
+                    })
+                    .map(|p| (p.metadata.name.clone().unwrap_or_default(), p))
+                    .collect();
+                s.check(&prefix);
+            })
+            .await;
         }
     });
 }
@@ -434,6 +440,38 @@ async fn routes_reach_every_node_through_growth_loss_and_a_topology_switch() {
         "writes on a quiet cluster\n{}",
         log_text()
     );
+    // nodeToNodeMesh: disable turns Calico's full mesh off now that every node has its
+    // reflector sessions (Calico's default is on: no BGPConfiguration yet).
+    Api::<RouteReflectorConfig>::all(client.clone())
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"nodeToNodeMesh": "disable"}})),
+        )
+        .await
+        .unwrap();
+    let bgp_config = Api::<DynamicObject>::all_with(
+        client.clone(),
+        &netpolicy_operator::route_reflector::controller::bgp_configuration_resource(),
+    );
+    let t = Instant::now();
+    loop {
+        let off = bgp_config
+            .get_opt("default")
+            .await
+            .unwrap()
+            .is_some_and(|o| o.data["spec"]["nodeToNodeMeshEnabled"] == false);
+        let reported = rrc_status(&client).await.is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "NodeToNodeMesh" && c.status == "False")
+        });
+        if off && reported {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "{}", log_text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     // The foreign BGPPeer is untouched.
     let f = peers.get("tor-uplink").await.unwrap();
     assert_eq!(f.data["spec"]["peerIP"], "192.0.2.1");

@@ -351,7 +351,9 @@ impl Job {
         self.shared.metrics.reflector_clients(target.loads());
         if steps.is_empty() {
             self.started = None;
-            let mesh = self.mesh(&rrc).await?;
+            // Every node has its reflector sessions only when the topology has no warning (a
+            // zone without reflectors, no reflector at all).
+            let mesh = self.mesh(&rrc, target.warnings.is_empty()).await?;
             let st = RouteReflectorConfigStatus {
                 reflectors: Some(reflectors),
                 ring: target.ring.clone(),
@@ -606,7 +608,11 @@ impl Job {
     /// Calico's node-to-node mesh: `Some(why)` while it is on. With `disable`, it is
     /// turned off here (the caller calls this only when every node has its reflector
     /// sessions).
-    async fn mesh(&self, rrc: &RouteReflectorConfig) -> Result<Option<String>, kube::Error> {
+    async fn mesh(
+        &self,
+        rrc: &RouteReflectorConfig,
+        complete: bool,
+    ) -> Result<Option<String>, kube::Error> {
         let api =
             Api::<DynamicObject>::all_with(self.client.clone(), &bgp_configuration_resource());
         let obj = match api.get_opt("default").await {
@@ -623,7 +629,7 @@ impl Job {
         if !on {
             return Ok(None);
         }
-        if rrc.spec.node_to_node_mesh == crate::api::NodeToNodeMesh::Disable {
+        if rrc.spec.node_to_node_mesh == crate::api::NodeToNodeMesh::Disable && complete {
             let patch = json!({
                 "apiVersion": "crd.projectcalico.org/v1",
                 "kind": "BGPConfiguration",
