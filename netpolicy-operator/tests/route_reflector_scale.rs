@@ -12,34 +12,26 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod common;
+
+use common::{Killed, calico_crds, ready_node};
+
 use std::{
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use futures::{StreamExt, stream};
-use k8s_openapi::{
-    api::core::v1::Node,
-    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-};
+use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, ListParams, PostParams},
 };
 use netpolicy_operator::api::{RouteReflectorConfig, crds};
 use serde_json::json;
 
 const NODES: usize = 5_000;
 const ZONES: [&str; 3] = ["a", "b", "c"];
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// User + system CPU time of a process, in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
@@ -50,41 +42,6 @@ fn cpu_seconds(pid: u32) -> f64 {
     let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     // utime and stime are fields 14 and 15 of the whole line: 12 and 13 here.
     (ticks(11) + ticks(12)) / 100.0
-}
-
-fn calico_crds() -> Vec<CustomResourceDefinition> {
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/calico");
-    [
-        "crd.projectcalico.org_bgppeers.yaml",
-        "crd.projectcalico.org_bgpconfigurations.yaml",
-    ]
-    .iter()
-    .map(|f| serde_saphyr::from_str(&std::fs::read_to_string(dir.join(f)).unwrap()).unwrap())
-    .collect()
-}
-
-async fn add_node(nodes: &Api<Node>, name: &str, zone: &str) {
-    let n: Node = serde_json::from_value(json!({"metadata": {
-        "name": name, "labels": {"topology.kubernetes.io/zone": zone}
-    }}))
-    .unwrap();
-    nodes.create(&PostParams::default(), &n).await.unwrap();
-    nodes
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"taints": null}})),
-        )
-        .await
-        .unwrap();
-    nodes
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}})),
-        )
-        .await
-        .unwrap();
 }
 
 /// Waits until the status says settled, then 2 s more without a transition.
@@ -127,7 +84,10 @@ async fn five_thousand_nodes() {
     stream::iter(0..NODES)
         .for_each_concurrent(32, |i| {
             let nodes = nodes.clone();
-            async move { add_node(&nodes, &format!("rr-scale-{i:05}"), ZONES[i % 3]).await }
+            async move {
+                let labels = json!({"topology.kubernetes.io/zone": ZONES[i % 3]});
+                ready_node(&nodes, &format!("rr-scale-{i:05}"), labels).await;
+            }
         })
         .await;
     println!("created {NODES} Nodes in {:?}", t.elapsed());
@@ -172,7 +132,12 @@ async fn five_thousand_nodes() {
 
     // One node added (3 writes of the test's own: create, taint, Ready).
     let (w0, c0) = (writes(), cpu_seconds(pid));
-    add_node(&nodes, "rr-scale-extra", "a").await;
+    ready_node(
+        &nodes,
+        "rr-scale-extra",
+        json!({"topology.kubernetes.io/zone": "a"}),
+    )
+    .await;
     let took = settled(&client).await;
     println!(
         "one node added: settled after {took:?}; operator writes {}; operator CPU {:.3} s",

@@ -13,18 +13,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod common;
+
+use common::{Killed, calico_crds, ready_node, set_ready};
+
 use std::{
     collections::BTreeMap,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use futures::{StreamExt, stream};
-use k8s_openapi::{
-    api::core::v1::Node,
-    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-};
+use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
@@ -40,69 +41,17 @@ use serde_json::json;
 const ZONES: [&str; 3] = ["a", "b", "c"];
 const LABEL: &str = "calico-route-reflector";
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn calico_crds() -> Vec<CustomResourceDefinition> {
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/calico");
-    [
-        "crd.projectcalico.org_bgppeers.yaml",
-        "crd.projectcalico.org_bgpconfigurations.yaml",
-    ]
-    .iter()
-    .map(|f| serde_saphyr::from_str(&std::fs::read_to_string(dir.join(f)).unwrap()).unwrap())
-    .collect()
-}
-
 async fn add_nodes(client: &Client, prefix: &str, range: std::ops::Range<usize>) {
     let nodes: Api<Node> = Api::all(client.clone());
     stream::iter(range)
         .for_each_concurrent(16, |i| {
             let nodes = nodes.clone();
             async move {
-                let name = format!("{prefix}{i:04}");
-                let n: Node = serde_json::from_value(json!({"metadata": {
-                    "name": name,
-                    "labels": {"topology.kubernetes.io/zone": ZONES[i % 3], "e2e-rr": "yes"}
-                }}))
-                .unwrap();
-                nodes.create(&PostParams::default(), &n).await.unwrap();
-                set_ready(&nodes, &name, true).await;
+                let labels = json!({"topology.kubernetes.io/zone": ZONES[i % 3], "e2e-rr": "yes"});
+                ready_node(&nodes, &format!("{prefix}{i:04}"), labels).await;
             }
         })
         .await;
-}
-
-/// Sets the Ready condition as the kubelet would, and (Ready) lifts the
-/// `node.kubernetes.io/not-ready` taint the API server puts on new Nodes, as the node
-/// lifecycle controller would (this control plane runs no controller manager).
-async fn set_ready(nodes: &Api<Node>, name: &str, ready: bool) {
-    if ready {
-        nodes
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"taints": null}})),
-            )
-            .await
-            .unwrap();
-    }
-    nodes
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"conditions": [
-                {"type": "Ready", "status": if ready { "True" } else { "False" }}
-            ]}})),
-        )
-        .await
-        .unwrap();
 }
 
 /// What the watcher sees, and what it found wrong.

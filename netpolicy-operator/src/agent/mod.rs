@@ -30,12 +30,10 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{
     Api, ResourceExt,
-    api::{Patch, PatchParams},
     runtime::{WatchStreamExt, watcher, watcher::Event},
 };
 use netpolicy_core::{merge::ItemRef, model::RoutingConfig, plan::Op};
 use netpolicy_netlink::{Adapter, Namespace, Outcome, Ownership, Report};
-use serde_json::json;
 use tracing::{info, warn};
 
 use crate::error::{Chain, Error, Result};
@@ -265,23 +263,12 @@ async fn pass(
     if next == current {
         return Ok(None);
     }
-    let patch = json!({
-        "apiVersion": "netpolicy.io/v1alpha1",
-        "kind": "NodeNetworkConfig",
-        "status": next,
-    });
-    let written = api
-        .patch_status(
-            &node,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
+    crate::k8s::apply_status(api, FIELD_MANAGER, &node, &next)
         .await
         .map_err(|source| Error::Kube {
             what: "writing status".into(),
             source,
-        })?;
-    Ok(Some(written))
+        })
 }
 
 /// Runs `f` on the adapter on a blocking thread (netlink calls block).

@@ -57,7 +57,7 @@ use tracing::{debug, info, warn};
 use super::{Pass, World, pass};
 use crate::{
     api::{FloatingIP, FloatingIPClaim, FloatingIPRange},
-    k8s::{FIELD_MANAGER, Wake, watched},
+    k8s::{FIELD_MANAGER, Wake, apply_status, watched},
     telemetry::Shared,
 };
 
@@ -402,23 +402,11 @@ impl Writer {
                 .await;
             }
             let api = Api::<FloatingIP>::namespaced(self.client.clone(), ns);
-            let patch = json!({
-                "apiVersion": "netpolicy.io/v1alpha1",
-                "kind": "FloatingIP",
-                "status": status,
-            });
-            match api
-                .patch_status(
-                    name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&patch),
-                )
-                .await
-            {
-                Ok(_) => writes += 1,
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(e),
-            }
+            writes += usize::from(
+                apply_status(&api, FIELD_MANAGER, name, status)
+                    .await?
+                    .is_some(),
+            );
         }
         let range_api = Api::<FloatingIPRange>::all(self.client.clone());
         for (name, status) in &p.range_status {
@@ -465,23 +453,11 @@ impl Writer {
                 )
                 .await;
             }
-            let patch = json!({
-                "apiVersion": "netpolicy.io/v1alpha1",
-                "kind": "FloatingIPRange",
-                "status": status,
-            });
-            match range_api
-                .patch_status(
-                    name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&patch),
-                )
-                .await
-            {
-                Ok(_) => writes += 1,
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(e),
-            }
+            writes += usize::from(
+                apply_status(&range_api, FIELD_MANAGER, name, status)
+                    .await?
+                    .is_some(),
+            );
         }
         // 5. Range finalizers.
         for (name, add) in &p.range_finalizers {

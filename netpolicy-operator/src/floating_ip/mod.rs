@@ -282,7 +282,7 @@ pub fn serve(
                 Some(Err(message)) => Err(("spec.address", message)),
                 _ => match results.next() {
                     Some(Ok(a)) => Ok(a),
-                    Some(Err(r)) => Err(refusal(&claim, r, known_ranges)),
+                    Some(Err(r)) => Err(refusal(&claim.range, r, known_ranges)),
                     None => Err(("spec.range", "not served".to_owned())),
                 },
             };
@@ -292,14 +292,14 @@ pub fn serve(
 }
 
 /// A refusal as the field it is about and a message for people.
-fn refusal(claim: &Claim, r: Refusal, known_ranges: &BTreeSet<String>) -> (&'static str, String) {
+fn refusal(range: &str, r: Refusal, known_ranges: &BTreeSet<String>) -> (&'static str, String) {
     match r {
         Refusal::Unrestored { address } => (
             "status.address",
             format!(
                 "its address {address} could not be restored (see FloatingIPRange/{}); no \
                  other address is given in its place",
-                claim.range
+                range
             ),
         ),
         Refusal::NoPool { pool } if known_ranges.contains(&pool) => (
@@ -757,14 +757,7 @@ pub fn pass(world: World<'_>, now: &Time) -> Pass {
         let (ok, reason, message) = if let Some(m) = invalid.get(key) {
             (false, fc::INVALID, m.clone())
         } else if let Some(r) = refused.get(key) {
-            let claim = Claim {
-                namespace: String::new(),
-                name: String::new(),
-                range: f.spec.range.clone(),
-                address: None,
-                auto: false,
-            };
-            let (_, message) = refusal(&claim, r.clone(), &known);
+            let (_, message) = refusal(&f.spec.range, r.clone(), &known);
             let reason = match r {
                 Refusal::Static(netpolicy_ipam::Error::Taken { .. }) => fc::TAKEN,
                 Refusal::Static(netpolicy_ipam::Error::Draining { .. })
@@ -936,25 +929,33 @@ pub fn pass(world: World<'_>, now: &Time) -> Pass {
         let pool = pools.get(name);
         let capacity = pool.map(|p| p.alloc.space().size());
         let allocated = allocations;
-        let mut conds = Vec::new();
-        let (ready, reason, message) = if let Some(ps) = range_problems.get(name) {
-            let overlap = ps.iter().any(|e| e.message.contains("overlap"));
-            conds.push(k8s::condition(
-                &cur.conditions,
-                fc::OVERLAP,
-                overlap,
-                if overlap { fc::OVERLAP } else { fc::NONE },
-                if overlap {
-                    ps.iter()
-                        .map(|e| e.message.clone())
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                } else {
-                    "no overlap".into()
-                },
-                generation,
-                now,
-            ));
+        let problems = range_problems.get(name);
+        // A range that could not be added to the pools overlaps another (`pools`
+        // reports exactly those on the bare `spec.cidrs` field).
+        let overlaps: Vec<&str> = problems
+            .into_iter()
+            .flatten()
+            .filter(|e| e.field == "spec.cidrs")
+            .map(|e| e.message.as_str())
+            .collect();
+        let mut conds = vec![k8s::condition(
+            &cur.conditions,
+            fc::OVERLAP,
+            !overlaps.is_empty(),
+            if overlaps.is_empty() {
+                fc::NONE
+            } else {
+                fc::OVERLAP
+            },
+            if overlaps.is_empty() {
+                "no overlap".into()
+            } else {
+                overlaps.join("; ")
+            },
+            generation,
+            now,
+        )];
+        let (ready, reason, message) = if let Some(ps) = problems {
             (
                 false,
                 fc::INVALID,
@@ -964,15 +965,6 @@ pub fn pass(world: World<'_>, now: &Time) -> Pass {
                     .join("; "),
             )
         } else if r.metadata.deletion_timestamp.is_some() {
-            conds.push(k8s::condition(
-                &cur.conditions,
-                fc::OVERLAP,
-                false,
-                fc::NONE,
-                "no overlap".into(),
-                generation,
-                now,
-            ));
             (
                 false,
                 fc::DRAINING,
@@ -981,15 +973,6 @@ pub fn pass(world: World<'_>, now: &Time) -> Pass {
                 ),
             )
         } else {
-            conds.push(k8s::condition(
-                &cur.conditions,
-                fc::OVERLAP,
-                false,
-                fc::NONE,
-                "no overlap".into(),
-                generation,
-                now,
-            ));
             (
                 true,
                 fc::AVAILABLE,
@@ -1290,6 +1273,26 @@ mod tests {
             (published.status.as_str(), published.reason.as_str()),
             ("False", "NotPublishable")
         );
+    }
+
+    #[test]
+    fn overlapping_ranges_say_so_and_the_first_stays_usable() {
+        let ranges = [
+            range("blue", "10.0.0.0/29", false),
+            range("green", "10.0.0.4/30", false),
+        ];
+        let p = run(&ranges, &[], &[]);
+        let cond = |name: &str, t: &str| {
+            let st = &p.range_status.iter().find(|(n, _)| n == name).unwrap().1;
+            let c = st.conditions.iter().find(|c| c.type_ == t).unwrap();
+            (c.status.clone(), c.message.clone())
+        };
+        assert_eq!(cond("blue", fc::OVERLAP).0, "False");
+        assert_eq!(cond("blue", conditions::READY).0, "True");
+        let (status, message) = cond("green", fc::OVERLAP);
+        assert_eq!(status, "True");
+        assert!(message.contains("blue"), "{message}");
+        assert_eq!(cond("green", conditions::READY).0, "False");
     }
 
     #[test]

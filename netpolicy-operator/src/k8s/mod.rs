@@ -104,6 +104,40 @@ impl NodeFacts {
     }
 }
 
+/// Writes an object's `status` by server-side apply as `manager` ([`FIELD_MANAGER`] for
+/// the operator's controllers, the agent's own for the agent): the one way status is
+/// written. `Ok(None)` when the object is gone.
+///
+/// # Errors
+/// The API server's, except 404.
+pub async fn apply_status<K>(
+    api: &Api<K>,
+    manager: &str,
+    name: &str,
+    status: &impl serde::Serialize,
+) -> Result<Option<K>, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    match api
+        .patch_status(
+            name,
+            &kube::api::PatchParams::apply(manager).force(),
+            &kube::api::Patch::Apply(&patch),
+        )
+        .await
+    {
+        Ok(o) => Ok(Some(o)),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// A condition of type `type_`, keeping its `lastTransitionTime` from `current` while its
 /// status stays the same (so an unchanged status compares equal and is not written).
 pub fn condition(

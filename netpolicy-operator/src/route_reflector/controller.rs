@@ -46,7 +46,7 @@ use crate::{
         TransitionStatus,
         conditions::{self, route_reflector as rc},
     },
-    k8s::{FIELD_MANAGER, MANAGED_BY, NodeFacts, Wake, condition, watched},
+    k8s::{FIELD_MANAGER, MANAGED_BY, NodeFacts, Wake, apply_status, condition, watched},
     telemetry::Shared,
 };
 
@@ -660,17 +660,8 @@ impl Job {
         if *current == next {
             return Ok(());
         }
-        let patch = json!({
-            "apiVersion": "netpolicy.io/v1alpha1",
-            "kind": "RouteReflectorConfig",
-            "status": next,
-        });
-        Api::<RouteReflectorConfig>::all(self.client.clone())
-            .patch_status(
-                ROUTE_REFLECTOR_CONFIG_NAME,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
+        let api = Api::<RouteReflectorConfig>::all(self.client.clone());
+        apply_status(&api, FIELD_MANAGER, ROUTE_REFLECTOR_CONFIG_NAME, &next)
             .await
             .map(|_| ())
     }

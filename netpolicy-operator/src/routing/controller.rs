@@ -1,13 +1,12 @@
-//! The controllers the operator runs while it holds the lease.
-//!
-//! `routing`: ClusterConfig + NodeConfigs + Nodes → one NodeNetworkConfig per node
-//! (DESIGN.md, node agent model).
+//! The routing controller: ClusterConfig + NodeConfigs + Nodes → one
+//! NodeNetworkConfig per node (DESIGN.md, node agent model), and the policies' status.
 //!
 //! # Guarantees
 //! - Nothing is written before every watched cache has synced (a partial cache would
 //!   render nodes without some of their policies).
 //! - A node whose policies conflict or are invalid keeps its NodeNetworkConfig as it is
-//!   (its last good config); the reasons are logged each pass.
+//!   (its last good config); the reasons are logged when the node or a policy changes
+//!   (and on each full resync), not on every pass.
 //! - NodeNetworkConfigs are written with server-side apply (field manager
 //!   `netpolicy-operator`) only when their spec changes, labelled
 //!   `app.kubernetes.io/managed-by: netpolicy` and owned by their Node (so the garbage
@@ -321,17 +320,7 @@ impl StatusWriter {
                 warn!(error = %e, name, "could not record a conflict Event");
             }
         }
-        let patch = json!({
-            "apiVersion": K::api_version(&()),
-            "kind": K::kind(&()),
-            "status": next,
-        });
-        api.patch_status(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
+        crate::k8s::apply_status(api, FIELD_MANAGER, &name, &next).await?;
         debug!(name, "policy status written");
         Ok(())
     }
