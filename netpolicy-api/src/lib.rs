@@ -304,6 +304,9 @@ pub mod conditions {
         pub const MESH_OFF: &str = "MeshDisabled";
         /// Reason: Calico's API (BGPPeer, BGPConfiguration) is not installed.
         pub const NO_CALICO: &str = "CalicoNotInstalled";
+        /// Reason: Calico's etcd (`datastore.etcdv3`) cannot be reached or its TLS
+        /// Secret cannot be read.
+        pub const DATASTORE_UNREACHABLE: &str = "DatastoreUnreachable";
     }
 
     /// Reasons of one entry of `status.itemErrors`.
@@ -643,6 +646,54 @@ pub struct RouteReflectorConfigSpec {
     /// `disable` (turned off once every node has its reflector sessions).
     #[serde(default)]
     pub node_to_node_mesh: NodeToNodeMesh,
+    /// Where Calico keeps its BGP objects: `kubernetes` (the default: `BGPPeer`s as
+    /// `crd.projectcalico.org/v1` objects, labels and the cluster ID on Kubernetes Nodes) or
+    /// `etcdv3` (Calico's own etcd: the same objects in its key layout and JSON).
+    #[serde(default, skip_serializing_if = "CalicoDatastore::is_default")]
+    pub datastore: CalicoDatastore,
+}
+
+/// Calico's datastore: at most one of `kubernetes`, `etcdv3` (neither: `kubernetes`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!(has(self.kubernetes) && has(self.etcdv3))",
+    "message": "datastore names one of kubernetes or etcdv3, not both"
+}]))]
+pub struct CalicoDatastore {
+    /// Calico's Kubernetes datastore (KDD).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<KubernetesDatastore>,
+    /// Calico's etcd datastore.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcdv3: Option<EtcdDatastore>,
+}
+
+impl CalicoDatastore {
+    /// Whether this is the default (`kubernetes`, unset).
+    pub fn is_default(&self) -> bool {
+        self.etcdv3.is_none() && self.kubernetes.is_none()
+    }
+}
+
+/// The Kubernetes datastore takes no settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct KubernetesDatastore {}
+
+/// Calico's etcd: where and how to reach it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdDatastore {
+    /// Client URLs (`https://10.0.0.1:2379`), tried in order.
+    #[schemars(length(min = 1, max = 16))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self.all(e, e.startsWith('http://') || e.startsWith('https://'))",
+        "message": "each endpoint is an http:// or https:// URL"
+    }]))]
+    pub endpoints: Vec<String>,
+    /// A Secret with `ca.crt` (the etcd server's CA) and, for client certificates,
+    /// `tls.crt` and `tls.key` (the keys of a `kubernetes.io/tls` Secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_secret_ref: Option<NamespacedRef>,
 }
 
 /// What the operator does about Calico's full node-to-node mesh.
@@ -678,6 +729,7 @@ impl Default for RouteReflectorConfigSpec {
             peers_per_node: default_peers_per_node(),
             step_delay_seconds: default_step_delay_seconds(),
             node_to_node_mesh: NodeToNodeMesh::default(),
+            datastore: CalicoDatastore::default(),
         }
     }
 }
@@ -867,7 +919,7 @@ pub struct NameRef {
 }
 
 /// A namespaced reference.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct NamespacedRef {
     /// Namespace.
     pub namespace: String,

@@ -206,6 +206,7 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
     let ns = cp.namespace("np-release").await;
     // Release names are cluster-wide (ClusterRoles): one release per test binary.
     let kube_vip_ns = cp.namespace("np-kube-vip").await;
+    let calico_ns = cp.namespace("np-calico").await;
     let docs = render(
         &ns,
         &[
@@ -213,6 +214,10 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
             "agent.enabled=true",
             "--set",
             &format!("floatingIPs.kubeVipNamespaces={{{kube_vip_ns}}}"),
+            "--set",
+            &format!("routeReflectors.etcdTlsSecret.namespace={calico_ns}"),
+            "--set",
+            "routeReflectors.etcdTlsSecret.name=calico-etcd-tls",
         ],
     );
     apply_all(&admin, &docs, &ns).await;
@@ -290,6 +295,21 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
     ));
     assert!(forbidden(agent_ds.get("other").await));
     assert!(forbidden(agent_ds.list(&Default::default()).await));
+
+    // Calico's etcd TLS Secret: that one, read-only (404: allowed, not there).
+    let secrets =
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(operator.clone(), &calico_ns);
+    assert!(matches!(
+        secrets.get("calico-etcd-tls").await,
+        Err(kube::Error::Api(ref s)) if s.code == 404
+    ));
+    assert!(forbidden(secrets.get("other").await));
+    assert!(forbidden(secrets.list(&Default::default()).await));
+    assert!(forbidden(
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(operator.clone(), &ns)
+            .get("calico-etcd-tls")
+            .await
+    ));
 
     // The operator: writes NodeNetworkConfigs, reads (never writes) policies and Nodes,
     // Leases only in its namespace.

@@ -41,12 +41,30 @@ use rcgen::{
 pub struct ControlPlane {
     /// `https://127.0.0.1:<port>`.
     pub server: String,
+    /// etcd's client URL, `http://127.0.0.1:<port>` (the API server keeps its objects
+    /// under `/registry`; tests may use other prefixes, as Calico's etcd mode does).
+    pub etcd: String,
+    /// The same etcd over TLS, requiring a client certificate.
+    pub etcd_tls: EtcdTls,
     /// An admin kubeconfig (user `netpolicy-admin` in `system:masters`).
     pub kubeconfig: PathBuf,
     /// Working directory: certificates, etcd data, process logs.
     pub dir: PathBuf,
     ready: AtomicBool,
     counter: AtomicU64,
+}
+
+/// etcd's TLS client endpoint and the PEM files a client needs.
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    /// `https://127.0.0.1:<port>`.
+    pub url: String,
+    /// The CA that signed etcd's serving certificate (and the client certificate).
+    pub ca: PathBuf,
+    /// A client certificate etcd accepts.
+    pub cert: PathBuf,
+    /// Its key.
+    pub key: PathBuf,
 }
 
 static SHARED: OnceLock<ControlPlane> = OnceLock::new();
@@ -493,7 +511,11 @@ fn launch() -> Result<(ControlPlane, Vec<Child>)> {
          - level: None\n",
     )?;
 
+    let etcd_client_crt = write("etcd-client.crt", &pki.admin.0)?;
+    let etcd_client_key = write("etcd-client.key", &pki.admin.1)?;
     let (client_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+    let tls_port = free_port()?;
+    let tls_url = format!("https://127.0.0.1:{tls_port}");
     let s = |p: &Path| p.display().to_string();
     let mut children = Vec::new();
     let etcd_log = dir.join("etcd.log");
@@ -503,8 +525,14 @@ fn launch() -> Result<(ControlPlane, Vec<Child>)> {
         &bin.join("etcd"),
         &[
             format!("--data-dir={}", s(&dir.join("etcd"))),
-            format!("--listen-client-urls={client_url}"),
+            // Plain for the API server, TLS with client certificates for clients that
+            // test it (one certificate setting serves both: http ignores it).
+            format!("--listen-client-urls={client_url},{tls_url}"),
             format!("--advertise-client-urls={client_url}"),
+            format!("--cert-file={}", s(&serving_crt)),
+            format!("--key-file={}", s(&serving_key)),
+            format!("--trusted-ca-file={}", s(&ca)),
+            "--client-cert-auth=true".into(),
             format!("--listen-peer-urls={peer_url}"),
             format!("--initial-advertise-peer-urls={peer_url}"),
             format!("--initial-cluster=default={peer_url}"),
@@ -564,6 +592,13 @@ fn launch() -> Result<(ControlPlane, Vec<Child>)> {
     Ok((
         ControlPlane {
             server,
+            etcd: client_url.clone(),
+            etcd_tls: EtcdTls {
+                url: tls_url,
+                ca: ca.clone(),
+                cert: etcd_client_crt,
+                key: etcd_client_key,
+            },
             kubeconfig,
             dir,
             ready: AtomicBool::new(false),

@@ -17,6 +17,16 @@
 //!   touch only the reflector label, `rr.netpolicy.io/set-*` labels and the cluster-ID
 //!   annotation.
 //! - A pass that finds nothing to do writes nothing (the status is compared first).
+//!
+//! # Datastores
+//! With `datastore.kubernetes` (the default) the marks are labels and an annotation on
+//! Kubernetes Nodes and `BGPPeer`s are `crd.projectcalico.org/v1` objects, all followed
+//! by watches. With `datastore.etcdv3` they are written to Calico's etcd ([`super::etcd`]):
+//! each pass reads the Calico Nodes and BGPPeers there afresh, Kubernetes Nodes stay the
+//! source of readiness, taints and labels (and are never written), and etcd is polled
+//! every two seconds with a two-key fingerprint so a change there (calico-node
+//! registering, someone editing a BGPPeer) starts a pass. A Kubernetes Node without a
+//! Calico Node is not a BGP speaker yet and is left out until calico-node registers it.
 
 use std::{
     collections::BTreeMap,
@@ -39,11 +49,15 @@ use serde_json::json;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::{CalicoBgpPeer, config, current, node_info};
+use super::{
+    CalicoBgpPeer, CalicoBgpPeerSpec, config, current, current_of,
+    etcd::{self, Etcd},
+    marks_of, node_info,
+};
 use crate::{
     api::{
-        ROUTE_REFLECTOR_CONFIG_NAME, RouteReflectorConfig, RouteReflectorConfigStatus,
-        TransitionStatus,
+        EtcdDatastore, ROUTE_REFLECTOR_CONFIG_NAME, RouteReflectorConfig,
+        RouteReflectorConfigStatus, TransitionStatus,
         conditions::{self, route_reflector as rc},
     },
     k8s::{FIELD_MANAGER, MANAGED_BY, NodeFacts, Wake, apply_status, condition, watched},
@@ -67,6 +81,9 @@ pub fn bgp_configuration_resource() -> ApiResource {
     )
 }
 
+const MESH_ON: &str = "Calico's node-to-node mesh is still on (nodeToNodeMesh: report leaves it; \
+                       `disable` turns it off once every node has its reflector sessions)";
+
 /// What of a Node placement reads: identity, labels, the cluster-ID annotation,
 /// readiness, schedulability, taints.
 fn node_fingerprint(n: &Node) -> String {
@@ -84,6 +101,18 @@ fn node_fingerprint(n: &Node) -> String {
             .collect::<Vec<_>>()
     )
 }
+
+/// Why a pass failed.
+#[derive(Debug, thiserror::Error)]
+enum Failed {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Etcd(#[from] etcd::Error),
+}
+
+/// How often Calico's etcd is checked for changes (`datastore.etcdv3`).
+const ETCD_POLL: Duration = Duration::from_secs(2);
 
 fn generation_fingerprint<K: Resource>(o: &K) -> String {
     format!(
@@ -152,6 +181,9 @@ pub async fn run(
         calico,
         last_step: None,
         started: None,
+        etcd: None,
+        etcd_seen: None,
+        calico_names: BTreeMap::new(),
     };
     loop {
         let _ = wake.take();
@@ -170,7 +202,10 @@ pub async fn run(
             Ok(Some(w)) => *w,
             Ok(None) => resync,
             Err(e) => {
-                warn!(error = %e, "route reflectors: pass failed; retrying");
+                warn!(error = %crate::error::Chain(e), "route reflectors: pass failed; retrying");
+                if let Failed::Etcd(e) = e {
+                    job.datastore_failed(e).await;
+                }
                 Duration::from_secs(2)
             }
         };
@@ -181,6 +216,7 @@ pub async fn run(
             _ = stop.changed() => break,
             () = wake.notified() => {}
             () = tokio::time::sleep(wait) => {}
+            () = job.etcd_changed() => {}
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -239,11 +275,17 @@ struct Job {
     last_step: Option<Instant>,
     /// The transition in progress: when it started, steps done, steps planned then.
     started: Option<(Time, u32, u32)>,
+    /// `datastore.etcdv3`: the client and the settings it was made from.
+    etcd: Option<(EtcdDatastore, Etcd)>,
+    /// The etcd fingerprint the last pass read from.
+    etcd_seen: Option<String>,
+    /// `datastore.etcdv3`: Kubernetes Node name → Calico Node name.
+    calico_names: BTreeMap<String, String>,
 }
 
 impl Job {
     /// One pass; returns when to look again while a transition waits out its pacing.
-    async fn pass(&mut self) -> Result<Option<Duration>, kube::Error> {
+    async fn pass(&mut self) -> Result<Option<Duration>, Failed> {
         let Some(rrc) = self
             .configs
             .get(&ObjectRef::new(ROUTE_REFLECTOR_CONFIG_NAME))
@@ -275,7 +317,31 @@ impl Job {
                 return Ok(None);
             }
         };
-        if !self.calico {
+        let etcd = match &rrc.spec.datastore.etcdv3 {
+            None => {
+                self.etcd = None;
+                self.etcd_seen = None;
+                None
+            }
+            Some(settings) => match self.etcd_client(settings).await {
+                Ok(c) => Some(c),
+                Err(message) => {
+                    let mut st = cur.clone();
+                    st.conditions = vec![condition(
+                        &cur.conditions,
+                        conditions::READY,
+                        false,
+                        rc::DATASTORE_UNREACHABLE,
+                        message,
+                        generation,
+                        &now,
+                    )];
+                    self.write_status(&cur, st).await?;
+                    return Ok(Some(Duration::from_secs(10)));
+                }
+            },
+        };
+        if etcd.is_none() && !self.calico {
             let mut st = cur.clone();
             st.conditions = vec![condition(
                 &cur.conditions,
@@ -292,23 +358,56 @@ impl Job {
             return Ok(None);
         }
         let nodes = self.nodes.state();
-        let infos: Vec<netpolicy_rr::NodeInfo> = nodes
-            .iter()
-            .map(|n| node_info(&NodeFacts::of(n, false)))
-            .collect();
-        let peers: Vec<CalicoBgpPeer> = self
-            .peers
-            .state()
-            .iter()
-            .filter_map(|o| serde_json::to_value(o.as_ref()).ok())
-            .filter_map(|v| serde_json::from_value(v).ok())
-            .collect();
-        let now_state = current(
-            nodes.iter().map(AsRef::as_ref),
-            peers.iter(),
-            &cur.ring,
-            &cfg.reflector_label,
-        );
+        let (infos, now_state) = if let Some(etcd) = &etcd {
+            // Fingerprint first: a change while reading starts another pass.
+            self.etcd_seen = Some(etcd.fingerprint().await?);
+            let calico: BTreeMap<String, etcd::CalicoNode> = etcd
+                .nodes()
+                .await?
+                .into_iter()
+                .map(|c| (c.kube_name.clone(), c))
+                .collect();
+            let peers = etcd.bgp_peers().await?;
+            self.calico_names = calico
+                .iter()
+                .map(|(k, c)| (k.clone(), c.name.clone()))
+                .collect();
+            let infos: Vec<netpolicy_rr::NodeInfo> = nodes
+                .iter()
+                .filter(|n| calico.contains_key(&n.name_any()))
+                .map(|n| node_info(&NodeFacts::of(n, false)))
+                .collect();
+            let marks = calico.values().map(|c| {
+                (
+                    c.kube_name.clone(),
+                    marks_of(
+                        Some(&c.labels),
+                        c.cluster_id.as_deref(),
+                        &cfg.reflector_label,
+                    ),
+                )
+            });
+            (infos, current_of(marks, peers.iter(), &cur.ring))
+        } else {
+            let infos: Vec<netpolicy_rr::NodeInfo> = nodes
+                .iter()
+                .map(|n| node_info(&NodeFacts::of(n, false)))
+                .collect();
+            let peers: Vec<CalicoBgpPeer> = self
+                .peers
+                .state()
+                .iter()
+                .filter_map(|o| serde_json::to_value(o.as_ref()).ok())
+                .filter_map(|v| serde_json::from_value(v).ok())
+                .collect();
+            let now_state = current(
+                nodes.iter().map(AsRef::as_ref),
+                peers.iter(),
+                &cur.ring,
+                &cfg.reflector_label,
+            );
+            (infos, now_state)
+        };
         let target = match topology(&infos, &cfg, &now_state) {
             Ok(t) => t,
             Err(e) => {
@@ -353,7 +452,9 @@ impl Job {
             self.started = None;
             // Every node has its reflector sessions only when the topology has no warning (a
             // zone without reflectors, no reflector at all).
-            let mesh = self.mesh(&rrc, target.warnings.is_empty()).await?;
+            let mesh = self
+                .mesh(&rrc, etcd.as_ref(), target.warnings.is_empty())
+                .await?;
             let st = RouteReflectorConfigStatus {
                 reflectors: Some(reflectors),
                 ring: target.ring.clone(),
@@ -464,12 +565,19 @@ impl Job {
             ops = step.ops.len(),
             "route reflectors: applying a step"
         );
-        for op in &step.ops {
-            self.apply(op).await?;
+        if let Some(etcd) = &etcd {
+            // etcd reads are linearizable: the next pass reads this step back.
+            for op in &step.ops {
+                self.apply_etcd(etcd, op).await?;
+            }
+        } else {
+            for op in &step.ops {
+                self.apply(op).await?;
+            }
+            // The next plan is made from the caches: wait until they show this step, or
+            // a stale cache would plan from a state that is gone.
+            self.wait_seen(&step.ops).await;
         }
-        // The next plan is made from the caches: wait until they show this step, or a
-        // stale cache would plan from a state that is gone.
-        self.wait_seen(&step.ops).await;
         self.shared.metrics.rr_step();
         self.last_step = Some(Instant::now());
         self.started = Some((started, done + 1, of));
@@ -611,15 +719,31 @@ impl Job {
     async fn mesh(
         &self,
         rrc: &RouteReflectorConfig,
+        etcd: Option<&Etcd>,
         complete: bool,
-    ) -> Result<Option<String>, kube::Error> {
+    ) -> Result<Option<String>, Failed> {
+        let disable = rrc.spec.node_to_node_mesh == crate::api::NodeToNodeMesh::Disable;
+        if let Some(etcd) = etcd {
+            if !etcd.mesh_on().await? {
+                return Ok(None);
+            }
+            if disable && complete {
+                etcd.disable_mesh().await?;
+                info!(
+                    "every node has its reflector sessions: Calico's node-to-node mesh \
+                     turned off (etcd)"
+                );
+                return Ok(None);
+            }
+            return Ok(Some(MESH_ON.into()));
+        }
         let api =
             Api::<DynamicObject>::all_with(self.client.clone(), &bgp_configuration_resource());
         let obj = match api.get_opt("default").await {
             Ok(o) => o,
             // Calico without BGPConfiguration served: nothing to say.
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         // Calico's default is on.
         let on = obj
@@ -629,7 +753,7 @@ impl Job {
         if !on {
             return Ok(None);
         }
-        if rrc.spec.node_to_node_mesh == crate::api::NodeToNodeMesh::Disable && complete {
+        if disable && complete {
             let patch = json!({
                 "apiVersion": "crd.projectcalico.org/v1",
                 "kind": "BGPConfiguration",
@@ -645,11 +769,138 @@ impl Job {
             info!("every node has its reflector sessions: Calico's node-to-node mesh turned off");
             return Ok(None);
         }
-        Ok(Some(
-            "Calico's node-to-node mesh is still on (nodeToNodeMesh: report leaves it; \
-             `disable` turns it off once every node has its reflector sessions)"
-                .into(),
-        ))
+        Ok(Some(MESH_ON.into()))
+    }
+
+    /// One operation on Calico's etcd. Marks go to the Calico Node standing for the
+    /// Kubernetes Node the plan names; a node without one is skipped (it left).
+    async fn apply_etcd(&self, etcd: &Etcd, op: &Op) -> Result<(), etcd::Error> {
+        debug!(%op, "route reflectors: operation (etcd)");
+        let calico = |n: &str| self.calico_names.get(n).cloned();
+        let label = self.reflector_label();
+        match op {
+            Op::ApplyBgpPeer(p) => {
+                let spec = CalicoBgpPeerSpec {
+                    node_selector: Some(p.node_selector.clone()),
+                    peer_selector: Some(p.peer_selector.clone()),
+                };
+                let labels = BTreeMap::from([(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned())]);
+                etcd.apply_bgp_peer(&p.name, &spec, &labels).await?;
+            }
+            Op::DeleteBgpPeer { name } => etcd.delete_bgp_peer(name).await?,
+            Op::SetClusterId { node, id } => {
+                if let Some(c) = calico(node) {
+                    etcd.set_cluster_id(&c, Some(&id.to_string())).await?;
+                }
+            }
+            Op::RemoveClusterId { node } => {
+                if let Some(c) = calico(node) {
+                    etcd.set_cluster_id(&c, None).await?;
+                }
+            }
+            Op::SetReflectorLabel { node, value } => {
+                if let Some(c) = calico(node) {
+                    etcd.label_node(&c, &label, Some(value)).await?;
+                }
+            }
+            Op::RemoveReflectorLabel { node } => {
+                if let Some(c) = calico(node) {
+                    etcd.label_node(&c, &label, None).await?;
+                }
+            }
+            Op::AddSetLabel { node, key } => {
+                if let Some(c) = calico(node) {
+                    etcd.label_node(&c, key, Some("")).await?;
+                }
+            }
+            Op::RemoveSetLabel { node, key } => {
+                if let Some(c) = calico(node) {
+                    etcd.label_node(&c, key, None).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The etcd client for `settings`, made (TLS Secret read) when they changed or the
+    /// last pass failed on etcd. `Err` says why it cannot be made, for the status.
+    async fn etcd_client(&mut self, settings: &EtcdDatastore) -> Result<Etcd, String> {
+        if let Some((s, c)) = &self.etcd
+            && s == settings
+        {
+            return Ok(c.clone());
+        }
+        let tls = match &settings.tls_secret_ref {
+            None => None,
+            Some(r) => {
+                let api: Api<k8s_openapi::api::core::v1::Secret> =
+                    Api::namespaced(self.client.clone(), &r.namespace);
+                let secret = api.get(&r.name).await.map_err(|e| {
+                    format!(
+                        "spec.datastore.etcdv3.tlsSecretRef: Secret {}/{} cannot be read: {e}",
+                        r.namespace, r.name
+                    )
+                })?;
+                let data = secret.data.unwrap_or_default();
+                let field = |k: &str| data.get(k).map(|b| b.0.clone());
+                Some(etcd::Tls {
+                    ca: field("ca.crt"),
+                    cert: field("tls.crt"),
+                    key: field("tls.key"),
+                })
+            }
+        };
+        let client = Etcd::new(settings.endpoints.clone(), tls.as_ref())
+            .map_err(|e| format!("spec.datastore.etcdv3: {e}"))?;
+        info!(endpoints = ?settings.endpoints, "route reflectors: Calico's etcd datastore");
+        self.etcd = Some((settings.clone(), client.clone()));
+        Ok(client)
+    }
+
+    /// Reports an etcd failure in the status (the pass is retried) and drops the client,
+    /// so the next pass reads the TLS Secret again.
+    async fn datastore_failed(&mut self, e: &etcd::Error) {
+        self.etcd = None;
+        let Some(rrc) = self
+            .configs
+            .get(&ObjectRef::new(ROUTE_REFLECTOR_CONFIG_NAME))
+        else {
+            return;
+        };
+        let cur = rrc.status.clone().unwrap_or_default();
+        let mut st = cur.clone();
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let c = condition(
+            &cur.conditions,
+            conditions::READY,
+            false,
+            rc::DATASTORE_UNREACHABLE,
+            crate::error::Chain(e).to_string(),
+            rrc.metadata.generation,
+            &now,
+        );
+        st.conditions.retain(|x| x.type_ != conditions::READY);
+        st.conditions.insert(0, c);
+        if let Err(e) = self.write_status(&cur, st).await {
+            warn!(error = %e, "route reflectors: the status could not be written");
+        }
+    }
+
+    /// Returns once Calico's etcd holds something the last pass did not read (never
+    /// without `datastore.etcdv3`).
+    async fn etcd_changed(&self) {
+        let (Some((_, etcd)), Some(seen)) = (&self.etcd, &self.etcd_seen) else {
+            return std::future::pending().await;
+        };
+        loop {
+            tokio::time::sleep(ETCD_POLL).await;
+            match etcd.fingerprint().await {
+                Ok(now) if &now != seen => return,
+                Ok(_) => {}
+                // The pass reports it.
+                Err(_) => return,
+            }
+        }
     }
 
     async fn write_status(

@@ -6,6 +6,7 @@
 //! objects whose names start with `netpolicy-rr-` (others are never touched).
 
 pub mod controller;
+pub mod etcd;
 
 use std::{collections::BTreeMap, net::Ipv4Addr};
 
@@ -181,15 +182,27 @@ pub fn node_info(node: &NodeFacts) -> NodeInfo {
 /// The marks netpolicy owns on a Node now. A cluster-ID annotation that is not an IPv4
 /// address is treated as absent (it will be rewritten).
 pub fn marks(node: &Node, reflector_label: &str) -> Marks {
-    let labels = node.metadata.labels.as_ref();
-    Marks {
-        reflector: labels.and_then(|l| l.get(reflector_label)).cloned(),
-        cluster_id: node
-            .metadata
+    marks_of(
+        node.metadata.labels.as_ref(),
+        node.metadata
             .annotations
             .as_ref()
             .and_then(|a| a.get(CLUSTER_ID_ANNOTATION))
-            .and_then(|v| v.parse().ok()),
+            .map(String::as_str),
+        reflector_label,
+    )
+}
+
+/// The marks from labels and a cluster ID wherever a datastore keeps them (Kubernetes
+/// Node labels and annotation; a Calico Node's labels and `routeReflectorClusterID`).
+pub fn marks_of(
+    labels: Option<&BTreeMap<String, String>>,
+    cluster_id: Option<&str>,
+    reflector_label: &str,
+) -> Marks {
+    Marks {
+        reflector: labels.and_then(|l| l.get(reflector_label)).cloned(),
+        cluster_id: cluster_id.and_then(|v| v.parse().ok()),
         sets: labels
             .into_iter()
             .flatten()
@@ -207,17 +220,27 @@ pub fn current<'a>(
     ring: &[String],
     reflector_label: &str,
 ) -> Current {
+    current_of(
+        nodes.into_iter().map(|n| {
+            (
+                n.metadata.name.clone().unwrap_or_default(),
+                marks(n, reflector_label),
+            )
+        }),
+        peers,
+        ring,
+    )
+}
+
+/// The current state from each node's marks (by Kubernetes Node name), `BGPPeer`s (only
+/// `netpolicy-rr-*` objects count) and the ring.
+pub fn current_of<'a>(
+    marks: impl IntoIterator<Item = (String, Marks)>,
+    peers: impl IntoIterator<Item = &'a CalicoBgpPeer>,
+    ring: &[String],
+) -> Current {
     Current {
-        marks: nodes
-            .into_iter()
-            .map(|n| {
-                (
-                    n.metadata.name.clone().unwrap_or_default(),
-                    marks(n, reflector_label),
-                )
-            })
-            .filter(|(_, m)| !m.is_empty())
-            .collect(),
+        marks: marks.into_iter().filter(|(_, m)| !m.is_empty()).collect(),
         bgp_peers: peers
             .into_iter()
             .filter_map(|p| {

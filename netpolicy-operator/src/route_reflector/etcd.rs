@@ -1,0 +1,572 @@
+//! Calico's etcdv3 datastore: the objects the route-reflector job writes (`BGPPeer`s,
+//! reflector labels and the cluster ID on Calico `Node`s, `BGPConfiguration` `default`)
+//! where Calico reads them in etcd mode, in its key layout and JSON:
+//! `/calico/resources/v3/projectcalico.org/<plural>/<name>` holding the
+//! `projectcalico.org/v3` object without `resourceVersion` (etcd's `mod_revision` is the
+//! version), as libcalico-go's etcdv3 backend stores it.
+//!
+//! etcd is spoken to through its JSON gateway (`POST /v3/kv/...`, served on the client
+//! port by every etcd since 3.3): no gRPC stack for a handful of calls. Every write is a
+//! transaction conditioned on the `mod_revision` read (as libcalico-go does), so a
+//! concurrent writer (calico-node, calicoctl, kube-controllers' label sync) is never
+//! overwritten: the edit is re-read and re-applied.
+//!
+//! In etcd mode the reflector label, the reflector-set labels and
+//! `spec.bgp.routeReflectorClusterID` live on the Calico `Node` only (Calico evaluates
+//! `BGPPeer` selectors against Calico Node labels there); Kubernetes Nodes are read,
+//! never written. A Kubernetes Node is matched to its Calico Node by
+//! `spec.orchRefs[orchestrator=k8s].nodeName`, else by name.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use base64::{Engine as _, engine::general_purpose::STANDARD as B64};
+use serde_json::{Value, json};
+
+use super::{CalicoBgpPeer, CalicoBgpPeerSpec};
+
+/// Where Calico's v3 resources live in etcd.
+pub const PREFIX: &str = "/calico/resources/v3/projectcalico.org/";
+/// The API version of the objects stored there.
+pub const API_VERSION: &str = "projectcalico.org/v3";
+
+/// How many times an edit is retried when someone else wrote the key in between.
+const ATTEMPTS: usize = 5;
+
+/// Why etcd could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No endpoint answered (the last endpoint's error is the source).
+    #[error("etcd at {endpoint} could not be reached")]
+    Unreachable {
+        /// The last endpoint tried.
+        endpoint: String,
+        /// The transport's error.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// etcd answered with an error.
+    #[error("etcd at {endpoint} answered {status}: {body}")]
+    Refused {
+        /// The endpoint.
+        endpoint: String,
+        /// HTTP status.
+        status: u16,
+        /// etcd's message.
+        body: String,
+    },
+    /// A stored value or an answer is not what Calico or etcd write.
+    #[error("{0}")]
+    Invalid(String),
+    /// The TLS material does not load.
+    #[error("etcd TLS: {0}")]
+    Tls(String),
+    /// Someone else kept writing the key.
+    #[error("{key}: changed by another writer {ATTEMPTS} times in a row")]
+    Contended {
+        /// The key.
+        key: String,
+    },
+}
+
+/// TLS material for etcd (PEM): the server's CA, and a client certificate and key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tls {
+    /// The CA that signed etcd's serving certificate (absent: the system's roots).
+    pub ca: Option<Vec<u8>>,
+    /// Client certificate (with `key`).
+    pub cert: Option<Vec<u8>>,
+    /// Client key (with `cert`).
+    pub key: Option<Vec<u8>>,
+}
+
+/// One key as etcd holds it.
+#[derive(Debug, Clone)]
+struct Kv {
+    key: String,
+    value: Vec<u8>,
+    mod_revision: i64,
+}
+
+/// A Calico `Node` as the route-reflector job reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CalicoNode {
+    /// The Calico Node's name.
+    pub name: String,
+    /// The Kubernetes Node it stands for.
+    pub kube_name: String,
+    /// Its labels (what Calico's selectors see).
+    pub labels: BTreeMap<String, String>,
+    /// `spec.bgp.routeReflectorClusterID`.
+    pub cluster_id: Option<String>,
+}
+
+/// A client of Calico's etcd.
+#[derive(Debug, Clone)]
+pub struct Etcd {
+    http: reqwest::Client,
+    endpoints: Vec<String>,
+}
+
+fn key_of(plural: &str, name: &str) -> String {
+    format!("{PREFIX}{plural}/{name}")
+}
+
+/// `range_end` for every key under `prefix` (the prefix with its last byte + 1).
+fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    end
+}
+
+fn int(v: &Value) -> i64 {
+    // The gateway writes int64 as strings; absent means 0.
+    match v {
+        Value::String(s) => s.parse().unwrap_or(0),
+        Value::Number(n) => n.as_i64().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn kvs(answer: &Value) -> Result<Vec<Kv>, Error> {
+    let Some(items) = answer.get("kvs").and_then(Value::as_array) else {
+        return Ok(Vec::new());
+    };
+    items
+        .iter()
+        .map(|kv| {
+            let bytes = |field: &str| {
+                kv.get(field)
+                    .and_then(Value::as_str)
+                    .map_or(Ok(Vec::new()), |s| B64.decode(s))
+                    .map_err(|e| {
+                        Error::Invalid(format!("etcd answered a {field} not in base64: {e}"))
+                    })
+            };
+            Ok(Kv {
+                key: String::from_utf8_lossy(&bytes("key")?).into_owned(),
+                value: bytes("value")?,
+                mod_revision: int(&kv["mod_revision"]),
+            })
+        })
+        .collect()
+}
+
+impl Etcd {
+    /// A client for `endpoints` (tried in order).
+    ///
+    /// # Errors
+    /// [`Error::Tls`] when the PEM material does not load, [`Error::Invalid`] without an
+    /// endpoint.
+    pub fn new(endpoints: Vec<String>, tls: Option<&Tls>) -> Result<Self, Error> {
+        if endpoints.is_empty() {
+            return Err(Error::Invalid(
+                "spec.datastore.etcdv3.endpoints: no endpoint".into(),
+            ));
+        }
+        let mut b = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(30));
+        if let Some(tls) = tls {
+            if let Some(ca) = &tls.ca {
+                let certs = reqwest::Certificate::from_pem_bundle(ca)
+                    .map_err(|e| Error::Tls(format!("ca.crt: {e}")))?;
+                if certs.is_empty() {
+                    return Err(Error::Tls("ca.crt holds no certificate".into()));
+                }
+                b = b.tls_built_in_root_certs(false);
+                for c in certs {
+                    b = b.add_root_certificate(c);
+                }
+            }
+            match (&tls.cert, &tls.key) {
+                (Some(cert), Some(key)) => {
+                    let mut pem = cert.clone();
+                    pem.push(b'\n');
+                    pem.extend_from_slice(key);
+                    let id = reqwest::Identity::from_pem(&pem)
+                        .map_err(|e| Error::Tls(format!("tls.crt/tls.key: {e}")))?;
+                    b = b.identity(id);
+                }
+                (None, None) => {}
+                _ => {
+                    return Err(Error::Tls(
+                        "a client certificate needs both tls.crt and tls.key".into(),
+                    ));
+                }
+            }
+        }
+        let http = b
+            .build()
+            .map_err(|e| Error::Tls(format!("building the client: {e}")))?;
+        Ok(Self {
+            http,
+            endpoints: endpoints
+                .into_iter()
+                .map(|e| e.trim_end_matches('/').to_owned())
+                .collect(),
+        })
+    }
+
+    /// One gateway call, on the first endpoint that answers.
+    async fn call(&self, path: &str, body: &Value) -> Result<Value, Error> {
+        let mut last = None;
+        for endpoint in &self.endpoints {
+            match self
+                .http
+                .post(format!("{endpoint}{path}"))
+                .json(body)
+                .send()
+                .await
+            {
+                Ok(r) => {
+                    let status = r.status();
+                    let text = r.text().await.map_err(|source| Error::Unreachable {
+                        endpoint: endpoint.clone(),
+                        source,
+                    })?;
+                    if !status.is_success() {
+                        return Err(Error::Refused {
+                            endpoint: endpoint.clone(),
+                            status: status.as_u16(),
+                            body: text.chars().take(300).collect(),
+                        });
+                    }
+                    return serde_json::from_str(&text).map_err(|e| {
+                        Error::Invalid(format!("etcd at {endpoint} answered no JSON: {e}"))
+                    });
+                }
+                Err(source) => last = Some((endpoint.clone(), source)),
+            }
+        }
+        Err(match last {
+            Some((endpoint, source)) => Error::Unreachable { endpoint, source },
+            None => Error::Invalid("no etcd endpoint".into()),
+        })
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Kv>, Error> {
+        let answer = self
+            .call("/v3/kv/range", &json!({"key": B64.encode(key)}))
+            .await?;
+        Ok(kvs(&answer)?.into_iter().next())
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<Kv>, Error> {
+        let answer = self
+            .call(
+                "/v3/kv/range",
+                &json!({"key": B64.encode(prefix), "range_end": B64.encode(prefix_end(prefix))}),
+            )
+            .await?;
+        kvs(&answer)
+    }
+
+    /// Writes `value` if the key is still at `mod_revision` (0: absent). Whether it did.
+    async fn put_if(&self, key: &str, value: &Value, mod_revision: i64) -> Result<bool, Error> {
+        let k = B64.encode(key);
+        let answer = self
+            .call(
+                "/v3/kv/txn",
+                &json!({
+                    "compare": [{"key": k, "target": "MOD", "result": "EQUAL",
+                                 "mod_revision": mod_revision.to_string()}],
+                    "success": [{"request_put": {"key": k, "value": B64.encode(value.to_string())}}],
+                }),
+            )
+            .await?;
+        Ok(answer["succeeded"].as_bool().unwrap_or(false))
+    }
+
+    /// Deletes the key if it is still at `mod_revision`. Whether it did.
+    async fn delete_if(&self, key: &str, mod_revision: i64) -> Result<bool, Error> {
+        let k = B64.encode(key);
+        let answer = self
+            .call(
+                "/v3/kv/txn",
+                &json!({
+                    "compare": [{"key": k, "target": "MOD", "result": "EQUAL",
+                                 "mod_revision": mod_revision.to_string()}],
+                    "success": [{"request_delete_range": {"key": k}}],
+                }),
+            )
+            .await?;
+        Ok(answer["succeeded"].as_bool().unwrap_or(false))
+    }
+
+    /// A cheap fingerprint of what the job reads (Calico Nodes, BGPPeers,
+    /// BGPConfigurations): per prefix, the key count and the newest `mod_revision`. Any
+    /// create or update raises the latter, any delete lowers the count.
+    ///
+    /// # Errors
+    /// When etcd cannot be reached.
+    pub async fn fingerprint(&self) -> Result<String, Error> {
+        let mut out = String::new();
+        for plural in ["nodes", "bgppeers", "bgpconfigurations"] {
+            let prefix = format!("{PREFIX}{plural}/");
+            let answer = self
+                .call(
+                    "/v3/kv/range",
+                    &json!({
+                        "key": B64.encode(&prefix), "range_end": B64.encode(prefix_end(&prefix)),
+                        "limit": "1", "sort_order": "DESCEND", "sort_target": "MOD",
+                        "keys_only": true,
+                    }),
+                )
+                .await?;
+            let newest = kvs(&answer)?.first().map_or(0, |kv| kv.mod_revision);
+            out.push_str(&format!("{plural}:{}:{newest};", int(&answer["count"])));
+        }
+        Ok(out)
+    }
+
+    /// Every Calico Node.
+    ///
+    /// # Errors
+    /// When etcd cannot be reached or a value is not JSON.
+    pub async fn nodes(&self) -> Result<Vec<CalicoNode>, Error> {
+        let mut out = Vec::new();
+        for kv in self.list(&format!("{PREFIX}nodes/")).await? {
+            let v: Value = serde_json::from_slice(&kv.value)
+                .map_err(|e| Error::Invalid(format!("{}: not JSON: {e}", kv.key)))?;
+            let name = v["metadata"]["name"].as_str().map_or_else(
+                || kv.key.rsplit('/').next().unwrap_or("").to_owned(),
+                str::to_owned,
+            );
+            let kube_name = v["spec"]["orchRefs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|r| r["orchestrator"] == "k8s")
+                .and_then(|r| r["nodeName"].as_str())
+                .map_or_else(|| name.clone(), str::to_owned);
+            let labels = v["metadata"]["labels"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect();
+            let cluster_id = v["spec"]["bgp"]["routeReflectorClusterID"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned);
+            out.push(CalicoNode {
+                name,
+                kube_name,
+                labels,
+                cluster_id,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Every Calico BGPPeer (only the selector fields are read).
+    ///
+    /// # Errors
+    /// When etcd cannot be reached or a value is not a BGPPeer.
+    pub async fn bgp_peers(&self) -> Result<Vec<CalicoBgpPeer>, Error> {
+        self.list(&format!("{PREFIX}bgppeers/"))
+            .await?
+            .into_iter()
+            .map(|kv| {
+                serde_json::from_slice(&kv.value)
+                    .map_err(|e| Error::Invalid(format!("{}: not a BGPPeer: {e}", kv.key)))
+            })
+            .collect()
+    }
+
+    /// Reads the JSON at `key`, lets `edit` change it (`None`: absent; return `None` to
+    /// leave it alone or delete nothing) and writes it back only when it changed,
+    /// conditioned on the revision read. Whether it wrote.
+    async fn edit(
+        &self,
+        key: &str,
+        edit: impl Fn(Option<Value>) -> Option<Value>,
+    ) -> Result<bool, Error> {
+        for _ in 0..ATTEMPTS {
+            let (old, rev) = match self.get(key).await? {
+                Some(kv) => (
+                    Some(
+                        serde_json::from_slice::<Value>(&kv.value)
+                            .map_err(|e| Error::Invalid(format!("{key}: not JSON: {e}")))?,
+                    ),
+                    kv.mod_revision,
+                ),
+                None => (None, 0),
+            };
+            let Some(new) = edit(old.clone()) else {
+                return Ok(false);
+            };
+            if old.as_ref() == Some(&new) {
+                return Ok(false);
+            }
+            if self.put_if(key, &new, rev).await? {
+                return Ok(true);
+            }
+        }
+        Err(Error::Contended {
+            key: key.to_owned(),
+        })
+    }
+
+    /// Creates or updates our BGPPeer `name` (its selectors; other fields kept).
+    ///
+    /// # Errors
+    /// When etcd cannot be reached or keeps changing under us.
+    pub async fn apply_bgp_peer(
+        &self,
+        name: &str,
+        spec: &CalicoBgpPeerSpec,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<bool, Error> {
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        self.edit(&key_of("bgppeers", name), |old| {
+            let mut v = old.unwrap_or_else(|| {
+                json!({"kind": "BGPPeer", "apiVersion": API_VERSION,
+                       "metadata": {"name": name, "creationTimestamp": now}, "spec": {}})
+            });
+            for (k, val) in labels {
+                v["metadata"]["labels"][k] = json!(val);
+            }
+            v["spec"]["nodeSelector"] = json!(spec.node_selector);
+            v["spec"]["peerSelector"] = json!(spec.peer_selector);
+            Some(v)
+        })
+        .await
+    }
+
+    /// Deletes BGPPeer `name` (absent is fine).
+    ///
+    /// # Errors
+    /// When etcd cannot be reached or keeps changing under us.
+    pub async fn delete_bgp_peer(&self, name: &str) -> Result<(), Error> {
+        let key = key_of("bgppeers", name);
+        for _ in 0..ATTEMPTS {
+            let Some(kv) = self.get(&key).await? else {
+                return Ok(());
+            };
+            if self.delete_if(&key, kv.mod_revision).await? {
+                return Ok(());
+            }
+        }
+        Err(Error::Contended { key })
+    }
+
+    /// Sets (`Some`) or removes (`None`) label `key` on Calico Node `node`. A Node that is
+    /// gone is left gone.
+    ///
+    /// # Errors
+    /// When etcd cannot be reached or keeps changing under us.
+    pub async fn label_node(
+        &self,
+        node: &str,
+        key: &str,
+        value: Option<&str>,
+    ) -> Result<bool, Error> {
+        self.edit(&key_of("nodes", node), |old| {
+            let mut v = old?;
+            match value {
+                Some(val) => v["metadata"]["labels"][key] = json!(val),
+                None => {
+                    if let Some(l) = v["metadata"]["labels"].as_object_mut() {
+                        l.remove(key);
+                    }
+                }
+            }
+            Some(v)
+        })
+        .await
+    }
+
+    /// Sets (`Some`) or removes (`None`) `spec.bgp.routeReflectorClusterID` on Calico
+    /// Node `node`. A Node that is gone is left gone.
+    ///
+    /// # Errors
+    /// When etcd cannot be reached or keeps changing under us.
+    pub async fn set_cluster_id(&self, node: &str, id: Option<&str>) -> Result<bool, Error> {
+        self.edit(&key_of("nodes", node), |old| {
+            let mut v = old?;
+            match id {
+                Some(id) => v["spec"]["bgp"]["routeReflectorClusterID"] = json!(id),
+                None => {
+                    if let Some(b) = v["spec"]["bgp"].as_object_mut() {
+                        b.remove("routeReflectorClusterID");
+                    }
+                }
+            }
+            Some(v)
+        })
+        .await
+    }
+
+    /// Whether Calico's node-to-node mesh is on (`BGPConfiguration` `default`; Calico's
+    /// default is on).
+    ///
+    /// # Errors
+    /// When etcd cannot be reached or the value is not JSON.
+    pub async fn mesh_on(&self) -> Result<bool, Error> {
+        let key = key_of("bgpconfigurations", "default");
+        let Some(kv) = self.get(&key).await? else {
+            return Ok(true);
+        };
+        let v: Value = serde_json::from_slice(&kv.value)
+            .map_err(|e| Error::Invalid(format!("{key}: not JSON: {e}")))?;
+        Ok(v["spec"]["nodeToNodeMeshEnabled"].as_bool().unwrap_or(true))
+    }
+
+    /// Turns Calico's node-to-node mesh off (`BGPConfiguration` `default`, created if
+    /// absent; its other fields kept).
+    ///
+    /// # Errors
+    /// When etcd cannot be reached or keeps changing under us.
+    pub async fn disable_mesh(&self) -> Result<bool, Error> {
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        self.edit(&key_of("bgpconfigurations", "default"), |old| {
+            let mut v = old.unwrap_or_else(|| {
+                json!({"kind": "BGPConfiguration", "apiVersion": API_VERSION,
+                       "metadata": {"name": "default", "creationTimestamp": now}, "spec": {}})
+            });
+            v["spec"]["nodeToNodeMeshEnabled"] = json!(false);
+            Some(v)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prefix_range_ends_just_after_the_prefix() {
+        assert_eq!(prefix_end("/calico/a/"), b"/calico/a0".to_vec());
+    }
+
+    #[test]
+    fn int64_from_the_gateway_is_a_string_or_absent() {
+        assert_eq!(int(&json!("42")), 42);
+        assert_eq!(int(&Value::Null), 0);
+    }
+
+    #[test]
+    fn no_endpoint_and_half_a_client_certificate_are_refused() {
+        assert!(matches!(Etcd::new(vec![], None), Err(Error::Invalid(_))));
+        let half = Tls {
+            cert: Some(b"x".to_vec()),
+            ..Tls::default()
+        };
+        assert!(matches!(
+            Etcd::new(vec!["http://127.0.0.1:1".into()], Some(&half)),
+            Err(Error::Tls(_))
+        ));
+        let bad_ca = Tls {
+            ca: Some(b"not a certificate".to_vec()),
+            ..Tls::default()
+        };
+        assert!(matches!(
+            Etcd::new(vec!["http://127.0.0.1:1".into()], Some(&bad_ca)),
+            Err(Error::Tls(_))
+        ));
+    }
+}

@@ -1,0 +1,605 @@
+//! The route-reflector job with Calico's etcdv3 datastore (`spec.datastore.etcdv3`):
+//! `netpolicy operator` as a real process, Kubernetes Nodes in a real API server, and
+//! Calico's objects in a real etcd (the test control plane's own, under `/calico/`, as
+//! a Calico cluster in etcd mode keeps them).
+//!
+//! The test plays calico-node: it registers a Calico `Node` in etcd for each Kubernetes
+//! Node (labels copied, `spec.orchRefs` naming the Kubernetes Node), as calico-node does
+//! at start. It reads etcd directly through etcd's JSON gateway (not through the
+//! operator's client) and checks snapshots taken at one etcd revision with Calico's
+//! sessions and BIRD's route reflection (`netpolicy_rr::sim`): every node learns every
+//! other node's route in every state it sees, while nodes register late, a reflector
+//! node goes, and the mesh is turned off. Kubernetes Nodes are never written in this
+//! mode; someone else's BGPPeer in etcd is never touched; a quiet cluster gets no write.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use common::{Killed, ready_node};
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    process::{Command, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use base64::{Engine as _, engine::general_purpose::STANDARD as B64};
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use netpolicy_operator::api::{RouteReflectorConfig, crds};
+use netpolicy_rr::{BgpPeer, Current, Marks, NodeInfo, sim};
+use serde_json::{Value, json};
+
+const ZONES: [&str; 3] = ["a", "b", "c"];
+const LABEL: &str = "calico-route-reflector";
+const CALICO: &str = "/calico/resources/v3/projectcalico.org/";
+
+/// etcd through its JSON gateway, as a test tool.
+#[derive(Clone)]
+struct EtcdHttp {
+    url: String,
+    http: reqwest::Client,
+}
+
+impl EtcdHttp {
+    async fn call(&self, path: &str, body: Value) -> Value {
+        self.http
+            .post(format!("{}{path}", self.url))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .error_for_status()
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    async fn put(&self, key: &str, value: &Value) {
+        self.call(
+            "/v3/kv/put",
+            json!({"key": B64.encode(key), "value": B64.encode(value.to_string())}),
+        )
+        .await;
+    }
+
+    async fn delete(&self, key: &str) {
+        self.call("/v3/kv/deleterange", json!({"key": B64.encode(key)}))
+            .await;
+    }
+
+    /// Every key under `prefix` at `revision` (latest: `None`), with the revision read.
+    async fn range(&self, prefix: &str, revision: Option<i64>) -> (i64, BTreeMap<String, Value>) {
+        let mut end = prefix.as_bytes().to_vec();
+        *end.last_mut().unwrap() += 1;
+        let mut body = json!({"key": B64.encode(prefix), "range_end": B64.encode(end)});
+        if let Some(r) = revision {
+            body["revision"] = json!(r.to_string());
+        }
+        let answer = self.call("/v3/kv/range", body).await;
+        let rev = answer["header"]["revision"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let kvs = answer["kvs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|kv| {
+                let key =
+                    String::from_utf8(B64.decode(kv["key"].as_str().unwrap()).unwrap()).unwrap();
+                let value =
+                    serde_json::from_slice(&B64.decode(kv["value"].as_str().unwrap()).unwrap())
+                        .unwrap();
+                (key, value)
+            })
+            .collect();
+        (rev, kvs)
+    }
+
+    async fn get(&self, key: &str) -> Option<Value> {
+        let (_, mut kvs) = self.range(key, None).await;
+        kvs.remove(key)
+    }
+}
+
+/// Calico's name for a Kubernetes Node: one in ten differs, as a Calico Node may (the
+/// link is `spec.orchRefs`).
+fn calico_name(kube: &str) -> String {
+    if kube.ends_with('7') {
+        format!("host-{kube}")
+    } else {
+        kube.to_owned()
+    }
+}
+
+/// What calico-node writes when it starts on a node.
+async fn register(etcd: &EtcdHttp, kube: &str, i: usize) {
+    let name = calico_name(kube);
+    let node = json!({
+        "kind": "Node", "apiVersion": "projectcalico.org/v3",
+        "metadata": {"name": name, "creationTimestamp": "2026-11-25T00:00:00Z",
+                     "labels": {"topology.kubernetes.io/zone": ZONES[i % 3], "e2e-rr": "yes",
+                                "kubernetes.io/hostname": kube}},
+        "spec": {"bgp": {"ipv4Address": format!("10.1.{}.{}/16", i / 250, i % 250 + 1)},
+                 "orchRefs": [{"nodeName": kube, "orchestrator": "k8s"}]}
+    });
+    etcd.put(&format!("{CALICO}nodes/{name}"), &node).await;
+}
+
+async fn add_node(client: &Client, etcd: &EtcdHttp, i: usize, registered: bool) -> String {
+    let name = format!("rr-etcd-{i:04}");
+    let nodes: Api<Node> = Api::all(client.clone());
+    ready_node(
+        &nodes,
+        &name,
+        json!({"topology.kubernetes.io/zone": ZONES[i % 3], "e2e-rr": "yes"}),
+    )
+    .await;
+    if registered {
+        register(etcd, &name, i).await;
+    }
+    name
+}
+
+/// What the checker found.
+#[derive(Default)]
+struct Seen {
+    armed: bool,
+    checks: usize,
+    violations: Vec<String>,
+    /// Calico Node name → labels and cluster ID, in the last snapshot.
+    nodes: BTreeMap<String, (BTreeMap<String, String>, Option<String>)>,
+}
+
+/// Checks one snapshot (Calico Nodes and BGPPeers at one revision) as Calico and BIRD
+/// would use it: selectors over Calico Node labels, cluster IDs from the Calico Nodes.
+fn check(seen: &mut Seen, nodes: &BTreeMap<String, Value>, peers: &BTreeMap<String, Value>) {
+    let mut infos = Vec::new();
+    let mut marks = BTreeMap::new();
+    seen.nodes.clear();
+    for v in nodes.values() {
+        let name = v["metadata"]["name"].as_str().unwrap().to_owned();
+        let labels: BTreeMap<String, String> =
+            serde_json::from_value(v["metadata"]["labels"].clone()).unwrap_or_default();
+        let id = v["spec"]["bgp"]["routeReflectorClusterID"]
+            .as_str()
+            .map(str::to_owned);
+        if let Some(id) = &id {
+            marks.insert(
+                name.clone(),
+                Marks {
+                    reflector: None,
+                    cluster_id: Some(id.parse().unwrap()),
+                    sets: BTreeSet::new(),
+                },
+            );
+        }
+        seen.nodes.insert(name.clone(), (labels.clone(), id));
+        infos.push(NodeInfo {
+            name,
+            labels,
+            ready: true,
+            unschedulable: false,
+            taints: vec![],
+            created: 0,
+        });
+    }
+    let current = Current {
+        marks,
+        bgp_peers: peers
+            .values()
+            // Peers by selector make the reflector mesh; a `peerIP` peer (the foreign
+            // uplink) leads outside the cluster.
+            .filter(|p| p["spec"]["peerSelector"].is_string())
+            .map(|p| BgpPeer {
+                name: p["metadata"]["name"].as_str().unwrap().to_owned(),
+                node_selector: p["spec"]["nodeSelector"]
+                    .as_str()
+                    .unwrap_or("all()")
+                    .to_owned(),
+                peer_selector: p["spec"]["peerSelector"].as_str().unwrap().to_owned(),
+            })
+            .collect(),
+        ring: vec![],
+    };
+    if !seen.armed {
+        return;
+    }
+    seen.checks += 1;
+    let cluster = sim::Cluster::new(&infos, &current, LABEL);
+    let sessions = match cluster.sessions() {
+        Ok(s) => s,
+        Err(e) => return seen.violations.push(e),
+    };
+    for (n, s) in &sessions {
+        if s.is_empty() {
+            seen.violations.push(format!("{n} has no session"));
+        }
+    }
+    for tie in [sim::Tie::Lowest, sim::Tie::Highest] {
+        match cluster.propagation(tie) {
+            Ok(learned) => {
+                for (o, xs) in &learned {
+                    if xs.len() + 1 < sessions.len() {
+                        seen.violations.push(format!(
+                            "{} node(s) do not learn the route of {o} ({tie:?} ties)",
+                            sessions.len() - 1 - xs.len()
+                        ));
+                    }
+                }
+            }
+            Err(e) => seen.violations.push(e),
+        }
+    }
+}
+
+/// Snapshots of Calico Nodes and BGPPeers at one etcd revision, one after another.
+fn watch_and_check(etcd: EtcdHttp, seen: Arc<Mutex<Seen>>) {
+    tokio::spawn(async move {
+        let mut last = 0;
+        loop {
+            let (rev, nodes) = etcd.range(&format!("{CALICO}nodes/"), None).await;
+            if rev == last {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            let (_, peers) = etcd.range(&format!("{CALICO}bgppeers/"), Some(rev)).await;
+            last = rev;
+            let seen = Arc::clone(&seen);
+            let _ = tokio::task::spawn_blocking(move || {
+                check(&mut seen.lock().unwrap(), &nodes, &peers);
+            })
+            .await;
+        }
+    });
+}
+
+async fn status(client: &Client) -> Option<netpolicy_operator::api::RouteReflectorConfigStatus> {
+    Api::<RouteReflectorConfig>::all(client.clone())
+        .get_opt("default")
+        .await
+        .ok()??
+        .status
+}
+
+/// Waits until the operator reports the topology settled with `reflectors` (at least
+/// one) for 2 s in a row.
+async fn settled(client: &Client, what: &str, log: &std::path::Path) {
+    let t = Instant::now();
+    let mut since: Option<Instant> = None;
+    loop {
+        let ok = status(client).await.is_some_and(|s| {
+            s.transition.is_none()
+                && s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.reason == "Settled")
+                && s.reflectors.unwrap_or(0) > 0
+        });
+        since = if ok {
+            since.or(Some(Instant::now()))
+        } else {
+            None
+        };
+        if since.is_some_and(|s| s.elapsed() > Duration::from_secs(2)) {
+            println!("{what}: settled after {:?}", t.elapsed());
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "{what}: not settled: {:?}\n{}",
+            status(client).await,
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn calico_objects_land_in_etcd_and_routes_reach_every_node() {
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let etcd = EtcdHttp {
+        url: cp.etcd.clone(),
+        http: reqwest::Client::new(),
+    };
+    // 45 nodes over 3 zones; three are not registered with Calico yet.
+    let n = 45;
+    let late = [10, 20, 30];
+    let mut names = Vec::new();
+    for i in 0..n {
+        names.push(add_node(&client, &etcd, i, !late.contains(&i)).await);
+    }
+    // Someone else's BGPPeer: never touched.
+    let foreign = json!({"kind": "BGPPeer", "apiVersion": "projectcalico.org/v3",
+        "metadata": {"name": "tor-uplink"},
+        "spec": {"peerIP": "192.0.2.1", "asNumber": 64512, "nodeSelector": "all()"}});
+    etcd.put(&format!("{CALICO}bgppeers/tor-uplink"), &foreign)
+        .await;
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    watch_and_check(etcd.clone(), Arc::clone(&seen));
+
+    // etcd over TLS with a client certificate from a Secret; the first endpoint is
+    // down: the next one is used.
+    let ns = cp.namespace("rr-etcd-system").await;
+    let pem = |p: &std::path::Path| std::fs::read_to_string(p).unwrap();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "calico-etcd-tls"}, "type": "kubernetes.io/tls",
+        "stringData": {"ca.crt": pem(&cp.etcd_tls.ca), "tls.crt": pem(&cp.etcd_tls.cert),
+                       "tls.key": pem(&cp.etcd_tls.key)}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let rrc: RouteReflectorConfig = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RouteReflectorConfig",
+        "metadata": {"name": "default"},
+        "spec": {"min": 2, "max": 3, "ratio": 0.05, "stepDelaySeconds": 0,
+                 "eligibleNodes": {"matchLabels": {"e2e-rr": "yes"}},
+                 "datastore": {"etcdv3": {
+                     "endpoints": ["https://127.0.0.1:1", cp.etcd_tls.url],
+                     "tlsSecretRef": {"namespace": ns, "name": "calico-etcd-tls"}}}}
+    }))
+    .unwrap();
+    let rrcs = Api::<RouteReflectorConfig>::all(client.clone());
+    rrcs.create(&PostParams::default(), &rrc).await.unwrap();
+    let log = cp.dir.join("operator-rr-etcd.log");
+    let _op = Killed(
+        Command::new(env!("CARGO_BIN_EXE_netpolicy"))
+            .args(["operator", "--kubeconfig"])
+            .arg(&cp.kubeconfig)
+            .args(["--lease-namespace", &ns, "--lease-seconds", "3"])
+            .args(["--listen", "127.0.0.1:0", "--resync-seconds", "2"])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    settled(&client, "first topology (etcd)", &log).await;
+    {
+        let mut s = seen.lock().unwrap();
+        s.armed = true;
+    }
+    // The topology is in etcd: reflectors labelled and with cluster IDs on their Calico
+    // Nodes (one of them under another name than its Kubernetes Node), our BGPPeers.
+    let (_, peers) = etcd.range(&format!("{CALICO}bgppeers/"), None).await;
+    let ours: Vec<&Value> = peers
+        .values()
+        .filter(|p| {
+            p["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("netpolicy-rr-")
+        })
+        .collect();
+    assert!(
+        !ours.is_empty(),
+        "no BGPPeer in etcd: {peers:?}\n{}",
+        log_text()
+    );
+    for p in &ours {
+        assert_eq!(p["apiVersion"], "projectcalico.org/v3", "{p}");
+        assert_eq!(p["kind"], "BGPPeer", "{p}");
+        assert_eq!(
+            p["metadata"]["labels"]["app.kubernetes.io/managed-by"], "netpolicy",
+            "{p}"
+        );
+        assert!(p["metadata"].get("resourceVersion").is_none(), "{p}");
+    }
+    let (_, calico_nodes) = etcd.range(&format!("{CALICO}nodes/"), None).await;
+    let reflectors: Vec<&Value> = calico_nodes
+        .values()
+        .filter(|v| v["metadata"]["labels"].get(LABEL).is_some())
+        .collect();
+    assert!(reflectors.len() >= 6, "2-3 per zone: {reflectors:?}");
+    for r in &reflectors {
+        assert!(
+            r["spec"]["bgp"]["routeReflectorClusterID"].is_string(),
+            "{r}"
+        );
+        // What calico-node wrote is kept.
+        assert!(r["spec"]["bgp"]["ipv4Address"].is_string(), "{r}");
+    }
+    // Kubernetes Nodes carry no mark in this mode.
+    let kube_nodes = Api::<Node>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap();
+    for node in &kube_nodes.items {
+        assert!(!node.labels().contains_key(LABEL), "{:?}", node.metadata);
+        assert!(
+            !node
+                .annotations()
+                .contains_key(netpolicy_rr::CLUSTER_ID_ANNOTATION),
+            "{:?}",
+            node.metadata
+        );
+    }
+
+    // Late registrations are noticed from etcd (no Kubernetes event comes).
+    let before = seen.lock().unwrap().nodes.len();
+    for i in late {
+        register(&etcd, &names[i], i).await;
+    }
+    let t = Instant::now();
+    while seen.lock().unwrap().nodes.len() < before + late.len() {
+        assert!(t.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    settled(&client, "late registrations", &log).await;
+
+    // A reflector node goes (its Kubernetes Node and its Calico Node).
+    let (_, calico_nodes) = etcd.range(&format!("{CALICO}nodes/"), None).await;
+    let gone = calico_nodes
+        .values()
+        .find(|v| v["metadata"]["labels"].get(LABEL).is_some())
+        .unwrap()
+        .clone();
+    let kube = gone["spec"]["orchRefs"][0]["nodeName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    Api::<Node>::all(client.clone())
+        .delete(&kube, &DeleteParams::default())
+        .await
+        .unwrap();
+    etcd.delete(&format!(
+        "{CALICO}nodes/{}",
+        gone["metadata"]["name"].as_str().unwrap()
+    ))
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    settled(&client, "a reflector node removed", &log).await;
+
+    // Quiet: four resyncs write nothing, neither to etcd nor to the API server.
+    let calico_rev = || async {
+        let (_, n) = etcd.range(CALICO, None).await;
+        n
+    };
+    let before_etcd = calico_rev().await;
+    let writes = || cp.writes_where("routereflectorconfigs", |_| true).len();
+    let before_api = writes();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        calico_rev().await,
+        before_etcd,
+        "etcd written on a quiet cluster"
+    );
+    assert_eq!(writes(), before_api, "API writes on a quiet cluster");
+
+    // nodeToNodeMesh: disable turns the mesh off in etcd's BGPConfiguration.
+    rrcs.patch(
+        "default",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"nodeToNodeMesh": "disable"}})),
+    )
+    .await
+    .unwrap();
+    let t = Instant::now();
+    loop {
+        let off = etcd
+            .get(&format!("{CALICO}bgpconfigurations/default"))
+            .await
+            .is_some_and(|v| v["spec"]["nodeToNodeMeshEnabled"] == false);
+        if off {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "{}", log_text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The foreign BGPPeer is as it was.
+    assert_eq!(
+        etcd.get(&format!("{CALICO}bgppeers/tor-uplink")).await,
+        Some(foreign)
+    );
+    let (checks, violations) = {
+        let s = seen.lock().unwrap();
+        (s.checks, s.violations.clone())
+    };
+    println!("checked {checks} etcd snapshots");
+    assert!(checks > 3, "too few snapshots checked: {checks}");
+    assert!(
+        violations.is_empty(),
+        "{} violation(s), first: {:?}\n{}",
+        violations.len(),
+        violations.first(),
+        log_text()
+    );
+
+    // etcd out of reach: the status says so.
+    rrcs.patch(
+        "default",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"spec": {"datastore": {"etcdv3": {"endpoints": ["https://127.0.0.1:1"]}}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let t = Instant::now();
+    loop {
+        let down = status(&client).await.is_some_and(|s| {
+            s.conditions.iter().any(|c| {
+                c.type_ == "Ready" && c.status == "False" && c.reason == "DatastoreUnreachable"
+            })
+        });
+        if down {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "{}", log_text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_datastore_is_one_of_kubernetes_or_etcdv3_with_http_endpoints() {
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let rrcs = Api::<RouteReflectorConfig>::all(client.clone());
+    for (datastore, says) in [
+        (
+            json!({"kubernetes": {}, "etcdv3": {"endpoints": ["http://e:2379"]}}),
+            "not both",
+        ),
+        (json!({"etcdv3": {"endpoints": ["e:2379"]}}), "http://"),
+        (json!({"etcdv3": {"endpoints": []}}), "endpoints"),
+    ] {
+        let rrc: RouteReflectorConfig = serde_json::from_value(json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "RouteReflectorConfig",
+            "metadata": {"name": "default"}, "spec": {"datastore": datastore}
+        }))
+        .unwrap();
+        let dry = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        let err = rrcs.create(&dry, &rrc).await.unwrap_err().to_string();
+        assert!(err.contains(says), "{datastore}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn the_etcd_client_needs_the_ca_and_a_client_certificate_etcd_trusts() {
+    use netpolicy_operator::route_reflector::etcd::{Error, Etcd, Tls};
+    let cp = netpolicy_testenv::shared();
+    let t = &cp.etcd_tls;
+    let read = |p: &std::path::Path| Some(std::fs::read(p).unwrap());
+    let full = Tls {
+        ca: read(&t.ca),
+        cert: read(&t.cert),
+        key: read(&t.key),
+    };
+    let etcd = Etcd::new(vec![t.url.clone()], Some(&full)).unwrap();
+    assert!(etcd.fingerprint().await.unwrap().starts_with("nodes:"));
+    // Without a client certificate etcd refuses the connection.
+    let no_cert = Tls {
+        ca: full.ca.clone(),
+        ..Tls::default()
+    };
+    let etcd = Etcd::new(vec![t.url.clone()], Some(&no_cert)).unwrap();
+    let err = etcd.fingerprint().await.unwrap_err();
+    assert!(matches!(err, Error::Unreachable { .. }), "{err:?}");
+    // Without the CA etcd's certificate is not trusted.
+    let no_ca = Tls {
+        ca: None,
+        ..full.clone()
+    };
+    let etcd = Etcd::new(vec![t.url.clone()], Some(&no_ca)).unwrap();
+    assert!(etcd.fingerprint().await.is_err());
+}
