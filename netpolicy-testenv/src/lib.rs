@@ -10,6 +10,8 @@
 //! the reason and the end of the process logs: a test that needs an API server fails
 //! visibly rather than passing without one.
 
+pub mod cloud;
+
 use std::{
     fmt::Write as _,
     fs,
