@@ -286,6 +286,26 @@ pub mod conditions {
         pub const NONE: &str = "None";
     }
 
+    /// Condition reasons of RoutedIPs and RoutedIPIssuers.
+    pub mod routed_ip {
+        /// Reason: the IP is on its node and the firewall is in step.
+        pub const SETTLED: &str = "Settled";
+        /// Reason: a failover step is being applied.
+        pub const APPLYING: &str = "ApplyingStep";
+        /// Reason: no node may hold the IP (it stays where it is).
+        pub const NO_CANDIDATE: &str = "NoEligibleNode";
+        /// Reason: the issuer is missing or its token cannot be read.
+        pub const ISSUER_UNAVAILABLE: &str = "IssuerUnavailable";
+        /// Reason: the provider refused or failed (retried).
+        pub const PROVIDER_ERROR: &str = "ProviderError";
+        /// Reason: the provider asks to slow down (retried after its delay).
+        pub const RATE_LIMITED: &str = "RateLimited";
+        /// Reason: `spec.address` names an IP the provider does not have.
+        pub const NOT_FOUND: &str = "AddressNotFound";
+        /// Reason: the issuer's token is readable and the provider answers.
+        pub const READY: &str = "Ready";
+    }
+
     /// Condition types and reasons of the RouteReflectorConfig.
     pub mod route_reflector {
         /// Condition type: a transition is being applied.
@@ -851,6 +871,7 @@ pub struct TransitionStatus {
     kind = "RoutedIPIssuer",
     plural = "routedipissuers",
     shortname = "ripi",
+    status = "RoutedIPIssuerStatus",
     derive = "PartialEq",
     derive = "Default",
     validation = Rule::new(
@@ -874,6 +895,15 @@ pub struct RoutedIPIssuerSpec {
     pub firewall: Option<NameRef>,
 }
 
+/// What the operator reports about a RoutedIPIssuer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoutedIPIssuerStatus {
+    /// Standard conditions (`Ready`: the token is readable and the provider answers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
 /// DigitalOcean settings.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -882,6 +912,14 @@ pub struct DigitalOceanIssuer {
     pub token_secret_ref: SecretKeyRef,
     /// Region of new IPs (`fra1`).
     pub region: String,
+    /// The API's base URL (default `https://api.digitalocean.com/v2`): a proxy, or a
+    /// local server in tests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self.startsWith('https://') || self.startsWith('http://')",
+        "message": "endpoint is an http:// or https:// URL"
+    }]))]
+    pub endpoint: Option<String>,
 }
 
 /// Hetzner Cloud settings.
@@ -892,6 +930,14 @@ pub struct HetznerIssuer {
     pub token_secret_ref: SecretKeyRef,
     /// Home location of new IPs (`fsn1`).
     pub location: String,
+    /// The API's base URL (default `https://api.hetzner.cloud/v1`): a proxy, or a local
+    /// server in tests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self.startsWith('https://') || self.startsWith('http://')",
+        "message": "endpoint is an http:// or https:// URL"
+    }]))]
+    pub endpoint: Option<String>,
 }
 
 /// The in-process provider takes no settings.
@@ -953,7 +999,9 @@ fn default_cooldown() -> u32 {
     derive = "PartialEq",
     derive = "Default",
     printcolumn = r#"{"name":"Address","type":"string","jsonPath":".status.address"}"#,
-    printcolumn = r#"{"name":"Node","type":"string","jsonPath":".status.node"}"#
+    printcolumn = r#"{"name":"Node","type":"string","jsonPath":".status.node"}"#,
+    printcolumn = r#"{"name":"Step","type":"string","jsonPath":".status.step"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RoutedIPSpec {
@@ -986,9 +1034,32 @@ pub struct RoutedIPStatus {
     /// The node holding it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
-    /// Standard conditions.
+    /// The cloud firewall kept in step (the issuer's `firewall`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firewall: Option<String>,
+    /// The ports the firewall opens (the Service's ports).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<RoutedIPPort>,
+    /// Nodes that lost the IP, and until when (RFC 3339) they may not hold it again.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cooldown_until: BTreeMap<String, String>,
+    /// The failover step in progress (absent when settled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// Standard conditions (`Ready`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// A port the firewall opens for a RoutedIP.
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+pub struct RoutedIPPort {
+    /// `tcp` or `udp`.
+    pub protocol: String,
+    /// Port.
+    pub port: u16,
 }
 
 #[doc = include_str!("../README.md")]

@@ -38,6 +38,24 @@ pub struct Metrics {
     rr_clients: Family<ReflectorLabel, Gauge<f64, AtomicU64>>,
     rr_transitions: Counter,
     rr_steps: Counter,
+    rip_failovers: Counter,
+    rip_steps: Family<StepLabel, Histogram>,
+    rip_errors: Family<ErrorKindLabel, Counter>,
+    rip_rate_limited: Counter,
+}
+
+/// Labels of the routed-IP step metrics.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabel {
+    /// `addPort`, `addNode`, `assign`, ...
+    pub step: String,
+}
+
+/// Labels of the provider error metrics.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorKindLabel {
+    /// `rate_limited`, `unauthorized`, `not_found`, `conflict`, `provider`.
+    pub kind: String,
 }
 
 /// Labels of the per-reflector metrics.
@@ -164,6 +182,32 @@ impl Default for Metrics {
             "Route-reflector transition steps applied",
             rr_steps.clone(),
         );
+        let rip_failovers = Counter::default();
+        let rip_steps = Family::<StepLabel, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        let rip_errors = Family::<ErrorKindLabel, Counter>::default();
+        let rip_rate_limited = Counter::default();
+        registry.register(
+            "routed_ip_failovers",
+            "Routed IPs moved from one node to another",
+            rip_failovers.clone(),
+        );
+        registry.register(
+            "routed_ip_step_seconds",
+            "Time per failover step at the provider",
+            rip_steps.clone(),
+        );
+        registry.register(
+            "routed_ip_provider_errors",
+            "Provider calls that failed, by kind",
+            rip_errors.clone(),
+        );
+        registry.register(
+            "routed_ip_rate_limit_waits",
+            "Times a routed IP waited out the provider's Retry-After",
+            rip_rate_limited.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -180,6 +224,10 @@ impl Default for Metrics {
             rr_clients,
             rr_transitions,
             rr_steps,
+            rip_failovers,
+            rip_steps,
+            rip_errors,
+            rip_rate_limited,
         }
     }
 }
@@ -230,6 +278,30 @@ impl Metrics {
     /// A route-reflector transition started.
     pub fn rr_transition(&self) {
         self.rr_transitions.inc();
+    }
+
+    /// A routed IP moved to another node.
+    pub fn routed_ip_failover(&self) {
+        self.rip_failovers.inc();
+    }
+
+    /// A failover step done at the provider.
+    pub fn routed_ip_step(&self, step: &str, took: Duration) {
+        self.rip_steps
+            .get_or_create(&StepLabel { step: step.into() })
+            .observe(took.as_secs_f64());
+    }
+
+    /// A provider call failed.
+    pub fn routed_ip_provider_error(&self, kind: &str) {
+        self.rip_errors
+            .get_or_create(&ErrorKindLabel { kind: kind.into() })
+            .inc();
+    }
+
+    /// A routed IP waits out a rate limit.
+    pub fn routed_ip_rate_limited(&self) {
+        self.rip_rate_limited.inc();
     }
 
     /// A route-reflector transition step was applied.

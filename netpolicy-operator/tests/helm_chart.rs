@@ -218,6 +218,10 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
             &format!("routeReflectors.etcdTlsSecret.namespace={calico_ns}"),
             "--set",
             "routeReflectors.etcdTlsSecret.name=calico-etcd-tls",
+            "--set",
+            &format!("routedIPs.tokenSecrets[0].namespace={calico_ns}"),
+            "--set",
+            "routedIPs.tokenSecrets[0].name=hcloud",
         ],
     );
     apply_all(&admin, &docs, &ns).await;
@@ -310,6 +314,25 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
             .get("calico-etcd-tls")
             .await
     ));
+
+    // A RoutedIPIssuer's token Secret: that one, read-only; Services and EndpointSlices
+    // read everywhere (serviceRef).
+    assert!(matches!(
+        secrets.get("hcloud").await,
+        Err(kube::Error::Api(ref s)) if s.code == 404
+    ));
+    assert!(
+        Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::all(operator.clone())
+            .list(&Default::default())
+            .await
+            .is_ok()
+    );
+    assert!(
+        Api::<k8s_openapi::api::core::v1::Service>::all(operator.clone())
+            .list(&Default::default())
+            .await
+            .is_ok()
+    );
 
     // The operator: writes NodeNetworkConfigs, reads (never writes) policies and Nodes,
     // Leases only in its namespace.

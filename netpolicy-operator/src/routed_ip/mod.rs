@@ -1,11 +1,93 @@
-//! The routed-IP job: RoutedIPs, their issuers and the Nodes → which node holds each IP
+//! The routed-IP job: RoutedIPs, their issuers, Nodes and the `serviceRef` Services'
+//! EndpointSlices → which node holds each IP, which ports its firewall opens
 //! (DESIGN.md, RoutedIP). This module is pure: it turns Nodes into
-//! [`netpolicy_issuers::Candidate`]s and elects with [`netpolicy_issuers::elect`].
+//! [`netpolicy_issuers::Candidate`]s, elects with [`netpolicy_issuers::elect`], reads a
+//! Service's ports and ready endpoints, and says what a failover step is called. The
+//! provider calls are in [`controller`].
 
+pub mod controller;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use netpolicy_core::selector::Selector;
-use netpolicy_issuers::{Candidate, ElectionInput};
+use netpolicy_issuers::{Candidate, ElectionInput, PortRule, Step};
 
-use crate::k8s::NodeFacts;
+use crate::{api::RoutedIPPort, k8s::NodeFacts};
+
+/// The ports a Service exposes, as firewall rules (`TCP` and `UDP`; cloud firewalls
+/// have no SCTP rules, so SCTP ports are left out).
+pub fn service_ports(service: &Service) -> BTreeSet<PortRule> {
+    service
+        .spec
+        .iter()
+        .flat_map(|s| s.ports.iter().flatten())
+        .filter_map(|p| {
+            let protocol = p.protocol.as_deref().unwrap_or("TCP").to_ascii_lowercase();
+            let port = u16::try_from(p.port).ok()?;
+            matches!(protocol.as_str(), "tcp" | "udp").then_some(PortRule { protocol, port })
+        })
+        .collect()
+}
+
+/// Nodes with a ready endpoint of Service `namespace/name` (EndpointSlices labelled
+/// `kubernetes.io/service-name`; an endpoint whose `ready` is unset counts as ready, as
+/// the API documents).
+pub fn endpoint_nodes<'a>(
+    slices: impl IntoIterator<Item = &'a EndpointSlice>,
+    namespace: &str,
+    name: &str,
+) -> BTreeSet<String> {
+    slices
+        .into_iter()
+        .filter(|s| {
+            s.metadata.namespace.as_deref() == Some(namespace)
+                && s.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("kubernetes.io/service-name"))
+                    .is_some_and(|n| n == name)
+        })
+        .flat_map(|s| s.endpoints.iter())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+        .filter_map(|e| e.node_name.clone())
+        .collect()
+}
+
+/// The ports as the status shows them.
+pub fn port_status(ports: &BTreeSet<PortRule>) -> Vec<RoutedIPPort> {
+    ports
+        .iter()
+        .map(|p| RoutedIPPort {
+            protocol: p.protocol.clone(),
+            port: p.port,
+        })
+        .collect()
+}
+
+/// `status.cooldownUntil` (node → RFC 3339) as election's `(node, lost at)`: lost at =
+/// until − `cooldown_seconds`. Unparsable times are dropped.
+pub fn cooldown(until: &BTreeMap<String, String>, cooldown_seconds: u32) -> Vec<(String, i64)> {
+    until
+        .iter()
+        .filter_map(|(n, t)| {
+            let t: k8s_openapi::jiff::Timestamp = t.parse().ok()?;
+            Some((n.clone(), t.as_second() - i64::from(cooldown_seconds)))
+        })
+        .collect()
+}
+
+/// A failover step as the status and Events name it (`addNode hcloud://2`).
+pub fn step_name(step: &Step) -> String {
+    match step {
+        Step::CreateFirewall => "createFirewall".into(),
+        Step::AddPort(p) => format!("addPort {}/{}", p.protocol, p.port),
+        Step::AddNode(n) => format!("addNode {n}"),
+        Step::Assign(n) => format!("assign {n}"),
+        Step::RemovePort(p) => format!("removePort {}/{}", p.protocol, p.port),
+        Step::RemoveNode(n) => format!("removeNode {n}"),
+    }
+}
 
 /// A node as a candidate to hold a RoutedIP. `has_endpoint` says whether it hosts a
 /// ready endpoint of the RoutedIP's `serviceRef` (true when it has none).
@@ -55,6 +137,68 @@ mod tests {
             provider_id: Some(format!("hcloud://{created}")),
             created,
         }
+    }
+
+    #[test]
+    fn a_services_tcp_and_udp_ports_and_its_ready_endpoints_nodes() {
+        let svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"ports": [{"port": 443}, {"port": 53, "protocol": "UDP"},
+                               {"port": 9, "protocol": "SCTP"}]}
+        }))
+        .unwrap();
+        assert_eq!(
+            service_ports(&svc).into_iter().collect::<Vec<_>>(),
+            [
+                PortRule::tcp(443),
+                PortRule {
+                    protocol: "udp".into(),
+                    port: 53
+                }
+            ]
+        );
+        let slice = |ns: &str, svc: &str, eps: serde_json::Value| -> EndpointSlice {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("{svc}-x"), "namespace": ns,
+                             "labels": {"kubernetes.io/service-name": svc}},
+                "addressType": "IPv4", "endpoints": eps
+            }))
+            .unwrap()
+        };
+        let slices = [
+            slice(
+                "shop",
+                "web",
+                serde_json::json!([
+                    {"addresses": ["10.0.0.1"], "nodeName": "a", "conditions": {"ready": true}},
+                    {"addresses": ["10.0.0.2"], "nodeName": "b", "conditions": {"ready": false}},
+                    {"addresses": ["10.0.0.3"], "nodeName": "c"}
+                ]),
+            ),
+            slice(
+                "other",
+                "web",
+                serde_json::json!([{"addresses": ["10.0.0.4"], "nodeName": "d"}]),
+            ),
+        ];
+        assert_eq!(
+            endpoint_nodes(&slices, "shop", "web")
+                .into_iter()
+                .collect::<Vec<_>>(),
+            ["a", "c"]
+        );
+    }
+
+    #[test]
+    fn cooldown_until_is_read_back_as_the_time_the_node_lost_the_ip() {
+        let until = BTreeMap::from([
+            ("a".to_owned(), "2026-01-01T00:01:00Z".to_owned()),
+            ("b".to_owned(), "not a time".to_owned()),
+        ]);
+        let c = cooldown(&until, 60);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].0, "a");
+        assert_eq!(c[0].1, 1_767_225_600);
     }
 
     #[test]

@@ -30,7 +30,7 @@ use tracing::{error, info, warn};
 pub use crate::telemetry::{ControllerLabel, Metrics, Shared};
 use crate::{
     error::{Chain, Error, Result},
-    floating_ip, route_reflector, routing,
+    floating_ip, route_reflector, routed_ip, routing,
 };
 
 /// Options of `netpolicy operator`.
@@ -253,7 +253,8 @@ pub async fn run(opts: Options) -> Result<Exit> {
                         tokio::try_join!(
                             routing::controller::run(c.clone(), Arc::clone(&sh), st.clone(), resync),
                             floating_ip::controller::run(c.clone(), Arc::clone(&sh), st.clone(), resync),
-                            route_reflector::controller::run(c, sh, st, resync),
+                            route_reflector::controller::run(c.clone(), Arc::clone(&sh), st.clone(), resync),
+                            routed_ip::controller::run(c, sh, st, resync),
                         )
                         .map(|_| ())
                     }));

@@ -1,0 +1,541 @@
+//! The routed-IP job of `netpolicy operator` as a real process against a real API server
+//! and the local Hetzner and DigitalOcean API servers of `netpolicy_testenv::cloud`
+//! (documented request and response shapes; the real provider clients unchanged,
+//! pointed there by the issuer's `endpoint`). What the provider did is checked from the
+//! requests its server received.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use common::{Killed, ready_node, set_ready};
+
+use std::{
+    path::Path,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::{
+    core::v1::{Node, Secret, Service},
+    discovery::v1::EndpointSlice,
+};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use netpolicy_operator::api::{RoutedIP, RoutedIPIssuer, RoutedIPStatus, crds};
+use netpolicy_testenv::{
+    ControlPlane,
+    cloud::{self, Shared},
+};
+use serde_json::{Value, json};
+
+/// One operator at a time: each test's operator leads in its own lease namespace and
+/// would drive the other test's RoutedIPs too.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn operator(cp: &ControlPlane, ns: &str, log: &Path) -> Killed {
+    Killed(
+        Command::new(env!("CARGO_BIN_EXE_netpolicy"))
+            .args(["operator", "--kubeconfig"])
+            .arg(&cp.kubeconfig)
+            .args(["--lease-namespace", ns, "--lease-seconds", "2"])
+            .args(["--listen", "127.0.0.1:0", "--resync-seconds", "2"])
+            .env("RUST_LOG", "info,netpolicy_operator::routed_ip=debug")
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(log)
+                    .unwrap(),
+            )
+            .spawn()
+            .unwrap(),
+    )
+}
+
+async fn status(client: &Client, name: &str) -> Option<RoutedIPStatus> {
+    Api::<RoutedIP>::all(client.clone())
+        .get_opt(name)
+        .await
+        .unwrap()?
+        .status
+}
+
+/// Waits until `ok` holds for the RoutedIP's status.
+async fn until(
+    client: &Client,
+    name: &str,
+    what: &str,
+    log: &Path,
+    ok: impl Fn(&RoutedIPStatus) -> bool,
+) -> RoutedIPStatus {
+    let t = Instant::now();
+    loop {
+        if let Some(s) = status(client, name).await
+            && ok(&s)
+        {
+            println!("{what}: after {:?}", t.elapsed());
+            return s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "{what}: {:?}\n{}",
+            status(client, name).await,
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn settled_on(node: &str) -> impl Fn(&RoutedIPStatus) -> bool + '_ {
+    move |s| {
+        s.node.as_deref() == Some(node)
+            && s.step.is_none()
+            && s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+    }
+}
+
+/// `METHOD /path` of every request from `from` on, without queries.
+fn calls(cloud: &Shared, from: usize) -> Vec<String> {
+    cloud.lock().unwrap().log[from..]
+        .iter()
+        .map(|r| {
+            let body = if r.body.is_null() {
+                String::new()
+            } else {
+                format!(" {}", r.body)
+            };
+            format!("{} {}{body}", r.method, r.path.split('?').next().unwrap())
+        })
+        .collect()
+}
+
+fn position(calls: &[String], needle: &str) -> usize {
+    calls
+        .iter()
+        .position(|c| c.contains(needle))
+        .unwrap_or_else(|| panic!("{needle} not in {calls:#?}"))
+}
+
+/// Hetzner's view: the floating IP's server and the firewall's servers.
+fn hetzner_state(cloud: &Shared) -> (usize, Value, Vec<Value>) {
+    let c = cloud.lock().unwrap();
+    let fw = c
+        .firewalls
+        .first()
+        .map(|f| f["applied_to"].as_array().cloned().unwrap_or_default())
+        .unwrap_or_default();
+    (
+        c.ips.len(),
+        c.ips.first().map_or(Value::Null, |ip| ip["server"].clone()),
+        fw,
+    )
+}
+
+async fn set_endpoints(client: &Client, ns: &str, ready: &[(&str, bool)]) {
+    let eps: Vec<Value> = ready
+        .iter()
+        .enumerate()
+        .map(|(i, (node, r))| {
+            json!({"addresses": [format!("10.9.0.{}", i + 1)], "nodeName": node,
+                   "conditions": {"ready": r}})
+        })
+        .collect();
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "web-1", "namespace": ns,
+                     "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4", "endpoints": eps,
+        "ports": [{"name": "https", "port": 8443, "protocol": "TCP"}]
+    }))
+    .unwrap();
+    Api::<EndpointSlice>::namespaced(client.clone(), ns)
+        .patch(
+            "web-1",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&slice),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hetzner_failover_follows_readiness_and_endpoints_and_survives_a_kill() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let (base, cloud) = cloud::serve(cloud::hetzner::api, "/v1").await;
+    let ns = cp.namespace("rip-hz").await;
+    let log = cp.dir.join("operator-rip-hz.log");
+
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "hcloud"}, "stringData": {"token": cloud::hetzner::TOKEN}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (name, id) in [("hz-a", 1), ("hz-b", 2), ("hz-c", 3)] {
+        ready_node(&nodes, name, json!({"role": "edge"})).await;
+        nodes
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"providerID": format!("hcloud://{id}")}})),
+            )
+            .await
+            .unwrap();
+    }
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {"ports": [{"name": "https", "port": 443, "targetPort": 8443},
+                           {"name": "dns", "port": 53, "protocol": "UDP"}]}
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap();
+    set_endpoints(
+        &client,
+        &ns,
+        &[("hz-a", true), ("hz-b", true), ("hz-c", true)],
+    )
+    .await;
+    let issuer: RoutedIPIssuer = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIPIssuer",
+        "metadata": {"name": "hz"},
+        "spec": {"hetzner": {"tokenSecretRef": {"namespace": ns, "name": "hcloud"},
+                             "location": "fsn1", "endpoint": base},
+                 "firewall": {"name": "web-fw"}}
+    }))
+    .unwrap();
+    Api::<RoutedIPIssuer>::all(client.clone())
+        .create(&PostParams::default(), &issuer)
+        .await
+        .unwrap();
+    // The first assignment is throttled beyond the client's retries: the address must be
+    // in the status while the IP is still unassigned.
+    for _ in 0..8 {
+        cloud.lock().unwrap().throttle.push("/floating_ips/".into());
+    }
+    let rip: RoutedIP = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIP",
+        "metadata": {"name": "ingress"},
+        "spec": {"issuerRef": {"name": "hz"}, "cooldownSeconds": 5,
+                 "nodeSelector": {"matchLabels": {"role": "edge"}},
+                 "serviceRef": {"namespace": ns, "name": "web"}}
+    }))
+    .unwrap();
+    let rips = Api::<RoutedIP>::all(client.clone());
+    rips.create(&PostParams::default(), &rip).await.unwrap();
+    let mut op = operator(cp, &ns, &log);
+
+    let s = until(&client, "ingress", "address recorded", &log, |s| {
+        s.address.is_some()
+    })
+    .await;
+    let (ips, server, _) = hetzner_state(&cloud);
+    assert_eq!(ips, 1);
+    assert_eq!(
+        server,
+        Value::Null,
+        "assigned before the address was recorded"
+    );
+    assert_eq!(
+        s.address.as_deref(),
+        cloud.lock().unwrap().ips[0]["ip"].as_str()
+    );
+    let s = until(&client, "ingress", "on hz-a", &log, settled_on("hz-a")).await;
+    assert_eq!(s.firewall.as_deref(), Some("web-fw"));
+    let ports: Vec<(String, u16)> = s
+        .ports
+        .iter()
+        .map(|p| (p.protocol.clone(), p.port))
+        .collect();
+    assert_eq!(ports, [("tcp".to_owned(), 443), ("udp".to_owned(), 53)]);
+    let (_, server, fw) = hetzner_state(&cloud);
+    assert_eq!(server, 1);
+    assert_eq!(fw, [json!({"type": "server", "server": {"id": 1}})]);
+    {
+        let c = cloud.lock().unwrap();
+        let rules = &c.firewalls[0]["rules"];
+        assert!(
+            rules.to_string().contains("\"443\"") && rules.to_string().contains("\"53\""),
+            "{rules}"
+        );
+        // The labels that find the IP again after a restart.
+        assert_eq!(c.ips[0]["labels"]["netpolicy.io/routed-ip"], "ingress");
+    }
+    // The holder turns NotReady: the IP moves to hz-b, the firewall in the seed's order.
+    let mark = cloud.lock().unwrap().log.len();
+    set_ready(&nodes, "hz-a", false).await;
+    let s = until(
+        &client,
+        "ingress",
+        "moved to hz-b",
+        &log,
+        settled_on("hz-b"),
+    )
+    .await;
+    assert!(s.cooldown_until.contains_key("hz-a"), "{s:?}");
+    let c = calls(&cloud, mark);
+    let add = position(
+        &c,
+        "apply_to_resources {\"apply_to\":[{\"server\":{\"id\":2}",
+    );
+    let assign = position(&c, "actions/assign {\"server\":2}");
+    let remove = position(
+        &c,
+        "remove_from_resources {\"remove_from\":[{\"server\":{\"id\":1}",
+    );
+    assert!(add < assign && assign < remove, "{c:#?}");
+    assert_eq!(hetzner_state(&cloud).1, 2);
+
+    // hz-b loses its Service endpoint: the IP moves to hz-c (hz-a is NotReady).
+    let mark = cloud.lock().unwrap().log.len();
+    set_endpoints(
+        &client,
+        &ns,
+        &[("hz-a", true), ("hz-b", false), ("hz-c", true)],
+    )
+    .await;
+    until(
+        &client,
+        "ingress",
+        "moved to hz-c",
+        &log,
+        settled_on("hz-c"),
+    )
+    .await;
+    let c = calls(&cloud, mark);
+    assert!(
+        position(&c, "actions/assign {\"server\":3}")
+            < position(
+                &c,
+                "remove_from_resources {\"remove_from\":[{\"server\":{\"id\":2}"
+            ),
+        "{c:#?}"
+    );
+
+    // Killed in the middle of a failover (the assignment is throttled), restarted: the
+    // failover completes, nothing is assigned twice, nothing leaks.
+    tokio::time::sleep(Duration::from_secs(5)).await; // hz-a's cooldown ends
+    set_ready(&nodes, "hz-a", true).await;
+    for _ in 0..40 {
+        cloud.lock().unwrap().throttle.push("/floating_ips/".into());
+    }
+    set_ready(&nodes, "hz-c", false).await;
+    until(&client, "ingress", "assigning to hz-a", &log, |s| {
+        s.step.as_deref() == Some("assign hcloud://1")
+    })
+    .await;
+    drop(op);
+    cloud.lock().unwrap().throttle.clear();
+    let (ips, server, fw) = hetzner_state(&cloud);
+    assert_eq!(
+        (ips, server),
+        (1, json!(3)),
+        "the kill came before the assignment"
+    );
+    assert!(
+        fw.contains(&json!({"type": "server", "server": {"id": 1}})),
+        "{fw:?}"
+    );
+    op = operator(cp, &ns, &log);
+    until(
+        &client,
+        "ingress",
+        "moved to hz-a after the restart",
+        &log,
+        settled_on("hz-a"),
+    )
+    .await;
+    let (ips, server, fw) = hetzner_state(&cloud);
+    assert_eq!((ips, server), (1, json!(1)));
+    assert_eq!(fw, [json!({"type": "server", "server": {"id": 1}})]);
+
+    // Quiet: resyncs read the provider but write nothing, there or to the API server
+    // (after hz-c's cooldown is over: dropping it from the status is a change).
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let mark = cloud.lock().unwrap().log.len();
+    let writes = || cp.writes_where("routedips", |_| true).len();
+    let before = writes();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(writes(), before, "API writes on a quiet cluster");
+    let c = calls(&cloud, mark);
+    assert!(
+        c.iter().all(|x| x.starts_with("GET ")),
+        "provider writes: {c:#?}"
+    );
+
+    // The token is in no status, Event or log.
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), "default")
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let everything = format!(
+        "{}{}{}",
+        serde_json::to_string(&events.items).unwrap(),
+        serde_json::to_string(&status(&client, "ingress").await).unwrap(),
+        std::fs::read_to_string(&log).unwrap()
+    );
+    assert!(!everything.contains(cloud::hetzner::TOKEN));
+    assert!(everything.contains("FailoverStep"), "no failover Events");
+
+    // Retain: deleted, the IP stays at the provider, unassigned.
+    rips.delete("ingress", &DeleteParams::default())
+        .await
+        .unwrap();
+    let t = Instant::now();
+    while rips.get_opt("ingress").await.unwrap().is_some() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "finalizer not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (ips, server, _) = hetzner_state(&cloud);
+    assert_eq!((ips, server), (1, Value::Null));
+
+    // Delete: the IP goes with its RoutedIP.
+    let rip: RoutedIP = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIP",
+        "metadata": {"name": "egress"},
+        "spec": {"issuerRef": {"name": "hz"}, "reclaimPolicy": "Delete",
+                 "nodeSelector": {"matchLabels": {"role": "edge"}}}
+    }))
+    .unwrap();
+    rips.create(&PostParams::default(), &rip).await.unwrap();
+    let s = until(
+        &client,
+        "egress",
+        "egress on hz-a",
+        &log,
+        settled_on("hz-a"),
+    )
+    .await;
+    assert_eq!(cloud.lock().unwrap().ips.len(), 2);
+    rips.delete("egress", &DeleteParams::default())
+        .await
+        .unwrap();
+    let t = Instant::now();
+    loop {
+        let gone = cloud
+            .lock()
+            .unwrap()
+            .ips
+            .iter()
+            .all(|ip| Some(ip["ip"].as_str().unwrap()) != s.address.as_deref());
+        if gone && rips.get_opt("egress").await.unwrap().is_none() {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "egress IP not deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(op);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn digitalocean_ips_are_found_again_by_their_recorded_address_after_a_restart() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let (base, cloud) = cloud::serve(cloud::digitalocean::api, "/v2").await;
+    let ns = cp.namespace("rip-do").await;
+    let log = cp.dir.join("operator-rip-do.log");
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "do"}, "stringData": {"api-token": cloud::digitalocean::TOKEN}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (name, id) in [("do-a", 8_219_222), ("do-b", 8_219_223)] {
+        ready_node(&nodes, name, json!({"pool": "do"})).await;
+        nodes
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"providerID": format!("digitalocean://{id}")}})),
+            )
+            .await
+            .unwrap();
+    }
+    let issuer: RoutedIPIssuer = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIPIssuer",
+        "metadata": {"name": "do"},
+        "spec": {"digitalocean": {"tokenSecretRef": {"namespace": ns, "name": "do", "key": "api-token"},
+                                  "region": "fra1", "endpoint": base}}
+    }))
+    .unwrap();
+    Api::<RoutedIPIssuer>::all(client.clone())
+        .create(&PostParams::default(), &issuer)
+        .await
+        .unwrap();
+    let rip: RoutedIP = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIP",
+        "metadata": {"name": "do-web"},
+        "spec": {"issuerRef": {"name": "do"}, "reclaimPolicy": "Delete",
+                 "nodeSelector": {"matchLabels": {"pool": "do"}}}
+    }))
+    .unwrap();
+    let rips = Api::<RoutedIP>::all(client.clone());
+    rips.create(&PostParams::default(), &rip).await.unwrap();
+    let op = operator(cp, &ns, &log);
+    let s = until(&client, "do-web", "on do-a", &log, settled_on("do-a")).await;
+    {
+        let c = cloud.lock().unwrap();
+        assert_eq!(c.ips.len(), 1);
+        assert_eq!(c.ips[0]["droplet"]["id"], 8_219_222);
+        assert_eq!(c.ips[0]["ip"].as_str(), s.address.as_deref());
+    }
+    // The issuer reports Ready.
+    let issuer = Api::<RoutedIPIssuer>::all(client.clone())
+        .get("do")
+        .await
+        .unwrap();
+    assert!(
+        issuer
+            .status
+            .unwrap_or_default()
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    );
+    // Restarted: the IP (no tags at DigitalOcean) is found by its recorded address; no
+    // second one is created. The holder goes NotReady: it moves.
+    drop(op);
+    let op = operator(cp, &ns, &log);
+    set_ready(&nodes, "do-a", false).await;
+    until(&client, "do-web", "on do-b", &log, settled_on("do-b")).await;
+    {
+        let c = cloud.lock().unwrap();
+        assert_eq!(c.ips.len(), 1, "{:?}", c.ips);
+        assert_eq!(c.ips[0]["droplet"]["id"], 8_219_223);
+    }
+    // Delete: the IP goes.
+    rips.delete("do-web", &DeleteParams::default())
+        .await
+        .unwrap();
+    let t = Instant::now();
+    while !cloud.lock().unwrap().ips.is_empty() || rips.get_opt("do-web").await.unwrap().is_some() {
+        assert!(t.elapsed() < Duration::from_secs(30), "not deleted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(op);
+}
