@@ -370,7 +370,7 @@ fn pki() -> std::result::Result<Pki, rcgen::Error> {
     let leaf = |sans: Vec<String>,
                 cn: &str,
                 org: Option<&str>,
-                usage: ExtendedKeyUsagePurpose|
+                usage: Vec<ExtendedKeyUsagePurpose>|
      -> std::result::Result<(String, String), rcgen::Error> {
         let mut p = CertificateParams::new(sans)?;
         p.distinguished_name.push(DnType::CommonName, cn);
@@ -381,7 +381,7 @@ fn pki() -> std::result::Result<Pki, rcgen::Error> {
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ];
-        p.extended_key_usages = vec![usage];
+        p.extended_key_usages = usage;
         let key = KeyPair::generate()?;
         let cert = p.signed_by(&key, &ca)?;
         Ok((cert.pem(), key.serialize_pem()))
@@ -390,13 +390,18 @@ fn pki() -> std::result::Result<Pki, rcgen::Error> {
         vec!["127.0.0.1".into(), "localhost".into()],
         "kube-apiserver",
         None,
-        ExtendedKeyUsagePurpose::ServerAuth,
+        // Client use too: etcd's JSON gateway dials etcd's own TLS listener with the
+        // serving certificate, and etcd requires client certificates there.
+        vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ],
     )?;
     let admin = leaf(
         Vec::new(),
         "netpolicy-admin",
         Some("system:masters"),
-        ExtendedKeyUsagePurpose::ClientAuth,
+        vec![ExtendedKeyUsagePurpose::ClientAuth],
     )?;
     let sa = KeyPair::generate()?;
     Ok(Pki {
