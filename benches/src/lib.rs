@@ -180,7 +180,7 @@ pub fn spec(shape: &Shape, i: usize, variant: u8) -> RoutingSpec {
         vlans,
         routes,
         rules,
-        table_hard_sync: vec![],
+        ..Default::default()
     }
 }
 

@@ -29,7 +29,7 @@ use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
 
 use crate::{
-    model::{IfName, Route, RouteKey, RoutingConfig, Rule, RuleKey, Vlan},
+    model::{HostAddress, IfName, Route, RouteKey, RoutingConfig, Rule, RuleKey, Vlan},
     selector::{Labels, Requirement, Selector},
 };
 
@@ -182,6 +182,7 @@ impl Policy {
 struct Items {
     vlans: Vec<Arc<Vlan>>,
     routes: Vec<Arc<Route>>,
+    addresses: Vec<Arc<HostAddress>>,
     rules: Vec<Arc<Rule>>,
     table_hard_sync: Vec<u32>,
 }
@@ -191,6 +192,7 @@ impl From<RoutingConfig> for Items {
         Self {
             vlans: c.vlans.into_iter().map(Arc::new).collect(),
             routes: c.routes.into_iter().map(Arc::new).collect(),
+            addresses: c.addresses.into_iter().map(Arc::new).collect(),
             rules: c.rules.into_iter().map(Arc::new).collect(),
             table_hard_sync: c.table_hard_sync,
         }
@@ -217,6 +219,8 @@ pub struct MergedConfig {
     pub vlans: Vec<Sourced<Vlan>>,
     /// Routes, sorted by `(table, to, metric)`.
     pub routes: Vec<Sourced<Route>>,
+    /// Addresses on links netpolicy did not create, sorted by `(dev, address)`.
+    pub addresses: Vec<Sourced<HostAddress>>,
     /// Rules, sorted by identity.
     pub rules: Vec<Sourced<Rule>>,
     /// Union of the hard-synced tables of every applying policy, sorted.
@@ -229,6 +233,7 @@ impl MergedConfig {
         RoutingConfig {
             vlans: self.vlans.iter().map(|s| (*s.item).clone()).collect(),
             routes: self.routes.iter().map(|s| (*s.item).clone()).collect(),
+            addresses: self.addresses.iter().map(|s| (*s.item).clone()).collect(),
             rules: self.rules.iter().map(|s| (*s.item).clone()).collect(),
             table_hard_sync: self.table_hard_sync.clone(),
         }
@@ -236,7 +241,7 @@ impl MergedConfig {
 
     /// Number of items.
     pub fn len(&self) -> usize {
-        self.vlans.len() + self.routes.len() + self.rules.len()
+        self.vlans.len() + self.routes.len() + self.addresses.len() + self.rules.len()
     }
 
     /// Whether there are no items.
@@ -252,6 +257,8 @@ pub enum ItemRef {
     Vlan(IfName),
     /// A route by `(table, to, metric)`.
     Route(RouteKey),
+    /// An address by link and address.
+    Address(HostAddress),
     /// A rule by priority and selector.
     Rule(RuleKey),
 }
@@ -262,6 +269,7 @@ impl ItemRef {
         match self {
             Self::Vlan(_) => "vlans",
             Self::Route(_) => "routes",
+            Self::Address(_) => "addresses",
             Self::Rule(_) => "rules",
         }
     }
@@ -272,6 +280,7 @@ impl fmt::Display for ItemRef {
         match self {
             Self::Vlan(n) => write!(f, "vlan {n}"),
             Self::Route(k) => write!(f, "route {k}"),
+            Self::Address(a) => write!(f, "address {a}"),
             Self::Rule(k) => write!(f, "rule {k}"),
         }
     }
@@ -427,6 +436,13 @@ fn merge_sorted(ps: &mut Vec<&Policy>) -> NodeOutcome {
         |r| ItemRef::Route(r.key()),
         &mut conflicts,
     );
+    let addresses = merge_kind(
+        &valid,
+        |i| &i.addresses,
+        Ord::cmp,
+        |a| ItemRef::Address(a.clone()),
+        &mut conflicts,
+    );
     let rules = merge_kind(
         &valid,
         |i| &i.rules,
@@ -448,6 +464,7 @@ fn merge_sorted(ps: &mut Vec<&Policy>) -> NodeOutcome {
     NodeOutcome::Rendered(Arc::new(MergedConfig {
         vlans,
         routes,
+        addresses,
         rules,
         table_hard_sync,
     }))

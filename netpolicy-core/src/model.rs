@@ -179,6 +179,23 @@ impl fmt::Display for Vlan {
     }
 }
 
+/// An address netpolicy keeps on a link it did not create (`lo`, `eth0`): a routed
+/// cloud IP on its holder, a service address. Identity: the link and the address.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HostAddress {
+    /// The link.
+    pub dev: IfName,
+    /// The address with its prefix length (host bits allowed, as on any interface).
+    pub address: IpNetwork,
+}
+
+impl fmt::Display for HostAddress {
+    /// `203.0.113.7/32 dev lo`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} dev {}", self.address, self.dev)
+    }
+}
+
 /// Route scope (`rtm_scope`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RouteScope {
@@ -528,6 +545,8 @@ pub struct RoutingConfig {
     pub vlans: Vec<Vlan>,
     /// Routes.
     pub routes: Vec<Route>,
+    /// Addresses on links netpolicy did not create.
+    pub addresses: Vec<HostAddress>,
     /// Rules.
     pub rules: Vec<Rule>,
     /// Tables in which the agent removes every route that is not desired, foreign or not.

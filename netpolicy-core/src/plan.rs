@@ -33,7 +33,7 @@ use ipnetwork::IpNetwork;
 
 use crate::{
     merge::ItemRef,
-    model::{IfName, IpFamily, Route, RouteKey, RoutingConfig, Rule, RuleKey, Vlan},
+    model::{HostAddress, IfName, IpFamily, Route, RouteKey, RoutingConfig, Rule, RuleKey, Vlan},
 };
 
 /// A VLAN link as observed, with its addresses.
@@ -44,6 +44,16 @@ pub struct ObservedVlan {
     /// Whether the link is administratively up.
     pub up: bool,
     /// Whether netpolicy created it. Addresses on an owned link are owned.
+    pub owned: bool,
+}
+
+/// An address on a link netpolicy did not create, as observed: every owned one, and a
+/// foreign one only when a desired address has its identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedAddress {
+    /// The link and the address.
+    pub address: HostAddress,
+    /// Whether netpolicy added it (its address protocol is netpolicy's).
     pub owned: bool,
 }
 
@@ -81,6 +91,8 @@ pub struct Observed {
     pub vlans: Vec<ObservedVlan>,
     /// Routes.
     pub routes: Vec<ObservedRoute>,
+    /// Addresses on links netpolicy did not create.
+    pub addresses: Vec<ObservedAddress>,
     /// Rules.
     pub rules: Vec<ObservedRule>,
     /// Names of links that exist but are not VLANs (a veth, a bridge, the uplink). A
@@ -303,6 +315,7 @@ pub fn plan(observed: &Observed, desired: &RoutingConfig) -> Plan {
     let mut skipped = Vec::new();
     let recreated = plan_vlans(observed, desired, &mut ops, &mut skipped);
     plan_routes(observed, desired, &recreated, &mut ops, &mut skipped);
+    plan_addresses(observed, desired, &mut ops, &mut skipped);
     plan_rules(observed, desired, &mut ops, &mut skipped);
     ops.sort_by(|a, b| a.step().cmp(&b.step()).then_with(|| a.cmp(b)));
     skipped.sort();
@@ -402,6 +415,44 @@ fn plan_vlans(
         }
     }
     recreated
+}
+
+/// Host addresses: an owned one not desired is deleted, a desired one not there is
+/// added; a desired one that is there but not netpolicy's is left alone (and never
+/// deleted later).
+fn plan_addresses(
+    observed: &Observed,
+    desired: &RoutingConfig,
+    ops: &mut Vec<Op>,
+    skipped: &mut Vec<Skipped>,
+) {
+    let want: BTreeSet<&HostAddress> = desired.addresses.iter().collect();
+    let have: BTreeMap<&HostAddress, bool> = observed
+        .addresses
+        .iter()
+        .map(|o| (&o.address, o.owned))
+        .collect();
+    for o in &observed.addresses {
+        if o.owned && !want.contains(&o.address) {
+            ops.push(Op::DeleteAddress {
+                dev: o.address.dev.clone(),
+                address: o.address.address,
+            });
+        }
+    }
+    for a in &desired.addresses {
+        match have.get(a) {
+            None => ops.push(Op::AddAddress {
+                dev: a.dev.clone(),
+                address: a.address,
+            }),
+            Some(true) => {}
+            Some(false) => skipped.push(Skipped {
+                item: ItemRef::Address(a.clone()),
+                reason: SkipReason::ForeignIdentical,
+            }),
+        }
+    }
 }
 
 fn plan_routes(
@@ -568,7 +619,7 @@ fn plan_rules(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{RouteSpec, RoutingSpec, RuleSpec, VlanSpec};
+    use crate::spec::{AddressSpec, RouteSpec, RoutingSpec, RuleSpec, VlanSpec};
 
     fn desired(spec: RoutingSpec) -> RoutingConfig {
         spec.validate("spec").unwrap()
@@ -619,8 +670,51 @@ mod tests {
                     })
                 })
                 .collect(),
+            addresses: cfg
+                .addresses
+                .iter()
+                .map(|a| ObservedAddress {
+                    address: a.clone(),
+                    owned,
+                })
+                .collect(),
             other_links: Vec::new(),
         }
+    }
+
+    #[test]
+    fn host_addresses_are_added_removed_when_owned_and_left_when_foreign() {
+        let want = desired(RoutingSpec {
+            addresses: vec![
+                AddressSpec {
+                    dev: "lo".into(),
+                    address: "203.0.113.7/32".into(),
+                },
+                AddressSpec {
+                    dev: "eth0".into(),
+                    address: "192.0.2.9/24".into(),
+                },
+            ],
+            ..Default::default()
+        });
+        let none = plan(&Observed::default(), &want);
+        assert_eq!(
+            none.ops.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            [
+                "add address 192.0.2.9/24 dev eth0",
+                "add address 203.0.113.7/32 dev lo"
+            ]
+        );
+        // Applied: nothing to do. Someone else's identical address: left alone, reported.
+        assert!(plan(&observed_from(&want, true), &want).is_empty());
+        let foreign = plan(&observed_from(&want, false), &want);
+        assert!(foreign.ops.is_empty());
+        assert_eq!(foreign.skipped.len(), 2);
+        assert!(foreign.skipped.iter().all(|s| s.reason.is_satisfied()));
+        // No longer desired: ours go, foreign ones stay.
+        let empty = RoutingConfig::default();
+        assert_eq!(plan(&observed_from(&want, true), &empty).ops.len(), 2);
+        assert!(plan(&observed_from(&want, false), &empty).is_empty());
     }
 
     fn full() -> RoutingConfig {

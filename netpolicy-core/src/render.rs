@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     merge::{MergedConfig, Source, Sourced},
-    model::{Route, RoutingConfig, Rule, RuleAction, Vlan},
-    spec::{IntOrString, NextHopSpec, RouteSpec, RoutingSpec, RuleSpec, VlanSpec},
+    model::{HostAddress, Route, RoutingConfig, Rule, RuleAction, Vlan},
+    spec::{AddressSpec, IntOrString, NextHopSpec, RouteSpec, RoutingSpec, RuleSpec, VlanSpec},
 };
 
 impl RoutingSpec {
@@ -21,6 +21,7 @@ impl RoutingSpec {
         Self {
             vlans: config.vlans.iter().map(VlanSpec::from).collect(),
             routes: config.routes.iter().map(RouteSpec::from).collect(),
+            addresses: config.addresses.iter().map(AddressSpec::from).collect(),
             rules: config.rules.iter().map(RuleSpec::from).collect(),
             table_hard_sync: config.table_hard_sync.clone(),
         }
@@ -36,6 +37,15 @@ impl From<&Vlan> for VlanSpec {
             protocol: Some(v.protocol.to_string()),
             mtu: v.mtu,
             addresses: v.addresses.iter().map(ToString::to_string).collect(),
+        }
+    }
+}
+
+impl From<&HostAddress> for AddressSpec {
+    fn from(a: &HostAddress) -> Self {
+        Self {
+            dev: a.dev.to_string(),
+            address: a.address.to_string(),
         }
     }
 }
@@ -91,7 +101,8 @@ impl From<&Rule> for RuleSpec {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceRef {
-    /// `ClusterConfig` or `NodeConfig`.
+    /// `ClusterConfig`, `NodeConfig`, or the job object that asked for it
+    /// (`RoutedIP`).
     pub kind: String,
     /// Object name.
     pub name: String,
@@ -124,6 +135,7 @@ impl RenderedSpec {
         RoutingSpec {
             vlans: self.vlans.iter().map(|v| v.item.clone()).collect(),
             routes: self.routes.iter().map(|r| r.item.clone()).collect(),
+            addresses: self.addresses.iter().map(|a| a.item.clone()).collect(),
             rules: self.rules.iter().map(|r| r.item.clone()).collect(),
             table_hard_sync: self.table_hard_sync.clone(),
         }
@@ -141,6 +153,9 @@ pub struct RenderedSpec {
     /// Routes.
     #[serde(default)]
     pub routes: Vec<SourcedSpec<RouteSpec>>,
+    /// Addresses on links netpolicy did not create.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<SourcedSpec<AddressSpec>>,
     /// Rules.
     #[serde(default)]
     pub rules: Vec<SourcedSpec<RuleSpec>>,
@@ -168,6 +183,7 @@ impl RenderedSpec {
         Self {
             vlans: sourced(&m.vlans),
             routes: sourced(&m.routes),
+            addresses: sourced(&m.addresses),
             rules: sourced(&m.rules),
             table_hard_sync: m.table_hard_sync.clone(),
         }

@@ -30,6 +30,11 @@ pub struct RoutingSpec {
     /// touches anyone else's, so a route's protocol is not configurable.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<RouteSpec>,
+    /// Addresses on links netpolicy did not create (`lo`, `eth0`). Each carries address
+    /// protocol 203 (`IFA_PROTO`, Linux 5.18+): that is how the agent finds its own
+    /// addresses again after a restart and never removes anyone else's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<AddressSpec>,
     /// Policy routing rules. Each carries rule protocol 203 (`proto 203` in `ip rule`),
     /// at any priority 1..32765, for the same reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -64,6 +69,17 @@ pub struct VlanSpec {
     /// Addresses with prefix length, IPv4 or IPv6 (`10.10.0.5/24`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<String>,
+}
+
+/// An address on a link netpolicy did not create.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AddressSpec {
+    /// The link (`lo`, `eth0`); a VLAN netpolicy makes takes its addresses in
+    /// `vlans[].addresses` instead.
+    pub dev: String,
+    /// Address with prefix length, IPv4 or IPv6 (`203.0.113.7/32`).
+    pub address: String,
 }
 
 /// A route.

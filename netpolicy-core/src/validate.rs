@@ -11,7 +11,7 @@ use ipnetwork::IpNetwork;
 use crate::{
     error::{Error, FieldError, Result},
     model::{
-        FwMark, IfName, IpFamily, IpProto, NextHop, PortRange, RULE_PRIORITY_MAX,
+        FwMark, HostAddress, IfName, IpFamily, IpProto, NextHop, PortRange, RULE_PRIORITY_MAX,
         RULE_PRIORITY_MIN, Route, RouteScope, RoutingConfig, Rule, RuleAction, RuleKey,
         TABLE_DEFAULT, TABLE_LOCAL, TABLE_MAIN, Vlan, VlanProtocol,
     },
@@ -74,6 +74,29 @@ impl RoutingSpec {
                 routes.push((i, r));
             }
         }
+        let vlan_names: std::collections::BTreeSet<&IfName> =
+            vlans.iter().map(|(_, v)| &v.name).collect();
+        let mut addresses = Vec::new();
+        for (i, a) in self.addresses.iter().enumerate() {
+            let at = format!("{path}.addresses[{i}]");
+            let dev = ifname(&a.dev, &format!("{at}.dev"), &mut p);
+            if let Some(d) = &dev
+                && vlan_names.contains(d)
+            {
+                p.push(
+                    format!("{at}.dev"),
+                    format!(
+                        "{d} is a VLAN of this object: give its addresses in its \
+                         vlans[].addresses"
+                    ),
+                );
+                continue;
+            }
+            let address = interface_address(&a.address, &format!("{at}.address"), &mut p);
+            if let (Some(dev), Some(address)) = (dev, address) {
+                addresses.push((i, HostAddress { dev, address }));
+            }
+        }
         let mut rules = Vec::new();
         for (i, r) in self.rules.iter().enumerate() {
             if let Some(r) = validate_rule(r, &format!("{path}.rules[{i}]"), &mut p) {
@@ -112,6 +135,13 @@ impl RoutingSpec {
             "table, destination and metric",
             &mut p,
         );
+        let addresses = dedup_by_identity(
+            addresses,
+            Clone::clone,
+            &format!("{path}.addresses"),
+            "link and address",
+            &mut p,
+        );
         let rules = dedup_by_identity(
             rules,
             |r| r.key.clone(),
@@ -122,7 +152,7 @@ impl RoutingSpec {
         // Field order: the spec's own field order, then index order within a list.
         let prefix_len = path.len() + 1;
         let section = |path: &str| {
-            ["vlans", "routes", "rules", "tableHardSync"]
+            ["vlans", "routes", "addresses", "rules", "tableHardSync"]
                 .iter()
                 .position(|f| {
                     path.get(prefix_len..)
@@ -138,6 +168,7 @@ impl RoutingSpec {
         p.finish(RoutingConfig {
             vlans,
             routes,
+            addresses,
             rules,
             table_hard_sync: hard,
         })
@@ -728,7 +759,7 @@ fn validate_rule(r: &RuleSpec, path: &str, p: &mut Problems) -> Option<Rule> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{NextHopSpec, RouteSpec, RuleSpec, VlanSpec};
+    use crate::spec::{AddressSpec, NextHopSpec, RouteSpec, RuleSpec, VlanSpec};
 
     fn errors(spec: RoutingSpec) -> Vec<(String, String)> {
         match spec.validate("spec") {
@@ -1030,6 +1061,55 @@ mod tests {
     }
 
     #[test]
+    fn an_address_names_a_link_and_an_address_with_prefix_length() {
+        let spec = RoutingSpec {
+            vlans: vec![VlanSpec {
+                link: "eth0".into(),
+                id: 7,
+                ..Default::default()
+            }],
+            addresses: vec![
+                AddressSpec {
+                    dev: "lo".into(),
+                    address: "203.0.113.7".into(),
+                },
+                AddressSpec {
+                    dev: "eth0.7".into(),
+                    address: "10.7.0.2/24".into(),
+                },
+                AddressSpec {
+                    dev: "a-name-far-too-long".into(),
+                    address: "10.7.0.3/24".into(),
+                },
+                AddressSpec {
+                    dev: "lo".into(),
+                    address: "203.0.113.8/32".into(),
+                },
+                AddressSpec {
+                    dev: "lo".into(),
+                    address: "203.0.113.8/32".into(),
+                },
+            ],
+            ..Default::default()
+        };
+        let e: Vec<String> = spec
+            .validate("spec")
+            .unwrap_err()
+            .field_errors()
+            .iter()
+            .map(|f| f.path.clone())
+            .collect();
+        assert_eq!(
+            e,
+            [
+                "spec.addresses[0].address",
+                "spec.addresses[1].dev",
+                "spec.addresses[2].dev"
+            ]
+        );
+    }
+
+    #[test]
     fn canonical_rendering_validates_back_to_the_same_config() {
         let spec = RoutingSpec {
             vlans: vec![VlanSpec {
@@ -1064,9 +1144,14 @@ mod tests {
                 invert: true,
                 ..Default::default()
             }],
+            addresses: vec![AddressSpec {
+                dev: "lo".into(),
+                address: "2001:DB8::7/128".into(),
+            }],
             table_hard_sync: vec![100],
         };
         let c = spec.validate("spec").unwrap();
+        assert_eq!(c.addresses[0].address.to_string(), "2001:db8::7/128");
         let again = RoutingSpec::from_config(&c).validate("spec").unwrap();
         assert_eq!(c, again);
     }

@@ -19,7 +19,10 @@ use netpolicy_core::{
         merge,
     },
     selector::Labels,
-    spec::{LabelSelector, LabelSelectorRequirement, RouteSpec, RoutingSpec, RuleSpec, VlanSpec},
+    spec::{
+        AddressSpec, LabelSelector, LabelSelectorRequirement, RouteSpec, RoutingSpec, RuleSpec,
+        VlanSpec,
+    },
 };
 use proptest::prelude::*;
 
@@ -91,18 +94,26 @@ fn spec_strategy() -> impl Strategy<Value = RoutingSpec> {
         mtu: Some([1500, 9000][mtu]),
         ..Default::default()
     });
+    let address = (0..2usize, 0..2usize).prop_map(|(dev, a)| AddressSpec {
+        dev: ["lo", "eth0"][dev].into(),
+        address: ["203.0.113.7/32", "2001:db8::7/128"][a].into(),
+    });
     (
         proptest::collection::vec(route, 0..4),
         proptest::collection::vec(rule, 0..3),
         proptest::collection::vec(vlan, 0..2),
         proptest::collection::vec(prop::sample::select(vec![100u32, 101]), 0..2),
+        proptest::collection::vec(address, 0..2),
     )
-        .prop_map(|(routes, rules, vlans, table_hard_sync)| RoutingSpec {
-            vlans,
-            routes,
-            rules,
-            table_hard_sync,
-        })
+        .prop_map(
+            |(routes, rules, vlans, table_hard_sync, addresses)| RoutingSpec {
+                vlans,
+                routes,
+                addresses,
+                rules,
+                table_hard_sync,
+            },
+        )
 }
 
 /// Specs from the strategy may repeat an identity with different content inside one
@@ -308,6 +319,13 @@ fn oracle(inputs: &[PolicyInput], labels: &Labels) -> NodeOutcome {
         |k| ItemRef::Route(*k),
         &mut conflicts,
     );
+    let addresses = oracle_kind(
+        &applying,
+        |c| c.addresses.clone(),
+        Clone::clone,
+        |k| ItemRef::Address(k.clone()),
+        &mut conflicts,
+    );
     let rules = oracle_kind(
         &applying,
         |c| c.rules.clone(),
@@ -329,6 +347,7 @@ fn oracle(inputs: &[PolicyInput], labels: &Labels) -> NodeOutcome {
     NodeOutcome::Rendered(Arc::new(MergedConfig {
         vlans,
         routes,
+        addresses,
         rules,
         table_hard_sync: hard,
     }))

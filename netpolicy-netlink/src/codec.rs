@@ -445,8 +445,10 @@ pub fn link_set(index: u32, up: bool, mtu: Option<u32>) -> LinkMessage {
     m
 }
 
-/// The message that adds or deletes `address` on link `index`.
-pub fn address_message(index: u32, address: IpNetwork) -> AddressMessage {
+/// The message that adds or deletes `address` on link `index`; an add carries
+/// `protocol` as its address protocol (`IFA_PROTO`, Linux 5.18+; older kernels ignore
+/// it), the mark by which netpolicy finds its addresses on links it did not create.
+pub fn address_message(index: u32, address: IpNetwork, protocol: Option<u8>) -> AddressMessage {
     let mut m = AddressMessage::default();
     m.header.family = family_of(&address);
     m.header.prefix_len = address.prefix();
@@ -455,7 +457,37 @@ pub fn address_message(index: u32, address: IpNetwork) -> AddressMessage {
         m.attributes.push(AddressAttribute::Local(address.ip()));
     }
     m.attributes.push(AddressAttribute::Address(address.ip()));
+    if let Some(p) = protocol {
+        m.attributes.push(AddressAttribute::Protocol(p.into()));
+    }
     m
+}
+
+/// An address message's address with its prefix length, and its address protocol
+/// (`IFA_PROTO`; 0 when the kernel reports none).
+pub fn address_from(a: &AddressMessage) -> Option<(IpNetwork, u8)> {
+    let ip = a
+        .attributes
+        .iter()
+        .find_map(|x| match x {
+            AddressAttribute::Local(ip) => Some(*ip),
+            _ => None,
+        })
+        .or_else(|| {
+            a.attributes.iter().find_map(|x| match x {
+                AddressAttribute::Address(ip) => Some(*ip),
+                _ => None,
+            })
+        })?;
+    let protocol = a
+        .attributes
+        .iter()
+        .find_map(|x| match x {
+            AddressAttribute::Protocol(p) => Some(u8::from(*p)),
+            _ => None,
+        })
+        .unwrap_or(0);
+    Some((IpNetwork::new(ip, a.header.prefix_len).ok()?, protocol))
 }
 
 #[cfg(test)]

@@ -15,6 +15,9 @@
 //!   priority range; a rule created outside it escaped ownership.)
 //! - Links carry the interface alias [`codec::LINK_ALIAS`] (`netpolicy`), set by index
 //!   only after the kernel answered the create of that very link.
+//! - Addresses carry the same number as their address protocol (`IFA_PROTO`, Linux
+//!   5.18+), so an address netpolicy put on a link it did not create (`lo`, `eth0`) is
+//!   found again after a restart; addresses of netpolicy's VLANs go with the VLAN.
 //!
 //! Reconcile and cleanup delete only owned objects, and name them exactly: a route
 //! delete carries the route's protocol, gateway, device and next hops, so the kernel
@@ -74,8 +77,11 @@ use netlink_packet_route::{
     rule::RuleMessage,
 };
 use netpolicy_core::{
-    model::{IfName, Route, RoutingConfig, Vlan, VlanProtocol},
-    plan::{Observed, ObservedRoute, ObservedRule, ObservedVlan, Op, Plan, Skipped, plan},
+    model::{HostAddress, IfName, Route, RoutingConfig, Vlan, VlanProtocol},
+    plan::{
+        Observed, ObservedAddress, ObservedRoute, ObservedRule, ObservedVlan, Op, Plan, Skipped,
+        plan,
+    },
 };
 
 use codec::{LINK_ALIAS, Links};
@@ -312,6 +318,32 @@ impl Adapter {
                     up: l.header.flags.contains(LinkFlags::Up),
                     owned,
                 });
+            }
+        }
+        // Addresses on links netpolicy did not create: ours by their address protocol;
+        // someone else's only when a desired address has the identity. Addresses of the
+        // VLANs above are theirs.
+        let vlan_names: BTreeSet<&IfName> = observed.vlans.iter().map(|v| &v.vlan.name).collect();
+        let wanted_addresses: BTreeSet<&HostAddress> = desired.addresses.iter().collect();
+        for a in &addrs {
+            let Some(dev) = self
+                .links
+                .names
+                .get(&a.header.index)
+                .and_then(|n| IfName::new(n).ok())
+            else {
+                continue;
+            };
+            if vlan_names.contains(&dev) {
+                continue;
+            }
+            let Some((address, protocol)) = codec::address_from(a) else {
+                continue;
+            };
+            let address = HostAddress { dev, address };
+            let owned = protocol == self.own.route_protocol;
+            if owned || wanted_addresses.contains(&address) {
+                observed.addresses.push(ObservedAddress { address, owned });
             }
         }
         let links = self.links.clone();
@@ -653,7 +685,11 @@ impl Adapter {
                 0,
             )],
             Op::DeleteAddress { dev, address } => vec![(
-                RouteNetlinkMessage::DelAddress(codec::address_message(self.index(dev)?, *address)),
+                RouteNetlinkMessage::DelAddress(codec::address_message(
+                    self.index(dev)?,
+                    *address,
+                    None,
+                )),
                 0,
             )],
             Op::DeleteLink(dev) => {
@@ -676,7 +712,11 @@ impl Adapter {
                 0,
             )],
             Op::AddAddress { dev, address } => vec![(
-                RouteNetlinkMessage::NewAddress(codec::address_message(self.index(dev)?, *address)),
+                RouteNetlinkMessage::NewAddress(codec::address_message(
+                    self.index(dev)?,
+                    *address,
+                    Some(p),
+                )),
                 NLM_F_CREATE | NLM_F_EXCL,
             )],
             Op::ReplaceRoute(r) => vec![(

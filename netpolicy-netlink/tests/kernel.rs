@@ -841,3 +841,74 @@ fn a_hard_synced_table_loses_foreign_routes_and_the_foreign_rules_that_look_it_u
     );
     assert!(ns.table("-4", "200").contains("10.97.0.0/16"));
 }
+
+#[test]
+fn host_addresses_on_links_we_did_not_create_are_found_again_and_only_ours_removed() {
+    let Some(ns) = Netns::new("host_addresses") else {
+        return;
+    };
+    ns.ip(&["link", "set", "lo", "up"]);
+    // Someone else's addresses: one we will also ask for, one we will not.
+    ns.ip(&["address", "add", "198.51.100.9/32", "dev", "lo"]);
+    ns.ip(&["address", "add", "198.51.100.1/32", "dev", "lo"]);
+    let desired = config(json!({"addresses": [
+        {"dev": "lo", "address": "203.0.113.7/32"},
+        {"dev": "lo", "address": "2001:db8:7::7/128"},
+        {"dev": "v0", "address": "192.0.2.77/24"},
+        {"dev": "lo", "address": "198.51.100.9/32"}
+    ]}));
+    let report = ns.adapter().reconcile(&desired, false).unwrap();
+    assert!(report.is_converged(), "{report:#?}");
+    assert_eq!(
+        report.skipped.len(),
+        1,
+        "the foreign identical address is reported, not taken: {report:#?}"
+    );
+    let lo = ns.ip(&["address", "show", "dev", "lo"]);
+    for a in [
+        "203.0.113.7/32",
+        "2001:db8:7::7/128",
+        "198.51.100.9/32",
+        "198.51.100.1/32",
+    ] {
+        assert!(lo.contains(a), "{a} not on lo:\n{lo}");
+    }
+    assert!(
+        ns.ip(&["address", "show", "dev", "v0"])
+            .contains("192.0.2.77/24")
+    );
+    // A new process: everything is found as done (the address protocol marks ours).
+    let mut b = ns.adapter();
+    assert!(b.plan(&desired).unwrap().is_empty());
+    // One address no longer desired: only it goes.
+    let fewer = config(json!({"addresses": [
+        {"dev": "lo", "address": "2001:db8:7::7/128"},
+        {"dev": "v0", "address": "192.0.2.77/24"}
+    ]}));
+    let ops: Vec<String> = b
+        .reconcile(&fewer, false)
+        .unwrap()
+        .results
+        .iter()
+        .map(|r| r.op.to_string())
+        .collect();
+    assert_eq!(ops, ["delete address 203.0.113.7/32 dev lo"]);
+    // Cleanup removes ours and leaves every foreign address, also the one we had asked
+    // for, and v0's own.
+    let report = b.cleanup().unwrap();
+    assert!(report.failures().next().is_none(), "{report:#?}");
+    let lo = ns.ip(&["address", "show", "dev", "lo"]);
+    assert!(
+        !lo.contains("2001:db8:7::7") && !lo.contains("203.0.113.7"),
+        "{lo}"
+    );
+    assert!(
+        lo.contains("198.51.100.9/32") && lo.contains("198.51.100.1/32"),
+        "{lo}"
+    );
+    let v0 = ns.ip(&["address", "show", "dev", "v0"]);
+    assert!(
+        !v0.contains("192.0.2.77") && v0.contains("192.0.2.10/24"),
+        "{v0}"
+    );
+}

@@ -458,6 +458,7 @@ fn describe(r: &ItemRef, desired: &RoutingConfig) -> String {
             .iter()
             .find(|x| x.key == *k)
             .map(|x| format!("rule {x}")),
+        ItemRef::Address(a) => Some(format!("address {a}")),
     };
     found.unwrap_or_else(|| r.to_string())
 }
