@@ -930,6 +930,11 @@ pub struct HetznerIssuer {
     pub token_secret_ref: SecretKeyRef,
     /// Home location of new IPs (`fsn1`).
     pub location: String,
+    /// The link the holder keeps the IP on (Hetzner routes a floating IP to the server
+    /// and expects its OS to have it): default `lo`. The holder's NodeNetworkConfig
+    /// gets an `addresses` item (source `RoutedIP/<name>`) that the agent applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_device: Option<String>,
     /// The API's base URL (default `https://api.hetzner.cloud/v1`): a proxy, or a local
     /// server in tests.
     #[serde(default, skip_serializing_if = "Option::is_none")]

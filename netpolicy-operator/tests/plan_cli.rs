@@ -901,7 +901,9 @@ metadata: {name: hz}
 spec: {hetzner: {tokenSecretRef: {namespace: ns, name: hz}, location: fsn1}}
 ";
     let rip = |name: &str, issuer: &str, holder: Option<&str>| {
-        let status = holder.map_or(String::new(), |h| format!("status: {{node: {h}}}\n"));
+        let status = holder.map_or(String::new(), |h| {
+            format!("status: {{node: {h}, address: 198.51.100.7}}\n")
+        });
         format!(
             "---
 apiVersion: netpolicy.io/v1alpha1
@@ -929,6 +931,18 @@ spec: {{issuerRef: {{name: {issuer}}}, nodeSelector: {{matchLabels: {{role: edge
     assert_eq!(by_name["fresh"], "old");
     // The current holder stays while eligible.
     assert_eq!(by_name["held"], "young");
+    // A Hetzner IP's address goes on its holder's `lo` (the routing job's item); a
+    // RoutedIP whose address is not known yet adds nothing.
+    assert_eq!(
+        v["nodes"]["young"]["addresses"],
+        serde_json::json!([{"dev": "lo", "address": "198.51.100.7/32",
+                            "sources": [{"kind": "RoutedIP", "name": "held"}]}])
+    );
+    assert!(
+        v["nodes"]["old"].get("addresses").is_none(),
+        "{}",
+        v["nodes"]["old"]
+    );
     let e = &v["errors"][0];
     assert_eq!(e["name"], "lost");
     assert_eq!(e["field"], "spec.issuerRef.name");

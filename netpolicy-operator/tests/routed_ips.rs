@@ -24,7 +24,8 @@ use kube::{
     Api, Client,
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
-use netpolicy_operator::api::{RoutedIP, RoutedIPIssuer, RoutedIPStatus, crds};
+use netpolicy_netlink::testns::TestNamespace;
+use netpolicy_operator::api::{NodeNetworkConfig, RoutedIP, RoutedIPIssuer, RoutedIPStatus, crds};
 use netpolicy_testenv::{
     ControlPlane,
     cloud::{self, Shared},
@@ -51,6 +52,29 @@ fn operator(cp: &ControlPlane, ns: &str, log: &Path) -> Killed {
                     .open(log)
                     .unwrap(),
             )
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// `netpolicy agent` for `node`, programming namespace `ns` (`None` without root: the
+/// namespace constructor printed a SKIP line).
+fn agent(cp: &ControlPlane, node: &str, ns: &TestNamespace) -> Killed {
+    let log = cp.dir.join(format!("agent-{node}.log"));
+    Killed(
+        Command::new(env!("CARGO_BIN_EXE_netpolicy"))
+            .args(["agent", "--node", node, "--netns", ns.name()])
+            .args([
+                "--resync-seconds",
+                "1",
+                "--listen",
+                "127.0.0.1:0",
+                "--kubeconfig",
+            ])
+            .arg(&cp.kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
             .spawn()
             .unwrap(),
     )
@@ -275,6 +299,56 @@ async fn hetzner_failover_follows_readiness_and_endpoints_and_survives_a_kill() 
         // The labels that find the IP again after a restart.
         assert_eq!(c.ips[0]["labels"]["netpolicy.io/routed-ip"], "ingress");
     }
+    // Hetzner wants the address on the holder's host: hz-a's NodeNetworkConfig has it on
+    // `lo`, and hz-a's agent puts it into hz-a's kernel (a network namespace here).
+    let address = s.address.clone().unwrap();
+    let on_lo = format!("{address}/32");
+    let nncs = Api::<NodeNetworkConfig>::all(client.clone());
+    let addresses_of = |node: &'static str| {
+        let nncs = nncs.clone();
+        async move {
+            nncs.get_opt(node)
+                .await
+                .unwrap()
+                .map(|n| serde_json::to_value(&n.spec.rendered.addresses).unwrap())
+                .unwrap_or(Value::Null)
+        }
+    };
+    let want = json!([{"dev": "lo", "address": on_lo,
+                       "sources": [{"kind": "RoutedIP", "name": "ingress"}]}]);
+    let t = Instant::now();
+    while addresses_of("hz-a").await != want {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{}",
+            addresses_of("hz-a").await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let kernels = match (
+        TestNamespace::new("routed IP on hz-a").unwrap(),
+        TestNamespace::new("routed IP on hz-b").unwrap(),
+    ) {
+        (Some(a), Some(b)) => Some((agent(cp, "hz-a", &a), agent(cp, "hz-b", &b), a, b)),
+        _ => None,
+    };
+    let on_host = |ns: &TestNamespace| {
+        ns.ip(&["address", "show", "dev", "lo"])
+            .unwrap()
+            .contains(&on_lo)
+    };
+    if let Some((_, _, a, b)) = &kernels {
+        let t = Instant::now();
+        while !on_host(a) {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "hz-a's kernel lacks {on_lo}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(!on_host(b));
+    }
+
     // The holder turns NotReady: the IP moves to hz-b, the firewall in the seed's order.
     let mark = cloud.lock().unwrap().log.len();
     set_ready(&nodes, "hz-a", false).await;
@@ -299,6 +373,26 @@ async fn hetzner_failover_follows_readiness_and_endpoints_and_survives_a_kill() 
     );
     assert!(add < assign && assign < remove, "{c:#?}");
     assert_eq!(hetzner_state(&cloud).1, 2);
+    // The address follows: on hz-b's host, gone from hz-a's.
+    let t = Instant::now();
+    while addresses_of("hz-b").await != want || addresses_of("hz-a").await != json!([]) {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{}",
+            addresses_of("hz-a").await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if let Some((_, _, a, b)) = &kernels {
+        let t = Instant::now();
+        while on_host(a) || !on_host(b) {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "the address did not move from hz-a's kernel to hz-b's"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 
     // hz-b loses its Service endpoint: the IP moves to hz-c (hz-a is NotReady).
     let mark = cloud.lock().unwrap().log.len();

@@ -245,6 +245,44 @@ pub fn plan(m: &Manifests) -> PlanReport {
     report.kube_vip = kube_vip;
     report.route_reflectors = plan_route_reflectors(m, &mut errors);
     report.routed_ips = plan_routed_ips(m, &mut errors, &mut report.warnings);
+    // A Hetzner RoutedIP's address on its elected holder (when the address is known:
+    // `status.address` or `spec.address`), as the routing job adds it.
+    let mut extra: BTreeMap<String, Vec<(netpolicy_core::spec::AddressSpec, String)>> =
+        BTreeMap::new();
+    for r in &report.routed_ips {
+        let Some(rip) = m
+            .routed_ips
+            .iter()
+            .find(|x| x.object.metadata.name.as_deref() == Some(r.name.as_str()))
+        else {
+            continue;
+        };
+        let rip = &rip.object;
+        let Some(issuer) = m
+            .routed_ip_issuers
+            .iter()
+            .find(|i| i.object.metadata.name.as_deref() == Some(rip.spec.issuer_ref.name.as_str()))
+        else {
+            continue;
+        };
+        let address = rip
+            .status
+            .as_ref()
+            .and_then(|s| s.address.clone())
+            .or_else(|| rip.spec.address.clone());
+        if let Some((node, item)) = routed_ip::host_address(
+            Some(r.node.as_str()).filter(|n| !n.is_empty()),
+            address.as_deref(),
+            &issuer.object,
+        ) {
+            extra.entry(node).or_default().push((item, r.name.clone()));
+        }
+    }
+    for (node, items) in extra {
+        if let Some(spec) = report.nodes.get_mut(&node) {
+            *spec = Arc::new(crate::routing::with_job_addresses(spec, &items));
+        }
+    }
     report.errors = errors;
     report
 }

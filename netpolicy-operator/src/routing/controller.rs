@@ -11,6 +11,10 @@
 //!   `netpolicy-operator`) only when their spec changes, labelled
 //!   `app.kubernetes.io/managed-by: netpolicy` and owned by their Node (so the garbage
 //!   collector removes them with it); ones whose Node is gone are deleted.
+//! - Addresses other jobs need on a node (a Hetzner RoutedIP's address on its holder,
+//!   from the RoutedIP's status) are added to that node's rendering with their source
+//!   (`RoutedIP/<name>`): when the holder changes, the new holder's NodeNetworkConfig
+//!   gains the address and the old holder's loses it in the same pass.
 //!
 //! # Assumptions
 //! Only one instance runs this at a time (the runtime's leader election).
@@ -38,9 +42,14 @@ use kube::{
     runtime::events::{Event, EventType, Recorder, Reporter},
 };
 
-use super::{PolicyFacts, Routing, carried_from, new_conflicts, policy_status, revision};
+use super::{
+    PolicyFacts, Routing, carried_from, new_conflicts, policy_status, revision, with_job_addresses,
+};
 use crate::{
-    api::{ClusterConfig, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec, PolicyStatus},
+    api::{
+        ClusterConfig, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec, PolicyStatus,
+        RoutedIP, RoutedIPIssuer,
+    },
     k8s::{Changes, Wake, labels_fingerprint, spec_fingerprint, watched},
     telemetry::Shared,
 };
@@ -92,12 +101,28 @@ pub async fn run(
         spec_fingerprint,
         Some((status_wake.clone(), applied_fingerprint)),
     );
-    let drive = tokio::spawn(futures::stream::select_all([s1, s2, s3, s4]).for_each(|()| async {}));
+    // RoutedIPs: only where their address is held matters here.
+    let (rips, s5) = watched(
+        Api::<RoutedIP>::all(client.clone()),
+        wake.clone(),
+        holder_fingerprint,
+        None,
+    );
+    let (issuers, s6) = watched(
+        Api::<RoutedIPIssuer>::all(client.clone()),
+        wake.clone(),
+        spec_fingerprint,
+        None,
+    );
+    let drive =
+        tokio::spawn(futures::stream::select_all([s1, s2, s3, s4, s5, s6]).for_each(|()| async {}));
     let synced = async {
         ccs.wait_until_ready().await?;
         ncs.wait_until_ready().await?;
         nodes.wait_until_ready().await?;
-        nncs.wait_until_ready().await
+        nncs.wait_until_ready().await?;
+        rips.wait_until_ready().await?;
+        issuers.wait_until_ready().await
     };
     tokio::select! {
         r = synced => r?,
@@ -112,6 +137,8 @@ pub async fn run(
         ncs,
         nodes,
         nncs,
+        rips,
+        issuers,
     };
     let nnc_api = Api::<NodeNetworkConfig>::all(client.clone());
     let status = StatusWriter {
@@ -126,6 +153,7 @@ pub async fn run(
         ),
     };
     let mut routing = Routing::new();
+    let mut job_addresses = BTreeMap::new();
     let mut full = true;
     let mut status_due = true;
     loop {
@@ -134,7 +162,16 @@ pub async fn run(
         if full || !changes.is_empty() {
             let start = Instant::now();
             debug!(full, "routing: render pass");
-            match render(&mut routing, &changes, full, &stores, &nnc_api).await {
+            match render(
+                &mut routing,
+                &mut job_addresses,
+                &changes,
+                full,
+                &stores,
+                &nnc_api,
+            )
+            .await
+            {
                 Ok(changed) => {
                     if changed > 0 {
                         info!(changed, "routing: NodeNetworkConfigs updated");
@@ -187,6 +224,20 @@ struct Stores {
     ncs: Store<NodeConfig>,
     nodes: Store<Node>,
     nncs: Store<NodeNetworkConfig>,
+    rips: Store<RoutedIP>,
+    issuers: Store<RoutedIPIssuer>,
+}
+
+/// What of a RoutedIP the routing job reads: where its address is held.
+fn holder_fingerprint(r: &RoutedIP) -> String {
+    let st = r.status.as_ref();
+    format!(
+        "{}|{:?}|{:?}|{}",
+        r.spec.issuer_ref.name,
+        st.and_then(|s| s.node.as_deref()),
+        st.and_then(|s| s.address.as_deref()),
+        r.metadata.deletion_timestamp.is_some()
+    )
 }
 
 /// The names to look at for one kind: the changed ones, or on a full pass every name in
@@ -331,6 +382,7 @@ impl StatusWriter {
 /// deleted.
 async fn render(
     routing: &mut Routing,
+    job_addresses: &mut BTreeMap<String, Vec<(netpolicy_core::spec::AddressSpec, String)>>,
     changes: &Changes,
     full: bool,
     stores: &Stores,
@@ -386,6 +438,21 @@ async fn render(
         dirty.insert(name);
     }
     dirty.extend(names(changes, full, "NodeNetworkConfig", &stores.nncs, []));
+    // Addresses RoutedIPs need on their holders: the nodes whose set changed.
+    let issuers = stores.issuers.state();
+    let rips = stores.rips.state();
+    let now = crate::routed_ip::host_addresses(rips.iter().map(AsRef::as_ref), |n| {
+        issuers
+            .iter()
+            .find(|i| i.name_any() == n)
+            .map(AsRef::as_ref)
+    });
+    for node in job_addresses.keys().chain(now.keys()) {
+        if job_addresses.get(node) != now.get(node) {
+            dirty.insert(node.clone());
+        }
+    }
+    *job_addresses = now;
     if full {
         dirty.extend(routing.nodes().into_iter().map(str::to_owned));
     }
@@ -418,7 +485,7 @@ async fn render(
                     );
                     continue;
                 }
-                let spec = rendered
+                let shared = rendered
                     .entry(Arc::as_ptr(cfg) as usize)
                     .or_insert_with(|| {
                         let rendered = RenderedSpec::from_merged(cfg);
@@ -427,6 +494,18 @@ async fn render(
                             rendered,
                         }
                     });
+                let own;
+                let spec = match job_addresses.get(node) {
+                    None => &*shared,
+                    Some(extra) => {
+                        let rendered = with_job_addresses(&shared.rendered, extra);
+                        own = NodeNetworkConfigSpec {
+                            revision: revision(&rendered),
+                            rendered,
+                        };
+                        &own
+                    }
+                };
                 if existing.as_ref().is_some_and(|o| o.spec == *spec) {
                     continue;
                 }

@@ -10,8 +10,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use netpolicy_core::{
     merge::{Engine, NodeOutcome, Policy, Problem, Source},
-    render::RenderedSpec,
+    render::{RenderedSpec, SourceRef, SourcedSpec},
     selector::{Labels, Selector},
+    spec::AddressSpec,
 };
 
 use crate::{
@@ -191,6 +192,46 @@ pub fn new_conflicts<'a>(
         .iter()
         .filter(|c| !current.conflicts.contains(c))
         .collect()
+}
+
+/// A node's rendering with the addresses other jobs need on it (a Hetzner RoutedIP's
+/// address on its holder: `(item, RoutedIP name)`), each with its source
+/// (`RoutedIP/<name>`). An address the policies already give gains the source; the
+/// list stays sorted by link and address.
+pub fn with_job_addresses(spec: &RenderedSpec, extra: &[(AddressSpec, String)]) -> RenderedSpec {
+    let mut out = spec.clone();
+    for (item, name) in extra {
+        let source = SourceRef {
+            kind: "RoutedIP".into(),
+            name: name.clone(),
+        };
+        match out.addresses.iter_mut().find(|a| a.item == *item) {
+            Some(a) => {
+                if !a.sources.contains(&source) {
+                    a.sources.push(source);
+                    a.sources.sort();
+                }
+            }
+            None => out.addresses.push(SourcedSpec {
+                item: item.clone(),
+                sources: vec![source],
+            }),
+        }
+    }
+    let key = |a: &SourcedSpec<AddressSpec>| {
+        (
+            a.item.dev.clone(),
+            a.item.address.split_once('/').and_then(|(ip, len)| {
+                Some((
+                    ip.parse::<std::net::IpAddr>().ok()?,
+                    len.parse::<u8>().ok()?,
+                ))
+            }),
+            a.item.address.clone(),
+        )
+    };
+    out.addresses.sort_by_key(key);
+    out
 }
 
 /// A stable short hash of the rendered spec: the NodeNetworkConfig's `revision`.
@@ -479,6 +520,63 @@ fn fingerprint(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn job_addresses_join_the_policies_addresses_sorted_with_their_sources() {
+        let item = |dev: &str, address: &str| AddressSpec {
+            dev: dev.into(),
+            address: address.into(),
+        };
+        let spec = RenderedSpec {
+            addresses: vec![SourcedSpec {
+                item: item("lo", "203.0.113.9/32"),
+                sources: vec![SourceRef {
+                    kind: "NodeConfig".into(),
+                    name: "vip".into(),
+                }],
+            }],
+            ..RenderedSpec::default()
+        };
+        let out = with_job_addresses(
+            &spec,
+            &[
+                (item("lo", "203.0.113.9/32"), "web".into()),
+                (item("lo", "203.0.113.10/32"), "mail".into()),
+                (item("eth0", "198.51.100.4/32"), "dns".into()),
+            ],
+        );
+        let got: Vec<(String, Vec<String>)> = out
+            .addresses
+            .iter()
+            .map(|a| {
+                (
+                    format!("{} {}", a.item.dev, a.item.address),
+                    a.sources
+                        .iter()
+                        .map(|s| format!("{}/{}", s.kind, s.name))
+                        .collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "eth0 198.51.100.4/32".to_owned(),
+                    vec!["RoutedIP/dns".to_owned()]
+                ),
+                (
+                    "lo 203.0.113.9/32".to_owned(),
+                    vec!["NodeConfig/vip".to_owned(), "RoutedIP/web".to_owned()]
+                ),
+                (
+                    "lo 203.0.113.10/32".to_owned(),
+                    vec!["RoutedIP/mail".to_owned()]
+                ),
+            ]
+        );
+        assert_ne!(revision(&out), revision(&spec));
+    }
 
     fn nnc(sources: &[(&str, &str)]) -> NodeNetworkConfigSpec {
         let srcs: Vec<serde_json::Value> = sources
