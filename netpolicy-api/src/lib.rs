@@ -304,6 +304,13 @@ pub mod conditions {
         pub const NOT_FOUND: &str = "AddressNotFound";
         /// Reason: the issuer's token is readable and the provider answers.
         pub const READY: &str = "Ready";
+        /// Condition type (RoutedIPIssuer): IPs tagged for this cluster whose RoutedIP is
+        /// gone (reported, never deleted).
+        pub const ORPHANS: &str = "Orphans";
+        /// Reason: orphaned IPs found.
+        pub const ORPHANED: &str = "OrphanedIPs";
+        /// Reason: no orphan.
+        pub const NONE: &str = "None";
     }
 
     /// Condition types and reasons of the RouteReflectorConfig.

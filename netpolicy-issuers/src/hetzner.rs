@@ -54,6 +54,8 @@ struct FloatingIp {
     id: u64,
     ip: String,
     server: Option<u64>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -255,6 +257,25 @@ impl Issuer for HetznerIssuer {
             address: i.ip,
             assigned_to: i.server.map(|s| format!("hcloud://{s}")),
         }))
+    }
+
+    async fn tagged_ips(&self, cluster: &str) -> Result<Vec<(IpState, String)>> {
+        let sel = format!("{CLUSTER_LABEL}={cluster}");
+        Ok(self
+            .ips(Some(&sel))
+            .await?
+            .into_iter()
+            .map(|i| {
+                let name = i.labels.get(ROUTED_IP_LABEL).cloned().unwrap_or_default();
+                (
+                    IpState {
+                        address: i.ip,
+                        assigned_to: i.server.map(|s| format!("hcloud://{s}")),
+                    },
+                    name,
+                )
+            })
+            .collect())
     }
 
     async fn create_ip(&self, tags: &Tags) -> Result<IpState> {

@@ -156,6 +156,16 @@ pub trait Issuer {
     fn add_node(&self, firewall: &str, node: &str) -> impl Future<Output = Result<()>> + Send;
     /// Stops applying the firewall to a node.
     fn remove_node(&self, firewall: &str, node: &str) -> impl Future<Output = Result<()>> + Send;
+    /// Every IP tagged as cluster `cluster`'s, with the RoutedIP name it was tagged for:
+    /// how a restarted operator finds orphans (IPs whose RoutedIP is gone). Providers
+    /// whose IPs carry no tags (DigitalOcean) find none.
+    fn tagged_ips(
+        &self,
+        cluster: &str,
+    ) -> impl Future<Output = Result<Vec<(IpState, String)>>> + Send {
+        let _ = cluster;
+        async { Ok(Vec::new()) }
+    }
 }
 
 /// What election needs to know about a node.

@@ -123,6 +123,25 @@ fn fw<'a>(s: &'a mut State, name: &str) -> Result<&'a mut FirewallState> {
 }
 
 impl Issuer for MemoryIssuer {
+    async fn tagged_ips(&self, cluster: &str) -> Result<Vec<(IpState, String)>> {
+        self.call(|s| {
+            Ok(s.ips
+                .iter()
+                .filter(|(_, (_, t))| t.cluster == cluster)
+                .map(|(a, (n, t))| {
+                    (
+                        IpState {
+                            address: a.clone(),
+                            assigned_to: n.clone(),
+                        },
+                        t.routed_ip.clone(),
+                    )
+                })
+                .collect())
+        })
+        .await
+    }
+
     async fn find_ip(&self, address: Option<&str>, tags: &Tags) -> Result<Option<IpState>> {
         self.call(|s| {
             Ok(s.ips

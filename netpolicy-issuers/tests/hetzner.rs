@@ -209,3 +209,35 @@ async fn rate_limits_beyond_the_retries_surface_with_retry_after() {
     let e = hz.find_ip(None, &tags()).await.unwrap_err();
     assert_eq!(e, Error::RateLimited { retry_after: 1 });
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tagged_ips_are_listed_by_the_cluster_label_with_their_routed_ip() {
+    let (base, cloud) = serve(api, "/v1").await;
+    let hz = client(&base, TOKEN);
+    let mine = |name: &str| netpolicy_issuers::Tags {
+        cluster: "prod-eu".into(),
+        routed_ip: name.into(),
+    };
+    hz.create_ip(&mine("web")).await.unwrap();
+    hz.create_ip(&mine("mail")).await.unwrap();
+    hz.create_ip(&netpolicy_issuers::Tags {
+        cluster: "other".into(),
+        routed_ip: "web".into(),
+    })
+    .await
+    .unwrap();
+    let mut got: Vec<String> = hz
+        .tagged_ips("prod-eu")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(ip, name)| format!("{name}={}", ip.address))
+        .collect();
+    got.sort();
+    assert_eq!(got, ["mail=198.51.100.2", "web=198.51.100.1"]);
+    let last = cloud.lock().unwrap().log.last().unwrap().path.clone();
+    assert!(
+        last.contains("label_selector=netpolicy.io%2Fcluster%3Dprod-eu"),
+        "{last}"
+    );
+}

@@ -499,6 +499,27 @@ async fn hetzner_failover_follows_readiness_and_endpoints_and_survives_a_kill() 
     }
     let (ips, server, _) = hetzner_state(&cloud);
     assert_eq!((ips, server), (1, Value::Null));
+    // The retained IP is still tagged for this cluster with no RoutedIP: an orphan,
+    // reported on the issuer (condition and Event), not deleted.
+    let t = Instant::now();
+    loop {
+        let issuer = Api::<RoutedIPIssuer>::all(client.clone())
+            .get("hz")
+            .await
+            .unwrap();
+        let orphans = issuer
+            .status
+            .unwrap_or_default()
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Orphans" && c.status == "True" && c.message.contains(&address));
+        if orphans.is_some() {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "no orphan reported");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(hetzner_state(&cloud).0, 1, "an orphan is never deleted");
 
     // Delete: the IP goes with its RoutedIP.
     let rip: RoutedIP = serde_json::from_value(json!({

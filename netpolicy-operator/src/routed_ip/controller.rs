@@ -26,6 +26,9 @@
 //!   with a Warning Event (nothing can be called).
 //! - A 429 waits the provider's `Retry-After` for that RoutedIP only; other errors back
 //!   off per RoutedIP (2 s doubling to 60 s) and show in the `Ready` condition.
+//! - Every resync, each issuer's IPs tagged for this cluster (Hetzner labels) are
+//!   listed: one whose RoutedIP is gone is an orphan, shown in the issuer's `Orphans`
+//!   condition and a Warning Event, and never deleted (a `Retain`ed IP is one).
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -217,6 +220,7 @@ pub async fn run(
         backoff: HashMap::new(),
         last_error: HashMap::new(),
         checked: HashMap::new(),
+        issuers_checked: HashMap::new(),
         resync,
     };
     loop {
@@ -260,6 +264,8 @@ struct Job {
     last_error: HashMap<String, String>,
     /// When each RoutedIP was last checked at the provider (the resync).
     checked: HashMap<String, Instant>,
+    /// When each issuer was last checked (token, orphans), and the orphans found.
+    issuers_checked: HashMap<String, (Instant, Vec<String>)>,
     resync: Duration,
 }
 
@@ -293,7 +299,146 @@ impl Job {
                 }
             }
         }
+        let issuers = self.issuers.state();
+        let live: BTreeSet<String> = issuers.iter().map(|i| i.name_any()).collect();
+        self.issuers_checked.retain(|k, _| live.contains(k));
+        for issuer in issuers {
+            let due = self
+                .issuers_checked
+                .get(&issuer.name_any())
+                .is_none_or(|(t, _)| t.elapsed() >= self.resync);
+            if due {
+                self.check_issuer(&issuer, &names).await;
+            }
+        }
         wait
+    }
+
+    /// The issuer's status: `Ready` (its token was read and the provider answered a
+    /// listing) and `Orphans` (IPs tagged for this cluster whose RoutedIP is gone).
+    async fn check_issuer(&mut self, issuer: &RoutedIPIssuer, routed_ips: &BTreeSet<String>) {
+        let name = issuer.name_any();
+        let listed = match self.provider(issuer).await {
+            Ok(p) => match &*p {
+                Provider::Hetzner(i) => i.tagged_ips(&self.cluster).await,
+                Provider::DigitalOcean(i) => i.tagged_ips(&self.cluster).await,
+                Provider::Memory(i) => i.tagged_ips(&self.cluster).await,
+            }
+            .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let cur = issuer.status.clone().unwrap_or_default();
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let g = issuer.metadata.generation;
+        let st = match &listed {
+            Ok(ips) => {
+                let orphans: Vec<String> = ips
+                    .iter()
+                    .filter(|(_, rip)| !routed_ips.contains(rip))
+                    .map(|(ip, rip)| format!("{} (RoutedIP {rip})", ip.address))
+                    .collect();
+                let before = self
+                    .issuers_checked
+                    .get(&name)
+                    .map(|(_, o)| o.clone())
+                    .unwrap_or_default();
+                let new: Vec<&String> = orphans.iter().filter(|o| !before.contains(o)).collect();
+                if !new.is_empty() {
+                    let note = format!(
+                        "IPs tagged for this cluster whose RoutedIP is gone (left at the                          provider): {}",
+                        new.iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                    warn!(issuer = %name, "{note}");
+                    let event = Event {
+                        type_: EventType::Warning,
+                        reason: rc::ORPHANED.into(),
+                        note: Some(note),
+                        action: "Inventory".into(),
+                        secondary: None,
+                    };
+                    if let Err(e) = self.recorder.publish(&event, &issuer.object_ref(&())).await {
+                        warn!(error = %e, "could not record an Event");
+                    }
+                }
+                let orphan_condition = if orphans.is_empty() {
+                    condition(
+                        &cur.conditions,
+                        rc::ORPHANS,
+                        false,
+                        rc::NONE,
+                        "no orphaned IP".into(),
+                        g,
+                        &now,
+                    )
+                } else {
+                    condition(
+                        &cur.conditions,
+                        rc::ORPHANS,
+                        true,
+                        rc::ORPHANED,
+                        format!(
+                            "tagged for this cluster, RoutedIP gone (never deleted by                              netpolicy; delete them at the provider or adopt them with                              spec.address): {}",
+                            orphans.join(", ")
+                        ),
+                        g,
+                        &now,
+                    )
+                };
+                self.issuers_checked
+                    .insert(name.clone(), (Instant::now(), orphans));
+                RoutedIPIssuerStatus {
+                    conditions: vec![
+                        condition(
+                            &cur.conditions,
+                            conditions::READY,
+                            true,
+                            rc::READY,
+                            "the token is readable and the provider answers".into(),
+                            g,
+                            &now,
+                        ),
+                        orphan_condition,
+                    ],
+                }
+            }
+            Err(message) => {
+                self.issuers_checked.insert(
+                    name.clone(),
+                    (
+                        Instant::now(),
+                        self.issuers_checked
+                            .get(&name)
+                            .map(|(_, o)| o.clone())
+                            .unwrap_or_default(),
+                    ),
+                );
+                let mut st = cur.clone();
+                st.conditions.retain(|c| c.type_ != conditions::READY);
+                st.conditions.insert(
+                    0,
+                    condition(
+                        &cur.conditions,
+                        conditions::READY,
+                        false,
+                        rc::ISSUER_UNAVAILABLE,
+                        message.clone(),
+                        g,
+                        &now,
+                    ),
+                );
+                st
+            }
+        };
+        if st == cur {
+            return;
+        }
+        let api = Api::<RoutedIPIssuer>::all(self.client.clone());
+        if let Err(e) = apply_status(&api, FIELD_MANAGER, &name, &st).await {
+            warn!(error = %e, "routed IP issuer: status not written");
+        }
     }
 
     /// Reports a failure (status condition; Event and log when it changed) and returns
@@ -543,7 +688,6 @@ impl Job {
             ),
         }];
         self.write_status(&name, &cur, &st).await?;
-        self.issuer_ready(&issuer).await;
         Ok(())
     }
 
@@ -721,30 +865,6 @@ impl Job {
         self.providers
             .insert(name, (issuer.metadata.generation, Arc::clone(&p)));
         Ok(p)
-    }
-
-    /// The issuer's `Ready` condition (its token was read and the provider answered).
-    async fn issuer_ready(&self, issuer: &RoutedIPIssuer) {
-        let cur = issuer.status.clone().unwrap_or_default();
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let st = RoutedIPIssuerStatus {
-            conditions: vec![condition(
-                &cur.conditions,
-                conditions::READY,
-                true,
-                rc::READY,
-                "the token is readable and the provider answers".into(),
-                issuer.metadata.generation,
-                &now,
-            )],
-        };
-        if st == cur {
-            return;
-        }
-        let api = Api::<RoutedIPIssuer>::all(self.client.clone());
-        if let Err(e) = apply_status(&api, FIELD_MANAGER, &issuer.name_any(), &st).await {
-            warn!(error = %e, "routed IP issuer: status not written");
-        }
     }
 
     async fn write_status(
