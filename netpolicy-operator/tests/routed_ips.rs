@@ -619,19 +619,25 @@ async fn digitalocean_ips_are_found_again_by_their_recorded_address_after_a_rest
         assert_eq!(c.ips[0]["droplet"]["id"], 8_219_222);
         assert_eq!(c.ips[0]["ip"].as_str(), s.address.as_deref());
     }
-    // The issuer reports Ready.
-    let issuer = Api::<RoutedIPIssuer>::all(client.clone())
-        .get("do")
-        .await
-        .unwrap();
-    assert!(
-        issuer
+    // The issuer reports Ready (checked in the same pass, just after the RoutedIPs).
+    let t = Instant::now();
+    loop {
+        let issuer = Api::<RoutedIPIssuer>::all(client.clone())
+            .get("do")
+            .await
+            .unwrap();
+        let ready = issuer
             .status
             .unwrap_or_default()
             .conditions
             .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-    );
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        if ready {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "issuer not Ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // Restarted: the IP (no tags at DigitalOcean) is found by its recorded address; no
     // second one is created. The holder goes NotReady: it moves.
     drop(op);
