@@ -1,6 +1,6 @@
 //! Merging ClusterConfig and NodeConfigs into one desired configuration per node.
 //!
-//! # Semantics (DESIGN.md)
+//! # Semantics (docs/architecture.md)
 //! - Every item has an identity: a VLAN its interface name, a route `(table, to,
 //!   metric)`, a rule its priority and selector ([`crate::model::RuleKey`]).
 //! - Same identity and same content: one item, listing every source that said it.

@@ -6,7 +6,7 @@
 //! has no host bits, a rule priority is in 1..=32765, and so on. Everything here is plain
 //! data: `Clone`, `Eq`, `Ord`, `Hash`, no I/O.
 //!
-//! Every item has an *identity* (DESIGN.md, merge semantics): two items with the same
+//! Every item has an *identity* (docs/architecture.md, merge semantics): two items with the same
 //! identity describe the same kernel object, so they must agree on the rest.
 
 use std::{

@@ -1,7 +1,7 @@
 //! The wire form of routing items: what users write in ClusterConfig and NodeConfig
 //! specs, and what the operator writes into NodeNetworkConfig specs.
 //!
-//! Field names are the camelCase names of DESIGN.md. Addresses, prefixes, ports and
+//! Field names are the camelCase names of docs/architecture.md. Addresses, prefixes, ports and
 //! marks are kept as the user's text so that validation ([`RoutingSpec::validate`]) can
 //! report *every* problem with its field path instead of stopping at the first one a
 //! deserializer meets. Going the other way, [`RoutingSpec::from_config`] renders a

@@ -4,7 +4,7 @@
 //! clock, no randomness.
 //!
 //! - [`space`]: what a pool hands out. [`space::AddressSpace`]: CIDRs and start-end
-//!   ranges minus exclusions, with DESIGN.md's usable-address rules
+//!   ranges minus exclusions, with the architecture's (docs/architecture.md) usable-address rules
 //!   (`10.135.10.192/26` has 62). [`space::PrefixSpace`]: aligned child prefixes.
 //! - [`alloc::Allocator`]: an owner per value; static and dynamic (lowest free)
 //!   allocation, release, lookups both ways, snapshot and restore.

@@ -1,7 +1,7 @@
 //! Address spaces: what an allocator hands out, numbered by dense offsets `0..capacity`.
 //!
 //! - [`AddressSpace`]: the usable addresses of CIDRs and start-end ranges, minus
-//!   exclusions (DESIGN.md's usable-address rules).
+//!   exclusions (the architecture's (docs/architecture.md) usable-address rules).
 //! - [`PrefixSpace`]: the child prefixes of one length inside a parent prefix.
 //!
 //! All arithmetic is `u128` for both families; nothing is counted by iterating.
@@ -66,7 +66,7 @@ struct Interval {
 
 /// The usable addresses of a pool.
 ///
-/// Usable addresses (DESIGN.md): an IPv4 prefix shorter than /31 loses its network and
+/// Usable addresses (docs/architecture.md): an IPv4 prefix shorter than /31 loses its network and
 /// broadcast addresses; /31 and /32 are whole; an IPv6 prefix shorter than /127 loses
 /// only its first (subnet-router anycast) address; a start-end range is whole.
 /// Exclusions remove addresses or prefixes. Overlapping entries are merged.

@@ -37,15 +37,20 @@
 //! assert_eq!(elect(&input).map(|c| c.name.as_str()), Some("b"));
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 use std::collections::BTreeSet;
 
 #[cfg(feature = "digitalocean")]
+#[cfg_attr(docsrs, doc(cfg(feature = "digitalocean")))]
 pub mod digitalocean;
 #[cfg(feature = "hetzner")]
+#[cfg_attr(docsrs, doc(cfg(feature = "hetzner")))]
 pub mod hetzner;
 #[cfg(any(feature = "hetzner", feature = "digitalocean"))]
 mod http;
 #[cfg(feature = "memory")]
+#[cfg_attr(docsrs, doc(cfg(feature = "memory")))]
 pub mod memory;
 
 /// `Result` with [`Error`] as the default error.

@@ -59,9 +59,12 @@
 //! # Ok::<(), netpolicy_netlink::Error>(())
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod codec;
 pub mod conn;
 #[cfg(feature = "test-util")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod testns;
 
 use std::collections::BTreeSet;

@@ -51,7 +51,7 @@ pub struct PlanArgs {
 pub enum Output {
     /// Tables for a person.
     Table,
-    /// The JSON contract of DESIGN.md.
+    /// The JSON contract of docs/architecture.md.
     Json,
     /// The same as YAML.
     Yaml,

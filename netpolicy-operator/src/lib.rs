@@ -1,6 +1,6 @@
 //! # netpolicy-operator
 //!
-//! The Kubernetes side of netpolicy, one folder per job (DESIGN.md, operator layout):
+//! The Kubernetes side of netpolicy, one folder per job (docs/architecture.md, operator layout):
 //!
 //! - [`routing`]: ClusterConfig + NodeConfigs → NodeNetworkConfigs (`mod.rs` pure,
 //!   `controller.rs` the only part that awaits);

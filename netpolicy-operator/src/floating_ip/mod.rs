@@ -1,5 +1,5 @@
 //! The floating-IP job: FloatingIPRanges and FloatingIPs (and Namespaces, for
-//! `autoAllocate`) → one address per FloatingIP (DESIGN.md, FloatingIPRange).
+//! `autoAllocate`) → one address per FloatingIP (docs/architecture.md, FloatingIPRange).
 //!
 //! This module is pure: it turns the objects into netpolicy-ipam's pools, records and
 //! requests, and the result back into per-object answers. The allocation rule itself

@@ -2,6 +2,9 @@
 //! the changes it reads, the labels and field managers of what the operator writes, and
 //! the problem type every job reports about an object.
 
+mod host_address;
+pub use host_address::{host_address, host_addresses};
+
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     sync::{Arc, Mutex},

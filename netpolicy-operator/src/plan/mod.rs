@@ -3,7 +3,7 @@
 //! [`plan`] turns [`Manifests`] into a [`PlanReport`]: per node, the merged routing
 //! items with their sources; and every problem (invalid objects, conflicts, nodes held
 //! at their last good config). [`PlanReport::to_table`] renders it for a person;
-//! serde renders the JSON/YAML contract of DESIGN.md.
+//! serde renders the JSON/YAML contract of docs/architecture.md.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -42,7 +42,7 @@ pub struct RoutedIPReport {
     pub node: String,
 }
 
-/// The result of `netpolicy plan`, in the JSON shape of DESIGN.md.
+/// The result of `netpolicy plan`, in the JSON shape of docs/architecture.md.
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanReport {
@@ -270,7 +270,7 @@ pub fn plan(m: &Manifests) -> PlanReport {
             .as_ref()
             .and_then(|s| s.address.clone())
             .or_else(|| rip.spec.address.clone());
-        if let Some((node, item)) = routed_ip::host_address(
+        if let Some((node, item)) = crate::k8s::host_address(
             Some(r.node.as_str()).filter(|n| !n.is_empty()),
             address.as_deref(),
             &issuer.object,

@@ -1,6 +1,6 @@
 //! The route-reflector controller: the RouteReflectorConfig `default`, Nodes and
 //! Calico's `BGPPeer`s → reflector labels and cluster-ID annotations on Nodes and our
-//! `BGPPeer` objects (DESIGN.md, RouteReflectorConfig; the rules are netpolicy-rr's).
+//! `BGPPeer` objects (docs/architecture.md, RouteReflectorConfig; the rules are netpolicy-rr's).
 //!
 //! # Guarantees
 //! - Nothing is written before every cache has synced, and nothing without a

@@ -1,6 +1,6 @@
 //! The routed-IP controller: RoutedIPIssuers, RoutedIPs, Nodes, Services and their
 //! EndpointSlices → cloud IPs on elected nodes, with the cloud firewall kept in step
-//! (DESIGN.md, RoutedIP; election and the failover plan are netpolicy-issuers').
+//! (docs/architecture.md, RoutedIP; election and the failover plan are netpolicy-issuers').
 //!
 //! # Guarantees
 //! - The address is recorded in `status.address` before the IP is assigned anywhere

@@ -1,6 +1,6 @@
 //! The routed-IP job: RoutedIPs, their issuers, Nodes and the `serviceRef` Services'
 //! EndpointSlices → which node holds each IP, which ports its firewall opens
-//! (DESIGN.md, RoutedIP). This module is pure: it turns Nodes into
+//! (docs/architecture.md, RoutedIP). This module is pure: it turns Nodes into
 //! [`netpolicy_issuers::Candidate`]s, elects with [`netpolicy_issuers::elect`], reads a
 //! Service's ports and ready endpoints, and says what a failover step is called. The
 //! provider calls are in [`controller`].
@@ -13,66 +13,7 @@ use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use netpolicy_core::selector::Selector;
 use netpolicy_issuers::{Candidate, ElectionInput, PortRule, Step};
 
-use netpolicy_core::spec::AddressSpec;
-
-use crate::{
-    api::{RoutedIP, RoutedIPIssuer, RoutedIPPort},
-    k8s::NodeFacts,
-};
-
-/// The address a RoutedIP needs on its holder's host, when its provider needs one
-/// there (Hetzner floating IPs: routed to the server, expected on an interface of its
-/// OS; DigitalOcean reserved IPs are handled by the droplet's anchor and need none):
-/// the holder `node` and the item, `address/32` (`/128`) on the issuer's `hostDevice`
-/// (default `lo`). `None` when the provider needs nothing, or the holder or the address
-/// is not known yet.
-pub fn host_address(
-    node: Option<&str>,
-    address: Option<&str>,
-    issuer: &RoutedIPIssuer,
-) -> Option<(String, AddressSpec)> {
-    let h = issuer.spec.hetzner.as_ref()?;
-    let ip: std::net::IpAddr = address?.parse().ok()?;
-    let len = if ip.is_ipv4() { 32 } else { 128 };
-    Some((
-        node?.to_owned(),
-        AddressSpec {
-            dev: h.host_device.clone().unwrap_or_else(|| "lo".into()),
-            address: format!("{ip}/{len}"),
-        },
-    ))
-}
-
-/// Every address RoutedIPs need on their holders now (from their status), by node:
-/// `(item, RoutedIP name)`.
-pub fn host_addresses<'a>(
-    rips: impl IntoIterator<Item = &'a RoutedIP>,
-    issuers: impl Fn(&str) -> Option<&'a RoutedIPIssuer>,
-) -> BTreeMap<String, Vec<(AddressSpec, String)>> {
-    let mut out: BTreeMap<String, Vec<(AddressSpec, String)>> = BTreeMap::new();
-    for r in rips {
-        if r.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let Some(issuer) = issuers(&r.spec.issuer_ref.name) else {
-            continue;
-        };
-        let st = r.status.as_ref();
-        if let Some((node, item)) = host_address(
-            st.and_then(|s| s.node.as_deref()),
-            st.and_then(|s| s.address.as_deref()),
-            issuer,
-        ) {
-            out.entry(node)
-                .or_default()
-                .push((item, r.metadata.name.clone().unwrap_or_default()));
-        }
-    }
-    for v in out.values_mut() {
-        v.sort_by(|a, b| (&a.0.dev, &a.0.address, &a.1).cmp(&(&b.0.dev, &b.0.address, &b.1)));
-    }
-    out
-}
+use crate::{api::RoutedIPPort, k8s::NodeFacts};
 
 /// The ports a Service exposes, as firewall rules (`TCP` and `UDP`; cloud firewalls
 /// have no SCTP rules, so SCTP ports are left out).
@@ -246,48 +187,6 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["a", "c"]
         );
-    }
-
-    #[test]
-    fn only_hetzner_ips_with_a_holder_and_an_address_need_one_on_the_host() {
-        let issuer = |spec: serde_json::Value| -> RoutedIPIssuer {
-            serde_json::from_value(serde_json::json!({
-                "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIPIssuer",
-                "metadata": {"name": "i"}, "spec": spec
-            }))
-            .unwrap()
-        };
-        let token = serde_json::json!({"namespace": "n", "name": "t"});
-        let hz =
-            issuer(serde_json::json!({"hetzner": {"tokenSecretRef": token, "location": "fsn1"}}));
-        let hz_eth = issuer(
-            serde_json::json!({"hetzner": {"tokenSecretRef": token, "location": "fsn1", "hostDevice": "eth0"}}),
-        );
-        let dig = issuer(
-            serde_json::json!({"digitalocean": {"tokenSecretRef": token, "region": "fra1"}}),
-        );
-        let got = host_address(Some("a"), Some("198.51.100.7"), &hz).unwrap();
-        assert_eq!(
-            (got.0.as_str(), got.1.dev.as_str(), got.1.address.as_str()),
-            ("a", "lo", "198.51.100.7/32")
-        );
-        assert_eq!(
-            host_address(Some("a"), Some("2001:db8::7"), &hz_eth)
-                .unwrap()
-                .1
-                .address,
-            "2001:db8::7/128"
-        );
-        assert_eq!(
-            host_address(Some("a"), Some("2001:db8::7"), &hz_eth)
-                .unwrap()
-                .1
-                .dev,
-            "eth0"
-        );
-        assert!(host_address(Some("a"), Some("198.51.100.7"), &dig).is_none());
-        assert!(host_address(None, Some("198.51.100.7"), &hz).is_none());
-        assert!(host_address(Some("a"), None, &hz).is_none());
     }
 
     #[test]

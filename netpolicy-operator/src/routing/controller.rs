@@ -1,5 +1,5 @@
 //! The routing controller: ClusterConfig + NodeConfigs + Nodes → one
-//! NodeNetworkConfig per node (DESIGN.md, node agent model), and the policies' status.
+//! NodeNetworkConfig per node (docs/architecture.md, node agent model), and the policies' status.
 //!
 //! # Guarantees
 //! - Nothing is written before every watched cache has synced (a partial cache would
@@ -441,7 +441,7 @@ async fn render(
     // Addresses RoutedIPs need on their holders: the nodes whose set changed.
     let issuers = stores.issuers.state();
     let rips = stores.rips.state();
-    let now = crate::routed_ip::host_addresses(rips.iter().map(AsRef::as_ref), |n| {
+    let now = crate::k8s::host_addresses(rips.iter().map(AsRef::as_ref), |n| {
         issuers
             .iter()
             .find(|i| i.name_any() == n)

@@ -1,5 +1,5 @@
 //! The routing job: ClusterConfig + NodeConfigs + Nodes → one NodeNetworkConfig per
-//! node (DESIGN.md, node agent model). This module is pure: the merge policy of each
+//! node (docs/architecture.md, node agent model). This module is pure: the merge policy of each
 //! object, the revision of a rendering, which nodes an invalid policy holds. The
 //! controller ([`controller`]) is the only part that awaits.
 
