@@ -29,6 +29,10 @@ pub enum Command {
     Plan(PlanArgs),
     /// Print the CustomResourceDefinitions as YAML.
     Crds,
+    /// Convert ipruler's and kube-fip's objects in manifests on disk to netpolicy's
+    /// (printed as YAML; other documents pass through; what needs a person's check is
+    /// noted on stderr).
+    Convert(ConvertArgs),
     /// Run the operator: leader election, controllers, metrics and health endpoints.
     Operator(crate::runtime::Options),
     /// Run the node agent: apply this node's NodeNetworkConfig and report its status.
@@ -44,6 +48,14 @@ pub struct PlanArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
     pub output: Output,
+}
+
+/// Arguments of `netpolicy convert`.
+#[derive(Debug, clap::Args)]
+pub struct ConvertArgs {
+    /// A manifest file or a directory of them (multi-document YAML); repeatable.
+    #[arg(short = 'f', long = "filename", value_name = "PATH", required = true)]
+    pub files: Vec<PathBuf>,
 }
 
 /// Output formats.
@@ -68,6 +80,7 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
     };
     match cli.command {
         Command::Plan(a) => run_plan(&a),
+        Command::Convert(a) => run_convert(&a),
         Command::Operator(opts) => run_operator(opts),
         Command::Agent(opts) => run_agent(opts),
         Command::Crds => match crds_yaml() {
@@ -127,6 +140,80 @@ fn print_out(s: &str) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     ExitCode::SUCCESS
+}
+
+/// Every YAML/JSON document under `paths` (directories recursively, `.yaml`, `.yml`,
+/// `.json`, in name order), with `file#index` for messages.
+fn read_documents(paths: &[PathBuf]) -> Result<Vec<(String, serde_json::Value)>, String> {
+    fn files(p: &std::path::Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
+        if p.is_dir() {
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
+                .map_err(|e| format!("{}: {e}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .collect();
+            entries.sort();
+            for e in entries {
+                let manifest = e
+                    .extension()
+                    .and_then(|x| x.to_str())
+                    .is_some_and(|x| matches!(x, "yaml" | "yml" | "json"));
+                if e.is_dir() || manifest {
+                    files(&e, out)?;
+                }
+            }
+        } else {
+            out.push(p.to_path_buf());
+        }
+        Ok(())
+    }
+    let mut all = Vec::new();
+    for p in paths {
+        files(p, &mut all)?;
+    }
+    let mut docs = Vec::new();
+    for f in all {
+        let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+        let values: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
+            .map_err(|e| format!("{}: not YAML: {e}", f.display()))?;
+        for (i, v) in values.into_iter().filter(|v| !v.is_null()).enumerate() {
+            docs.push((format!("{}#{}", f.display(), i + 1), v));
+        }
+    }
+    Ok(docs)
+}
+
+fn run_convert(a: &ConvertArgs) -> ExitCode {
+    let docs = match read_documents(&a.files) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let c = crate::convert::convert(docs);
+    let mut out = String::new();
+    for o in &c.objects {
+        out.push_str("---\n");
+        match serde_saphyr::to_string(o) {
+            Ok(y) => out.push_str(&y),
+            Err(e) => {
+                eprintln!("error: cannot render YAML: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let code = print_out(&out);
+    for n in &c.notes {
+        eprintln!("note: {n}");
+    }
+    for e in &c.errors {
+        eprintln!("error: {e}");
+    }
+    if c.errors.is_empty() {
+        code
+    } else {
+        ExitCode::from(1)
+    }
 }
 
 fn run_plan(a: &PlanArgs) -> ExitCode {

@@ -28,6 +28,7 @@ pub mod agent;
 /// The custom resources: the `netpolicy-api` crate, re-exported.
 pub use netpolicy_api as api;
 pub mod cli;
+pub mod convert;
 pub mod error;
 pub mod floating_ip;
 pub mod k8s;

@@ -1280,3 +1280,91 @@ spec:
         ]
     );
 }
+
+/// `netpolicy convert` turns ipruler's and kube-fip's objects into netpolicy's; the
+/// result is checked by `netpolicy plan` against the CRD schemas (so every field it
+/// writes exists and validates), and what needs a person is said on stderr.
+#[test]
+fn convert_turns_ipruler_and_kube_fip_objects_into_ones_plan_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("old.yaml"),
+        "apiVersion: ipruler.pegah.tech/v1
+kind: ClusterConfig
+metadata: {name: nodes-routing}
+spec:
+  config:
+    settings: {table-hard-sync: [102]}
+    rules:
+    - {from: 172.31.201.11/32, table: 102}
+---
+apiVersion: ipruler.pegah.tech/v1
+kind: NodeConfig
+metadata: {name: eth2-vlan-104}
+spec:
+  nodeSelector: {networking.type: eth2-vlan-104}
+  config:
+    vlans: [{name: eth2.104, link: eth2, id: 104}]
+    routes:
+    - {to: 172.31.201.0/24, dev: eth2.104, scope: link, protocol: static}
+    - {to: default, via: 172.31.201.1, dev: eth2.104, table: 102, protocol: static, on-link: true}
+---
+apiVersion: kubefip.k8s.binbash.org/v1
+kind: FloatingIPRange
+metadata: {name: guest-vlan, annotations: {cloudCredentialSecret: cc-bsvdq}}
+spec: {iprange: 10.135.10.192/26}
+---
+apiVersion: kubefip.k8s.binbash.org/v1
+kind: FloatingIP
+metadata:
+  name: demo-vip
+  namespace: c-m-ngd5hs2r
+  annotations: {clustername: demo, fiprange: guest-vlan, updateConfigMap: 'true'}
+spec: {ipaddress: 10.135.10.200}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {networking.type: eth2-vlan-104}}
+",
+    )
+    .unwrap();
+    let out = netpolicy()
+        .args(["convert", "-f"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("gets priority 1000"), "{stderr}");
+    assert!(stderr.contains("cloudCredentialSecret"), "{stderr}");
+    let converted = String::from_utf8(out.stdout).unwrap();
+    assert!(converted.contains("netpolicy.io/v1alpha1"), "{converted}");
+    let new = tempfile::tempdir().unwrap();
+    fs::write(new.path().join("new.yaml"), &converted).unwrap();
+    let v = plan_dir_json(new.path());
+    assert_eq!(v["errors"], serde_json::json!([]), "{converted}");
+    let n1 = &v["nodes"]["n1"];
+    assert_eq!(n1["vlans"][0]["name"], "eth2.104", "{n1}");
+    assert_eq!(n1["routes"].as_array().unwrap().len(), 2, "{n1}");
+    assert_eq!(n1["rules"][0]["priority"], 1000, "{n1}");
+    assert_eq!(v["floatingIPs"][0]["address"], "10.135.10.200", "{v}");
+
+    // What cannot be converted as it is: an error naming the object, exit 1 (an on-link
+    // gateway without its device, which the kernel refuses too; a FloatingIP without
+    // its range).
+    fs::write(
+        dir.path().join("bad.yaml"),
+        "apiVersion: kubefip.k8s.binbash.org/v1\nkind: FloatingIP\nmetadata: {name: lost, namespace: x}\nspec: {}\n\
+         ---\napiVersion: ipruler.pegah.tech/v1\nkind: NodeConfig\nmetadata: {name: nodev}\n\
+         spec: {config: {routes: [{to: default, via: 10.0.0.1, on-link: true}]}}\n",
+    )
+    .unwrap();
+    netpolicy()
+        .args(["convert", "-f"])
+        .arg(dir.path())
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("FloatingIP/lost"))
+        .stderr(predicate::str::contains("NodeConfig/nodev"))
+        .stderr(predicate::str::contains("on-link without dev"));
+}
