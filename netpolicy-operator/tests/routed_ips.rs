@@ -37,12 +37,17 @@ use serde_json::{Value, json};
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn operator(cp: &ControlPlane, ns: &str, log: &Path) -> Killed {
+    operator_on(cp, ns, log, "127.0.0.1:0")
+}
+
+/// The operator with its metrics and health endpoints on `listen`.
+fn operator_on(cp: &ControlPlane, ns: &str, log: &Path, listen: &str) -> Killed {
     Killed(
         Command::new(env!("CARGO_BIN_EXE_netpolicy"))
             .args(["operator", "--kubeconfig"])
             .arg(&cp.kubeconfig)
             .args(["--lease-namespace", ns, "--lease-seconds", "2"])
-            .args(["--listen", "127.0.0.1:0", "--resync-seconds", "2"])
+            .args(["--listen", listen, "--resync-seconds", "2"])
             .env("RUST_LOG", "info,netpolicy_operator::routed_ip=debug")
             .stdout(Stdio::null())
             .stderr(
@@ -444,7 +449,12 @@ async fn hetzner_failover_follows_readiness_and_endpoints_and_survives_a_kill() 
         fw.contains(&json!({"type": "server", "server": {"id": 1}})),
         "{fw:?}"
     );
-    op = operator(cp, &ns, &log);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    op = operator_on(cp, &ns, &log, &format!("127.0.0.1:{port}"));
     until(
         &client,
         "ingress",
@@ -453,6 +463,20 @@ async fn hetzner_failover_follows_readiness_and_endpoints_and_survives_a_kill() 
         settled_on("hz-a"),
     )
     .await;
+    // The restarted process's metrics: the failover it finished, and its steps.
+    let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for want in [
+        "netpolicy_routed_ip_failovers_total 1",
+        "netpolicy_routed_ip_step_seconds_count{step=\"assign\"}",
+        "netpolicy_routed_ip_step_seconds_count{step=\"removeNode\"}",
+    ] {
+        assert!(metrics.contains(want), "{want} not in\n{metrics}");
+    }
     let (ips, server, fw) = hetzner_state(&cloud);
     assert_eq!((ips, server), (1, json!(1)));
     assert_eq!(fw, [json!({"type": "server", "server": {"id": 1}})]);
