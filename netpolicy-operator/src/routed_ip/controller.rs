@@ -345,7 +345,8 @@ impl Job {
                 let new: Vec<&String> = orphans.iter().filter(|o| !before.contains(o)).collect();
                 if !new.is_empty() {
                     let note = format!(
-                        "IPs tagged for this cluster whose RoutedIP is gone (left at the                          provider): {}",
+                        "IPs tagged for this cluster whose RoutedIP is gone (left at the \
+                         provider): {}",
                         new.iter()
                             .map(|s| s.as_str())
                             .collect::<Vec<_>>()
@@ -380,7 +381,8 @@ impl Job {
                         true,
                         rc::ORPHANED,
                         format!(
-                            "tagged for this cluster, RoutedIP gone (never deleted by                              netpolicy; delete them at the provider or adopt them with                              spec.address): {}",
+                            "tagged for this cluster, RoutedIP gone (never deleted by netpolicy; delete them \
+                             at the provider or adopt them with spec.address): {}",
                             orphans.join(", ")
                         ),
                         g,
