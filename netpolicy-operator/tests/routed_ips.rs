@@ -481,6 +481,78 @@ async fn hetzner_failover_follows_readiness_and_endpoints_and_survives_a_kill() 
     assert_eq!((ips, server), (1, json!(1)));
     assert_eq!(fw, [json!({"type": "server", "server": {"id": 1}})]);
 
+    // Killed at the other steps of a failover (hz-a → hz-c): while adding the new node
+    // to the firewall, and while removing the old one. Each time the restarted
+    // operator finishes from what the provider has; the IP is on one node only and the
+    // new holder is in the firewall before the old one leaves it.
+    tokio::time::sleep(Duration::from_secs(6)).await; // hz-c's cooldown ends
+    set_ready(&nodes, "hz-c", true).await;
+    let throttle = |path: &str, n: usize| {
+        let mut c = cloud.lock().unwrap();
+        c.throttle.clear();
+        c.throttle.extend(std::iter::repeat_n(path.to_owned(), n));
+    };
+    throttle("/firewalls/", 40);
+    set_ready(&nodes, "hz-a", false).await;
+    until(
+        &client,
+        "ingress",
+        "adding hz-c to the firewall",
+        &log,
+        |s| s.step.as_deref() == Some("addNode hcloud://3"),
+    )
+    .await;
+    drop(op);
+    let (ips, server, fw) = hetzner_state(&cloud);
+    assert_eq!((ips, server), (1, json!(1)));
+    assert_eq!(fw, [json!({"type": "server", "server": {"id": 1}})]);
+    // The assignment is slowed (a window to see it), then the removal is held.
+    throttle("/floating_ips/", 3);
+    op = operator(cp, &ns, &log);
+    until(&client, "ingress", "assigning to hz-c", &log, |s| {
+        s.step.as_deref() == Some("assign hcloud://3")
+    })
+    .await;
+    {
+        let mut c = cloud.lock().unwrap();
+        c.throttle
+            .extend(std::iter::repeat_n("/firewalls/".to_owned(), 40));
+    }
+    until(
+        &client,
+        "ingress",
+        "removing hz-a from the firewall",
+        &log,
+        |s| s.step.as_deref() == Some("removeNode hcloud://1"),
+    )
+    .await;
+    drop(op);
+    let (ips, server, fw) = hetzner_state(&cloud);
+    assert_eq!((ips, server), (1, json!(3)));
+    assert_eq!(
+        fw,
+        [
+            json!({"type": "server", "server": {"id": 1}}),
+            json!({"type": "server", "server": {"id": 3}})
+        ],
+        "both in the firewall until the old holder is removed"
+    );
+    cloud.lock().unwrap().throttle.clear();
+    op = operator(cp, &ns, &log);
+    until(
+        &client,
+        "ingress",
+        "on hz-c after two kills",
+        &log,
+        settled_on("hz-c"),
+    )
+    .await;
+    let (ips, server, fw) = hetzner_state(&cloud);
+    assert_eq!((ips, server), (1, json!(3)));
+    assert_eq!(fw, [json!({"type": "server", "server": {"id": 3}})]);
+    // hz-a is back; the holder keeps the IP while it stays eligible.
+    set_ready(&nodes, "hz-a", true).await;
+
     // Quiet: resyncs read the provider but write nothing, there or to the API server
     // (after hz-c's cooldown is over: dropping it from the status is a change).
     tokio::time::sleep(Duration::from_secs(7)).await;
