@@ -207,6 +207,62 @@ pub fn policies(shape: &Shape) -> Vec<Policy> {
     (0..shape.configs).map(|i| policy(shape, i, 0)).collect()
 }
 
+/// Per-node NodeConfig of node `k` (named `node`), the shape ipruler users write for
+/// per-node addresses: selects `kubernetes.io/hostname: <node>`, priority 1000 (above
+/// every shared NodeConfig), 2 routes and 1 VLAN with an address, all identities the
+/// node's own (`variant` changes the gateways, for edits).
+///
+/// # Panics
+/// If the generator produced an invalid spec (a bug in the generator).
+#[allow(clippy::expect_used)]
+pub fn per_node_policy(k: usize, node: &str, variant: u8) -> Policy {
+    let mut sel = LabelSelector::default();
+    sel.match_labels
+        .insert("kubernetes.io/hostname".into(), node.to_owned());
+    let (hi, lo) = (k / 250, k % 250);
+    let spec = RoutingSpec {
+        vlans: vec![VlanSpec {
+            link: "eth2".into(),
+            id: 200,
+            addresses: vec![format!("10.128.{hi}.{}/16", lo + 1)],
+            ..Default::default()
+        }],
+        routes: vec![
+            RouteSpec {
+                to: format!("10.201.{hi}.{lo}/32"),
+                via: Some(format!("10.128.0.{}", 1 + variant)),
+                ..Default::default()
+            },
+            RouteSpec {
+                to: "default".into(),
+                via: Some(format!("10.128.{hi}.{}", 250 - variant)),
+                table: Some(200),
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    };
+    Policy::node_config(
+        &format!("pn-{node}"),
+        1000,
+        sel.validate("spec.nodeSelector")
+            .expect("generated selector is valid"),
+        spec.validate("spec").expect("generated spec is valid"),
+    )
+}
+
+/// The shared policies of `shape` plus one per-node NodeConfig per node.
+pub fn policies_with_per_node(shape: &Shape, nodes: &[(String, Labels)]) -> Vec<Policy> {
+    let mut out = policies(shape);
+    out.extend(
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(k, (name, _))| per_node_policy(k, name, 0)),
+    );
+    out
+}
+
 /// The baseline: the naive way the anchors do it. Every node is tested against every
 /// selector, and each node's config is merged from scratch.
 pub fn naive_merge_all(
