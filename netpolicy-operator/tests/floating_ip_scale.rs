@@ -13,6 +13,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod common;
+
 use std::{
     collections::BTreeSet,
     io::{Read, Write},
@@ -60,16 +62,6 @@ impl Killed {
             .filter_map(|v| v.parse::<f64>().ok())
             .sum()
     }
-}
-
-fn rss_mib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .unwrap_or(0)
-        / 1024
 }
 
 fn start(cp: &netpolicy_testenv::ControlPlane, ns: &str, id: &str) -> Killed {
@@ -185,7 +177,7 @@ async fn ten_thousand_floating_ips() {
     );
     println!(
         "operator resident memory with {FIPS} allocations: {} MiB",
-        rss_mib(op.0.id())
+        common::rss_kib(op.0.id()) / 1024
     );
     drop(op);
 

@@ -15,7 +15,7 @@
 
 mod common;
 
-use common::{Killed, calico_crds, ready_node, set_ready};
+use common::{Killed, calico_crds, ready_node, rr_settled, rrc_status, set_ready};
 
 use std::{
     collections::BTreeMap,
@@ -179,56 +179,6 @@ fn watch_and_check(client: Client, prefix: String, seen: Arc<Mutex<Seen>>) {
     });
 }
 
-async fn rrc_status(
-    client: &Client,
-) -> Option<netpolicy_operator::api::RouteReflectorConfigStatus> {
-    Api::<RouteReflectorConfig>::all(client.clone())
-        .get_opt("default")
-        .await
-        .ok()??
-        .status
-}
-
-/// Waits until the operator reports the topology settled (no transition, with
-/// reflectors) for 2 s in a row: time to have noticed the last change.
-async fn settled(client: &Client, what: &str, secs: u64) {
-    let t = Instant::now();
-    let mut since: Option<Instant> = None;
-    loop {
-        let status = rrc_status(client).await;
-        if let Some(s) = &status
-            && let Some(c) = s.conditions.iter().find(|c| c.reason == "Invalid")
-        {
-            panic!("{what}: {}", c.message);
-        }
-        let ok = status.is_some_and(|s| {
-            s.transition.is_none()
-                && s.conditions
-                    .iter()
-                    .any(|c| c.type_ == "Progressing" && c.status == "False")
-                && s.conditions
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.reason == "Settled")
-                && s.reflectors.unwrap_or(0) > 0
-        });
-        since = if ok {
-            since.or(Some(Instant::now()))
-        } else {
-            None
-        };
-        if since.is_some_and(|s| s.elapsed() > Duration::from_secs(2)) {
-            println!("{what}: settled after {:?}", t.elapsed());
-            return;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(secs),
-            "{what}: not settled: {:?}",
-            rrc_status(client).await
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn routes_reach_every_node_through_growth_loss_and_a_topology_switch() {
     let n: usize = std::env::var("NETPOLICY_RR_E2E_NODES")
@@ -312,14 +262,14 @@ async fn routes_reach_every_node_through_growth_loss_and_a_topology_switch() {
         .create(&PostParams::default(), &foreign)
         .await
         .unwrap();
-    settled(&client, "first topology (simple)", 120).await;
+    rr_settled(&client, "first topology (simple)", 120, &log).await;
     seen.lock().unwrap().armed = true;
     seen.lock().unwrap().check(prefix);
 
     // Grow to twice the nodes.
     add_nodes(&client, prefix, n..2 * n).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    settled(&client, "grown", 120).await;
+    rr_settled(&client, "grown", 120, &log).await;
 
     // A reflector node goes; another reflector turns NotReady.
     let reflectors: Vec<String> = seen
@@ -337,10 +287,10 @@ async fn routes_reach_every_node_through_growth_loss_and_a_topology_switch() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    settled(&client, "a reflector node removed", 120).await;
+    rr_settled(&client, "a reflector node removed", 120, &log).await;
     set_ready(&nodes, &reflectors[1], false).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    settled(&client, "a reflector NotReady", 120).await;
+    rr_settled(&client, "a reflector NotReady", 120, &log).await;
 
     // simple → multi → simple.
     for topology in ["multi", "simple"] {
@@ -353,7 +303,7 @@ async fn routes_reach_every_node_through_growth_loss_and_a_topology_switch() {
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_secs(1)).await;
-        settled(&client, topology, 180).await;
+        rr_settled(&client, topology, 180, &log).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (checks, violations) = {

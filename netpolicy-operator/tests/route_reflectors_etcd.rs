@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::{Killed, ready_node};
+use common::{Killed, ready_node, rr_settled, rrc_status};
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -263,46 +263,6 @@ fn watch_and_check(etcd: EtcdHttp, seen: Arc<Mutex<Seen>>) {
     });
 }
 
-async fn status(client: &Client) -> Option<netpolicy_operator::api::RouteReflectorConfigStatus> {
-    Api::<RouteReflectorConfig>::all(client.clone())
-        .get_opt("default")
-        .await
-        .ok()??
-        .status
-}
-
-/// Waits until the operator reports the topology settled with `reflectors` (at least
-/// one) for 2 s in a row.
-async fn settled(client: &Client, what: &str, log: &std::path::Path) {
-    let t = Instant::now();
-    let mut since: Option<Instant> = None;
-    loop {
-        let ok = status(client).await.is_some_and(|s| {
-            s.transition.is_none()
-                && s.conditions
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.reason == "Settled")
-                && s.reflectors.unwrap_or(0) > 0
-        });
-        since = if ok {
-            since.or(Some(Instant::now()))
-        } else {
-            None
-        };
-        if since.is_some_and(|s| s.elapsed() > Duration::from_secs(2)) {
-            println!("{what}: settled after {:?}", t.elapsed());
-            return;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(120),
-            "{what}: not settled: {:?}\n{}",
-            status(client).await,
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn calico_objects_land_in_etcd_and_routes_reach_every_node() {
     let cp = netpolicy_testenv::shared();
@@ -368,7 +328,7 @@ async fn calico_objects_land_in_etcd_and_routes_reach_every_node() {
             .unwrap(),
     );
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    settled(&client, "first topology (etcd)", &log).await;
+    rr_settled(&client, "first topology (etcd)", 120, &log).await;
     {
         let mut s = seen.lock().unwrap();
         s.armed = true;
@@ -440,7 +400,7 @@ async fn calico_objects_land_in_etcd_and_routes_reach_every_node() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    settled(&client, "late registrations", &log).await;
+    rr_settled(&client, "late registrations", 120, &log).await;
 
     // A reflector node goes (its Kubernetes Node and its Calico Node).
     let (_, calico_nodes) = etcd.range(&format!("{CALICO}nodes/"), None).await;
@@ -463,7 +423,7 @@ async fn calico_objects_land_in_etcd_and_routes_reach_every_node() {
     ))
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    settled(&client, "a reflector node removed", &log).await;
+    rr_settled(&client, "a reflector node removed", 120, &log).await;
 
     // Quiet: four resyncs write nothing, neither to etcd nor to the API server.
     let calico_rev = || async {
@@ -533,7 +493,7 @@ async fn calico_objects_land_in_etcd_and_routes_reach_every_node() {
     .unwrap();
     let t = Instant::now();
     loop {
-        let down = status(&client).await.is_some_and(|s| {
+        let down = rrc_status(&client).await.is_some_and(|s| {
             s.conditions.iter().any(|c| {
                 c.type_ == "Ready" && c.status == "False" && c.reason == "DatastoreUnreachable"
             })

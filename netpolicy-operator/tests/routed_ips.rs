@@ -62,6 +62,33 @@ fn operator_on(cp: &ControlPlane, ns: &str, log: &Path, listen: &str) -> Killed 
     )
 }
 
+/// A Secret `name` in `ns` holding `token` under `key`.
+async fn token_secret(client: &Client, ns: &str, name: &str, key: &str, token: &str) {
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": name}, "stringData": {key: token}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+/// Ready Nodes with `labels` and the given provider IDs.
+async fn cloud_nodes(nodes: &Api<Node>, labels: Value, ids: &[(&str, String)]) {
+    for (name, provider_id) in ids {
+        ready_node(nodes, name, labels.clone()).await;
+        nodes
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"providerID": provider_id}})),
+            )
+            .await
+            .unwrap();
+    }
+}
+
 /// `netpolicy agent` for `node`, programming namespace `ns` (`None` without root: the
 /// namespace constructor printed a SKIP line).
 fn agent(cp: &ControlPlane, node: &str, ns: &TestNamespace) -> Killed {
@@ -203,26 +230,13 @@ async fn hetzner_failover_follows_readiness_and_endpoints_and_survives_a_kill() 
     let ns = cp.namespace("rip-hz").await;
     let log = cp.dir.join("operator-rip-hz.log");
 
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "hcloud"}, "stringData": {"token": cloud::hetzner::TOKEN}
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
+    token_secret(&client, &ns, "hcloud", "token", cloud::hetzner::TOKEN).await;
     let nodes: Api<Node> = Api::all(client.clone());
-    for (name, id) in [("hz-a", 1), ("hz-b", 2), ("hz-c", 3)] {
-        ready_node(&nodes, name, json!({"role": "edge"})).await;
-        nodes
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"providerID": format!("hcloud://{id}")}})),
-            )
-            .await
-            .unwrap();
-    }
+    let ids: Vec<(&str, String)> = [("hz-a", 1), ("hz-b", 2), ("hz-c", 3)]
+        .into_iter()
+        .map(|(n, id)| (n, format!("hcloud://{id}")))
+        .collect();
+    cloud_nodes(&nodes, json!({"role": "edge"}), &ids).await;
     let svc: Service = serde_json::from_value(json!({
         "metadata": {"name": "web", "namespace": ns},
         "spec": {"ports": [{"name": "https", "port": 443, "targetPort": 8443},
@@ -667,26 +681,13 @@ async fn digitalocean_ips_are_found_again_by_their_recorded_address_after_a_rest
     let (base, cloud) = cloud::serve(cloud::digitalocean::api, "/v2").await;
     let ns = cp.namespace("rip-do").await;
     let log = cp.dir.join("operator-rip-do.log");
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "do"}, "stringData": {"api-token": cloud::digitalocean::TOKEN}
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
+    token_secret(&client, &ns, "do", "api-token", cloud::digitalocean::TOKEN).await;
     let nodes: Api<Node> = Api::all(client.clone());
-    for (name, id) in [("do-a", 8_219_222), ("do-b", 8_219_223)] {
-        ready_node(&nodes, name, json!({"pool": "do"})).await;
-        nodes
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"providerID": format!("digitalocean://{id}")}})),
-            )
-            .await
-            .unwrap();
-    }
+    let ids: Vec<(&str, String)> = [("do-a", 8_219_222), ("do-b", 8_219_223)]
+        .into_iter()
+        .map(|(n, id)| (n, format!("digitalocean://{id}")))
+        .collect();
+    cloud_nodes(&nodes, json!({"pool": "do"}), &ids).await;
     let issuer: RoutedIPIssuer = serde_json::from_value(json!({
         "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIPIssuer",
         "metadata": {"name": "do"},

@@ -13,8 +13,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod common;
+
+use common::{Killed, rss_kib};
+
 use std::{
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -31,24 +35,6 @@ const NODES: usize = 2_000;
 const NODE_CONFIGS: usize = 100;
 /// Longer than the controller's full resync (300 s), so the quiet window includes one.
 const QUIET_SECONDS: u64 = 330;
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
 
 async fn all_carry(api: &Api<NodeNetworkConfig>, prefix: &str, want: usize) -> usize {
     carrying(api, prefix, "10.250.0.0/16").await.min(want)

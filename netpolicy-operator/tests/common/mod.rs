@@ -24,6 +24,16 @@ impl Drop for Killed {
     }
 }
 
+/// A process's resident memory (KiB), from `/proc/<pid>/status`; 0 when unreadable.
+pub(crate) fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// Calico's own CRDs for `BGPPeer` and `BGPConfiguration` (`tests/data/calico`).
 pub(crate) fn calico_crds() -> Vec<CustomResourceDefinition> {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/calico");
@@ -68,4 +78,63 @@ pub(crate) async fn set_ready(nodes: &Api<Node>, name: &str, ready: bool) {
         )
         .await
         .unwrap();
+}
+
+/// The RouteReflectorConfig `default`'s status.
+pub(crate) async fn rrc_status(
+    client: &kube::Client,
+) -> Option<netpolicy_operator::api::RouteReflectorConfigStatus> {
+    Api::<netpolicy_operator::api::RouteReflectorConfig>::all(client.clone())
+        .get_opt("default")
+        .await
+        .ok()??
+        .status
+}
+
+/// Waits (up to `secs`) until the operator reports the route-reflector topology settled
+/// (no transition, not progressing, Ready `Settled`, with reflectors) for 2 s in a row:
+/// time to have noticed the last change. Panics on an `Invalid` spec, and on timeout
+/// with the status and the operator's `log`.
+pub(crate) async fn rr_settled(
+    client: &kube::Client,
+    what: &str,
+    secs: u64,
+    log: &std::path::Path,
+) {
+    let t = std::time::Instant::now();
+    let mut since: Option<std::time::Instant> = None;
+    loop {
+        let status = rrc_status(client).await;
+        if let Some(s) = &status
+            && let Some(c) = s.conditions.iter().find(|c| c.reason == "Invalid")
+        {
+            panic!("{what}: {}", c.message);
+        }
+        let ok = status.is_some_and(|s| {
+            s.transition.is_none()
+                && s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Progressing" && c.status == "False")
+                && s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.reason == "Settled")
+                && s.reflectors.unwrap_or(0) > 0
+        });
+        since = if ok {
+            since.or(Some(std::time::Instant::now()))
+        } else {
+            None
+        };
+        if since.is_some_and(|s| s.elapsed() > std::time::Duration::from_secs(2)) {
+            println!("{what}: settled after {:?}", t.elapsed());
+            return;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(secs),
+            "{what}: not settled: {:?}\n{}",
+            rrc_status(client).await,
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
