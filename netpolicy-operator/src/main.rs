@@ -1,5 +1,5 @@
-//! `netpolicy`: the one binary (`plan`, `crds`; `operator` and `agent` come with their
-//! issues). The work lives in the library.
+//! `netpolicy`: the one binary — `operator`, `agent`, `plan`, `convert`, `crds`. The
+//! work lives in the library (`netpolicy_operator::cli`).
 
 fn main() -> std::process::ExitCode {
     netpolicy_operator::cli::run(std::env::args_os())
