@@ -9,8 +9,10 @@
 //! operator's client) and checks snapshots taken at one etcd revision with Calico's
 //! sessions and BIRD's route reflection (`netpolicy_rr::sim`): every node learns every
 //! other node's route in every state it sees, while nodes register late, a reflector
-//! node goes, and the mesh is turned off. Kubernetes Nodes are never written in this
-//! mode; someone else's BGPPeer in etcd is never touched; a quiet cluster gets no write.
+//! node goes, the cluster doubles, a reflector turns NotReady, the topology switches
+//! `simple` → `multi` → `simple`, and the mesh is turned off. Kubernetes Nodes are never
+//! written in this mode; someone else's BGPPeer in etcd is never touched; a quiet
+//! cluster gets no write.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -424,6 +426,36 @@ async fn calico_objects_land_in_etcd_and_routes_reach_every_node() {
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     rr_settled(&client, "a reflector node removed", 120, &log).await;
+
+    // The rest of the Kubernetes-datastore scenario, in etcd: the cluster doubles, a
+    // reflector turns NotReady, and the topology switches simple → multi → simple.
+    for i in n..2 * n {
+        names.push(add_node(&client, &etcd, i, true).await);
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    rr_settled(&client, "grown", 120, &log).await;
+    let (_, calico_nodes) = etcd.range(&format!("{CALICO}nodes/"), None).await;
+    let reflector = calico_nodes
+        .values()
+        .find(|v| v["metadata"]["labels"].get(LABEL).is_some())
+        .unwrap()["spec"]["orchRefs"][0]["nodeName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    common::set_ready(&Api::<Node>::all(client.clone()), &reflector, false).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    rr_settled(&client, "a reflector NotReady", 120, &log).await;
+    for topology in ["multi", "simple"] {
+        rrcs.patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"topology": topology, "peersPerNode": 2}})),
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        rr_settled(&client, topology, 180, &log).await;
+    }
 
     // Quiet: four resyncs write nothing, neither to etcd nor to the API server.
     let calico_rev = || async {
