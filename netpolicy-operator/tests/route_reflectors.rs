@@ -293,18 +293,7 @@ async fn routes_reach_every_node_through_growth_loss_and_a_topology_switch() {
     rr_settled(&client, "a reflector NotReady", 120, &log).await;
 
     // simple → multi → simple.
-    for topology in ["multi", "simple"] {
-        Api::<RouteReflectorConfig>::all(client.clone())
-            .patch(
-                "default",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"topology": topology, "peersPerNode": 2}})),
-            )
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        rr_settled(&client, topology, 180, &log).await;
-    }
+    common::rr_switch_multi_and_back(&client, &log).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (checks, violations) = {
         let s = seen.lock().unwrap();

@@ -445,17 +445,7 @@ async fn calico_objects_land_in_etcd_and_routes_reach_every_node() {
     common::set_ready(&Api::<Node>::all(client.clone()), &reflector, false).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     rr_settled(&client, "a reflector NotReady", 120, &log).await;
-    for topology in ["multi", "simple"] {
-        rrcs.patch(
-            "default",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"topology": topology, "peersPerNode": 2}})),
-        )
-        .await
-        .unwrap();
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        rr_settled(&client, topology, 180, &log).await;
-    }
+    common::rr_switch_multi_and_back(&client, &log).await;
 
     // Quiet: four resyncs write nothing, neither to etcd nor to the API server.
     let calico_rev = || async {

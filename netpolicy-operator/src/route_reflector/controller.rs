@@ -37,7 +37,7 @@ use std::{
 use futures::StreamExt;
 use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time};
 use kube::{
-    Api, Client, Resource, ResourceExt,
+    Api, Client, ResourceExt,
     api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams},
     runtime::{
         WatchStreamExt,
@@ -60,7 +60,10 @@ use crate::{
         RouteReflectorConfigStatus, TransitionStatus,
         conditions::{self, route_reflector as rc},
     },
-    k8s::{FIELD_MANAGER, MANAGED_BY, NodeFacts, Wake, apply_status, condition, watched},
+    k8s::{
+        FIELD_MANAGER, MANAGED_BY, NodeFacts, Wake, apply_status, condition, spec_fingerprint,
+        watched,
+    },
     telemetry::Shared,
 };
 
@@ -114,14 +117,6 @@ enum Failed {
 /// How often Calico's etcd is checked for changes (`datastore.etcdv3`).
 const ETCD_POLL: Duration = Duration::from_secs(2);
 
-fn generation_fingerprint<K: Resource>(o: &K) -> String {
-    format!(
-        "{}/{}",
-        o.meta().uid.as_deref().unwrap_or_default(),
-        o.meta().generation.unwrap_or(0)
-    )
-}
-
 /// Runs the route-reflector controller until `stop` turns true.
 ///
 /// # Errors
@@ -136,7 +131,7 @@ pub async fn run(
     let (configs, s1) = watched(
         Api::<RouteReflectorConfig>::all(client.clone()),
         wake.clone(),
-        generation_fingerprint,
+        spec_fingerprint,
         None,
     );
     let (nodes, s2) = watched(
@@ -303,17 +298,8 @@ impl Job {
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()
                     .join("; ");
-                let mut st = cur.clone();
-                st.conditions = vec![condition(
-                    &cur.conditions,
-                    conditions::READY,
-                    false,
-                    rc::INVALID,
-                    message,
-                    generation,
-                    &now,
-                )];
-                self.write_status(&cur, st).await?;
+                self.not_ready(&cur, rc::INVALID, message, generation, &now)
+                    .await?;
                 return Ok(None);
             }
         };
@@ -326,35 +312,23 @@ impl Job {
             Some(settings) => match self.etcd_client(settings).await {
                 Ok(c) => Some(c),
                 Err(message) => {
-                    let mut st = cur.clone();
-                    st.conditions = vec![condition(
-                        &cur.conditions,
-                        conditions::READY,
-                        false,
-                        rc::DATASTORE_UNREACHABLE,
-                        message,
-                        generation,
-                        &now,
-                    )];
-                    self.write_status(&cur, st).await?;
+                    self.not_ready(&cur, rc::DATASTORE_UNREACHABLE, message, generation, &now)
+                        .await?;
                     return Ok(Some(Duration::from_secs(10)));
                 }
             },
         };
         if etcd.is_none() && !self.calico {
-            let mut st = cur.clone();
-            st.conditions = vec![condition(
-                &cur.conditions,
-                conditions::READY,
-                false,
+            self.not_ready(
+                &cur,
                 rc::NO_CALICO,
                 "Calico's crd.projectcalico.org/v1 BGPPeer is not served: install Calico (or its \
                  CRDs); the operator notices on its next pass"
                     .into(),
                 generation,
                 &now,
-            )];
-            self.write_status(&cur, st).await?;
+            )
+            .await?;
             return Ok(None);
         }
         let nodes = self.nodes.state();
@@ -411,17 +385,8 @@ impl Job {
         let target = match topology(&infos, &cfg, &now_state) {
             Ok(t) => t,
             Err(e) => {
-                let mut st = cur.clone();
-                st.conditions = vec![condition(
-                    &cur.conditions,
-                    conditions::READY,
-                    false,
-                    rc::INVALID,
-                    e.to_string(),
-                    generation,
-                    &now,
-                )];
-                self.write_status(&cur, st).await?;
+                self.not_ready(&cur, rc::INVALID, e.to_string(), generation, &now)
+                    .await?;
                 return Ok(None);
             }
         };
@@ -901,6 +866,28 @@ impl Job {
                 Err(_) => return,
             }
         }
+    }
+
+    /// Reports the config not Ready for `reason`: the only condition it then has.
+    async fn not_ready(
+        &self,
+        cur: &RouteReflectorConfigStatus,
+        reason: &str,
+        message: String,
+        generation: Option<i64>,
+        now: &Time,
+    ) -> Result<(), kube::Error> {
+        let mut st = cur.clone();
+        st.conditions = vec![condition(
+            &cur.conditions,
+            conditions::READY,
+            false,
+            reason,
+            message,
+            generation,
+            now,
+        )];
+        self.write_status(cur, st).await
     }
 
     async fn write_status(

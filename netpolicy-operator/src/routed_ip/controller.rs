@@ -66,20 +66,19 @@ use crate::{
         ReclaimPolicy, RoutedIP, RoutedIPIssuer, RoutedIPIssuerStatus, RoutedIPStatus,
         conditions::{self, routed_ip as rc},
     },
-    k8s::{FIELD_MANAGER, NodeFacts, Wake, apply_status, condition, watched},
+    k8s::{FIELD_MANAGER, NodeFacts, Wake, apply_status, condition, spec_fingerprint, watched},
     telemetry::Shared,
 };
 
 /// The finalizer that holds a RoutedIP until its IP is released.
 pub const FINALIZER: &str = "netpolicy.io/routed-ip";
 
+/// The spec's generation and whether deletion began (the finalizer's cue).
 fn generation_fingerprint<K: Resource>(o: &K) -> String {
     format!(
-        "{}/{}/{}/{:?}",
-        o.meta().uid.as_deref().unwrap_or_default(),
-        o.meta().generation.unwrap_or(0),
-        o.meta().deletion_timestamp.is_some(),
-        o.meta().finalizers
+        "{}/{}",
+        spec_fingerprint(o),
+        o.meta().deletion_timestamp.is_some()
     )
 }
 

@@ -138,3 +138,20 @@ pub(crate) async fn rr_settled(
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }
+
+/// Switches the RouteReflectorConfig `default` to `multi` (2 reflectors per client) and
+/// back to `simple`, waiting each time until it is settled.
+pub(crate) async fn rr_switch_multi_and_back(client: &kube::Client, log: &std::path::Path) {
+    for topology in ["multi", "simple"] {
+        Api::<netpolicy_operator::api::RouteReflectorConfig>::all(client.clone())
+            .patch(
+                "default",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"topology": topology, "peersPerNode": 2}})),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        rr_settled(client, topology, 180, log).await;
+    }
+}
