@@ -6,7 +6,9 @@
 //! our kinds depends on it without pulling in a runtime, HTTP, CLI, metrics or netlink.
 //!
 //! Routing items are `netpolicy-core`'s wire types, so the CRDs, the `plan` CLI and
-//! embedders share one definition. All kinds are cluster-scoped.
+//! embedders share one definition. The routing, floating-IP range, route-reflector and
+//! routed-IP kinds are cluster-scoped; `FloatingIP` and the traffic-domain kinds
+//! ([`traffic`]) are namespaced.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use std::collections::BTreeMap;
@@ -41,8 +43,18 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         RouteReflectorConfig::crd(),
         RoutedIPIssuer::crd(),
         RoutedIP::crd(),
+        Trench::crd(),
+        Attractor::crd(),
+        Gateway::crd(),
+        Vip::crd(),
+        Conduit::crd(),
+        Stream::crd(),
+        Flow::crd(),
     ]
 }
+
+pub mod traffic;
+pub use traffic::*;
 
 /// Cluster-wide routing items, applied to every node. At most one exists, named
 /// `default`.
@@ -311,6 +323,25 @@ pub mod conditions {
         pub const ORPHANED: &str = "OrphanedIPs";
         /// Reason: no orphan.
         pub const NONE: &str = "None";
+    }
+
+    /// Reasons of the traffic-domain kinds' `Ready` condition.
+    pub mod traffic {
+        /// Valid, references resolve, compiled into the attractor nodes' routing.
+        pub const COMPILED: &str = "Compiled";
+        /// The object (or one it needs) fails validation: nothing of its trench changes
+        /// on any node (the nodes keep their last good config).
+        pub const INVALID: &str = "Invalid";
+        /// The object has no `trench` label, or its trench does not exist.
+        pub const NO_TRENCH: &str = "TrenchNotFound";
+        /// A BGP gateway: accepted, not programmable (no BGP speaker on the node).
+        pub const NOT_PROGRAMMABLE: &str = "NotProgrammable";
+        /// Valid, but nothing uses it (no attractor serves it).
+        pub const UNUSED: &str = "Unused";
+        /// An item clashes with a ClusterConfig/NodeConfig item on some node.
+        pub const CONFLICT: &str = "Conflict";
+        /// The trench's IPAM or table range ran out.
+        pub const EXHAUSTED: &str = "Exhausted";
     }
 
     /// Condition types and reasons of the RouteReflectorConfig.

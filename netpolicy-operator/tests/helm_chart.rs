@@ -82,9 +82,20 @@ fn the_chart_carries_the_current_crds() {
         in_chart == deploy,
         "charts/netpolicy/files/netpolicy-crds.yaml is stale: copy deploy/crds.yaml there"
     );
+    let in_chart =
+        std::fs::read_to_string(chart().join("files/traffic-domains-admission.yaml")).unwrap();
+    let deploy =
+        std::fs::read_to_string(chart().join("../../deploy/traffic-domains-admission.yaml"))
+            .unwrap();
+    assert!(
+        in_chart == deploy,
+        "charts/netpolicy/files/traffic-domains-admission.yaml is stale: copy deploy/traffic-domains-admission.yaml there"
+    );
     // Rendered, they are the generated CRDs, kept on uninstall; `crds.enabled=false`
-    // renders none.
+    // renders none. The trench-label admission policy and its binding come with them.
     let docs = render("np", &[]);
+    assert_eq!(of_kind(&docs, "ValidatingAdmissionPolicy").len(), 1);
+    assert_eq!(of_kind(&docs, "ValidatingAdmissionPolicyBinding").len(), 1);
     let rendered = of_kind(&docs, "CustomResourceDefinition");
     assert_eq!(rendered.len(), crds().len());
     for (r, c) in rendered.iter().zip(crds()) {
