@@ -40,6 +40,10 @@ pub enum SourceKind {
     ClusterConfig,
     /// A `NodeConfig`.
     NodeConfig,
+    /// A traffic domain (`Trench`), compiled for one node. Its items never override and
+    /// are never overridden: any other source that defines one of them differently is
+    /// a conflict, whatever its precedence.
+    Trench,
 }
 
 impl SourceKind {
@@ -48,8 +52,21 @@ impl SourceKind {
         match self {
             Self::ClusterConfig => "ClusterConfig",
             Self::NodeConfig => "NodeConfig",
+            Self::Trench => "Trench",
         }
     }
+}
+
+/// The label key a policy for one node selects on ([`Policy::trench`]). The engine's
+/// callers add it to every node's labels with the node's name as value (see
+/// [`with_node_name`]); a NodeConfig may select on it too.
+pub const NODE_NAME_LABEL: &str = "netpolicy.io/node-name";
+
+/// `labels` plus [`NODE_NAME_LABEL`]`: name`.
+pub fn with_node_name(name: &str, labels: &Labels) -> Labels {
+    let mut l = labels.clone();
+    l.insert(NODE_NAME_LABEL.to_owned(), name.to_owned());
+    l
 }
 
 /// The object an item came from (`NodeConfig/edge-routes`).
@@ -57,8 +74,11 @@ impl SourceKind {
 pub struct Source {
     /// Kind of the object.
     pub kind: SourceKind,
-    /// Name of the object (cluster-scoped).
+    /// Name of the object (`<namespace>/<name>` for a namespaced one).
     pub name: Arc<str>,
+    /// The node a per-node policy was compiled for ([`Policy::trench`]): part of the
+    /// identity, not of the name shown.
+    pub node: Option<Arc<str>>,
 }
 
 impl Source {
@@ -67,6 +87,7 @@ impl Source {
         Self {
             kind: SourceKind::ClusterConfig,
             name: name.into(),
+            node: None,
         }
     }
 
@@ -75,6 +96,16 @@ impl Source {
         Self {
             kind: SourceKind::NodeConfig,
             name: name.into(),
+            node: None,
+        }
+    }
+
+    /// `Trench/<namespace>/<name>`, compiled for `node`.
+    pub fn trench(namespace: &str, name: &str, node: &str) -> Self {
+        Self {
+            kind: SourceKind::Trench,
+            name: format!("{namespace}/{name}").into(),
+            node: Some(node.into()),
         }
     }
 }
@@ -142,12 +173,34 @@ impl Policy {
         }
     }
 
+    /// A traffic domain's items for one node (`Trench/<namespace>/<name>`): selects
+    /// exactly the node named `node` (through [`NODE_NAME_LABEL`]). Any other source
+    /// defining one of its items differently is a conflict, at any precedence.
+    pub fn trench(namespace: &str, name: &str, node: &str, config: RoutingConfig) -> Self {
+        Self {
+            source: Source::trench(namespace, name, node),
+            precedence: Precedence {
+                rank: 2,
+                priority: 0,
+            },
+            selector: Selector::from_requirements(vec![Requirement::Equals {
+                key: NODE_NAME_LABEL.to_owned(),
+                value: node.to_owned(),
+            }]),
+            content: Some(Items::from(config)),
+        }
+    }
+
     /// A policy whose content failed validation. Nodes its selector matches are held at
     /// their last good config until it is fixed or deleted. Use
     /// [`Selector::everything`] when the selector itself is invalid: then no node can
     /// be known to be unaffected.
     pub fn invalid(source: Source, priority: i64, selector: Selector) -> Self {
-        let rank = u8::from(source.kind == SourceKind::NodeConfig);
+        let rank = match source.kind {
+            SourceKind::ClusterConfig => 0,
+            SourceKind::NodeConfig => 1,
+            SourceKind::Trench => 2,
+        };
         Self {
             source,
             precedence: Precedence { rank, priority },
@@ -299,9 +352,14 @@ pub struct Conflict {
 impl fmt::Display for Conflict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names: Vec<String> = self.sources.iter().map(ToString::to_string).collect();
+        let why = if self.sources.iter().any(|s| s.kind == SourceKind::Trench) {
+            "(a traffic domain's items are never overridden)"
+        } else {
+            "at equal precedence"
+        };
         write!(
             f,
-            "{} is defined differently by {} at equal precedence",
+            "{} is defined differently by {} {why}",
             self.item,
             names.join(" and ")
         )
@@ -500,9 +558,12 @@ fn merge_kind<T: Eq>(
         let mut sources: Sources = smallvec::smallvec![valid[wp].0.source.clone()];
         let mut contenders = vec![valid[wp].0.source.clone()];
         let mut differs = false;
+        // A trench's item is exclusive: a different definition at any precedence
+        // conflicts with it instead of losing or winning silently.
+        let exclusive = valid[wp].0.source.kind == SourceKind::Trench;
         while j < cands.len() && key_cmp(cands[j].0, winner) == Ordering::Equal {
             let (item, pj) = cands[j];
-            if valid[pj].0.precedence == top {
+            if valid[pj].0.precedence == top || (exclusive && **item != **winner) {
                 contenders.push(valid[pj].0.source.clone());
                 if **item == **winner {
                     sources.push(valid[pj].0.source.clone());

@@ -561,6 +561,50 @@ fn conflicts_are_symmetric_and_name_both_sources() {
 }
 
 #[test]
+fn a_trench_item_is_never_overridden_and_selects_its_node_only() {
+    let spec = |via: &str| {
+        RoutingSpec {
+            routes: vec![RouteSpec {
+                to: "0.0.0.0/0".into(),
+                via: Some(via.into()),
+                table: Some(20000),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+        .validate("spec")
+        .unwrap()
+    };
+    let all = netpolicy_core::selector::Selector::everything();
+    let t = Policy::trench("ns", "trench-a", "n1", spec("169.254.100.150"));
+    // Whatever the NodeConfig's priority, a different definition is a conflict naming
+    // both objects.
+    for prio in [-5, 0, 1000] {
+        let nc = Policy::node_config("edge", prio, all.clone(), spec("10.0.0.9"));
+        let out = merge([&nc, &t]);
+        assert_eq!(out, merge([&t, &nc]));
+        assert_eq!(
+            out.problems()[0].to_string(),
+            "route 0.0.0.0/0 table 20000 is defined differently by NodeConfig/edge and \
+             Trench/ns/trench-a (a traffic domain's items are never overridden)"
+        );
+    }
+    // The same definition is one item.
+    let nc = Policy::node_config("edge", 7, all, spec("169.254.100.150"));
+    let out = merge([&nc, &t]);
+    assert_eq!(out.config().unwrap().routes.len(), 1);
+    // Through the engine it reaches the node it was compiled for, and only that one,
+    // by the node-name label the callers add.
+    use netpolicy_core::merge::with_node_name;
+    let mut e = Engine::new();
+    e.upsert_node("n1", with_node_name("n1", &Labels::new()));
+    e.upsert_node("n2", with_node_name("n2", &Labels::new()));
+    assert_eq!(e.upsert_policy(t)[..], [Arc::<str>::from("n1")]);
+    assert_eq!(e.outcome("n1").unwrap().config().unwrap().routes.len(), 1);
+    assert!(e.outcome("n2").unwrap().config().unwrap().is_empty());
+}
+
+#[test]
 fn same_item_from_two_sources_is_one_item_listing_both() {
     let spec = RoutingSpec {
         routes: vec![RouteSpec {

@@ -38,6 +38,7 @@ pub mod routed_ip;
 pub mod routing;
 pub mod runtime;
 pub mod telemetry;
+pub mod trench;
 
 /// Reading manifests from disk (`netpolicy plan`'s input).
 pub use plan::manifest;

@@ -31,6 +31,7 @@ use crate::{
     route_reflector::{self as rr, RouteReflectorReport},
     routed_ip,
     routing::{cluster_config_policy, node_config_policy},
+    trench,
 };
 
 /// One RoutedIP's elected node (empty when no node is eligible).
@@ -40,6 +41,38 @@ pub struct RoutedIPReport {
     pub name: String,
     /// Elected node; empty when none is eligible.
     pub node: String,
+}
+
+/// One trench in the plan: where its traffic enters (attractor nodes) and what it was
+/// handed (tables, node addresses).
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TrenchReport {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// The trench's routing table (absent while invalid).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub table: Option<u32>,
+    /// Each stream's routing table.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub stream_tables: BTreeMap<String, u32>,
+    /// Each attractor with its nodes.
+    pub attractors: Vec<AttractorReport>,
+}
+
+/// One attractor in the plan.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttractorReport {
+    /// Name.
+    pub name: String,
+    /// The nodes it selects that were compiled (have their addresses), sorted.
+    pub nodes: Vec<String>,
+    /// Each node's addresses on the attractor's interface.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub addresses: BTreeMap<String, Vec<String>>,
 }
 
 /// The result of `netpolicy plan`, in the JSON shape of docs/architecture.md.
@@ -64,6 +97,9 @@ pub struct PlanReport {
     /// The elected node of every RoutedIP (no provider is called).
     #[serde(rename = "routedIPs")]
     pub routed_ips: Vec<RoutedIPReport>,
+    /// Every trench with its attractors' nodes, tables and node addresses.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub trenches: Vec<TrenchReport>,
     /// Route reflectors, when the input has a RouteReflectorConfig.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub route_reflectors: Option<RouteReflectorReport>,
@@ -195,9 +231,94 @@ pub fn plan(m: &Manifests) -> PlanReport {
             })
             .collect();
 
+    // Traffic domains: validated, allocated from scratch (no previous status), compiled
+    // into one policy per (trench, attractor node), merged with the others.
+    fn objects<T: Clone>(v: &[Located<T>]) -> Vec<T> {
+        v.iter().map(|l| l.object.clone()).collect()
+    }
+    let (tr, at, gw, vi, co, st, fl) = (
+        objects(&m.trenches),
+        objects(&m.attractors),
+        objects(&m.gateways),
+        objects(&m.vips),
+        objects(&m.conduits),
+        objects(&m.streams),
+        objects(&m.flows),
+    );
+    let domains = trench::domains(
+        trench::Objects {
+            trenches: &tr,
+            attractors: &at,
+            gateways: &gw,
+            vips: &vi,
+            conduits: &co,
+            streams: &st,
+            flows: &fl,
+        },
+        &mut errors,
+    );
+    let traffic = trench::evaluate(&domains, &nodes, &BTreeMap::new());
+    errors.extend(traffic.errors.iter().cloned());
+    let mut report_warnings: Vec<String> = traffic
+        .notes
+        .iter()
+        .map(|n| format!("{} {}: {}: {}", n.kind, n.name, n.field, n.message))
+        .collect();
+    for ps in
+        trench::policies(&domains, &traffic.valid, &traffic.allocations, &mut errors).into_values()
+    {
+        policies.extend(ps);
+    }
+    let trenches: Vec<TrenchReport> = domains
+        .iter()
+        .filter(|d| d.trench.is_some())
+        .map(|d| {
+            let alloc = traffic
+                .allocations
+                .get(&d.key())
+                .cloned()
+                .unwrap_or_default();
+            let valid = traffic.valid.contains(&d.key());
+            TrenchReport {
+                namespace: d.namespace.clone(),
+                name: d.name.clone(),
+                table: alloc.table.filter(|_| valid),
+                stream_tables: if valid {
+                    alloc.stream_tables.clone()
+                } else {
+                    BTreeMap::new()
+                },
+                attractors: d
+                    .attractors
+                    .iter()
+                    .map(|a| {
+                        let name = a.metadata.name.clone().unwrap_or_default();
+                        let addresses =
+                            alloc.node_addresses.get(&name).cloned().unwrap_or_default();
+                        AttractorReport {
+                            name,
+                            nodes: addresses.keys().cloned().collect(),
+                            addresses,
+                        }
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+
+    let nodes = nodes
+        .into_iter()
+        .map(|(n, l)| {
+            let l = netpolicy_core::merge::with_node_name(&n, &l);
+            (n, l)
+        })
+        .collect::<Vec<_>>();
     let engine = Engine::build(nodes, policies);
+    let mut warnings = m.warnings.clone();
+    warnings.append(&mut report_warnings);
     let mut report = PlanReport {
-        warnings: m.warnings.clone(),
+        warnings,
+        trenches,
         ..PlanReport::default()
     };
     let mut rendered: HashMap<usize, Arc<RenderedSpec>> = HashMap::new();

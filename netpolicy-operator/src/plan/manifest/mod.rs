@@ -25,8 +25,9 @@ use serde::{Deserialize, de::DeserializeOwned};
 
 use crate::{
     api::{
-        API_VERSION, ClusterConfig, FloatingIP, FloatingIPRange, NodeConfig, NodeNetworkConfig,
-        RouteReflectorConfig, RoutedIP, RoutedIPIssuer,
+        API_VERSION, Attractor, ClusterConfig, Conduit, FloatingIP, FloatingIPRange, Flow, Gateway,
+        NodeConfig, NodeNetworkConfig, RouteReflectorConfig, RoutedIP, RoutedIPIssuer, Stream,
+        Trench, Vip,
     },
     route_reflector::CalicoBgpPeer,
 };
@@ -98,6 +99,20 @@ pub struct Manifests {
     pub routed_ip_issuers: Vec<Located<RoutedIPIssuer>>,
     /// RoutedIPs.
     pub routed_ips: Vec<Located<RoutedIP>>,
+    /// Trenches.
+    pub trenches: Vec<Located<Trench>>,
+    /// Attractors.
+    pub attractors: Vec<Located<Attractor>>,
+    /// Gateways.
+    pub gateways: Vec<Located<Gateway>>,
+    /// Vips.
+    pub vips: Vec<Located<Vip>>,
+    /// Conduits.
+    pub conduits: Vec<Located<Conduit>>,
+    /// Streams.
+    pub streams: Vec<Located<Stream>>,
+    /// Flows.
+    pub flows: Vec<Located<Flow>>,
     /// Calico BGPPeers (`crd.projectcalico.org/v1` or `projectcalico.org/v3`).
     pub bgp_peers: Vec<Located<CalicoBgpPeer>>,
     /// Problems with documents (the rest of the input is still used).
@@ -380,6 +395,23 @@ impl Manifests {
             (API_VERSION, "RoutedIP") => {
                 self.parse_into(&d, crd("RoutedIP"), false, |m| &mut m.routed_ips)
             }
+            (API_VERSION, "Trench") => {
+                self.parse_into(&d, crd("Trench"), false, |m| &mut m.trenches)
+            }
+            (API_VERSION, "Attractor") => {
+                self.parse_into(&d, crd("Attractor"), false, |m| &mut m.attractors)
+            }
+            (API_VERSION, "Gateway") => {
+                self.parse_into(&d, crd("Gateway"), false, |m| &mut m.gateways)
+            }
+            (API_VERSION, "Vip") => self.parse_into(&d, crd("Vip"), false, |m| &mut m.vips),
+            (API_VERSION, "Conduit") => {
+                self.parse_into(&d, crd("Conduit"), false, |m| &mut m.conduits)
+            }
+            (API_VERSION, "Stream") => {
+                self.parse_into(&d, crd("Stream"), false, |m| &mut m.streams)
+            }
+            (API_VERSION, "Flow") => self.parse_into(&d, crd("Flow"), false, |m| &mut m.flows),
             ("crd.projectcalico.org/v1" | "projectcalico.org/v3", "BGPPeer") => {
                 self.parse_into(&d, None, false, |m| &mut m.bgp_peers)
             }

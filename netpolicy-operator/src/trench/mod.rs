@@ -1,0 +1,1391 @@
+//! The traffic-domain job: Meridio's kinds compiled into node routing
+//! (docs/guides/traffic-domains.md). This module is pure: it groups the objects into
+//! trenches ([`domains`]), checks Meridio's rules that the schema cannot state
+//! ([`validate`]), hands out table numbers and node addresses and keeps them across
+//! passes ([`allocate`]), and compiles a trench into one routing policy per attractor
+//! node ([`compile`], [`policies`]). The controller ([`controller`]) writes what
+//! [`allocate`] hands out into the Trench's status; the routing job renders the
+//! policies into NodeNetworkConfigs from that status, beside ClusterConfig and
+//! NodeConfig items, through the same merge engine; `netpolicy plan` calls the same
+//! functions.
+//!
+//! What a node of an attractor gets (source `Trench/<namespace>/<name>`):
+//! - the attractor's interface: a VLAN (`interface.name`, id `vlanId` on `link`) with the
+//!   node's address from the attractor's prefixes, or, untagged (`vlanId` 0), the address
+//!   on `link` itself;
+//! - the trench's table ([`TABLE_FIRST`]..=[`TABLE_LAST`]) with a default route per
+//!   family via the attractor's static gateways (ECMP when several), and the same routes
+//!   in each of its streams' tables;
+//! - a rule per VIP (`from <vip> lookup <trench table>`, priority [`VIP_RULE_PRIORITY`]):
+//!   replies leave through the gateways;
+//! - FIB rules per flow: for each VIP × protocol × source subnet × source ports ×
+//!   destination ports, `to <vip> [from <subnet>] ipproto <p> [sport] [dport] lookup
+//!   <stream table>`, at priority [`FLOW_RULE_FIRST`] + the flow's rank (higher
+//!   `priority` first, then name), so a higher-priority flow matches first.
+
+// pub mod controller;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+};
+
+use ipnetwork::IpNetwork;
+use netpolicy_core::{
+    merge::{NODE_NAME_LABEL, Policy, Source},
+    selector::{Labels, Requirement, Selector},
+    spec::{AddressSpec, IntOrString, NextHopSpec, RouteSpec, RoutingSpec, RuleSpec, VlanSpec},
+};
+use netpolicy_ipam::{alloc::Allocator, prefix::PrefixAllocator, space::AddressSpace};
+
+use crate::{
+    api::{
+        Attractor, Conduit, ConduitAllocation, Flow, Gateway, GatewayProtocol, Stream,
+        TRENCH_LABEL, Trench, TrenchStatus, Vip,
+    },
+    k8s::InputError,
+};
+
+/// First routing table number a trench or stream gets.
+pub const TABLE_FIRST: u32 = 20000;
+/// Last routing table number a trench or stream gets.
+pub const TABLE_LAST: u32 = 29999;
+/// Priority of the VIP source rules (`from <vip> lookup <trench table>`).
+pub const VIP_RULE_PRIORITY: u32 = 29000;
+/// Priority of the first (highest-priority) flow's rules; each next flow gets one more.
+pub const FLOW_RULE_FIRST: u32 = 20000;
+/// Most flows in one trench (their rules stay below [`VIP_RULE_PRIORITY`]).
+pub const MAX_FLOWS: usize = (VIP_RULE_PRIORITY - FLOW_RULE_FIRST) as usize;
+
+/// Every traffic-domain object, as lists.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Objects<'a> {
+    /// Trenches.
+    pub trenches: &'a [Trench],
+    /// Attractors.
+    pub attractors: &'a [Attractor],
+    /// Gateways.
+    pub gateways: &'a [Gateway],
+    /// Vips.
+    pub vips: &'a [Vip],
+    /// Conduits.
+    pub conduits: &'a [Conduit],
+    /// Streams.
+    pub streams: &'a [Stream],
+    /// Flows.
+    pub flows: &'a [Flow],
+}
+
+/// One trench and its children (by the `trench` label, same namespace), each sorted by
+/// name.
+#[derive(Debug, Clone, Default)]
+pub struct Domain<'a> {
+    /// Namespace.
+    pub namespace: String,
+    /// Trench name.
+    pub name: String,
+    /// The Trench (absent: children name a trench that does not exist).
+    pub trench: Option<&'a Trench>,
+    /// Attractors.
+    pub attractors: Vec<&'a Attractor>,
+    /// Gateways.
+    pub gateways: Vec<&'a Gateway>,
+    /// Vips.
+    pub vips: Vec<&'a Vip>,
+    /// Conduits.
+    pub conduits: Vec<&'a Conduit>,
+    /// Streams.
+    pub streams: Vec<&'a Stream>,
+    /// Flows.
+    pub flows: Vec<&'a Flow>,
+}
+
+impl Domain<'_> {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+fn meta_ns_name(
+    m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> (String, String) {
+    (
+        m.namespace.clone().unwrap_or_default(),
+        m.name.clone().unwrap_or_default(),
+    )
+}
+
+fn err(kind: &str, ns: &str, name: &str, field: &str, message: impl Into<String>) -> InputError {
+    InputError {
+        kind: kind.to_owned(),
+        name: format!("{ns}/{name}"),
+        field: field.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// Groups the objects into trenches (sorted by namespace and name). A child without
+/// the `trench` label is an error here and belongs to no trench.
+pub fn domains<'a>(o: Objects<'a>, errors: &mut Vec<InputError>) -> Vec<Domain<'a>> {
+    let mut out: BTreeMap<(String, String), Domain<'a>> = BTreeMap::new();
+    for t in o.trenches {
+        let (ns, name) = meta_ns_name(&t.metadata);
+        let d = out.entry((ns.clone(), name.clone())).or_default();
+        d.namespace = ns;
+        d.name = name;
+        d.trench = Some(t);
+    }
+    macro_rules! children {
+        ($list:expr, $field:ident, $kind:literal) => {
+            for c in $list {
+                let (ns, name) = meta_ns_name(&c.metadata);
+                let label = c
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(TRENCH_LABEL))
+                    .filter(|t| !t.is_empty());
+                let Some(trench) = label else {
+                    errors.push(err(
+                        $kind,
+                        &ns,
+                        &name,
+                        "metadata.labels.trench",
+                        "needs the label trench: <name of its Trench in this namespace>",
+                    ));
+                    continue;
+                };
+                let d = out.entry((ns.clone(), trench.clone())).or_default();
+                d.namespace = ns;
+                d.name = trench.clone();
+                d.$field.push(c);
+            }
+        };
+    }
+    children!(o.attractors, attractors, "Attractor");
+    children!(o.gateways, gateways, "Gateway");
+    children!(o.vips, vips, "Vip");
+    children!(o.conduits, conduits, "Conduit");
+    children!(o.streams, streams, "Stream");
+    children!(o.flows, flows, "Flow");
+    let mut v: Vec<Domain<'a>> = out.into_values().collect();
+    for d in &mut v {
+        let by_name = |a: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            a.name.clone().unwrap_or_default()
+        };
+        d.attractors.sort_by_key(|x| by_name(&x.metadata));
+        d.gateways.sort_by_key(|x| by_name(&x.metadata));
+        d.vips.sort_by_key(|x| by_name(&x.metadata));
+        d.conduits.sort_by_key(|x| by_name(&x.metadata));
+        d.streams.sort_by_key(|x| by_name(&x.metadata));
+        d.flows.sort_by_key(|x| by_name(&x.metadata));
+    }
+    v
+}
+
+fn name_of(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
+    m.name.as_deref().unwrap_or_default()
+}
+
+/// A prefix without host bits.
+fn parse_prefix(s: &str) -> Result<IpNetwork, String> {
+    let n: IpNetwork = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a prefix (20.0.0.1/32, 2000::/64)"))?;
+    if n.network() != n.ip() {
+        return Err(format!(
+            "{s:?} has host bits set: the prefix is {}/{}",
+            n.network(),
+            n.prefix()
+        ));
+    }
+    Ok(n)
+}
+
+/// A port range: `any` (`None`), `N` or `N-M` within 0..=65535.
+pub fn parse_ports(s: &str) -> Result<Option<(u16, u16)>, String> {
+    if s == "any" {
+        return Ok(None);
+    }
+    let bad = || format!("{s:?} is not a port: use 'any', N or N-M within 0-65535 (N <= M)");
+    let (a, b) = match s.split_once('-') {
+        Some((a, b)) => (a, b),
+        None => (s, s),
+    };
+    let a: u16 = a.parse().map_err(|_| bad())?;
+    let b: u16 = b.parse().map_err(|_| bad())?;
+    if a > b {
+        return Err(bad());
+    }
+    Ok(Some((a, b)))
+}
+
+/// Problems with a list of port ranges: syntax, and overlaps (Meridio's rule).
+fn check_ports(ports: &[String], field: &str, out: &mut Vec<(String, String)>) {
+    let mut seen: Vec<(usize, u16, u16)> = Vec::new();
+    for (i, p) in ports.iter().enumerate() {
+        match parse_ports(p) {
+            Err(e) => out.push((format!("{field}[{i}]"), e)),
+            Ok(r) => {
+                let (a, b) = r.unwrap_or((0, 65535));
+                if let Some((j, ..)) = seen.iter().find(|(_, x, y)| a <= *y && *x <= b) {
+                    out.push((
+                        format!("{field}[{i}]"),
+                        format!("{p:?} overlaps {field}[{j}] ({:?})", ports[*j]),
+                    ));
+                }
+                seen.push((i, a, b));
+            }
+        }
+    }
+}
+
+fn duration_ms(s: &str) -> Option<u64> {
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map(|i| s.split_at(i))?;
+    let n: f64 = num.parse().ok()?;
+    let f = match unit {
+        "ms" => 1.0,
+        "s" => 1000.0,
+        "m" => 60_000.0,
+        "h" => 3_600_000.0,
+        _ => return None,
+    };
+    Some((n * f) as u64)
+}
+
+/// What [`validate`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Checked {
+    /// Errors: the trench is not compiled while any remains (its nodes keep their last
+    /// good config).
+    pub errors: Vec<InputError>,
+    /// Things reported but not errors (a BGP gateway is not programmable; a VIP no
+    /// attractor serves).
+    pub notes: Vec<InputError>,
+}
+
+/// Meridio's rules for one trench, those the schema states included (so that `plan`,
+/// which has no API server, reports them too), and the references between objects.
+pub fn validate(d: &Domain<'_>) -> Checked {
+    let mut c = Checked::default();
+    let ns = d.namespace.as_str();
+    let Some(trench) = d.trench else {
+        let mut push = |kind: &str, name: &str| {
+            c.errors.push(err(
+                kind,
+                ns,
+                name,
+                "metadata.labels.trench",
+                format!("trench {:?} does not exist in namespace {ns:?}", d.name),
+            ))
+        };
+        d.attractors
+            .iter()
+            .for_each(|x| push("Attractor", name_of(&x.metadata)));
+        d.gateways
+            .iter()
+            .for_each(|x| push("Gateway", name_of(&x.metadata)));
+        d.vips
+            .iter()
+            .for_each(|x| push("Vip", name_of(&x.metadata)));
+        d.conduits
+            .iter()
+            .for_each(|x| push("Conduit", name_of(&x.metadata)));
+        d.streams
+            .iter()
+            .for_each(|x| push("Stream", name_of(&x.metadata)));
+        d.flows
+            .iter()
+            .for_each(|x| push("Flow", name_of(&x.metadata)));
+        return c;
+    };
+    let fam = trench.spec.ip_family;
+    let family_ok = |n: &IpNetwork| (n.is_ipv4() && fam.v4()) || (n.is_ipv6() && fam.v6());
+    let ipam = &trench.spec.ipam;
+    for (field, root, fam_is) in [
+        ("spec.ipam.ipv4Root", &ipam.ipv4_root, 4),
+        ("spec.ipam.ipv6Root", &ipam.ipv6_root, 6),
+    ] {
+        match parse_prefix(root) {
+            Ok(n) if (n.is_ipv4() && fam_is == 4) || (n.is_ipv6() && fam_is == 6) => {}
+            Ok(_) => c.errors.push(err(
+                "Trench",
+                ns,
+                &d.name,
+                field,
+                format!("{root:?} is not an IPv{fam_is} prefix"),
+            )),
+            Err(e) => c.errors.push(err("Trench", ns, &d.name, field, e)),
+        }
+    }
+    if !(ipam.conduit_prefix_length_v4 <= ipam.node_prefix_length_v4
+        && ipam.node_prefix_length_v4 <= 32)
+        || !(ipam.conduit_prefix_length_v6 <= ipam.node_prefix_length_v6
+            && ipam.node_prefix_length_v6 <= 128)
+    {
+        c.errors.push(err(
+            "Trench",
+            ns,
+            &d.name,
+            "spec.ipam",
+            "prefix lengths grow from root to conduit to node",
+        ));
+    }
+
+    let vips: BTreeMap<&str, &Vip> = d.vips.iter().map(|v| (name_of(&v.metadata), *v)).collect();
+    let gateways: BTreeMap<&str, &Gateway> = d
+        .gateways
+        .iter()
+        .map(|g| (name_of(&g.metadata), *g))
+        .collect();
+    let conduits: BTreeMap<&str, &Conduit> = d
+        .conduits
+        .iter()
+        .map(|x| (name_of(&x.metadata), *x))
+        .collect();
+    let streams: BTreeMap<&str, &Stream> = d
+        .streams
+        .iter()
+        .map(|x| (name_of(&x.metadata), *x))
+        .collect();
+
+    for v in &d.vips {
+        let name = name_of(&v.metadata);
+        match parse_prefix(&v.spec.address) {
+            Ok(n) if !family_ok(&n) => c.errors.push(err(
+                "Vip",
+                ns,
+                name,
+                "spec.address",
+                format!("{} is not of the trench's ipFamily", v.spec.address),
+            )),
+            Ok(_) => {}
+            Err(e) => c.errors.push(err("Vip", ns, name, "spec.address", e)),
+        }
+    }
+    for g in &d.gateways {
+        let name = name_of(&g.metadata);
+        if g.spec.address.parse::<IpAddr>().is_err() {
+            c.errors.push(err(
+                "Gateway",
+                ns,
+                name,
+                "spec.address",
+                format!("{:?} is not an IP address", g.spec.address),
+            ));
+        }
+        match g.spec.protocol {
+            GatewayProtocol::Static => {
+                if g.spec.bgp.is_some() {
+                    c.errors.push(err(
+                        "Gateway",
+                        ns,
+                        name,
+                        "spec.bgp",
+                        "must be empty when protocol is static",
+                    ));
+                }
+            }
+            GatewayProtocol::Bgp => {
+                if g.spec.static_.is_some() {
+                    c.errors.push(err(
+                        "Gateway",
+                        ns,
+                        name,
+                        "spec.static",
+                        "must be empty when protocol is bgp",
+                    ));
+                }
+                let bgp = g.spec.bgp.clone().unwrap_or_default();
+                if bgp.remote_asn.is_none() {
+                    c.errors.push(err(
+                        "Gateway",
+                        ns,
+                        name,
+                        "spec.bgp.remoteASN",
+                        "a bgp gateway needs remoteASN",
+                    ));
+                }
+                if bgp.local_asn.is_none() {
+                    c.errors.push(err(
+                        "Gateway",
+                        ns,
+                        name,
+                        "spec.bgp.localASN",
+                        "a bgp gateway needs localASN",
+                    ));
+                }
+                if let Some(h) = &bgp.hold_time
+                    && duration_ms(h).is_none_or(|ms| ms < 3000)
+                {
+                    c.errors.push(err(
+                        "Gateway",
+                        ns,
+                        name,
+                        "spec.bgp.holdTime",
+                        format!("{h:?} is not a duration of at least 3s"),
+                    ));
+                }
+                c.notes.push(err("Gateway", ns, name, "spec.protocol", "bgp gateways are accepted but not programmable by netpolicy (no BGP speaker on the node): no route goes via this gateway"));
+            }
+        }
+    }
+    for x in &d.conduits {
+        let name = name_of(&x.metadata);
+        // Meridio's collision rule: per protocol and VIP, no port or target port may be
+        // NATted twice, and no NAT may target a port another NAT exposes.
+        let mut seen: BTreeMap<(u32, &str, &str), usize> = BTreeMap::new();
+        let mut pairs: BTreeMap<(u32, u32, &str), usize> = BTreeMap::new();
+        for (i, pn) in x.spec.destination_port_nats.iter().enumerate() {
+            let field = format!("spec.destinationPortNats[{i}]");
+            if pn.port > 65535 || pn.target_port > 65535 {
+                c.errors
+                    .push(err("Conduit", ns, name, &field, "ports are within 0-65535"));
+            }
+            if let Some(j) = pairs.insert((pn.port, pn.target_port, pn.protocol.as_str()), i) {
+                c.errors.push(err(
+                    "Conduit",
+                    ns,
+                    name,
+                    &field,
+                    format!("[{j}] and [{i}] must be merged"),
+                ));
+                continue;
+            }
+            for v in &pn.vips {
+                if !vips.contains_key(v.as_str()) {
+                    c.errors.push(err(
+                        "Conduit",
+                        ns,
+                        name,
+                        &format!("{field}.vips"),
+                        format!("Vip {v:?} does not exist in trench {:?}", d.name),
+                    ));
+                }
+                for port in [pn.port, pn.target_port] {
+                    if let Some(&j) = seen.get(&(port, v.as_str(), pn.protocol.as_str()))
+                        && j != i
+                    {
+                        c.errors.push(err(
+                            "Conduit",
+                            ns,
+                            name,
+                            &field,
+                            format!("[{j}] and [{i}] are colliding"),
+                        ));
+                    }
+                }
+                seen.insert((pn.port, v.as_str(), pn.protocol.as_str()), i);
+                seen.insert((pn.target_port, v.as_str(), pn.protocol.as_str()), i);
+            }
+        }
+    }
+    for s in &d.streams {
+        let name = name_of(&s.metadata);
+        if !conduits.contains_key(s.spec.conduit.as_str()) {
+            c.errors.push(err(
+                "Stream",
+                ns,
+                name,
+                "spec.conduit",
+                format!(
+                    "Conduit {:?} does not exist in trench {:?}",
+                    s.spec.conduit, d.name
+                ),
+            ));
+        }
+        if !(1..=10000).contains(&s.spec.max_targets) {
+            c.errors.push(err(
+                "Stream",
+                ns,
+                name,
+                "spec.maxTargets",
+                "maxTargets is within 1..10000",
+            ));
+        }
+    }
+    if d.flows.len() > MAX_FLOWS {
+        c.errors.push(err(
+            "Trench",
+            ns,
+            &d.name,
+            "metadata.name",
+            format!("a trench has at most {MAX_FLOWS} flows"),
+        ));
+    }
+    for f in &d.flows {
+        let name = name_of(&f.metadata);
+        if f.spec.stream.is_empty() || !streams.contains_key(f.spec.stream.as_str()) {
+            c.errors.push(err(
+                "Flow",
+                ns,
+                name,
+                "spec.stream",
+                format!(
+                    "Stream {:?} does not exist in trench {:?}",
+                    f.spec.stream, d.name
+                ),
+            ));
+        }
+        if f.spec.vips.is_empty() {
+            c.errors.push(err(
+                "Flow",
+                ns,
+                name,
+                "spec.vips",
+                "a flow names at least one Vip",
+            ));
+        }
+        for (i, v) in f.spec.vips.iter().enumerate() {
+            if !vips.contains_key(v.as_str()) {
+                c.errors.push(err(
+                    "Flow",
+                    ns,
+                    name,
+                    &format!("spec.vips[{i}]"),
+                    format!("Vip {v:?} does not exist in trench {:?}", d.name),
+                ));
+            }
+        }
+        let mut subnets: Vec<IpNetwork> = Vec::new();
+        for (i, s) in f.spec.source_subnets.iter().enumerate() {
+            let field = format!("spec.sourceSubnets[{i}]");
+            match parse_prefix(s) {
+                Err(e) => c.errors.push(err("Flow", ns, name, &field, e)),
+                Ok(n) => {
+                    if let Some(j) = subnets.iter().position(|m| {
+                        m.is_ipv4() == n.is_ipv4()
+                            && (m.contains(n.network()) || n.contains(m.network()))
+                    }) {
+                        c.errors.push(err(
+                            "Flow",
+                            ns,
+                            name,
+                            &field,
+                            format!("{s:?} overlaps sourceSubnets[{j}]"),
+                        ));
+                    }
+                    subnets.push(n);
+                }
+            }
+        }
+        let mut problems = Vec::new();
+        check_ports(&f.spec.source_ports, "spec.sourcePorts", &mut problems);
+        check_ports(
+            &f.spec.destination_ports,
+            "spec.destinationPorts",
+            &mut problems,
+        );
+        for (field, m) in problems {
+            c.errors.push(err("Flow", ns, name, &field, m));
+        }
+        if f.spec.protocols.is_empty() {
+            c.errors.push(err(
+                "Flow",
+                ns,
+                name,
+                "spec.protocols",
+                "a flow names at least one protocol (tcp, udp, sctp)",
+            ));
+        }
+        let uniq: BTreeSet<_> = f.spec.protocols.iter().collect();
+        if uniq.len() != f.spec.protocols.len() {
+            c.errors.push(err(
+                "Flow",
+                ns,
+                name,
+                "spec.protocols",
+                "duplicated protocols",
+            ));
+        }
+        if f.spec.priority < 0 {
+            c.errors.push(err(
+                "Flow",
+                ns,
+                name,
+                "spec.priority",
+                "priority is at least 0",
+            ));
+        }
+    }
+    // A VIP feeds one conduit: flows of different conduits may not share a VIP.
+    let mut vip_conduit: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
+    for f in &d.flows {
+        let Some(s) = streams.get(f.spec.stream.as_str()) else {
+            continue;
+        };
+        for v in &f.spec.vips {
+            let fname = name_of(&f.metadata);
+            match vip_conduit.get(v.as_str()) {
+                Some((other, of)) if *other != s.spec.conduit.as_str() => {
+                    c.errors.push(err("Flow", ns, fname, "spec.vips", format!("Vip {v:?} already feeds conduit {other:?} (flow {of:?}); a vip feeds one conduit")));
+                }
+                Some(_) => {}
+                None => {
+                    vip_conduit.insert(v.as_str(), (s.spec.conduit.as_str(), fname));
+                }
+            }
+        }
+    }
+    // Attractors: references, interface prefixes, no VIP or conduit shared.
+    let mut vip_owner: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut conduit_owner: BTreeMap<&str, &str> = BTreeMap::new();
+    for a in &d.attractors {
+        let name = name_of(&a.metadata);
+        let i = &a.spec.interface;
+        if i.name.is_empty() || i.name.len() > 13 {
+            c.errors.push(err(
+                "Attractor",
+                ns,
+                name,
+                "spec.interface.name",
+                "the interface name has 1..13 bytes",
+            ));
+        }
+        if i.vlan_id.unwrap_or(0) > 4094 {
+            c.errors.push(err(
+                "Attractor",
+                ns,
+                name,
+                "spec.interface.vlanId",
+                "vlanId is within 0..4094 (0: untagged)",
+            ));
+        }
+        if i.vlan_id.unwrap_or(0) == 0 && i.name != i.link {
+            c.errors.push(err(
+                "Attractor",
+                ns,
+                name,
+                "spec.interface.name",
+                "an untagged interface (vlanId 0) is the link itself: name must equal link",
+            ));
+        }
+        let mut prefixes = Vec::new();
+        for (field, p, v4) in [
+            ("spec.interface.ipv4Prefix", &i.ipv4_prefix, true),
+            ("spec.interface.ipv6Prefix", &i.ipv6_prefix, false),
+        ] {
+            let needed = if v4 { fam.v4() } else { fam.v6() };
+            match p {
+                None if needed => c.errors.push(err(
+                    "Attractor",
+                    ns,
+                    name,
+                    field,
+                    format!(
+                        "the trench is {}: the interface needs this prefix",
+                        serde_json::to_value(fam)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_owned))
+                            .unwrap_or_default()
+                    ),
+                )),
+                None => {}
+                Some(p) => match parse_prefix(p) {
+                    Ok(n) if n.is_ipv4() != v4 => c.errors.push(err(
+                        "Attractor",
+                        ns,
+                        name,
+                        field,
+                        format!("{p:?} is of the wrong family"),
+                    )),
+                    Ok(_) if !needed => c.errors.push(err(
+                        "Attractor",
+                        ns,
+                        name,
+                        field,
+                        format!("{p:?} is not of the trench's ipFamily"),
+                    )),
+                    Ok(n) => prefixes.push(n),
+                    Err(e) => c.errors.push(err("Attractor", ns, name, field, e)),
+                },
+            }
+        }
+        if a.spec.composites.len() > 1 {
+            c.errors.push(err(
+                "Attractor",
+                ns,
+                name,
+                "spec.composites",
+                "only one composite (conduit) per attractor",
+            ));
+        }
+        for (k, g) in a.spec.gateways.iter().enumerate() {
+            let field = format!("spec.gateways[{k}]");
+            match gateways.get(g.as_str()) {
+                None => c.errors.push(err(
+                    "Attractor",
+                    ns,
+                    name,
+                    &field,
+                    format!("Gateway {g:?} does not exist in trench {:?}", d.name),
+                )),
+                Some(gw) => {
+                    if let Ok(ip) = gw.spec.address.parse::<IpAddr>()
+                        && !prefixes.iter().any(|p| p.contains(ip))
+                    {
+                        c.errors.push(err(
+                            "Attractor",
+                            ns,
+                            name,
+                            &field,
+                            format!("gateway {g:?} ({ip}) is not on the interface's networks"),
+                        ));
+                    }
+                }
+            }
+        }
+        for (k, v) in a.spec.vips.iter().enumerate() {
+            let field = format!("spec.vips[{k}]");
+            if !vips.contains_key(v.as_str()) {
+                c.errors.push(err(
+                    "Attractor",
+                    ns,
+                    name,
+                    &field,
+                    format!("Vip {v:?} does not exist in trench {:?}", d.name),
+                ));
+            }
+            if let Some(other) = vip_owner.insert(v.as_str(), name) {
+                c.errors.push(err("Attractor", ns, name, &field, format!("Vip {v:?} is already served by attractor {other:?}: a vip cannot be shared between attractors")));
+            }
+        }
+        for (k, x) in a.spec.composites.iter().enumerate() {
+            let field = format!("spec.composites[{k}]");
+            if !conduits.contains_key(x.as_str()) {
+                c.errors.push(err(
+                    "Attractor",
+                    ns,
+                    name,
+                    &field,
+                    format!("Conduit {x:?} does not exist in trench {:?}", d.name),
+                ));
+            }
+            if let Some(other) = conduit_owner.insert(x.as_str(), name) {
+                c.errors.push(err("Attractor", ns, name, &field, format!("Conduit {x:?} is already a composite of attractor {other:?}: a conduit cannot be shared between attractors")));
+            }
+        }
+        if let Err(e) = a.spec.node_selector.validate("spec.nodeSelector") {
+            for p in e.field_errors() {
+                c.errors
+                    .push(err("Attractor", ns, name, &p.path, p.message.clone()));
+            }
+        }
+    }
+    for v in &d.vips {
+        let name = name_of(&v.metadata);
+        if !vip_owner.contains_key(name) {
+            c.notes.push(err(
+                "Vip",
+                ns,
+                name,
+                "metadata.name",
+                "no attractor serves this vip: it is programmed on no node",
+            ));
+        }
+    }
+    c
+}
+
+/// The nodes an attractor selects (by labels), sorted.
+pub fn attractor_nodes<'n>(a: &Attractor, nodes: &'n [(String, Labels)]) -> Vec<&'n str> {
+    let Ok(sel) = a.spec.node_selector.validate("spec.nodeSelector") else {
+        return Vec::new();
+    };
+    let mut v: Vec<&str> = nodes
+        .iter()
+        .filter(|(_, l)| sel.matches(l))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// Hands out what the trenches need, keeping what `previous` (each trench's status) had
+/// wherever it still fits: a table per trench and per stream from
+/// [`TABLE_FIRST`]..=[`TABLE_LAST`] (unique across trenches), each attractor node's
+/// address on each of the interface's prefixes (lowest free, gateways excluded; a node
+/// that left frees its own), and each conduit's prefixes from the trench's roots with a
+/// prefix per attractor node inside them. An invalid trench keeps its previous
+/// allocation untouched (nothing is freed or moved until it is fixed). Returns the
+/// allocation by `namespace/name`, and the problems (exhausted ranges) as errors.
+pub fn allocate(
+    domains: &[Domain<'_>],
+    valid: &BTreeSet<String>,
+    nodes: &[(String, Labels)],
+    previous: &BTreeMap<String, TrenchStatus>,
+    errors: &mut Vec<InputError>,
+) -> BTreeMap<String, TrenchStatus> {
+    let mut out: BTreeMap<String, TrenchStatus> = BTreeMap::new();
+    // Tables: every trench's (and stream's) previous number stays reserved while its
+    // trench exists; new ones take the lowest free.
+    let mut used: BTreeSet<u32> = BTreeSet::new();
+    let mut wanted: Vec<(String, Option<String>)> = Vec::new();
+    for d in domains.iter().filter(|d| d.trench.is_some()) {
+        let key = d.key();
+        let prev = previous.get(&key).cloned().unwrap_or_default();
+        let mut st = TrenchStatus::default();
+        if !valid.contains(&key) {
+            // Kept as it was: only reserve its numbers.
+            used.extend(prev.table);
+            used.extend(prev.stream_tables.values().copied());
+            st.table = prev.table;
+            st.stream_tables = prev.stream_tables.clone();
+            st.node_addresses = prev.node_addresses.clone();
+            st.conduits = prev.conduits.clone();
+            out.insert(key, st);
+            continue;
+        }
+        let in_range = |t: &u32| (TABLE_FIRST..=TABLE_LAST).contains(t);
+        match prev.table.filter(in_range).filter(|t| used.insert(*t)) {
+            Some(t) => st.table = Some(t),
+            None => wanted.push((key.clone(), None)),
+        }
+        for s in &d.streams {
+            let sname = name_of(&s.metadata).to_owned();
+            match prev
+                .stream_tables
+                .get(&sname)
+                .copied()
+                .filter(in_range)
+                .filter(|t| used.insert(*t))
+            {
+                Some(t) => {
+                    st.stream_tables.insert(sname, t);
+                }
+                None => wanted.push((key.clone(), Some(sname))),
+            }
+        }
+        out.insert(key, st);
+    }
+    let mut next = TABLE_FIRST;
+    for (key, stream) in wanted {
+        while used.contains(&next) && next <= TABLE_LAST {
+            next += 1;
+        }
+        if next > TABLE_LAST {
+            let (ns, name) = key.split_once('/').unwrap_or(("", &key));
+            errors.push(err(
+                "Trench",
+                ns,
+                name,
+                "status.table",
+                format!("no routing table left in {TABLE_FIRST}..={TABLE_LAST}"),
+            ));
+            continue;
+        }
+        used.insert(next);
+        let Some(st) = out.get_mut(&key) else {
+            continue;
+        };
+        match stream {
+            None => st.table = Some(next),
+            Some(s) => {
+                st.stream_tables.insert(s, next);
+            }
+        }
+    }
+    // Addresses and conduit prefixes, per valid trench.
+    for d in domains.iter().filter(|d| valid.contains(&d.key())) {
+        let Some(trench) = d.trench else { continue };
+        let key = d.key();
+        let prev = previous.get(&key).cloned().unwrap_or_default();
+        let Some(st) = out.get_mut(&key) else {
+            continue;
+        };
+        let gateways: BTreeMap<&str, &Gateway> = d
+            .gateways
+            .iter()
+            .map(|g| (name_of(&g.metadata), *g))
+            .collect();
+        for a in &d.attractors {
+            let aname = name_of(&a.metadata);
+            let members = attractor_nodes(a, nodes);
+            let before = prev.node_addresses.get(aname);
+            let mut by_node: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            let exclude: Vec<String> = a
+                .spec
+                .gateways
+                .iter()
+                .filter_map(|g| gateways.get(g.as_str()))
+                .map(|g| g.spec.address.clone())
+                .collect();
+            let iface = &a.spec.interface;
+            for prefix in [&iface.ipv4_prefix, &iface.ipv6_prefix]
+                .into_iter()
+                .flatten()
+            {
+                let Ok(net) = prefix.parse::<IpNetwork>() else {
+                    continue;
+                };
+                let excl: Vec<String> = exclude
+                    .iter()
+                    .filter(|e| e.parse::<IpAddr>().is_ok_and(|ip| net.contains(ip)))
+                    .cloned()
+                    .collect();
+                let Ok(space) =
+                    AddressSpace::parse("spec.interface", &[prefix.clone()], &[], &excl)
+                else {
+                    continue;
+                };
+                let mut pool = Allocator::new(space);
+                let len = net.prefix();
+                // Keep each staying node's address.
+                for n in &members {
+                    let kept = before
+                        .and_then(|b| b.get(*n))
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|a| a.split_once('/'))
+                        .filter_map(|(ip, _)| ip.parse::<IpAddr>().ok())
+                        .find(|ip| net.contains(*ip));
+                    if let Some(ip) = kept
+                        && pool.allocate_static(n, &ip).is_ok()
+                    {
+                        by_node
+                            .entry((*n).to_owned())
+                            .or_default()
+                            .push(format!("{ip}/{len}"));
+                    }
+                }
+                for n in &members {
+                    if pool.by_owner(n).is_some() {
+                        continue;
+                    }
+                    match pool.allocate(n) {
+                        Ok(ip) => by_node
+                            .entry((*n).to_owned())
+                            .or_default()
+                            .push(format!("{ip}/{len}")),
+                        Err(_) => errors.push(err(
+                            "Attractor",
+                            &d.namespace,
+                            aname,
+                            "spec.interface",
+                            format!("{prefix} has no address left for node {n:?}"),
+                        )),
+                    }
+                }
+            }
+            if !by_node.is_empty() {
+                st.node_addresses.insert(aname.to_owned(), by_node);
+            }
+        }
+        // Conduits: a prefix per family from the roots, a prefix per node of the
+        // attractor that has it as composite.
+        let ipam = &trench.spec.ipam;
+        let roots = [
+            (
+                trench.spec.ip_family.v4(),
+                &ipam.ipv4_root,
+                ipam.conduit_prefix_length_v4,
+                ipam.node_prefix_length_v4,
+            ),
+            (
+                trench.spec.ip_family.v6(),
+                &ipam.ipv6_root,
+                ipam.conduit_prefix_length_v6,
+                ipam.node_prefix_length_v6,
+            ),
+        ];
+        for (on, root, clen, nlen) in roots {
+            if !on {
+                continue;
+            }
+            let Ok(root_net) = root.parse::<IpNetwork>() else {
+                continue;
+            };
+            let Ok(mut conduit_pool) = PrefixAllocator::new_prefixes(root_net, clen) else {
+                continue;
+            };
+            let same_family = |s: &str| {
+                s.parse::<IpNetwork>()
+                    .is_ok_and(|n| n.is_ipv4() == root_net.is_ipv4())
+            };
+            // Previous conduit prefixes first, then new ones in name order.
+            let mut order: Vec<(&str, Option<IpNetwork>)> = d
+                .conduits
+                .iter()
+                .map(|x| {
+                    let n = name_of(&x.metadata);
+                    let p = prev.conduits.get(n).and_then(|c| {
+                        c.prefixes
+                            .iter()
+                            .find(|p| same_family(p))
+                            .and_then(|p| p.parse().ok())
+                    });
+                    (n, p)
+                })
+                .collect();
+            order.sort_by_key(|(n, p)| (p.is_none(), *n));
+            for (cname, kept) in order {
+                let got = match kept {
+                    Some(p) => conduit_pool
+                        .allocate_static(cname, &p)
+                        .or_else(|_| conduit_pool.allocate(cname)),
+                    None => conduit_pool.allocate(cname),
+                };
+                let Ok(cprefix) = got else {
+                    errors.push(err(
+                        "Conduit",
+                        &d.namespace,
+                        cname,
+                        "metadata.name",
+                        format!("trench root {root} has no /{clen} left"),
+                    ));
+                    continue;
+                };
+                let entry = st
+                    .conduits
+                    .entry(cname.to_owned())
+                    .or_insert_with(ConduitAllocation::default);
+                entry.prefixes.push(cprefix.to_string());
+                let Ok(mut node_pool) = PrefixAllocator::new_prefixes(cprefix, nlen) else {
+                    continue;
+                };
+                let members: Vec<&str> = d
+                    .attractors
+                    .iter()
+                    .filter(|a| a.spec.composites.iter().any(|c| c == cname))
+                    .flat_map(|a| attractor_nodes(a, nodes))
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
+                let prev_nodes = prev.conduits.get(cname).map(|c| &c.nodes);
+                for n in &members {
+                    let kept = prev_nodes
+                        .and_then(|m| m.get(*n))
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|p| p.parse::<IpNetwork>().ok())
+                        .find(|p| p.is_ipv4() == cprefix.is_ipv4());
+                    if let Some(p) = kept {
+                        let _ = node_pool.allocate_static(n, &p);
+                    }
+                }
+                for n in &members {
+                    let got = match node_pool.by_owner(n) {
+                        Some(p) => Ok(p),
+                        None => node_pool.allocate(n),
+                    };
+                    match got {
+                        Ok(p) => entry
+                            .nodes
+                            .entry((*n).to_owned())
+                            .or_default()
+                            .push(p.to_string()),
+                        Err(_) => errors.push(err(
+                            "Conduit",
+                            &d.namespace,
+                            cname,
+                            "metadata.name",
+                            format!("{cprefix} has no /{nlen} left for node {n:?}"),
+                        )),
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn default_route(to: &str, table: u32, dev: &str, via: &[IpAddr]) -> RouteSpec {
+    let mut r = RouteSpec {
+        to: to.to_owned(),
+        table: Some(table),
+        ..Default::default()
+    };
+    if let [one] = via {
+        r.via = Some(one.to_string());
+        r.dev = Some(dev.to_owned());
+    } else {
+        r.nexthops = via
+            .iter()
+            .map(|v| NextHopSpec {
+                via: Some(v.to_string()),
+                dev: Some(dev.to_owned()),
+                weight: None,
+            })
+            .collect();
+    }
+    r
+}
+
+/// The routing items of one valid trench per node, from its objects and its
+/// allocation (the Trench's status): only nodes that have their addresses are
+/// compiled. Pure and deterministic.
+pub fn compile(d: &Domain<'_>, alloc: &TrenchStatus) -> BTreeMap<String, RoutingSpec> {
+    let mut out: BTreeMap<String, RoutingSpec> = BTreeMap::new();
+    let Some(table) = alloc.table else { return out };
+    let vips: BTreeMap<&str, IpNetwork> = d
+        .vips
+        .iter()
+        .filter_map(|v| Some((name_of(&v.metadata), v.spec.address.parse().ok()?)))
+        .collect();
+    let gateways: BTreeMap<&str, &Gateway> = d
+        .gateways
+        .iter()
+        .map(|g| (name_of(&g.metadata), *g))
+        .collect();
+    let streams: BTreeMap<&str, &Stream> = d
+        .streams
+        .iter()
+        .map(|x| (name_of(&x.metadata), *x))
+        .collect();
+    // Flows by rank: higher priority first, then name.
+    let mut flows: Vec<&Flow> = d.flows.clone();
+    flows.sort_by(|a, b| {
+        b.spec
+            .priority
+            .cmp(&a.spec.priority)
+            .then_with(|| name_of(&a.metadata).cmp(name_of(&b.metadata)))
+    });
+    for a in &d.attractors {
+        let aname = name_of(&a.metadata);
+        let Some(nodes) = alloc.node_addresses.get(aname) else {
+            continue;
+        };
+        let iface = &a.spec.interface;
+        let dev = iface.name.as_str();
+        let statics: Vec<IpAddr> = a
+            .spec
+            .gateways
+            .iter()
+            .filter_map(|g| gateways.get(g.as_str()))
+            .filter(|g| g.spec.protocol == GatewayProtocol::Static)
+            .filter_map(|g| g.spec.address.parse().ok())
+            .collect();
+        let mut v4: Vec<IpAddr> = statics.iter().copied().filter(IpAddr::is_ipv4).collect();
+        let mut v6: Vec<IpAddr> = statics.iter().copied().filter(IpAddr::is_ipv6).collect();
+        v4.sort_unstable();
+        v6.sort_unstable();
+        // The tables this attractor's traffic uses: the trench's and its streams'.
+        let mut tables = vec![table];
+        let my_streams: Vec<(&str, u32)> = d
+            .streams
+            .iter()
+            .filter(|s| a.spec.composites.contains(&s.spec.conduit))
+            .filter_map(|s| {
+                let n = name_of(&s.metadata);
+                Some((n, *alloc.stream_tables.get(n)?))
+            })
+            .collect();
+        tables.extend(my_streams.iter().map(|(_, t)| *t));
+        let mut routes = Vec::new();
+        for t in &tables {
+            if !v4.is_empty() {
+                routes.push(default_route("0.0.0.0/0", *t, dev, &v4));
+            }
+            if !v6.is_empty() {
+                routes.push(default_route("::/0", *t, dev, &v6));
+            }
+        }
+        let mut rules = Vec::new();
+        for v in &a.spec.vips {
+            if let Some(net) = vips.get(v.as_str()) {
+                rules.push(RuleSpec {
+                    priority: VIP_RULE_PRIORITY,
+                    from: Some(net.to_string()),
+                    table: Some(table),
+                    ..Default::default()
+                });
+            }
+        }
+        for (rank, f) in flows.iter().enumerate() {
+            let Some(stream) = streams.get(f.spec.stream.as_str()) else {
+                continue;
+            };
+            let Some((_, stable)) = my_streams
+                .iter()
+                .find(|(n, _)| *n == name_of(&stream.metadata))
+            else {
+                continue;
+            };
+            let priority = FLOW_RULE_FIRST + rank as u32;
+            let ports = |list: &[String]| -> Vec<Option<String>> {
+                let mut v: Vec<Option<String>> = list
+                    .iter()
+                    .filter_map(|p| parse_ports(p).ok())
+                    .map(|r| {
+                        r.map(|(a, b)| {
+                            if a == b {
+                                a.to_string()
+                            } else {
+                                format!("{a}-{b}")
+                            }
+                        })
+                    })
+                    .collect();
+                if v.is_empty() || v.iter().any(Option::is_none) {
+                    v = vec![None];
+                }
+                v
+            };
+            let sports = ports(&f.spec.source_ports);
+            let dports = ports(&f.spec.destination_ports);
+            for vname in &f.spec.vips {
+                // Only VIPs this attractor serves reach its nodes.
+                if !a.spec.vips.contains(vname) {
+                    continue;
+                }
+                let Some(vip) = vips.get(vname.as_str()) else {
+                    continue;
+                };
+                let subnets: Vec<Option<IpNetwork>> = if f.spec.source_subnets.is_empty() {
+                    vec![None]
+                } else {
+                    f.spec
+                        .source_subnets
+                        .iter()
+                        .filter_map(|s| s.parse::<IpNetwork>().ok())
+                        .filter(|s| s.is_ipv4() == vip.is_ipv4())
+                        .map(|s| (s.prefix() != 0).then_some(s))
+                        .collect()
+                };
+                for p in &f.spec.protocols {
+                    for src in &subnets {
+                        for sp in &sports {
+                            for dp in &dports {
+                                rules.push(RuleSpec {
+                                    priority,
+                                    to: Some(vip.to_string()),
+                                    from: src.map(|s| s.to_string()),
+                                    ip_proto: Some(IntOrString(p.as_str().to_owned())),
+                                    sport: sp.clone().map(IntOrString),
+                                    dport: dp.clone().map(IntOrString),
+                                    table: Some(*stable),
+                                    ..Default::default()
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (node, addrs) in nodes {
+            let spec = out.entry(node.clone()).or_default();
+            match iface.vlan_id.unwrap_or(0) {
+                0 => spec.addresses.extend(addrs.iter().map(|ad| AddressSpec {
+                    dev: iface.link.clone(),
+                    address: ad.clone(),
+                })),
+                id => spec.vlans.push(VlanSpec {
+                    link: iface.link.clone(),
+                    id: u32::from(id),
+                    name: Some(iface.name.clone()),
+                    protocol: None,
+                    mtu: iface.mtu,
+                    addresses: addrs.clone(),
+                }),
+            }
+            spec.routes.extend(routes.iter().cloned());
+            spec.rules.extend(rules.iter().cloned());
+        }
+    }
+    out
+}
+
+/// The routing policies of every trench, one per (trench, node), from the trenches'
+/// allocations (`status`, by `namespace/name`): a valid trench's compiled items; an
+/// invalid one's nodes (those its allocation lists) are held at their last good config
+/// ([`Policy::invalid`]). Items that fail validation (they cannot, unless the
+/// allocation was edited by hand) make the trench invalid too and are reported.
+pub fn policies(
+    domains: &[Domain<'_>],
+    valid: &BTreeSet<String>,
+    status: &BTreeMap<String, TrenchStatus>,
+    errors: &mut Vec<InputError>,
+) -> BTreeMap<String, Vec<Policy>> {
+    let mut out = BTreeMap::new();
+    for d in domains.iter().filter(|d| d.trench.is_some()) {
+        let key = d.key();
+        let Some(alloc) = status.get(&key) else {
+            continue;
+        };
+        let hold = |alloc: &TrenchStatus| -> Vec<Policy> {
+            let nodes: BTreeSet<&String> = alloc
+                .node_addresses
+                .values()
+                .flat_map(|m| m.keys())
+                .collect();
+            nodes
+                .into_iter()
+                .map(|n| {
+                    Policy::invalid(
+                        Source::trench(&d.namespace, &d.name, n),
+                        0,
+                        Selector::from_requirements(vec![Requirement::Equals {
+                            key: NODE_NAME_LABEL.to_owned(),
+                            value: n.clone(),
+                        }]),
+                    )
+                })
+                .collect()
+        };
+        if !valid.contains(&key) {
+            out.insert(key, hold(alloc));
+            continue;
+        }
+        let mut ps = Vec::new();
+        let mut bad = false;
+        for (node, spec) in compile(d, alloc) {
+            match spec.validate("spec") {
+                Ok(cfg) => ps.push(Policy::trench(&d.namespace, &d.name, &node, cfg)),
+                Err(e) => {
+                    bad = true;
+                    for p in e.field_errors() {
+                        errors.push(err(
+                            "Trench",
+                            &d.namespace,
+                            &d.name,
+                            &format!("status (node {node}): {}", p.path),
+                            p.message.clone(),
+                        ));
+                    }
+                }
+            }
+        }
+        out.insert(key, if bad { hold(alloc) } else { ps });
+    }
+    out
+}
+
+/// Everything about the traffic domains at once: groups, validates, allocates (from
+/// `previous`) and compiles. `plan` calls it with no previous allocation; the
+/// controller with the Trenches' statuses.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// Trenches that validate (`namespace/name`).
+    pub valid: BTreeSet<String>,
+    /// Each trench's allocation (its status fields).
+    pub allocations: BTreeMap<String, TrenchStatus>,
+    /// Errors (invalid objects, exhausted ranges).
+    pub errors: Vec<InputError>,
+    /// Notes (BGP gateways not programmable, VIPs no attractor serves).
+    pub notes: Vec<InputError>,
+}
+
+/// Validates and allocates every trench.
+pub fn evaluate(
+    domains: &[Domain<'_>],
+    nodes: &[(String, Labels)],
+    previous: &BTreeMap<String, TrenchStatus>,
+) -> Outcome {
+    let mut o = Outcome::default();
+    for d in domains {
+        let c = validate(d);
+        if c.errors.is_empty() && d.trench.is_some() {
+            o.valid.insert(d.key());
+        }
+        o.errors.extend(c.errors);
+        o.notes.extend(c.notes);
+    }
+    o.allocations = allocate(domains, &o.valid, nodes, previous, &mut o.errors);
+    o
+}
+
+#[cfg(test)]
+mod tests;
