@@ -12,6 +12,8 @@ use kube::{
     core::{ApiResource, GroupVersionKind},
 };
 use netpolicy_operator::api::crds;
+
+mod common;
 use serde_json::{Value, json};
 
 fn plural(kind: &str) -> String {
@@ -31,7 +33,7 @@ async fn setup(prefix: &str) -> (Client, String) {
     let cp = netpolicy_testenv::shared();
     let client = cp.client().await;
     netpolicy_testenv::install_crds(&client, crds()).await;
-    admission_policy(&client).await;
+    common::admission_policy(&client).await;
     let ns = cp.unique(prefix);
     let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     nss.create(
@@ -41,53 +43,6 @@ async fn setup(prefix: &str) -> (Client, String) {
     .await
     .unwrap();
     (client, ns)
-}
-
-/// Applies deploy/traffic-domains-admission.yaml and waits until it is enforced.
-async fn admission_policy(client: &Client) {
-    let text = include_str!("../../deploy/traffic-domains-admission.yaml");
-    for doc in text.split("\n---\n") {
-        let v: Value = serde_saphyr::from_str(doc).unwrap();
-        let kind = v["kind"].as_str().unwrap();
-        let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
-        let plural = format!("{}s", kind.to_lowercase()).replace("ys", "ies");
-        let ar = ApiResource::from_gvk_with_plural(&gvk, &plural);
-        let obj: DynamicObject = serde_json::from_value(v.clone()).unwrap();
-        Api::<DynamicObject>::all_with(client.clone(), &ar)
-            .patch(
-                v["metadata"]["name"].as_str().unwrap(),
-                &PatchParams::apply("traffic-crds-test").force(),
-                &Patch::Apply(&obj),
-            )
-            .await
-            .unwrap();
-    }
-    // A policy is enforced once the server has compiled it and seen its binding.
-    let cp = netpolicy_testenv::shared();
-    let ns = cp.unique("td-probe");
-    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    nss.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
-    )
-    .await
-    .unwrap();
-    for i in 0..100 {
-        let r = create(
-            client,
-            &ns,
-            "Vip",
-            &format!("probe-{i}"),
-            None,
-            json!({"address": "20.0.0.1/32"}),
-        )
-        .await;
-        if r.is_err() {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
-    panic!("the trench-label admission policy was not enforced within 20 s");
 }
 
 async fn create(

@@ -3,6 +3,7 @@
 //! the problem type every job reports about an object.
 
 mod host_address;
+pub mod traffic;
 pub use host_address::{host_address, host_addresses};
 
 use std::{
@@ -299,24 +300,34 @@ where
             Err(e) => warn!(error = %e, kind = &*kind, "watch error (retrying)"),
             Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
                 let name = o.name_any();
+                // Namespaced kinds: two objects of one name in two namespaces are two
+                // entries (one fingerprint must not hide the other's change).
+                let key = format!(
+                    "{}/{name}",
+                    o.meta().namespace.as_deref().unwrap_or_default()
+                );
                 if let Some((also_wake, fp)) = &also {
                     let f = fp(o);
-                    if seen_also.get(&name) != Some(&f) {
-                        seen_also.insert(name.clone(), f);
+                    if seen_also.get(&key) != Some(&f) {
+                        seen_also.insert(key.clone(), f);
                         also_wake.changed(&kind, name.clone());
                     }
                 }
                 let f = fingerprint(o);
-                if seen.get(&name) != Some(&f) {
-                    seen.insert(name.clone(), f);
+                if seen.get(&key) != Some(&f) {
+                    seen.insert(key, f);
                     tracing::debug!(kind = &*kind, name, "watch: a change that matters");
                     wake.changed(&kind, name);
                 }
             }
             Ok(watcher::Event::Delete(o)) => {
                 let name = o.name_any();
-                seen.remove(&name);
-                if seen_also.remove(&name).is_some()
+                let key = format!(
+                    "{}/{name}",
+                    o.meta().namespace.as_deref().unwrap_or_default()
+                );
+                seen.remove(&key);
+                if seen_also.remove(&key).is_some()
                     && let Some((also_wake, _)) = &also
                 {
                     also_wake.changed(&kind, name.clone());

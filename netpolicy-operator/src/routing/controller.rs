@@ -45,6 +45,7 @@ use kube::{
 use super::{
     PolicyFacts, Routing, carried_from, new_conflicts, policy_status, revision, with_job_addresses,
 };
+use crate::k8s::traffic::{TRAFFIC_KINDS, TrafficStores};
 use crate::{
     api::{
         ClusterConfig, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec, PolicyStatus,
@@ -114,15 +115,20 @@ pub async fn run(
         spec_fingerprint,
         None,
     );
-    let drive =
-        tokio::spawn(futures::stream::select_all([s1, s2, s3, s4, s5, s6]).for_each(|()| async {}));
+    // Traffic domains: their objects, and what the trench job handed out (the
+    // Trenches' status), compiled by crate::trench.
+    let (traffic, streams) = TrafficStores::watch(&client, &wake);
+    let mut all = vec![s1, s2, s3, s4, s5, s6];
+    all.extend(streams);
+    let drive = tokio::spawn(futures::stream::select_all(all).for_each(|()| async {}));
     let synced = async {
         ccs.wait_until_ready().await?;
         ncs.wait_until_ready().await?;
         nodes.wait_until_ready().await?;
         nncs.wait_until_ready().await?;
         rips.wait_until_ready().await?;
-        issuers.wait_until_ready().await
+        issuers.wait_until_ready().await?;
+        traffic.wait_until_ready().await
     };
     tokio::select! {
         r = synced => r?,
@@ -139,6 +145,7 @@ pub async fn run(
         nncs,
         rips,
         issuers,
+        traffic,
     };
     let nnc_api = Api::<NodeNetworkConfig>::all(client.clone());
     let status = StatusWriter {
@@ -226,6 +233,7 @@ struct Stores {
     nncs: Store<NodeNetworkConfig>,
     rips: Store<RoutedIP>,
     issuers: Store<RoutedIPIssuer>,
+    traffic: TrafficStores,
 }
 
 /// What of a RoutedIP the routing job reads: where its address is held.
@@ -423,6 +431,30 @@ async fn render(
         let obj = get(&stores.ncs, &name);
         dirty.extend(routing.node_config(&name, obj.as_deref()));
         log_problems(routing.errors(&format!("NodeConfig/{name}")));
+    }
+    // Traffic domains: when any of their objects changed, compile every trench from
+    // its objects and the allocation its job recorded (unchanged policies cost a
+    // comparison in the engine).
+    if full
+        || TRAFFIC_KINDS
+            .iter()
+            .any(|k| changes.of(k).next().is_some() || changes.relisted(k))
+    {
+        let snap = stores.traffic.snapshot();
+        let mut errors = Vec::new();
+        let domains = crate::trench::domains(snap.objects(), &mut errors);
+        let valid: BTreeSet<String> = domains
+            .iter()
+            .filter(|d| d.trench.is_some() && crate::trench::validate(d).errors.is_empty())
+            .map(crate::trench::Domain::key)
+            .collect();
+        let status: BTreeMap<String, crate::api::TrenchStatus> = domains
+            .iter()
+            .filter_map(|d| Some((d.key(), d.trench?.status.clone()?)))
+            .collect();
+        let policies = crate::trench::policies(&domains, &valid, &status, &mut errors);
+        log_problems(&errors);
+        dirty.extend(routing.traffic(policies));
     }
     let known_nodes: Vec<String> = routing.nodes().into_iter().map(str::to_owned).collect();
     for name in names(

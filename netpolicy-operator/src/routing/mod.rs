@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use netpolicy_core::{
-    merge::{Engine, NodeOutcome, Policy, Problem, Source},
+    merge::{Engine, NodeOutcome, Policy, Problem, Source, with_node_name},
     render::{RenderedSpec, SourceRef, SourcedSpec},
     selector::{Labels, Selector},
     spec::AddressSpec,
@@ -324,6 +324,8 @@ pub struct Routing {
     policies: HashMap<String, PolicyEntry>,
     /// Nodes whose outcome is Held (the status pass reads conflicts from these only).
     held: BTreeSet<String>,
+    /// The traffic domains' per-node policies in the engine.
+    traffic: BTreeSet<Source>,
 }
 
 #[derive(Debug)]
@@ -417,13 +419,38 @@ impl Routing {
             return Vec::new();
         };
         let new = self.engine.labels(name).is_none();
-        if !new && self.engine.labels(name) == Some(labels) {
+        // Per-node policies (a trench's) select the node by its name.
+        let labels = with_node_name(name, labels);
+        if !new && self.engine.labels(name) == Some(&labels) {
             return Vec::new();
         }
-        let mut changed = self.engine.upsert_node(name, labels.clone());
+        let mut changed = self.engine.upsert_node(name, labels);
         if new && changed.is_empty() {
             changed.push(name.into());
         }
+        self.note(changed)
+    }
+
+    /// Brings the traffic domains' policies in (all of them, by `namespace/name`, from
+    /// [`crate::trench::policies`]): new and changed ones are upserted, those no longer
+    /// given removed. Returns the nodes whose outcome changed; unchanged policies cost a
+    /// comparison each.
+    pub fn traffic(&mut self, policies: BTreeMap<String, Vec<Policy>>) -> Vec<String> {
+        let mut changed = Vec::new();
+        let mut now: BTreeSet<Source> = BTreeSet::new();
+        for ps in policies.into_values() {
+            for p in ps {
+                now.insert(p.source().clone());
+                changed.extend(self.engine.upsert_policy(p));
+            }
+        }
+        let gone: Vec<Source> = self.traffic.difference(&now).cloned().collect();
+        for s in gone {
+            changed.extend(self.engine.remove_policy(&s));
+        }
+        self.traffic = now;
+        changed.sort();
+        changed.dedup();
         self.note(changed)
     }
 
@@ -491,12 +518,16 @@ impl Routing {
                 .collect();
         }
         for p in self.engine.policies() {
-            out.entry(p.source().to_string()).or_default().matched = self
-                .engine
-                .selected(p.source())
-                .into_iter()
-                .map(str::to_owned)
-                .collect();
+            // A trench has one policy per node under one key: their nodes add up.
+            out.entry(p.source().to_string())
+                .or_default()
+                .matched
+                .extend(
+                    self.engine
+                        .selected(p.source())
+                        .into_iter()
+                        .map(str::to_owned),
+                );
         }
         let held = self
             .held

@@ -30,7 +30,7 @@ use tracing::{error, info, warn};
 pub use crate::telemetry::{ControllerLabel, Metrics, Shared};
 use crate::{
     error::{Chain, Error, Result},
-    floating_ip, route_reflector, routed_ip, routing,
+    floating_ip, route_reflector, routed_ip, routing, trench,
 };
 
 /// Options of `netpolicy operator`.
@@ -254,7 +254,8 @@ pub async fn run(opts: Options) -> Result<Exit> {
                             routing::controller::run(c.clone(), Arc::clone(&sh), st.clone(), resync),
                             floating_ip::controller::run(c.clone(), Arc::clone(&sh), st.clone(), resync),
                             route_reflector::controller::run(c.clone(), Arc::clone(&sh), st.clone(), resync),
-                            routed_ip::controller::run(c, sh, st, resync),
+                            routed_ip::controller::run(c.clone(), Arc::clone(&sh), st.clone(), resync),
+                            trench::controller::run(c, sh, st, resync),
                         )
                         .map(|_| ())
                     }));

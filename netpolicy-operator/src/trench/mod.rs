@@ -23,7 +23,7 @@
 //!   <stream table>`, at priority [`FLOW_RULE_FIRST`] + the flow's rank (higher
 //!   `priority` first, then name), so a higher-priority flow matches first.
 
-// pub mod controller;
+pub mod controller;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -56,6 +56,21 @@ pub const VIP_RULE_PRIORITY: u32 = 29000;
 pub const FLOW_RULE_FIRST: u32 = 20000;
 /// Most flows in one trench (their rules stay below [`VIP_RULE_PRIORITY`]).
 pub const MAX_FLOWS: usize = (VIP_RULE_PRIORITY - FLOW_RULE_FIRST) as usize;
+
+impl crate::k8s::traffic::TrafficSnapshot {
+    /// As [`crate::trench::Objects`].
+    pub fn objects(&self) -> crate::trench::Objects<'_> {
+        crate::trench::Objects {
+            trenches: &self.trenches,
+            attractors: &self.attractors,
+            gateways: &self.gateways,
+            vips: &self.vips,
+            conduits: &self.conduits,
+            streams: &self.streams,
+            flows: &self.flows,
+        }
+    }
+}
 
 /// Every traffic-domain object, as lists.
 #[derive(Debug, Clone, Copy, Default)]
@@ -321,11 +336,16 @@ pub fn validate(d: &Domain<'_>) -> Checked {
             Err(e) => c.errors.push(err("Trench", ns, &d.name, field, e)),
         }
     }
-    if !(ipam.conduit_prefix_length_v4 <= ipam.node_prefix_length_v4
-        && ipam.node_prefix_length_v4 <= 32)
-        || !(ipam.conduit_prefix_length_v6 <= ipam.node_prefix_length_v6
-            && ipam.node_prefix_length_v6 <= 128)
-    {
+    let grows = |c: u8, n: u8, max: u8| c <= n && n <= max;
+    if !grows(
+        ipam.conduit_prefix_length_v4,
+        ipam.node_prefix_length_v4,
+        32,
+    ) || !grows(
+        ipam.conduit_prefix_length_v6,
+        ipam.node_prefix_length_v6,
+        128,
+    ) {
         c.errors.push(err(
             "Trench",
             ns,
@@ -927,7 +947,7 @@ pub fn allocate(
                     .cloned()
                     .collect();
                 let Ok(space) =
-                    AddressSpace::parse("spec.interface", &[prefix.clone()], &[], &excl)
+                    AddressSpace::parse("spec.interface", std::slice::from_ref(prefix), &[], &excl)
                 else {
                     continue;
                 };

@@ -9,10 +9,11 @@ use k8s_openapi::{
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
 use kube::{
-    Api,
-    api::{Patch, PatchParams, PostParams},
+    Api, Client,
+    api::{DynamicObject, Patch, PatchParams, PostParams},
+    core::{ApiResource, GroupVersionKind},
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// A child process, killed when dropped.
 pub(crate) struct Killed(pub(crate) Child);
@@ -154,4 +155,52 @@ pub(crate) async fn rr_switch_multi_and_back(client: &kube::Client, log: &std::p
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         rr_settled(client, topology, 180, log).await;
     }
+}
+
+/// Applies deploy/traffic-domains-admission.yaml and waits until it is enforced.
+pub(crate) async fn admission_policy(client: &Client) {
+    let text = include_str!("../../../deploy/traffic-domains-admission.yaml");
+    for doc in text.split("\n---\n") {
+        let v: Value = serde_saphyr::from_str(doc).unwrap();
+        let kind = v["kind"].as_str().unwrap();
+        let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
+        let plural = format!("{}s", kind.to_lowercase()).replace("ys", "ies");
+        let ar = ApiResource::from_gvk_with_plural(&gvk, &plural);
+        let obj: DynamicObject = serde_json::from_value(v.clone()).unwrap();
+        Api::<DynamicObject>::all_with(client.clone(), &ar)
+            .patch(
+                v["metadata"]["name"].as_str().unwrap(),
+                &PatchParams::apply("traffic-crds-test").force(),
+                &Patch::Apply(&obj),
+            )
+            .await
+            .unwrap();
+    }
+    // A policy is enforced once the server has compiled it and seen its binding.
+    let cp = netpolicy_testenv::shared();
+    let ns = cp.unique("td-probe");
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    nss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    for i in 0..100 {
+        let gvk = GroupVersionKind::gvk("netpolicy.io", "v1alpha1", "Vip");
+        let ar = ApiResource::from_gvk_with_plural(&gvk, "vips");
+        let probe: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "Vip",
+            "metadata": {"name": format!("probe-{i}")}, "spec": {"address": "20.0.0.1/32"},
+        }))
+        .unwrap();
+        let r = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &ar)
+            .create(&PostParams::default(), &probe)
+            .await;
+        if r.is_err() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    panic!("the trench-label admission policy was not enforced within 20 s");
 }

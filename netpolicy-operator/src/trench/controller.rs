@@ -1,0 +1,511 @@
+//! The trench controller: the traffic-domain objects and Nodes → each Trench's status
+//! (its tables, its attractors' node addresses, its conduits' prefixes: what
+//! [`super::allocate`] hands out) and every object's `Ready` condition, with Events on
+//! the transitions that matter. The routing job compiles the trenches into
+//! NodeNetworkConfigs from those statuses.
+//!
+//! # Guarantees
+//! - What a Trench's status hands out stays while it fits: a node keeps its address
+//!   while its attractor selects it; a node that leaves frees its own (and nothing
+//!   else moves); table numbers stay while their trench and stream exist. The status is
+//!   the record, so a restarted operator hands out nothing new.
+//! - An invalid trench (any object of it fails validation) keeps its previous status
+//!   allocations: nothing is freed or moved until it is fixed, and the routing job holds
+//!   its nodes at their last good config.
+//! - Statuses are compared before they are written: a pass that found nothing new
+//!   writes nothing.
+
+use std::{
+    collections::BTreeMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use futures::StreamExt;
+use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    runtime::{
+        events::{Event, EventType, Recorder, Reporter},
+        reflector::{self, Store},
+    },
+};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use super::{Domain, Outcome};
+use crate::{
+    api::{
+        Attractor, Conduit, Flow, Gateway, Stream, TrafficStatus, Trench, TrenchStatus, Vip,
+        conditions::{READY, traffic as reason},
+    },
+    k8s::{
+        FIELD_MANAGER, InputError, Wake, apply_status, condition, labels_fingerprint,
+        traffic::TrafficStores, watched,
+    },
+    telemetry::Shared,
+};
+
+/// Runs the trench controller until `stop` turns true.
+///
+/// # Errors
+/// Only when a watch's cache was dropped before it synced.
+pub async fn run(
+    client: Client,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+    resync: Duration,
+) -> Result<(), reflector::store::WriterDropped> {
+    let wake = Wake::new();
+    let (stores, mut streams) = TrafficStores::watch(&client, &wake);
+    let (nodes, s) = watched(
+        Api::<Node>::all(client.clone()),
+        wake.clone(),
+        labels_fingerprint,
+        None,
+    );
+    streams.push(s);
+    let drive = tokio::spawn(futures::stream::select_all(streams).for_each(|()| async {}));
+    let synced = async {
+        stores.wait_until_ready().await?;
+        nodes.wait_until_ready().await
+    };
+    tokio::select! {
+        r = synced => r?,
+        _ = stop.changed() => { drive.abort(); return Ok(()); }
+    }
+    info!("caches synced: trench controller running");
+    let job = Job {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "netpolicy-operator".into(),
+                instance: None,
+            },
+        ),
+        client,
+        stores,
+        nodes,
+    };
+    loop {
+        let _ = wake.take();
+        let start = Instant::now();
+        let ok = match job.pass().await {
+            Ok(written) => {
+                if written > 0 {
+                    info!(written, "trenches: statuses updated");
+                }
+                true
+            }
+            Err(e) => {
+                warn!(error = %e, "trenches: pass failed; retrying");
+                false
+            }
+        };
+        shared.metrics.reconciled("trench", start.elapsed(), ok);
+        let wait = if ok { resync } else { Duration::from_secs(2) };
+        tokio::select! {
+            _ = stop.changed() => break,
+            () = wake.notified() => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+        // Coalesce bursts of events.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drive.abort();
+    info!("trench controller stopped");
+    Ok(())
+}
+
+struct Job {
+    client: Client,
+    recorder: Recorder,
+    stores: TrafficStores,
+    nodes: Store<Node>,
+}
+
+/// The problems reported about one object (`Kind`, `namespace/name`).
+type ByObject = BTreeMap<(String, String), Vec<String>>;
+
+fn by_object(list: &[InputError]) -> ByObject {
+    let mut m: ByObject = BTreeMap::new();
+    for e in list {
+        m.entry((e.kind.clone(), e.name.clone()))
+            .or_default()
+            .push(format!("{}: {}", e.field, e.message));
+    }
+    m
+}
+
+fn key_of<K: Resource>(o: &K) -> String {
+    format!(
+        "{}/{}",
+        o.meta().namespace.as_deref().unwrap_or_default(),
+        o.meta().name.as_deref().unwrap_or_default()
+    )
+}
+
+impl Job {
+    /// One pass over every trench: validate, allocate from the current statuses, write
+    /// the statuses and conditions that differ. Returns how many were written.
+    async fn pass(&self) -> Result<usize, kube::Error> {
+        let snap = self.stores.snapshot();
+        let mut errors = Vec::new();
+        let domains = super::domains(snap.objects(), &mut errors);
+        let nodes: Vec<(String, netpolicy_core::selector::Labels)> = self
+            .nodes
+            .state()
+            .iter()
+            .map(|n| (n.name_any(), n.labels().clone()))
+            .collect();
+        let previous: BTreeMap<String, TrenchStatus> = domains
+            .iter()
+            .filter_map(|d| Some((d.key(), d.trench?.status.clone()?)))
+            .collect();
+        let mut outcome = super::evaluate(&domains, &nodes, &previous);
+        outcome.errors.extend(errors);
+        let errors = by_object(&outcome.errors);
+        let notes = by_object(&outcome.notes);
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let mut written = 0;
+        for d in &domains {
+            written += self.trench(d, &outcome, &previous, &errors, &now).await?;
+            written += self.children(d, &outcome, &errors, &notes, &now).await?;
+        }
+        written += self.unlabelled(&snap, &errors, &now).await?;
+        Ok(written)
+    }
+
+    /// Writes a Trench's status when it differs, with Events for its `Ready`
+    /// transitions and for node addresses handed out or freed.
+    async fn trench(
+        &self,
+        d: &Domain<'_>,
+        outcome: &Outcome,
+        previous: &BTreeMap<String, TrenchStatus>,
+        errors: &ByObject,
+        now: &Time,
+    ) -> Result<usize, kube::Error> {
+        let Some(t) = d.trench else { return Ok(0) };
+        let key = d.key();
+        let current = t.status.clone().unwrap_or_default();
+        let mut next = outcome.allocations.get(&key).cloned().unwrap_or_default();
+        next.observed_generation = t.metadata.generation;
+        let mine = errors.get(&("Trench".to_owned(), key.clone()));
+        let all: Vec<String> = errors
+            .iter()
+            .filter(|((_, n), _)| {
+                n.split_once('/').is_some_and(|(ns, _)| ns == d.namespace)
+                    && d.objects().any(|o| o == *n)
+            })
+            .flat_map(|((k, n), es)| es.iter().map(move |e| format!("{k} {n}: {e}")))
+            .collect();
+        let exhausted = mine.is_some_and(|es| es.iter().any(|e| e.contains("left")));
+        let (ok, why, message) = if outcome.valid.contains(&key) && !exhausted {
+            (
+                true,
+                reason::COMPILED,
+                "compiled into its attractor nodes' routing".to_owned(),
+            )
+        } else if exhausted {
+            (
+                false,
+                reason::EXHAUSTED,
+                mine.map(|m| m.join("; ")).unwrap_or_default(),
+            )
+        } else {
+            (
+                false,
+                reason::INVALID,
+                format!(
+                    "not compiled (its nodes keep their last good config): {}",
+                    first(&all)
+                ),
+            )
+        };
+        next.conditions = vec![condition(
+            &current.conditions,
+            READY,
+            ok,
+            why,
+            message.clone(),
+            t.metadata.generation,
+            now,
+        )];
+        if next == current {
+            return Ok(0);
+        }
+        let was_ok = current
+            .conditions
+            .iter()
+            .find(|c| c.type_ == READY)
+            .map(|c| c.status == "True");
+        if was_ok != Some(ok) {
+            self.event(t, ok, if ok { "Compiled" } else { why }, message)
+                .await;
+        }
+        let before = previous.get(&key).cloned().unwrap_or_default();
+        for (attractor, nodes) in &next.node_addresses {
+            for (node, addrs) in nodes {
+                if before
+                    .node_addresses
+                    .get(attractor)
+                    .and_then(|m| m.get(node))
+                    != Some(addrs)
+                {
+                    self.event(
+                        t,
+                        true,
+                        "AddressAssigned",
+                        format!("node {node} on attractor {attractor}: {}", addrs.join(", ")),
+                    )
+                    .await;
+                }
+            }
+        }
+        for (attractor, nodes) in &before.node_addresses {
+            for (node, addrs) in nodes {
+                if next
+                    .node_addresses
+                    .get(attractor)
+                    .and_then(|m| m.get(node))
+                    .is_none()
+                {
+                    self.event(
+                        t,
+                        true,
+                        "AddressFreed",
+                        format!(
+                            "node {node} left attractor {attractor}: {} freed",
+                            addrs.join(", ")
+                        ),
+                    )
+                    .await;
+                }
+            }
+        }
+        let api: Api<Trench> = Api::namespaced(self.client.clone(), &d.namespace);
+        apply_status(&api, FIELD_MANAGER, &d.name, &next).await?;
+        debug!(trench = key, "trench status written");
+        Ok(1)
+    }
+
+    /// The children's `Ready` conditions.
+    async fn children(
+        &self,
+        d: &Domain<'_>,
+        outcome: &Outcome,
+        errors: &ByObject,
+        notes: &ByObject,
+        now: &Time,
+    ) -> Result<usize, kube::Error> {
+        let valid = outcome.valid.contains(&d.key());
+        let trench_state = if d.trench.is_none() {
+            Some((
+                reason::NO_TRENCH,
+                format!(
+                    "trench {:?} does not exist in namespace {:?}",
+                    d.name, d.namespace
+                ),
+            ))
+        } else if !valid {
+            Some((
+                reason::INVALID,
+                format!("trench {:?} is not compiled: see its status", d.name),
+            ))
+        } else {
+            None
+        };
+        let verdict = |kind: &str,
+                       o: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta|
+         -> (bool, &'static str, String) {
+            let k = (
+                kind.to_owned(),
+                format!("{}/{}", d.namespace, o.name.as_deref().unwrap_or_default()),
+            );
+            if let Some(es) = errors.get(&k) {
+                let why = if d.trench.is_none() {
+                    reason::NO_TRENCH
+                } else {
+                    reason::INVALID
+                };
+                return (false, why, es.join("; "));
+            }
+            if let Some((why, m)) = &trench_state {
+                return (false, why, m.clone());
+            }
+            if let Some(ns) = notes.get(&k) {
+                let why = if kind == "Gateway" {
+                    reason::NOT_PROGRAMMABLE
+                } else {
+                    reason::UNUSED
+                };
+                return (kind != "Gateway", why, ns.join("; "));
+            }
+            (
+                true,
+                reason::COMPILED,
+                "compiled into its attractor nodes' routing".into(),
+            )
+        };
+        let mut n = 0;
+        macro_rules! each {
+            ($list:expr, $kind:literal, $ty:ty) => {
+                for o in &$list {
+                    let (ok, why, msg) = verdict($kind, &o.metadata);
+                    n += self
+                        .child::<$ty>(o, o.status.as_ref(), ok, why, msg, now)
+                        .await?;
+                }
+            };
+        }
+        each!(d.attractors, "Attractor", Attractor);
+        each!(d.gateways, "Gateway", Gateway);
+        each!(d.vips, "Vip", Vip);
+        each!(d.conduits, "Conduit", Conduit);
+        each!(d.streams, "Stream", Stream);
+        each!(d.flows, "Flow", Flow);
+        Ok(n)
+    }
+
+    /// Objects without a trench label: `Ready` False naming the label.
+    async fn unlabelled(
+        &self,
+        snap: &crate::k8s::traffic::TrafficSnapshot,
+        errors: &ByObject,
+        now: &Time,
+    ) -> Result<usize, kube::Error> {
+        let mut n = 0;
+        macro_rules! each {
+            ($list:expr, $kind:literal, $ty:ty) => {
+                for o in &$list {
+                    let has = o
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(crate::api::TRENCH_LABEL))
+                        .is_some_and(|t| !t.is_empty());
+                    if has {
+                        continue;
+                    }
+                    let msg = errors
+                        .get(&($kind.to_owned(), key_of(o)))
+                        .map(|e| e.join("; "))
+                        .unwrap_or_default();
+                    n += self
+                        .child::<$ty>(o, o.status.as_ref(), false, reason::NO_TRENCH, msg, now)
+                        .await?;
+                }
+            };
+        }
+        each!(snap.attractors, "Attractor", Attractor);
+        each!(snap.gateways, "Gateway", Gateway);
+        each!(snap.vips, "Vip", Vip);
+        each!(snap.conduits, "Conduit", Conduit);
+        each!(snap.streams, "Stream", Stream);
+        each!(snap.flows, "Flow", Flow);
+        Ok(n)
+    }
+
+    /// Writes one child's `Ready` condition when it differs; an Event when it turns
+    /// False (or back).
+    async fn child<K>(
+        &self,
+        o: &K,
+        status: Option<&TrafficStatus>,
+        ok: bool,
+        why: &str,
+        message: String,
+        now: &Time,
+    ) -> Result<usize, kube::Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned,
+    {
+        let current = status.cloned().unwrap_or_default();
+        let next = TrafficStatus {
+            observed_generation: o.meta().generation,
+            conditions: vec![condition(
+                &current.conditions,
+                READY,
+                ok,
+                why,
+                message.clone(),
+                o.meta().generation,
+                now,
+            )],
+        };
+        if next == current {
+            return Ok(0);
+        }
+        let was = current
+            .conditions
+            .iter()
+            .find(|c| c.type_ == READY)
+            .map(|c| (c.status == "True", c.reason.clone()));
+        if was.as_ref().map(|(s, r)| (*s, r.as_str())) != Some((ok, why)) {
+            self.event(o, ok || why == reason::NOT_PROGRAMMABLE, why, message)
+                .await;
+        }
+        let api: Api<K> = Api::namespaced(
+            self.client.clone(),
+            o.meta().namespace.as_deref().unwrap_or_default(),
+        );
+        apply_status(
+            &api,
+            FIELD_MANAGER,
+            o.meta().name.as_deref().unwrap_or_default(),
+            &next,
+        )
+        .await?;
+        Ok(1)
+    }
+
+    async fn event<K: Resource<DynamicType = ()>>(
+        &self,
+        o: &K,
+        normal: bool,
+        why: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_: if normal {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            },
+            reason: why.to_owned(),
+            note: Some(note),
+            action: "Compile".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &o.object_ref(&())).await {
+            warn!(error = %e, "could not record a traffic-domain Event");
+        }
+    }
+}
+
+fn first(list: &[String]) -> String {
+    match list {
+        [] => String::new(),
+        [one] => one.clone(),
+        [one, rest @ ..] => format!("{one} (and {} more)", rest.len()),
+    }
+}
+
+impl Domain<'_> {
+    /// `namespace/name` of every object of the domain.
+    fn objects(&self) -> impl Iterator<Item = String> + '_ {
+        self.trench
+            .map(key_of)
+            .into_iter()
+            .chain(self.attractors.iter().map(|o| key_of(*o)))
+            .chain(self.gateways.iter().map(|o| key_of(*o)))
+            .chain(self.vips.iter().map(|o| key_of(*o)))
+            .chain(self.conduits.iter().map(|o| key_of(*o)))
+            .chain(self.streams.iter().map(|o| key_of(*o)))
+            .chain(self.flows.iter().map(|o| key_of(*o)))
+    }
+}
