@@ -1368,3 +1368,143 @@ metadata: {name: n1, labels: {networking.type: eth2-vlan-104}}
         .stderr(predicate::str::contains("NodeConfig/nodev"))
         .stderr(predicate::str::contains("on-link without dev"));
 }
+
+/// examples/traffic-domains (Meridio's sample trench-a) over the example cluster's nodes.
+fn traffic_plan(edit: impl Fn(String) -> String) -> (i32, Value, String) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let trench = edit(fs::read_to_string(root.join("traffic-domains/trench-a.yaml")).unwrap());
+    let nodes = fs::read_to_string(root.join("cluster/nodes.yaml")).unwrap();
+    plan_json(&format!("{nodes}\n---\n{trench}"))
+}
+
+#[test]
+fn the_meridio_sample_trench_plans_onto_the_attractor_nodes() {
+    let (code, json, stderr) = traffic_plan(|t| t);
+    assert_eq!(code, 0, "{stderr}\n{json:#}");
+    let t = &json["trenches"][0];
+    assert_eq!(
+        (t["namespace"].as_str(), t["name"].as_str()),
+        (Some("red"), Some("trench-a"))
+    );
+    let a = &t["attractors"][0];
+    assert_eq!(a["name"], "attractor-a-1");
+    assert_eq!(
+        a["nodes"],
+        serde_json::json!(["edge-a1", "edge-b1", "edge-c1"])
+    );
+    // One address per node and family, all different, none a gateway's.
+    let mut seen = std::collections::BTreeSet::new();
+    for (_, addrs) in a["addresses"].as_object().unwrap() {
+        for ad in addrs.as_array().unwrap() {
+            let ad = ad.as_str().unwrap();
+            assert!(seen.insert(ad.to_owned()), "{ad} handed out twice");
+            assert!(!ad.starts_with("169.254.100.15"), "{ad}");
+        }
+    }
+    assert_eq!(seen.len(), 6);
+    let table = t["table"].as_u64().unwrap();
+    let s1 = t["streamTables"]["stream-a-i"].as_u64().unwrap();
+    // An edge node carries the VLAN, the routes and the rules, sourced from the trench.
+    let edge = &json["nodes"]["edge-a1"];
+    let from_trench = |field: &str| -> Vec<Value> {
+        edge[field]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| {
+                i["sources"][0]["kind"] == "Trench" && i["sources"][0]["name"] == "red/trench-a"
+            })
+            .cloned()
+            .collect()
+    };
+    let vlan = &from_trench("vlans")[0];
+    assert_eq!(
+        (
+            vlan["link"].as_str(),
+            vlan["id"].as_u64(),
+            vlan["name"].as_str()
+        ),
+        (Some("eth2"), Some(100), Some("ext-vlan.100"))
+    );
+    let routes = from_trench("routes");
+    assert!(routes.iter().any(|r| r["to"] == "0.0.0.0/0"
+        && r["table"] == table
+        && r["nexthops"].as_array().is_some_and(|n| n.len() == 2)));
+    assert!(
+        routes
+            .iter()
+            .any(|r| r["to"] == "::/0" && r["table"] == s1 && r["via"] == "100:100::150")
+    );
+    let rules = from_trench("rules");
+    assert!(rules.iter().any(|r| r["to"] == "2000::1/128"
+        && r["ipProto"] == "tcp"
+        && r["dport"] == "4000"
+        && r["table"] == s1));
+    assert!(
+        rules
+            .iter()
+            .any(|r| r["from"] == "20.0.0.1/32" && r["table"] == table)
+    );
+    // Nodes outside the attractor get nothing of it.
+    let general = serde_json::to_string(&json["nodes"]["general-a1"]).unwrap();
+    assert!(!general.contains("Trench"), "{general}");
+}
+
+#[test]
+fn a_broken_trench_exits_1_naming_kind_object_and_field_and_changes_no_node() {
+    let cases: [(&str, &str, &str, &str, &str); 5] = [
+        (
+            "stream: stream-a-i",
+            "stream: stream-a-x",
+            "Flow",
+            "red/flow-a-z-tcp",
+            "spec.stream",
+        ),
+        (
+            "destinationPorts: [\"4000\", \"80\"]",
+            "destinationPorts: [\"4000-4100\", \"4050\"]",
+            "Flow",
+            "red/flow-a-z-tcp",
+            "spec.destinationPorts[1]",
+        ),
+        (
+            "address: 20.0.0.1/32",
+            "address: 20.0.0.1/24",
+            "Vip",
+            "red/vip-a-1-v4",
+            "spec.address",
+        ),
+        (
+            "conduit: conduit-a-1\n  maxTargets: 100",
+            "conduit: conduit-a-9\n  maxTargets: 100",
+            "Stream",
+            "red/stream-a-i",
+            "spec.conduit",
+        ),
+        (
+            "  address: 169.254.100.151",
+            "  address: 10.0.0.1",
+            "Attractor",
+            "red/attractor-a-1",
+            "spec.gateways[1]",
+        ),
+    ];
+    for (from, to, kind, name, field) in cases {
+        let (code, json, stderr) = traffic_plan(|t| {
+            assert!(t.contains(from), "{from}");
+            t.replacen(from, to, 1)
+        });
+        assert_eq!(code, 1, "{to}: {stderr}");
+        let errs = json["errors"].as_array().unwrap();
+        assert!(
+            errs.iter()
+                .any(|e| e["kind"] == kind && e["name"] == name && e["field"] == field),
+            "{to}: no {kind} {name} {field} in {errs:#?}"
+        );
+        let edge = serde_json::to_string(&json["nodes"]["edge-a1"]).unwrap_or_default();
+        assert!(
+            !edge.contains("Trench"),
+            "{to}: a broken trench reached a node"
+        );
+    }
+}

@@ -1,1 +1,412 @@
+use std::collections::{BTreeMap, BTreeSet};
 
+use serde_json::{Value, json};
+
+use super::*;
+
+/// Owned objects of one or more trenches.
+#[derive(Default)]
+struct Input {
+    trenches: Vec<Trench>,
+    attractors: Vec<Attractor>,
+    gateways: Vec<Gateway>,
+    vips: Vec<Vip>,
+    conduits: Vec<Conduit>,
+    streams: Vec<Stream>,
+    flows: Vec<Flow>,
+}
+
+fn obj<T: serde::de::DeserializeOwned>(
+    kind: &str,
+    ns: &str,
+    name: &str,
+    trench: Option<&str>,
+    spec: Value,
+) -> T {
+    let mut meta = json!({"name": name, "namespace": ns});
+    if let Some(t) = trench {
+        meta["labels"] = json!({"trench": t});
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": kind, "metadata": meta, "spec": spec
+    }))
+    .unwrap()
+}
+
+impl Input {
+    /// Meridio's sample shape: one trench, one attractor on nodes labelled `a`, two
+    /// static gateways, a BGP one, two VIPs, a conduit, two streams, two flows.
+    fn sample(ns: &str, t: &str) -> Self {
+        let mut i = Self::default();
+        i.add(ns, t);
+        i
+    }
+
+    fn add(&mut self, ns: &str, t: &str) {
+        let tr = Some(t);
+        self.trenches
+            .push(obj("Trench", ns, t, None, json!({"ipFamily": "dualstack"})));
+        self.attractors.push(obj(
+            "Attractor",
+            ns,
+            "attr",
+            tr,
+            json!({
+                "nodeSelector": {"matchLabels": {"role": "a"}},
+                "interface": {"name": "ext-vlan.100", "link": "eth0", "vlanId": 100,
+                              "ipv4Prefix": "169.254.100.0/24", "ipv6Prefix": "100:100::/64"},
+                "gateways": ["gw-v4", "gw-v4b", "gw-v6", "gw-bgp"],
+                "vips": ["vip-v4", "vip-v6"], "composites": ["c1"]
+            }),
+        ));
+        self.gateways.push(obj(
+            "Gateway",
+            ns,
+            "gw-v4",
+            tr,
+            json!({"address": "169.254.100.1", "protocol": "static"}),
+        ));
+        self.gateways.push(obj(
+            "Gateway",
+            ns,
+            "gw-v4b",
+            tr,
+            json!({"address": "169.254.100.2", "protocol": "static"}),
+        ));
+        self.gateways.push(obj(
+            "Gateway",
+            ns,
+            "gw-v6",
+            tr,
+            json!({"address": "100:100::1", "protocol": "static"}),
+        ));
+        self.gateways.push(obj("Gateway", ns, "gw-bgp", tr, json!({"address": "169.254.100.3", "protocol": "bgp", "bgp": {"localASN": 1, "remoteASN": 2}})));
+        self.vips.push(obj(
+            "Vip",
+            ns,
+            "vip-v4",
+            tr,
+            json!({"address": "20.0.0.1/32"}),
+        ));
+        self.vips.push(obj(
+            "Vip",
+            ns,
+            "vip-v6",
+            tr,
+            json!({"address": "2000::1/128"}),
+        ));
+        self.conduits.push(obj("Conduit", ns, "c1", tr, json!({})));
+        self.streams
+            .push(obj("Stream", ns, "s1", tr, json!({"conduit": "c1"})));
+        self.streams
+            .push(obj("Stream", ns, "s2", tr, json!({"conduit": "c1"})));
+        self.flows.push(obj("Flow", ns, "f-low", tr, json!({"stream": "s2", "vips": ["vip-v4"], "sourceSubnets": ["10.0.0.0/8"], "destinationPorts": ["5000"], "protocols": ["udp"], "priority": 1})));
+        self.flows.push(obj("Flow", ns, "f-high", tr, json!({"stream": "s1", "vips": ["vip-v4", "vip-v6"], "sourceSubnets": ["0.0.0.0/0", "::/0"], "sourcePorts": ["any"], "destinationPorts": ["80", "4000-4100"], "protocols": ["tcp", "sctp"], "priority": 9})));
+    }
+
+    fn objects(&self) -> Objects<'_> {
+        Objects {
+            trenches: &self.trenches,
+            attractors: &self.attractors,
+            gateways: &self.gateways,
+            vips: &self.vips,
+            conduits: &self.conduits,
+            streams: &self.streams,
+            flows: &self.flows,
+        }
+    }
+}
+
+fn nodes(names: &[(&str, &str)]) -> Vec<(String, Labels)> {
+    names
+        .iter()
+        .map(|(n, role)| {
+            (
+                (*n).to_owned(),
+                [("role".to_owned(), (*role).to_owned())].into(),
+            )
+        })
+        .collect()
+}
+
+fn run(
+    i: &Input,
+    n: &[(String, Labels)],
+    prev: &BTreeMap<String, TrenchStatus>,
+) -> (Outcome, BTreeMap<String, Vec<Policy>>) {
+    let mut errors = Vec::new();
+    let ds = domains(i.objects(), &mut errors);
+    assert!(errors.is_empty(), "{errors:?}");
+    let out = evaluate(&ds, n, prev);
+    let ps = policies(&ds, &out.valid, &out.allocations, &mut errors);
+    assert!(errors.is_empty(), "{errors:?}");
+    (out, ps)
+}
+
+#[test]
+fn the_sample_compiles_into_a_policy_per_attractor_node() {
+    let i = Input::sample("red", "trench-a");
+    let n = nodes(&[("n1", "a"), ("n2", "a"), ("n3", "b")]);
+    let (out, ps) = run(&i, &n, &BTreeMap::new());
+    assert!(out.errors.is_empty(), "{:?}", out.errors);
+    // The BGP gateway is reported, not an error.
+    assert!(
+        out.notes
+            .iter()
+            .any(|e| e.kind == "Gateway" && e.name == "red/gw-bgp")
+    );
+    let st = &out.allocations["red/trench-a"];
+    assert_eq!(st.table, Some(TABLE_FIRST));
+    assert_eq!(
+        st.stream_tables.values().copied().collect::<BTreeSet<_>>(),
+        [TABLE_FIRST + 1, TABLE_FIRST + 2].into()
+    );
+    let addrs = &st.node_addresses["attr"];
+    // Lowest free, gateways (.1, .2, .3) excluded; both families.
+    assert_eq!(addrs["n1"], ["169.254.100.4/24", "100:100::2/64"]);
+    assert_eq!(addrs["n2"], ["169.254.100.5/24", "100:100::3/64"]);
+    assert!(!addrs.contains_key("n3"));
+    // Conduit prefixes from the trench roots, a node prefix each.
+    let c = &st.conduits["c1"];
+    assert_eq!(c.prefixes, ["172.16.0.0/20", "fd00::/56"]);
+    assert_eq!(c.nodes["n1"], ["172.16.0.0/24", "fd00::/64"]);
+    assert_eq!(c.nodes["n2"], ["172.16.1.0/24", "fd00:0:0:1::/64"]);
+    let ps = &ps["red/trench-a"];
+    assert_eq!(ps.len(), 2);
+    assert_eq!(ps[0].source().to_string(), "Trench/red/trench-a");
+    // Rules: higher priority flow first; a rule per VIP × protocol × subnet × ports.
+    let spec = compile(&domains(i.objects(), &mut Vec::new())[0], st);
+    let n1 = &spec["n1"];
+    assert_eq!(n1.vlans.len(), 1);
+    assert_eq!(n1.vlans[0].name.as_deref(), Some("ext-vlan.100"));
+    assert_eq!(n1.vlans[0].addresses, ["169.254.100.4/24", "100:100::2/64"]);
+    let t = |s: &str| st.stream_tables[s];
+    let high: Vec<&RuleSpec> = n1
+        .rules
+        .iter()
+        .filter(|r| r.table == Some(t("s1")))
+        .collect();
+    let low: Vec<&RuleSpec> = n1
+        .rules
+        .iter()
+        .filter(|r| r.table == Some(t("s2")))
+        .collect();
+    // 2 VIPs × 2 protocols × 2 destination port ranges (each VIP with its family's /0).
+    assert_eq!(high.len(), 8);
+    assert_eq!(low.len(), 1);
+    assert!(
+        high.iter()
+            .all(|r| r.priority == FLOW_RULE_FIRST && r.from.is_none())
+    );
+    assert_eq!(low[0].priority, FLOW_RULE_FIRST + 1);
+    assert_eq!(low[0].from.as_deref(), Some("10.0.0.0/8"));
+    assert_eq!(low[0].dport.as_ref().map(IntOrString::as_str), Some("5000"));
+    // ECMP over the two IPv4 static gateways, in the trench's and both streams' tables.
+    let v4: Vec<&RouteSpec> = n1.routes.iter().filter(|r| r.to == "0.0.0.0/0").collect();
+    assert_eq!(v4.len(), 3);
+    assert!(v4.iter().all(|r| r.nexthops.len() == 2 && r.via.is_none()));
+    assert!(
+        !format!("{n1:?}").contains("169.254.100.3"),
+        "the BGP gateway is routed via"
+    );
+    // A VIP source rule per VIP.
+    assert_eq!(
+        n1.rules
+            .iter()
+            .filter(|r| r.priority == VIP_RULE_PRIORITY)
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn addresses_and_tables_stay_while_they_fit_and_a_leaving_node_frees_its_own() {
+    let i = Input::sample("red", "t");
+    let (out, _) = run(
+        &i,
+        &nodes(&[("n1", "a"), ("n2", "a"), ("n3", "a")]),
+        &BTreeMap::new(),
+    );
+    let first = out.allocations.clone();
+    // n1 leaves: n2 and n3 keep theirs; a new node n0 (sorting first) gets n1's.
+    let (out, _) = run(&i, &nodes(&[("n0", "a"), ("n2", "a"), ("n3", "a")]), &first);
+    let a = &out.allocations["red/t"].node_addresses["attr"];
+    let b = &first["red/t"].node_addresses["attr"];
+    assert_eq!(a["n2"], b["n2"]);
+    assert_eq!(a["n3"], b["n3"]);
+    assert_eq!(a["n0"], b["n1"]);
+    assert_eq!(out.allocations["red/t"].table, first["red/t"].table);
+    assert_eq!(
+        out.allocations["red/t"].conduits["c1"].nodes["n0"],
+        first["red/t"].conduits["c1"].nodes["n1"]
+    );
+    // A second trench takes the next free tables, not the first one's.
+    let mut two = Input::sample("red", "t");
+    two.add("blue", "t");
+    let (out, _) = run(&two, &nodes(&[("n1", "a")]), &first);
+    let tables = |k: &str| {
+        let s = &out.allocations[k];
+        s.table
+            .into_iter()
+            .chain(s.stream_tables.values().copied())
+            .collect::<BTreeSet<u32>>()
+    };
+    assert_eq!(
+        tables("red/t"),
+        [TABLE_FIRST, TABLE_FIRST + 1, TABLE_FIRST + 2].into()
+    );
+    assert!(tables("blue/t").is_disjoint(&tables("red/t")));
+}
+
+#[test]
+fn an_invalid_trench_keeps_its_allocation_and_holds_its_nodes() {
+    let mut i = Input::sample("red", "t");
+    let n = nodes(&[("n1", "a"), ("n2", "a")]);
+    let (good, _) = run(&i, &n, &BTreeMap::new());
+    i.flows[0].spec.stream = "missing".into();
+    // n2 leaves while the trench is invalid: nothing is freed until it is fixed.
+    let (out, ps) = run(&i, &nodes(&[("n1", "a")]), &good.allocations);
+    assert!(out.valid.is_empty());
+    let e = out.errors.iter().find(|e| e.kind == "Flow").unwrap();
+    assert_eq!(
+        (e.name.as_str(), e.field.as_str()),
+        ("red/f-low", "spec.stream")
+    );
+    assert!(
+        e.message.contains("\"missing\" does not exist"),
+        "{}",
+        e.message
+    );
+    assert_eq!(out.allocations["red/t"], good.allocations["red/t"]);
+    let held = &ps["red/t"];
+    assert_eq!(held.len(), 2);
+    assert!(held.iter().all(|p| !p.is_valid()));
+}
+
+#[test]
+fn meridio_rules_the_schema_cannot_state_are_errors_naming_the_field() {
+    let check = |edit: &dyn Fn(&mut Input)| -> Vec<String> {
+        let mut i = Input::sample("red", "t");
+        edit(&mut i);
+        let ds = domains(i.objects(), &mut Vec::new());
+        validate(&ds[0])
+            .errors
+            .iter()
+            .map(|e| format!("{} {} {}: {}", e.kind, e.name, e.field, e.message))
+            .collect()
+    };
+    let has = |errs: Vec<String>, needle: &str| {
+        assert!(
+            errs.iter().any(|e| e.contains(needle)),
+            "{needle:?} not in {errs:#?}"
+        );
+    };
+    has(
+        check(&|i| i.flows[1].spec.destination_ports = vec!["80".into(), "70-90".into()]),
+        "Flow red/f-high spec.destinationPorts[1]: \"70-90\" overlaps",
+    );
+    has(
+        check(&|i| i.flows[1].spec.source_ports = vec!["any".into(), "22".into()]),
+        "spec.sourcePorts[1]",
+    );
+    has(
+        check(&|i| {
+            i.flows[1].spec.source_subnets = vec!["10.0.0.0/8".into(), "10.1.0.0/16".into()]
+        }),
+        "overlaps sourceSubnets[0]",
+    );
+    has(
+        check(&|i| i.flows[1].spec.source_subnets = vec!["10.0.0.1/8".into()]),
+        "has host bits",
+    );
+    has(
+        check(&|i| i.flows[1].spec.vips.push("nope".into())),
+        "Vip \"nope\" does not exist",
+    );
+    has(
+        check(&|i| i.vips[0].spec.address = "20.0.0.1/24".into()),
+        "Vip red/vip-v4 spec.address",
+    );
+    // A VIP feeds one conduit.
+    has(
+        check(&|i| {
+            i.conduits
+                .push(obj("Conduit", "red", "c2", Some("t"), json!({})));
+            i.streams[1].spec.conduit = "c2".into();
+        }),
+        "a vip feeds one conduit",
+    );
+    // No VIP or conduit shared between attractors.
+    has(
+        check(&|i| {
+            let mut b = i.attractors[0].clone();
+            b.metadata.name = Some("attr-b".into());
+            i.attractors.push(b);
+        }),
+        "cannot be shared between attractors",
+    );
+    // Port NATs.
+    has(
+        check(&|i| {
+            i.conduits[0].spec = serde_json::from_value(json!({"destinationPortNats": [
+                {"port": 80, "targetPort": 8080, "vips": ["vip-v4"], "protocol": "tcp"},
+                {"port": 8080, "targetPort": 9090, "vips": ["vip-v4"], "protocol": "tcp"}
+            ]}))
+            .unwrap();
+        }),
+        "[0] and [1] are colliding",
+    );
+    // Gateways.
+    has(
+        check(&|i| i.gateways[3].spec.bgp = None),
+        "spec.bgp.remoteASN",
+    );
+    has(
+        check(&|i| i.gateways[3].spec.bgp.as_mut().unwrap().hold_time = Some("2s".into())),
+        "at least 3s",
+    );
+    has(
+        check(&|i| i.gateways[0].spec.address = "10.0.0.1".into()),
+        "is not on the interface's networks",
+    );
+    // Interface prefixes follow the trench's family.
+    has(
+        check(&|i| i.attractors[0].spec.interface.ipv6_prefix = None),
+        "spec.interface.ipv6Prefix",
+    );
+    // A missing trench, a missing stream.
+    has(
+        check(&|i| i.trenches.clear()),
+        "trench \"t\" does not exist in namespace \"red\"",
+    );
+    has(
+        check(&|i| i.streams.clear()),
+        "Stream \"s1\" does not exist",
+    );
+    // The sample itself is clean.
+    assert!(check(&|_| {}).is_empty());
+}
+
+#[test]
+fn a_child_without_the_trench_label_is_an_error_and_belongs_to_no_trench() {
+    let mut i = Input::sample("red", "t");
+    i.vips[0].metadata.labels = None;
+    let mut errors = Vec::new();
+    let ds = domains(i.objects(), &mut errors);
+    assert_eq!(errors.len(), 1);
+    assert_eq!(
+        (errors[0].kind.as_str(), errors[0].field.as_str()),
+        ("Vip", "metadata.labels.trench")
+    );
+    assert_eq!(ds[0].vips.len(), 1);
+}
+
+#[test]
+fn ports_parse_as_meridio_writes_them() {
+    assert_eq!(parse_ports("any"), Ok(None));
+    assert_eq!(parse_ports("80"), Ok(Some((80, 80))));
+    assert_eq!(parse_ports("0-65535"), Ok(Some((0, 65535))));
+    for bad in ["65536", "90-80", "http", "1-2-3", "-1", ""] {
+        assert!(parse_ports(bad).is_err(), "{bad}");
+    }
+}
