@@ -912,3 +912,104 @@ fn host_addresses_on_links_we_did_not_create_are_found_again_and_only_ours_remov
         "{v0}"
     );
 }
+
+/// A Meridio-style trench as the operator compiles it for one attractor node
+/// (`tests/data/trench-a-node.json`, kept equal to `netpolicy plan`'s output over
+/// examples/traffic-domains by a test in netpolicy-operator): VLAN 100 on `v0` with the
+/// node's addresses, the trench's and streams' tables via the static gateways (ECMP), a
+/// source rule per VIP, FIB rules per flow. Applied in one pass; then the kernel's own
+/// route lookup sends each flow to its stream's table and the gateways.
+#[test]
+fn a_compiled_trench_routes_each_flow_by_its_streams_table() {
+    let Some(ns) = vlan_netns("trench_flows") else {
+        return;
+    };
+    let desired = config(serde_json::from_str(include_str!("data/trench-a-node.json")).unwrap());
+    let mut a = ns.adapter();
+    let report = a.reconcile(&desired, false).unwrap();
+    assert!(report.failures().next().is_none(), "{report:#?}");
+    assert!(a.plan(&desired).unwrap().ops.is_empty());
+    let vlan = ns.ip(&["-d", "addr", "show", "ext-vlan.100"]);
+    assert!(vlan.contains("vlan protocol 802.1Q id 100"), "{vlan}");
+    assert!(vlan.contains("inet 169.254.100.1/24"), "{vlan}");
+    // flow-a-z-tcp (priority 1): tcp to 20.0.0.1 port 80 or 4000 → stream-a-i's table;
+    // from the node's own address (an output lookup).
+    let get = |args: &[&str]| {
+        let mut a = vec!["route", "get"];
+        a.extend_from_slice(args);
+        ns.inner.ip(&a).unwrap_or_else(|e| format!("error: {e}"))
+    };
+    for port in ["80", "4000"] {
+        let got = get(&[
+            "20.0.0.1",
+            "from",
+            "169.254.100.1",
+            "ipproto",
+            "tcp",
+            "dport",
+            port,
+        ]);
+        assert!(
+            got.contains("table 20001") && got.contains("dev ext-vlan.100"),
+            "{port}: {got}"
+        );
+        assert!(got.contains("via 169.254.100.15"), "{port}: {got}");
+    }
+    // flow-a-z-udp (priority 2, matched first): udp from 10/8, sport 20000-21000, to
+    // 4003 → stream-a-ii's table; a packet arriving on v1 from such a source.
+    let fwd = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.name,
+            "sh",
+            "-c",
+            "echo 1 > /proc/sys/net/ipv4/ip_forward",
+        ])
+        .status()
+        .unwrap();
+    assert!(fwd.success());
+    let got = get(&[
+        "40.0.0.9", "from", "10.1.2.3", "iif", "v1", "ipproto", "udp", "sport", "20500", "dport",
+        "4003",
+    ]);
+    assert!(got.contains("table 20002"), "{got}");
+    // No flow matches: another port, another source port.
+    let got = get(&[
+        "20.0.0.1",
+        "from",
+        "169.254.100.1",
+        "ipproto",
+        "tcp",
+        "dport",
+        "81",
+    ]);
+    assert!(!got.contains("table 2000"), "{got}");
+    let got = get(&[
+        "40.0.0.9", "from", "10.1.2.3", "iif", "v1", "ipproto", "udp", "sport", "1000", "dport",
+        "4003",
+    ]);
+    assert!(!got.contains("table 2000"), "{got}");
+    // The rules in priority order, higher flow priority first; IPv6 too.
+    let rules = ns.ip(&["rule", "show"]);
+    let at = |s: &str| {
+        rules
+            .find(s)
+            .unwrap_or_else(|| panic!("{s:?} not in\n{rules}"))
+    };
+    assert!(at("lookup 20002") < at("lookup 20001"), "{rules}");
+    assert!(
+        at("from 20.0.0.1 lookup 20000") > at("lookup 20001"),
+        "{rules}"
+    );
+    let rules6 = ns.ip(&["-6", "rule", "show"]);
+    assert!(
+        rules6.contains("to 2000::1 ipproto tcp dport 80 lookup 20001"),
+        "{rules6}"
+    );
+    let t = ns.table("-6", "20001");
+    assert!(
+        t.contains("default via 100:100::150 dev ext-vlan.100"),
+        "{t}"
+    );
+}

@@ -1508,3 +1508,41 @@ fn a_broken_trench_exits_1_naming_kind_object_and_field_and_changes_no_node() {
         );
     }
 }
+
+/// The netlink kernel suite (which runs in the VM, where 802.1Q exists) applies a
+/// trench's compiled items: examples/traffic-domains' trench-a as `netpolicy plan`
+/// compiles it for one edge node, its link `eth2` renamed to the test namespace's `v0`.
+/// This test keeps that file equal to what `plan` makes now;
+/// `NETPOLICY_WRITE_FIXTURES=1` rewrites it.
+#[test]
+fn the_kernel_suites_trench_fixture_is_what_plan_compiles() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let trench = fs::read_to_string(root.join("examples/traffic-domains/trench-a.yaml")).unwrap();
+    let node = "---\napiVersion: v1\nkind: Node\nmetadata: {name: node-1, labels: {node.netpolicy.io/pool: edge}}\n";
+    let (code, json, stderr) = plan_json(&format!("{trench}\n{node}"));
+    assert_eq!(code, 0, "{stderr}");
+    let mut spec = json["nodes"]["node-1"].clone();
+    for field in ["vlans", "routes", "addresses", "rules"] {
+        for item in spec
+            .get_mut(field)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            item.as_object_mut().unwrap().remove("sources");
+        }
+    }
+    let text = serde_json::to_string_pretty(&spec)
+        .unwrap()
+        .replace("\"eth2\"", "\"v0\"")
+        + "\n";
+    let path = root.join("netpolicy-netlink/tests/data/trench-a-node.json");
+    if std::env::var_os("NETPOLICY_WRITE_FIXTURES").is_some() {
+        fs::write(&path, &text).unwrap();
+    }
+    assert!(
+        fs::read_to_string(&path).unwrap_or_default() == text,
+        "{} is stale: NETPOLICY_WRITE_FIXTURES=1 cargo test -p netpolicy-operator --test plan_cli fixture",
+        path.display()
+    );
+}
