@@ -9,8 +9,11 @@
 //!   `netpolicy_ipam::assign`; a controller);
 //! - [`route_reflector`]: the RouteReflectorConfig, Nodes and Calico objects →
 //!   reflector marks and `BGPPeer`s, applied step by step (a controller);
-//! - [`routed_ip`]: RoutedIPs → the node that holds each (candidates and election; the
-//!   controller comes with its issue);
+//! - [`routed_ip`]: RoutedIPs → the node that holds each, cloud IPs and firewalls (a
+//!   controller);
+//! - [`trench`]: Meridio-style traffic domains → validated, tables and node addresses
+//!   recorded in each Trench's status, compiled into per-node policies that the routing
+//!   job renders (a controller);
 //!
 //! Each job folder's `mod.rs` is pure and `controller.rs` is the only part that awaits;
 //! jobs do not import each other. The runtime runs every controller while it holds the
