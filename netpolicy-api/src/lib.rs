@@ -82,6 +82,17 @@ pub struct ClusterConfigSpec {
     /// VLANs, routes, rules and hard-synced tables.
     #[serde(flatten)]
     pub routing: RoutingSpec,
+    /// How a change reaches the nodes (default: 25% at a time, 30 s to pass the probes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutSpec>,
+    /// What the agent checks after applying a change (the API server is always checked).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), extend("x-kubernetes-validations" = [
+        {"rule": "self.all(p, has(p.ping) != has(p.tcp))", "message": "a probe is exactly one of ping or tcp"},
+        {"rule": "self.all(p, !has(p.ping) || isIP(p.ping))", "message": "ping is an IP address"},
+        {"rule": "self.all(p, !has(p.tcp) || (p.tcp.matches('^[^:].*:[0-9]{1,5}$') && !p.tcp.endsWith(':')))", "message": "tcp is host:port (IPv6 as [addr]:port)"}
+    ]))]
+    pub probes: Vec<ProbeSpec>,
 }
 
 /// Routing items for the nodes a label selector picks, with a priority against other
@@ -120,6 +131,70 @@ pub struct NodeConfigSpec {
     /// VLANs, routes, rules and hard-synced tables.
     #[serde(flatten)]
     pub routing: RoutingSpec,
+    /// How a change reaches the nodes (default: 25% at a time, 30 s to pass the probes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutSpec>,
+    /// What the agent checks after applying a change (the API server is always checked).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), extend("x-kubernetes-validations" = [
+        {"rule": "self.all(p, has(p.ping) != has(p.tcp))", "message": "a probe is exactly one of ping or tcp"},
+        {"rule": "self.all(p, !has(p.ping) || isIP(p.ping))", "message": "ping is an IP address"},
+        {"rule": "self.all(p, !has(p.tcp) || (p.tcp.matches('^[^:].*:[0-9]{1,5}$') && !p.tcp.endsWith(':')))", "message": "tcp is host:port (IPv6 as [addr]:port)"}
+    ]))]
+    pub probes: Vec<ProbeSpec>,
+}
+
+/// The schema rules of a policy's `probes` list (on the list, so that the
+/// NodeNetworkConfig's copy, which the operator writes, carries none).
+pub const PROBES_RULES: &str = "exactly one of ping (an IP address) or tcp (host:port)";
+
+/// How a changed ClusterConfig or NodeConfig reaches its nodes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSpec {
+    /// At most this many of the selected nodes apply a change at once (Degraded ones
+    /// count): an integer, or a percentage rounded down (at least one). Default `25%`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",
+        "message": "maxUnavailable is an integer >= 1 or a percentage in 1%..100%"
+    }]))]
+    pub max_unavailable: Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
+    /// Seconds a node has to pass its probes after applying a change; then it restores
+    /// its last good config. Default 30.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub rollback_seconds: Option<u32>,
+}
+
+/// One check the agent runs after applying a change, in the network namespace it
+/// programs: exactly one of `ping` (an IP address answers ICMP echo) or `tcp`
+/// (`host:port` accepts a connection; IPv6 as `[addr]:port`). The rules are on the
+/// ClusterConfig's and NodeConfig's `probes` list (see [`PROBES_RULES`]).
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProbeSpec {
+    /// An IP address that must answer ICMP echo.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 45))]
+    pub ping: Option<String>,
+    /// `host:port` that must accept a TCP connection (`10.0.0.1:6443`, `[fd00::1]:443`,
+    /// `api.example:443`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 128))]
+    pub tcp: Option<String>,
+}
+
+impl std::fmt::Display for ProbeSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.ping, &self.tcp) {
+            (Some(p), _) => write!(f, "ping {p}"),
+            (None, Some(t)) => write!(f, "tcp {t}"),
+            (None, None) => f.write_str("(empty probe)"),
+        }
+    }
 }
 
 /// What the operator reports about a ClusterConfig or NodeConfig: how many nodes it
@@ -137,13 +212,22 @@ pub struct PolicyStatus {
     /// applied.
     #[serde(default)]
     pub applied_nodes: i64,
-    /// `Ready` (valid, conflict-free, applied on every selected node) and `Conflict`.
+    /// Selected nodes whose change waits for its rollout wave.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pending_nodes: i64,
+    /// `Ready` (valid, conflict-free, applied on every selected node), `Conflict` and
+    /// `Degraded` (a node failed its probes and rolled back: the rollout is halted until
+    /// the spec changes).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The conflicts this policy is part of (at most [`MAX_LISTED_CONFLICTS`]; the
     /// `Conflict` condition gives the total).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conflicts: Vec<PolicyConflict>,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// Conflicts listed in a policy's status at most; the condition counts them all.
@@ -187,6 +271,14 @@ pub struct NodeNetworkConfigSpec {
     /// The merged items, each with the objects it came from.
     #[serde(flatten)]
     pub rendered: RenderedSpec,
+    /// What the agent checks after applying this revision: every probe of the policies
+    /// that select the node (sorted, once each); the API server is always checked too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<ProbeSpec>,
+    /// Seconds the agent has to pass the probes before it restores its last good
+    /// config (the smallest of the selecting policies'; absent: 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_seconds: Option<u32>,
 }
 
 /// What the agent reports about a NodeNetworkConfig.
@@ -196,6 +288,10 @@ pub struct NodeNetworkConfigStatus {
     /// `metadata.generation` the agent last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// A revision whose probes failed: the agent restored its last good config and
+    /// does not apply this revision again (`Degraded` says why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_revision: Option<String>,
     /// `spec.revision` the agent last applied completely.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied_revision: Option<String>,
@@ -227,6 +323,22 @@ pub mod conditions {
     /// of equal precedence on some node.
     pub const CONFLICT: &str = "Conflict";
 
+    /// Condition type: a node failed its probes after a change and restored its last
+    /// good config (on a NodeNetworkConfig); a policy's rollout is halted because of
+    /// that (on a ClusterConfig or NodeConfig).
+    pub const DEGRADED: &str = "Degraded";
+    /// Reasons of the `Degraded` condition.
+    pub mod degraded {
+        /// A probe failed within `rollbackSeconds`.
+        pub const PROBE_FAILED: &str = "ProbeFailed";
+        /// The API server could not be reached within `rollbackSeconds`.
+        pub const API_SERVER_UNREACHABLE: &str = "APIServerUnreachable";
+        /// Probes passed (or nothing failed since the last change).
+        pub const HEALTHY: &str = "Healthy";
+        /// A policy's rollout is halted: a node it selects is Degraded.
+        pub const ROLLOUT_HALTED: &str = "RolloutHalted";
+    }
+
     /// Condition status strings.
     pub const TRUE: &str = "True";
     /// Condition status strings.
@@ -238,6 +350,9 @@ pub mod conditions {
         pub const APPLIED: &str = "Applied";
         /// Some items are not (see `status.itemErrors`).
         pub const ITEMS_NOT_APPLIED: &str = "ItemsNotApplied";
+        /// The revision failed its probes and the last good config was restored
+        /// (`Degraded` says which probe).
+        pub const ROLLED_BACK: &str = "RolledBack";
         /// The spec does not validate; nothing was changed.
         pub const INVALID: &str = "Invalid";
     }

@@ -80,6 +80,7 @@ pub mod model;
 pub mod names;
 pub mod plan;
 pub mod render;
+pub mod rollout;
 pub mod selector;
 pub mod spec;
 pub mod validate;

@@ -63,6 +63,7 @@
 
 pub mod codec;
 pub mod conn;
+pub mod probe;
 #[cfg(feature = "test-util")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod testns;

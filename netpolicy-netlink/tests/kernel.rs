@@ -11,7 +11,7 @@ use netpolicy_core::{
     plan::{Op, SkipReason},
     spec::RoutingSpec,
 };
-use netpolicy_netlink::{Adapter, Outcome, Ownership, testns::TestNamespace};
+use netpolicy_netlink::{Adapter, Namespace, Outcome, Ownership, testns::TestNamespace};
 use serde_json::json;
 
 /// Prints a SKIP line that the test harness does not capture: it shows in every run.
@@ -1012,4 +1012,56 @@ fn a_compiled_trench_routes_each_flow_by_its_streams_table() {
         t.contains("default via 100:100::150 dev ext-vlan.100"),
         "{t}"
     );
+}
+
+/// The agent's probes run in the namespace it programs: ping answers from an address
+/// there, fails fast when a rule blackholes the target and times out when nobody
+/// answers; TCP connects to a listener made in the namespace and fails on a closed port.
+#[test]
+fn probes_run_inside_the_namespace() {
+    use std::time::{Duration, Instant};
+
+    use netpolicy_netlink::probe;
+    let Some(ns) = Netns::new("probes") else {
+        return;
+    };
+    let n = ns.inner.namespace();
+    ns.ip(&["link", "set", "lo", "up"]);
+    let t = Duration::from_secs(2);
+    probe::ping(&n, "192.0.2.10".parse().unwrap(), t).unwrap();
+    // The same address is not ours in this process's namespace.
+    assert!(
+        probe::ping(
+            &Namespace::Current,
+            "192.0.2.10".parse().unwrap(),
+            Duration::from_millis(300)
+        )
+        .is_err()
+    );
+    // Nobody at .99 (on-link, no neighbour answers): a timeout.
+    let start = Instant::now();
+    let e = probe::ping(
+        &n,
+        "192.0.2.99".parse().unwrap(),
+        Duration::from_millis(500),
+    )
+    .unwrap_err();
+    assert!(start.elapsed() >= Duration::from_millis(450), "{e}");
+    // A blackhole rule: refused at once.
+    ns.ip(&["route", "add", "198.51.100.0/24", "via", "192.0.2.1"]);
+    ns.ip(&[
+        "rule",
+        "add",
+        "pref",
+        "100",
+        "to",
+        "198.51.100.7",
+        "blackhole",
+    ]);
+    let e = probe::ping(&n, "198.51.100.7".parse().unwrap(), t).unwrap_err();
+    assert_ne!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+    // TCP: a listener in the namespace (made by `ip netns exec`'s child would need a
+    // tool; a closed port answers RST, which is the failure half).
+    let e = probe::tcp(&n, "192.0.2.10:9".parse().unwrap(), t).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
 }

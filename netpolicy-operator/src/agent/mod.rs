@@ -104,7 +104,12 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
     let client = client_from(opts.kubeconfig.as_ref()).await?;
     let shared = Arc::new(Shared::default());
     let server = serve_probes(opts.listen, &shared, &client).await?;
-    let api: Api<NodeNetworkConfig> = Api::all(client);
+    let api: Api<NodeNetworkConfig> = Api::all(client.clone());
+    let mut ctx = Ctx {
+        ns: ns.clone(),
+        client,
+        mem: Memory::default(),
+    };
     let cfg = watcher::Config::default().fields(&format!("metadata.name={}", opts.node));
     let mut events = watcher(api.clone(), cfg).default_backoff().boxed();
     let mut tick = tokio::time::interval(Duration::from_secs(opts.resync_seconds.max(1)));
@@ -156,7 +161,7 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
             continue;
         };
         let start = Instant::now();
-        let ok = match pass(&api, &nnc, &adapter).await {
+        let ok = match pass(&api, &nnc, &adapter, &mut ctx).await {
             Ok(written) => {
                 acted = Some(generation_key(&nnc));
                 if let Some(w) = written {
@@ -230,29 +235,116 @@ fn generation_key(o: &NodeNetworkConfig) -> (String, i64) {
     )
 }
 
+/// What the agent remembers between passes (not across restarts: a restarted agent
+/// takes the revision its status reports applied as proven, and knows no older config).
+#[derive(Debug, Default)]
+struct Memory {
+    /// The last revision that passed its probes, and its items: what a rollback
+    /// restores.
+    last_good: Option<(String, RoutingConfig)>,
+    /// The revision that failed, and why (kept so that it is never applied again and
+    /// its status is written once the API server answers).
+    failed: Option<Failure>,
+}
+
+/// What a pass needs besides the object.
+struct Ctx {
+    ns: Namespace,
+    client: kube::Client,
+    mem: Memory,
+}
+
+/// Seconds to wait for one probe or the API server.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// One pass: apply the object, compute its status, write the status only if it
-/// changed. Returns the object as written, when a write happened.
+/// changed. A revision the agent has not seen pass yet is on probation: its probes and
+/// the API server must answer within `rollbackSeconds`, or the last good config is
+/// restored and the revision is never applied again. Returns the object as written,
+/// when a write happened.
 async fn pass(
     api: &Api<NodeNetworkConfig>,
     nnc: &NodeNetworkConfig,
     adapter: &Arc<Mutex<Adapter>>,
+    ctx: &mut Ctx,
 ) -> Result<Option<NodeNetworkConfig>> {
     let node = nnc.name_any();
     let current = nnc.status.clone().unwrap_or_default();
     let generation = nnc.metadata.generation;
     let revision = nnc.spec.revision.clone();
-    let outcome = match nnc.spec.rendered.routing().validate("spec") {
-        Err(e) => PassOutcome::Invalid(e.to_string()),
-        Ok(desired) => {
-            let d = desired.clone();
-            let report = with_adapter(adapter, "applying the NodeNetworkConfig", move |a| {
-                a.reconcile(&d, false)
+    // A failed revision is never applied again: the node stays at its last good config.
+    let failed = ctx
+        .mem
+        .failed
+        .clone()
+        .filter(|f| f.revision == revision)
+        .or_else(|| failure_in_status(&current, &revision));
+    let outcome = if let Some(f) = failed {
+        if let Some((_, good)) = ctx.mem.last_good.clone() {
+            with_adapter(adapter, "keeping the last good config", move |a| {
+                a.reconcile(&good, false)
             })
             .await?;
-            if !report.drift.is_empty() {
-                info!(node, repaired = report.drift.len(), "drift repaired");
+        }
+        PassOutcome::RolledBack(f)
+    } else {
+        match nnc.spec.rendered.routing().validate("spec") {
+            Err(e) => PassOutcome::Invalid(e.to_string()),
+            Ok(desired) => {
+                let d = desired.clone();
+                let report = with_adapter(adapter, "applying the NodeNetworkConfig", move |a| {
+                    a.reconcile(&d, false)
+                })
+                .await?;
+                if !report.drift.is_empty() {
+                    info!(node, repaired = report.drift.len(), "drift repaired");
+                }
+                let proven = match &ctx.mem.last_good {
+                    Some((r, _)) => *r == revision,
+                    // A restarted agent: what its status reports applied was proven.
+                    None => current.applied_revision.as_deref() == Some(revision.as_str()),
+                };
+                let applied =
+                    PassOutcome::Applied(item_errors(&report, &desired), removed_foreign(&report));
+                if proven {
+                    if ctx.mem.last_good.is_none() {
+                        ctx.mem.last_good = Some((revision.clone(), desired));
+                    }
+                    applied
+                } else {
+                    match probation(ctx, nnc).await {
+                        Ok(took) => {
+                            info!(node, revision, ?took, "probes passed");
+                            ctx.mem.last_good = Some((revision.clone(), desired));
+                            applied
+                        }
+                        Err((reason, why)) => {
+                            let (restored, good) = ctx.mem.last_good.clone().unwrap_or_else(|| {
+                                (
+                                    "none (no earlier revision is known)".into(),
+                                    RoutingConfig::default(),
+                                )
+                            });
+                            with_adapter(adapter, "restoring the last good config", move |a| {
+                                a.reconcile(&good, false)
+                            })
+                            .await?;
+                            let secs = rollback_seconds(nnc);
+                            let f = Failure {
+                                revision: revision.clone(),
+                                reason,
+                                message: format!(
+                                    "{why} within {secs}s of applying revision {revision}: restored \
+                                     revision {restored}; revision {revision} is not applied again"
+                                ),
+                            };
+                            warn!(node, "rolled back: {}", f.message);
+                            ctx.mem.failed = Some(f.clone());
+                            PassOutcome::RolledBack(f)
+                        }
+                    }
+                }
             }
-            PassOutcome::Applied(item_errors(&report, &desired), removed_foreign(&report))
         }
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
@@ -269,6 +361,110 @@ async fn pass(
             what: "writing status".into(),
             source,
         })
+}
+
+/// The failure the status records for `revision` (a restarted agent does not apply it
+/// again either).
+fn failure_in_status(status: &NodeNetworkConfigStatus, revision: &str) -> Option<Failure> {
+    if status.failed_revision.as_deref() != Some(revision) {
+        return None;
+    }
+    let c = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == conditions::DEGRADED && c.status == conditions::TRUE);
+    Some(Failure {
+        revision: revision.to_owned(),
+        reason: match c.map(|c| c.reason.as_str()) {
+            Some(conditions::degraded::API_SERVER_UNREACHABLE) => {
+                conditions::degraded::API_SERVER_UNREACHABLE
+            }
+            _ => conditions::degraded::PROBE_FAILED,
+        },
+        message: c.map(|c| c.message.clone()).unwrap_or_default(),
+    })
+}
+
+fn rollback_seconds(nnc: &NodeNetworkConfig) -> u32 {
+    nnc.spec
+        .rollback_seconds
+        .unwrap_or(netpolicy_core::rollout::DEFAULT_ROLLBACK_SECONDS)
+}
+
+/// Runs the probes (the API server first) until they all pass or `rollbackSeconds`
+/// run out. Returns how long it took, or the reason and the last failure.
+async fn probation(
+    ctx: &Ctx,
+    nnc: &NodeNetworkConfig,
+) -> std::result::Result<Duration, (&'static str, String)> {
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(u64::from(rollback_seconds(nnc)));
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let failure = match probe_all(ctx, &nnc.spec.probes, left.min(PROBE_TIMEOUT)).await {
+            Ok(()) => return Ok(start.elapsed()),
+            Err(f) => f,
+        };
+        if Instant::now() >= deadline {
+            return Err(failure);
+        }
+        tokio::time::sleep(Duration::from_millis(500).min(left)).await;
+    }
+}
+
+/// Every probe once: the API server (the agent's own connection), then each of the
+/// spec's in the programmed namespace.
+async fn probe_all(
+    ctx: &Ctx,
+    probes: &[crate::api::ProbeSpec],
+    timeout: Duration,
+) -> std::result::Result<(), (&'static str, String)> {
+    use conditions::degraded::{API_SERVER_UNREACHABLE, PROBE_FAILED};
+    let timeout = timeout.max(Duration::from_millis(100));
+    match tokio::time::timeout(timeout, ctx.client.apiserver_version()).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            return Err((
+                API_SERVER_UNREACHABLE,
+                format!("the API server did not answer: {e}"),
+            ));
+        }
+        Err(_) => {
+            return Err((
+                API_SERVER_UNREACHABLE,
+                format!("the API server did not answer within {timeout:?}"),
+            ));
+        }
+    }
+    for p in probes {
+        let ns = ctx.ns.clone();
+        let result = match (&p.ping, &p.tcp) {
+            (Some(ip), _) => match ip.parse::<std::net::IpAddr>() {
+                Ok(ip) => tokio::task::spawn_blocking(move || {
+                    netpolicy_netlink::probe::ping(&ns, ip, timeout)
+                })
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string()))),
+                Err(_) => Err(std::io::Error::other("not an IP address")),
+            },
+            (None, Some(hp)) => match tokio::net::lookup_host(hp.as_str()).await {
+                Ok(mut addrs) => match addrs.next() {
+                    Some(addr) => tokio::task::spawn_blocking(move || {
+                        netpolicy_netlink::probe::tcp(&ns, addr, timeout)
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string()))),
+                    None => Err(std::io::Error::other("the name has no address")),
+                },
+                Err(e) => Err(e),
+            },
+            (None, None) => Ok(()),
+        };
+        if let Err(e) = result {
+            return Err((PROBE_FAILED, format!("probe {p} failed ({e})")));
+        }
+    }
+    Ok(())
 }
 
 /// Runs `f` on the adapter on a blocking thread (netlink calls block).
@@ -300,6 +496,21 @@ pub enum PassOutcome {
     /// The spec was applied; these items are not in the kernel as desired, and these
     /// foreign objects were removed from hard-synced tables.
     Applied(Vec<ItemError>, Vec<String>),
+    /// The revision failed its probes (or the API server could not be reached) within
+    /// `rollbackSeconds`: the last good config was restored and this revision is not
+    /// applied again.
+    RolledBack(Failure),
+}
+
+/// Why a revision was rolled back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The revision that failed.
+    pub revision: String,
+    /// `ProbeFailed` or `APIServerUnreachable`.
+    pub reason: &'static str,
+    /// The failing probe and what was restored, for people.
+    pub message: String,
 }
 
 /// The status a pass leads to, from the current one. Pure: the same inputs give the
@@ -335,6 +546,15 @@ pub fn next_status(
             ),
             errors.clone(),
         ),
+        PassOutcome::RolledBack(f) => (
+            false,
+            reasons::ROLLED_BACK,
+            format!(
+                "revision {} was rolled back ({}); the node keeps its last good config",
+                f.revision, f.reason
+            ),
+            Vec::new(),
+        ),
     };
     let status = if ok {
         conditions::TRUE
@@ -347,9 +567,71 @@ pub fn next_status(
         .find(|c| c.type_ == conditions::APPLIED);
     let last_transition_time = previous
         .filter(|c| c.status == status)
-        .map_or(now, |c| c.last_transition_time.clone());
+        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+    let mut conditions = vec![Condition {
+        type_: conditions::APPLIED.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time,
+        observed_generation: generation,
+    }];
+    // `Degraded`: True after a rollback; back to False once a revision passes; absent
+    // on a node that never rolled back.
+    let was_degraded = current
+        .conditions
+        .iter()
+        .find(|c| c.type_ == conditions::DEGRADED);
+    let degraded = match outcome {
+        PassOutcome::RolledBack(f) => Some((true, f.reason, f.message.clone())),
+        _ if ok => was_degraded.map(|_| {
+            (
+                false,
+                conditions::degraded::HEALTHY,
+                format!("revision {revision} passed its probes"),
+            )
+        }),
+        _ => was_degraded.map(|c| {
+            (
+                c.status == conditions::TRUE,
+                if c.status == conditions::TRUE {
+                    conditions::degraded::PROBE_FAILED
+                } else {
+                    conditions::degraded::HEALTHY
+                },
+                c.message.clone(),
+            )
+        }),
+    };
+    if let Some((on, why, message)) = degraded {
+        let status = if on {
+            conditions::TRUE
+        } else {
+            conditions::FALSE
+        };
+        let kept =
+            was_degraded.filter(|c| c.status == status && c.reason == why && c.message == message);
+        conditions.push(match kept {
+            Some(c) => c.clone(),
+            None => Condition {
+                type_: conditions::DEGRADED.into(),
+                status: status.into(),
+                reason: why.into(),
+                message,
+                last_transition_time: was_degraded
+                    .filter(|c| c.status == status)
+                    .map_or_else(|| now.clone(), |c| c.last_transition_time.clone()),
+                observed_generation: generation,
+            },
+        });
+    }
     NodeNetworkConfigStatus {
         observed_generation: generation,
+        failed_revision: match outcome {
+            PassOutcome::RolledBack(f) => Some(f.revision.clone()),
+            _ if ok => None,
+            _ => current.failed_revision.clone(),
+        },
         // Server-side apply drops fields this manager stops sending: keep the last
         // revision that applied completely when this one does not.
         applied_revision: if ok {
@@ -357,14 +639,7 @@ pub fn next_status(
         } else {
             current.applied_revision.clone()
         },
-        conditions: vec![Condition {
-            type_: conditions::APPLIED.into(),
-            status: status.into(),
-            reason: reason.into(),
-            message,
-            last_transition_time,
-            observed_generation: generation,
-        }],
+        conditions,
         item_errors: errors,
         // What the last pass that removed anything removed: kept until the next one,
         // so that a quiet pass writes nothing.

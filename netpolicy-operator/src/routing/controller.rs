@@ -42,8 +42,9 @@ use kube::{
     runtime::events::{Event, EventType, Recorder, Reporter},
 };
 
+use super::rollout::{self, NodeState};
 use super::{
-    PolicyFacts, Routing, carried_from, new_conflicts, policy_status, revision, with_job_addresses,
+    PolicyFacts, Routing, carried_from, new_conflicts, node_spec, policy_status, with_job_addresses,
 };
 use crate::k8s::traffic::{TRAFFIC_KINDS, TrafficStores};
 use crate::{
@@ -161,17 +162,19 @@ pub async fn run(
     };
     let mut routing = Routing::new();
     let mut job_addresses = BTreeMap::new();
+    let mut pending: BTreeSet<String> = BTreeSet::new();
     let mut full = true;
     let mut status_due = true;
     loop {
         let changes = wake.take();
         let mut ok = true;
-        if full || !changes.is_empty() {
+        if full || !changes.is_empty() || (status_due && !pending.is_empty()) {
             let start = Instant::now();
             debug!(full, "routing: render pass");
             match render(
                 &mut routing,
                 &mut job_addresses,
+                &mut pending,
                 &changes,
                 full,
                 &stores,
@@ -198,8 +201,10 @@ pub async fn run(
         if status_due {
             debug!("routing: status pass");
             let start = Instant::now();
+            let mut facts = routing.facts();
+            rollout_facts(&mut facts, &pending, &stores.nncs);
             let written = status
-                .write_all(&stores.ccs, &stores.ncs, &stores.nncs, &routing.facts())
+                .write_all(&stores.ccs, &stores.ncs, &stores.nncs, &facts)
                 .await;
             if let Err(e) = &written {
                 warn!(error = %e, "routing: writing policy status failed; retrying");
@@ -281,14 +286,53 @@ const WRITE_CONCURRENCY: usize = 16;
 /// A NodeNetworkConfig's revision and the revision its agent applied: what a policy's
 /// `appliedNodes` is counted from.
 fn applied_fingerprint(o: &NodeNetworkConfig) -> String {
+    let st = o.status.as_ref();
     format!(
-        "{}/{}",
+        "{}/{}/{}",
         o.spec.revision,
-        o.status
-            .as_ref()
-            .and_then(|s| s.applied_revision.as_deref())
+        st.and_then(|s| s.applied_revision.as_deref())
+            .unwrap_or_default(),
+        st.and_then(|s| s.failed_revision.as_deref())
             .unwrap_or_default()
     )
+}
+
+/// Adds what the rollout knows to the policies' facts: the nodes waiting for their
+/// wave, and the nodes that rolled their current revision back (with the agent's
+/// reason), to every policy that selects them.
+fn rollout_facts(
+    facts: &mut BTreeMap<String, PolicyFacts>,
+    pending: &BTreeSet<String>,
+    nncs: &Store<NodeNetworkConfig>,
+) {
+    let mut degraded: BTreeMap<String, String> = BTreeMap::new();
+    for o in nncs.state() {
+        if !NodeState::of(Some(&o)).degraded {
+            continue;
+        }
+        let why = o
+            .status
+            .as_ref()
+            .and_then(|s| {
+                s.conditions
+                    .iter()
+                    .find(|c| c.type_ == crate::api::conditions::DEGRADED)
+            })
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        degraded.insert(o.name_any(), why);
+    }
+    if pending.is_empty() && degraded.is_empty() {
+        return;
+    }
+    for f in facts.values_mut() {
+        f.pending = f.matched.intersection(pending).cloned().collect();
+        f.degraded = f
+            .matched
+            .iter()
+            .filter_map(|n| degraded.get(n).map(|why| format!("node {n}: {why}")))
+            .collect();
+    }
 }
 
 /// Writes ClusterConfig and NodeConfig status, and an Event per new conflict.
@@ -379,6 +423,25 @@ impl StatusWriter {
                 warn!(error = %e, name, "could not record a conflict Event");
             }
         }
+        // The rollout halted (a node it selects rolled back): one Event per halt.
+        let halted = |st: &PolicyStatus| {
+            st.conditions
+                .iter()
+                .find(|c| c.type_ == crate::api::conditions::DEGRADED && c.status == "True")
+                .map(|c| c.message.clone())
+        };
+        if let (None, Some(message)) = (halted(current), halted(&next)) {
+            let event = Event {
+                type_: EventType::Warning,
+                reason: crate::api::conditions::degraded::ROLLOUT_HALTED.into(),
+                note: Some(message),
+                action: "Rollout".into(),
+                secondary: None,
+            };
+            if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
+                warn!(error = %e, name, "could not record a rollout Event");
+            }
+        }
         crate::k8s::apply_status(api, FIELD_MANAGER, &name, &next).await?;
         debug!(name, "policy status written");
         Ok(())
@@ -391,12 +454,14 @@ impl StatusWriter {
 async fn render(
     routing: &mut Routing,
     job_addresses: &mut BTreeMap<String, Vec<(netpolicy_core::spec::AddressSpec, String)>>,
+    pending: &mut BTreeSet<String>,
     changes: &Changes,
     full: bool,
     stores: &Stores,
     api: &Api<NodeNetworkConfig>,
 ) -> Result<usize, kube::Error> {
-    let mut dirty: BTreeSet<String> = BTreeSet::new();
+    // Nodes whose change waited for its wave are looked at again.
+    let mut dirty: BTreeSet<String> = pending.clone();
     let known_policies: Vec<String> = routing
         .policy_keys()
         .into_iter()
@@ -491,7 +556,10 @@ async fn render(
     let unselectable = routing.unselectable();
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     // Nodes with the same outcome share one rendering.
-    let mut rendered: HashMap<usize, NodeNetworkConfigSpec> = HashMap::new();
+    let mut rendered: HashMap<
+        (usize, Vec<crate::api::ProbeSpec>, Option<u32>),
+        NodeNetworkConfigSpec,
+    > = HashMap::new();
     let mut writes: Vec<(String, serde_json::Value)> = Vec::new();
     let mut deletes: Vec<String> = Vec::new();
     for node in &dirty {
@@ -517,24 +585,22 @@ async fn render(
                     );
                     continue;
                 }
-                let shared = rendered
-                    .entry(Arc::as_ptr(cfg) as usize)
-                    .or_insert_with(|| {
-                        let rendered = RenderedSpec::from_merged(cfg);
-                        NodeNetworkConfigSpec {
-                            revision: revision(&rendered),
-                            rendered,
-                        }
-                    });
+                // Nodes with the same outcome and probes share one spec (and one
+                // revision hash); job addresses make a node's own.
+                let (probes, rollback) = routing.node_probes(node);
                 let own;
                 let spec = match job_addresses.get(node) {
-                    None => &*shared,
+                    None => &*rendered
+                        .entry((Arc::as_ptr(cfg) as usize, probes.clone(), rollback))
+                        .or_insert_with(|| {
+                            node_spec(RenderedSpec::from_merged(cfg), probes, rollback)
+                        }),
                     Some(extra) => {
-                        let rendered = with_job_addresses(&shared.rendered, extra);
-                        own = NodeNetworkConfigSpec {
-                            revision: revision(&rendered),
-                            rendered,
-                        };
+                        own = node_spec(
+                            with_job_addresses(&RenderedSpec::from_merged(cfg), extra),
+                            probes,
+                            rollback,
+                        );
                         &own
                     }
                 };
@@ -567,6 +633,35 @@ async fn render(
                 }
             }
         }
+    }
+    // Safe rollout: a changed config reaches a node only when every policy that
+    // selects it has room under its maxUnavailable (and is not halted by a Degraded
+    // node); the others wait for a later pass (an agent reporting Applied wakes one).
+    let changed_nodes: Vec<(String, Vec<String>)> = writes
+        .iter()
+        .filter(|(node, _)| get(&stores.nncs, node).is_some())
+        .map(|(node, _)| (node.clone(), routing.policies_of(node)))
+        .collect();
+    pending.clear();
+    if !changed_nodes.is_empty() {
+        let state = |n: &str| NodeState::of(get(&stores.nncs, n).as_deref());
+        let (go, _) = rollout::gate(
+            &changed_nodes,
+            &|p| routing.members(p),
+            &|p| routing.rollout(p),
+            &state,
+        );
+        let held: BTreeSet<String> = changed_nodes
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .filter(|n| !go.contains(n))
+            .map(str::to_owned)
+            .collect();
+        if !held.is_empty() {
+            debug!(waiting = held.len(), "rollout: nodes wait for their wave");
+            writes.retain(|(n, _)| !held.contains(n));
+        }
+        *pending = held;
     }
     // Independent objects: written WRITE_CONCURRENCY at a time, not one round trip
     // after another.

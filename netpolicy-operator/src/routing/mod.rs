@@ -4,12 +4,13 @@
 //! controller ([`controller`]) is the only part that awaits.
 
 pub mod controller;
+pub mod rollout;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use netpolicy_core::{
-    merge::{Engine, NodeOutcome, Policy, Problem, Source, with_node_name},
+    merge::{Engine, NodeOutcome, Policy, Problem, Source, SourceKind, with_node_name},
     render::{RenderedSpec, SourceRef, SourcedSpec},
     selector::{Labels, Selector},
     spec::AddressSpec,
@@ -33,6 +34,11 @@ pub struct PolicyFacts {
     pub conflicts: Vec<PolicyConflict>,
     /// Validation problems (`field: message`); any make the policy invalid.
     pub problems: Vec<String>,
+    /// Selected nodes whose change waits for its rollout wave.
+    pub pending: BTreeSet<String>,
+    /// Selected nodes that rolled their current revision back (`node: why`): the
+    /// rollout is halted until the spec changes.
+    pub degraded: Vec<String>,
 }
 
 /// Adds the conflicts of held nodes to the facts of every source they name.
@@ -158,22 +164,53 @@ pub fn policy_status(
             now,
         )
     };
+    let mut conditions = vec![
+        condition(
+            &current.conditions,
+            conditions::READY,
+            ready,
+            reason,
+            message,
+            generation,
+            now,
+        ),
+        conflict,
+    ];
+    // `Degraded`: a selected node rolled its revision back; absent until that happens.
+    let was_degraded = current
+        .conditions
+        .iter()
+        .any(|c| c.type_ == conditions::DEGRADED);
+    if !facts.degraded.is_empty() {
+        conditions.push(condition(
+            &current.conditions,
+            conditions::DEGRADED,
+            true,
+            conditions::degraded::ROLLOUT_HALTED,
+            format!(
+                "the rollout is halted until this spec changes: {}",
+                first_of(&facts.degraded, facts.degraded.len())
+            ),
+            generation,
+            now,
+        ));
+    } else if was_degraded {
+        conditions.push(condition(
+            &current.conditions,
+            conditions::DEGRADED,
+            false,
+            conditions::degraded::HEALTHY,
+            "no selected node reports Degraded".into(),
+            generation,
+            now,
+        ));
+    }
     PolicyStatus {
         observed_generation: generation,
         matched_nodes: i64::try_from(n).unwrap_or(i64::MAX),
         applied_nodes: i64::try_from(applied).unwrap_or(i64::MAX),
-        conditions: vec![
-            condition(
-                &current.conditions,
-                conditions::READY,
-                ready,
-                reason,
-                message,
-                generation,
-                now,
-            ),
-            conflict,
-        ],
+        pending_nodes: i64::try_from(facts.pending.len()).unwrap_or(i64::MAX),
+        conditions,
         conflicts: facts
             .conflicts
             .iter()
@@ -234,6 +271,29 @@ pub fn with_job_addresses(spec: &RenderedSpec, extra: &[(AddressSpec, String)]) 
     out
 }
 
+/// The NodeNetworkConfig spec of a node: its rendering, its probes and
+/// `rollbackSeconds`, and the revision of all that (without probes and a rollback
+/// setting the revision is [`revision`]'s, as before probes existed).
+pub fn node_spec(
+    rendered: RenderedSpec,
+    probes: Vec<crate::api::ProbeSpec>,
+    rollback_seconds: Option<u32>,
+) -> NodeNetworkConfigSpec {
+    let revision = if probes.is_empty() && rollback_seconds.is_none() {
+        revision(&rendered)
+    } else {
+        let text =
+            serde_json::to_string(&(&rendered, &probes, rollback_seconds)).unwrap_or_default();
+        format!("{:016x}", netpolicy_core::hash::fnv1a(&[&text]))
+    };
+    NodeNetworkConfigSpec {
+        revision,
+        rendered,
+        probes,
+        rollback_seconds,
+    }
+}
+
 /// A stable short hash of the rendered spec: the NodeNetworkConfig's `revision`.
 pub fn revision(spec: &RenderedSpec) -> String {
     let text = serde_json::to_string(spec).unwrap_or_default();
@@ -277,8 +337,18 @@ pub fn cluster_config_policy(cc: &ClusterConfig, errors: &mut Vec<InputError>) -
         });
         return None;
     }
+    let before = errors.len();
+    rollout::settings(
+        "ClusterConfig",
+        &name,
+        cc.spec.rollout.as_ref(),
+        &cc.spec.probes,
+        errors,
+    );
+    let rollout_ok = errors.len() == before;
     Some(match cc.spec.routing.validate("spec") {
-        Ok(cfg) => Policy::cluster(&name, cfg),
+        Ok(cfg) if rollout_ok => Policy::cluster(&name, cfg),
+        Ok(_) => Policy::invalid(Source::cluster(&name), 0, Selector::everything()),
         Err(e) => {
             InputError::from_fields("ClusterConfig", &name, e.field_errors(), errors);
             Policy::invalid(Source::cluster(&name), 0, Selector::everything())
@@ -294,8 +364,18 @@ pub fn node_config_policy(nc: &NodeConfig, errors: &mut Vec<InputError>) -> Poli
     let name = nc.metadata.name.clone().unwrap_or_default();
     let selector = nc.spec.node_selector.validate("spec.nodeSelector");
     let routing = nc.spec.routing.validate("spec");
+    let before = errors.len();
+    rollout::settings(
+        "NodeConfig",
+        &name,
+        nc.spec.rollout.as_ref(),
+        &nc.spec.probes,
+        errors,
+    );
+    let rollout_ok = errors.len() == before;
     match (selector, routing) {
-        (Ok(sel), Ok(cfg)) => Policy::node_config(&name, nc.spec.priority, sel, cfg),
+        (Ok(sel), Ok(cfg)) if rollout_ok => Policy::node_config(&name, nc.spec.priority, sel, cfg),
+        (Ok(sel), Ok(_)) => Policy::invalid(Source::node_config(&name), nc.spec.priority, sel),
         (sel, routing) => {
             for e in [sel.as_ref().err(), routing.as_ref().err()]
                 .into_iter()
@@ -336,6 +416,8 @@ struct PolicyEntry {
     errors: Vec<InputError>,
     /// A NodeConfig whose selector is invalid (it selects nothing).
     unselectable: bool,
+    /// Its rollout settings and probes.
+    rollout: rollout::Rollout,
 }
 
 impl Routing {
@@ -364,12 +446,20 @@ impl Routing {
         }
         let mut errors = Vec::new();
         let policy = cluster_config_policy(cc, &mut errors);
+        let rollout = rollout::settings(
+            "ClusterConfig",
+            name,
+            cc.spec.rollout.as_ref(),
+            &cc.spec.probes,
+            &mut Vec::new(),
+        );
         self.policies.insert(
             key,
             PolicyEntry {
                 fingerprint,
                 errors,
                 unselectable: false,
+                rollout,
             },
         );
         let changed = match policy {
@@ -398,12 +488,20 @@ impl Routing {
         let mut errors = Vec::new();
         let policy = node_config_policy(nc, &mut errors);
         let unselectable = nc.spec.node_selector.validate("spec.nodeSelector").is_err();
+        let rollout = rollout::settings(
+            "NodeConfig",
+            name,
+            nc.spec.rollout.as_ref(),
+            &nc.spec.probes,
+            &mut Vec::new(),
+        );
         self.policies.insert(
             key,
             PolicyEntry {
                 fingerprint,
                 errors,
                 unselectable,
+                rollout,
             },
         );
         let changed = self.engine.upsert_policy(policy);
@@ -467,6 +565,54 @@ impl Routing {
                 n
             })
             .collect()
+    }
+
+    /// The ClusterConfig and NodeConfig that select `node` (`Kind/name`, sorted): the
+    /// policies whose rollout budgets gate its changes.
+    pub fn policies_of(&self, node: &str) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .engine
+            .policies_for(node)
+            .into_iter()
+            .map(Policy::source)
+            .filter(|s| s.kind != SourceKind::Trench)
+            .map(ToString::to_string)
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// The nodes policy `Kind/name` selects.
+    pub fn members(&self, key: &str) -> Vec<String> {
+        let source = match key.split_once('/') {
+            Some(("ClusterConfig", n)) => Source::cluster(n),
+            Some(("NodeConfig", n)) => Source::node_config(n),
+            _ => return Vec::new(),
+        };
+        self.engine
+            .selected(&source)
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The rollout settings of policy `Kind/name` (defaults when unknown).
+    pub fn rollout(&self, key: &str) -> rollout::Rollout {
+        self.policies
+            .get(key)
+            .map(|e| e.rollout.clone())
+            .unwrap_or_default()
+    }
+
+    /// The probes and `rollbackSeconds` a node's NodeNetworkConfig carries.
+    pub fn node_probes(&self, node: &str) -> (Vec<crate::api::ProbeSpec>, Option<u32>) {
+        let keys = self.policies_of(node);
+        let entries: Vec<&rollout::Rollout> = keys
+            .iter()
+            .filter_map(|k| self.policies.get(k).map(|e| &e.rollout))
+            .collect();
+        rollout::node_probes(entries)
     }
 
     /// The merge outcome of a node, when the node is known.

@@ -1,0 +1,213 @@
+//! Safe rollout of ClusterConfig and NodeConfig changes (docs/guides/routing.md, safe
+//! rollout). Pure: a policy's rollout settings and probes, what a node's
+//! NodeNetworkConfig carries of them, a node's rollout state from its
+//! NodeNetworkConfig, and which waiting nodes may take their change now
+//! (`netpolicy_core::rollout` decides; this module feeds it from Kubernetes objects).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use netpolicy_core::rollout::{
+    Budget, DEFAULT_MAX_UNAVAILABLE, DEFAULT_ROLLBACK_SECONDS, MaxUnavailable, Waiting, admit,
+};
+
+use crate::{
+    api::{NodeNetworkConfig, ProbeSpec, RolloutSpec},
+    k8s::InputError,
+};
+
+/// A policy's rollout settings, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rollout {
+    /// At most this many of its nodes unavailable at once.
+    pub max_unavailable: MaxUnavailable,
+    /// Seconds a node has to pass the probes (`None`: the default).
+    pub rollback_seconds: Option<u32>,
+    /// The probes the agents run after applying a change.
+    pub probes: Vec<ProbeSpec>,
+}
+
+impl Default for Rollout {
+    fn default() -> Self {
+        Self {
+            max_unavailable: DEFAULT_MAX_UNAVAILABLE,
+            rollback_seconds: None,
+            probes: Vec::new(),
+        }
+    }
+}
+
+/// A policy's `rollout` and `probes`, checked (what the CRD schema says, for `plan`):
+/// problems go to `errors` under `kind`/`name` and the defaults stand in.
+pub fn settings(
+    kind: &str,
+    name: &str,
+    rollout: Option<&RolloutSpec>,
+    probes: &[ProbeSpec],
+    errors: &mut Vec<InputError>,
+) -> Rollout {
+    let mut out = Rollout::default();
+    let mut err = |field: String, message: String| {
+        errors.push(InputError {
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            field,
+            message,
+        });
+    };
+    if let Some(r) = rollout {
+        if let Some(m) = &r.max_unavailable {
+            let text = match m {
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(i) => i.to_string(),
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(s) => s.clone(),
+            };
+            match MaxUnavailable::parse(&text) {
+                Ok(m) => out.max_unavailable = m,
+                Err(e) => err("spec.rollout.maxUnavailable".into(), e.to_string()),
+            }
+        }
+        if let Some(s) = r.rollback_seconds {
+            if (1..=3600).contains(&s) {
+                out.rollback_seconds = Some(s);
+            } else {
+                err(
+                    "spec.rollout.rollbackSeconds".into(),
+                    format!("{s} is not within 1..3600"),
+                );
+            }
+        }
+    }
+    for (i, p) in probes.iter().enumerate() {
+        let field = format!("spec.probes[{i}]");
+        match (&p.ping, &p.tcp) {
+            (Some(ip), None) => {
+                if ip.parse::<std::net::IpAddr>().is_err() {
+                    err(
+                        format!("{field}.ping"),
+                        format!("{ip:?} is not an IP address"),
+                    );
+                    continue;
+                }
+            }
+            (None, Some(hp)) => {
+                let port = hp.rsplit_once(':').and_then(|(h, p)| {
+                    (!h.is_empty()).then_some(())?;
+                    p.parse::<u16>().ok()
+                });
+                if port.is_none() {
+                    err(
+                        format!("{field}.tcp"),
+                        format!("{hp:?} is not host:port (IPv6 as [addr]:port)"),
+                    );
+                    continue;
+                }
+            }
+            _ => {
+                err(field, "a probe is exactly one of ping or tcp".into());
+                continue;
+            }
+        }
+        out.probes.push(p.clone());
+    }
+    out
+}
+
+/// What a node's NodeNetworkConfig carries for the policies that select it: every probe
+/// once (sorted), and the smallest `rollbackSeconds` set (none set: absent, the agent's
+/// default).
+pub fn node_probes<'a>(
+    policies: impl IntoIterator<Item = &'a Rollout>,
+) -> (Vec<ProbeSpec>, Option<u32>) {
+    let mut probes = BTreeSet::new();
+    let mut rollback: Option<u32> = None;
+    for r in policies {
+        probes.extend(r.probes.iter().cloned());
+        if let Some(s) = r.rollback_seconds {
+            rollback = Some(rollback.map_or(s, |m| m.min(s)));
+        }
+    }
+    (probes.into_iter().collect(), rollback)
+}
+
+/// A node's rollout state, from its NodeNetworkConfig.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NodeState {
+    /// An agent reports on it (a node without one is never gated: nothing applies
+    /// there, nothing can break).
+    pub has_agent: bool,
+    /// Given a revision it has not reported applied (with its probes passed).
+    pub in_flight: bool,
+    /// Its current revision failed its probes and was rolled back.
+    pub degraded: bool,
+}
+
+impl NodeState {
+    /// From the node's NodeNetworkConfig (`None`: none yet).
+    pub fn of(nnc: Option<&NodeNetworkConfig>) -> Self {
+        let Some(o) = nnc else {
+            return Self::default();
+        };
+        let Some(st) = &o.status else {
+            return Self::default();
+        };
+        let has_agent = st.applied_revision.is_some() || st.failed_revision.is_some();
+        let degraded = st.failed_revision.as_deref() == Some(o.spec.revision.as_str());
+        Self {
+            has_agent,
+            in_flight: has_agent
+                && !degraded
+                && st.applied_revision.as_deref() != Some(o.spec.revision.as_str()),
+            degraded,
+        }
+    }
+
+    /// Counts against `maxUnavailable`.
+    pub fn unavailable(self) -> bool {
+        self.has_agent && (self.in_flight || self.degraded)
+    }
+}
+
+/// The nodes of `candidates` (each with a change waiting, and the policies that select
+/// it) that may take it now. `members` gives each policy's selected nodes, `settings`
+/// its rollout, `state` each node's state. Nodes without an agent always go.
+pub fn gate<'a>(
+    candidates: &'a [(String, Vec<String>)],
+    members: &dyn Fn(&str) -> Vec<String>,
+    settings: &dyn Fn(&str) -> Rollout,
+    state: &dyn Fn(&str) -> NodeState,
+) -> (BTreeSet<&'a str>, BTreeMap<String, Budget>) {
+    let mut budgets: BTreeMap<String, Budget> = BTreeMap::new();
+    let mut go = BTreeSet::new();
+    let mut waiting = Vec::new();
+    for (node, policies) in candidates {
+        let st = state(node);
+        if !st.has_agent {
+            go.insert(node.as_str());
+            continue;
+        }
+        for p in policies {
+            if budgets.contains_key(p) {
+                continue;
+            }
+            let nodes = members(p);
+            let states: Vec<NodeState> = nodes.iter().map(|n| state(n)).collect();
+            budgets.insert(
+                p.clone(),
+                Budget {
+                    max: settings(p).max_unavailable.resolve(nodes.len()),
+                    unavailable: states.iter().filter(|s| s.unavailable()).count(),
+                    halted: states.iter().any(|s| s.degraded),
+                },
+            );
+        }
+        waiting.push(Waiting {
+            node: node.as_str(),
+            policies: policies.clone(),
+            unavailable: st.unavailable(),
+        });
+    }
+    go.extend(admit(waiting, &mut budgets));
+    (go, budgets)
+}
+
+/// The default rollback, for docs and `plan`.
+pub const ROLLBACK_DEFAULT: u32 = DEFAULT_ROLLBACK_SECONDS;
