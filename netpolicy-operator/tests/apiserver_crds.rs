@@ -259,3 +259,85 @@ async fn a_routed_ip_issuer_names_exactly_one_provider() {
     .await
     .unwrap();
 }
+
+#[tokio::test]
+async fn rollout_and_probes_are_checked_by_the_schema() {
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    install(&client).await;
+    let with = |rollout: Value, probes: Value| json!({"nodeSelector": {}, "rollout": rollout, "probes": probes});
+    for (spec, needle) in [
+        (
+            with(json!({"maxUnavailable": 0}), json!([])),
+            "maxUnavailable is an integer >= 1",
+        ),
+        (
+            with(json!({"maxUnavailable": "0%"}), json!([])),
+            "maxUnavailable is an integer >= 1",
+        ),
+        (
+            with(json!({"maxUnavailable": "150%"}), json!([])),
+            "maxUnavailable is an integer >= 1",
+        ),
+        (
+            with(json!({"maxUnavailable": "two"}), json!([])),
+            "maxUnavailable is an integer >= 1",
+        ),
+        (
+            with(json!({"rollbackSeconds": 0}), json!([])),
+            "greater than or equal to 1",
+        ),
+        (
+            with(
+                json!({}),
+                json!([{"ping": "10.0.0.1", "tcp": "10.0.0.1:80"}]),
+            ),
+            "exactly one of ping or tcp",
+        ),
+        (with(json!({}), json!([{}])), "exactly one of ping or tcp"),
+        (
+            with(json!({}), json!([{"ping": "10.0.0.300"}])),
+            "ping is an IP address",
+        ),
+        (
+            with(json!({}), json!([{"tcp": "10.0.0.1"}])),
+            "tcp is host:port",
+        ),
+        (with(json!({}), json!([{"tcp": ":80"}])), "tcp is host:port"),
+    ] {
+        let e = create(&client, "NodeConfig", &cp.unique("rollout"), spec.clone())
+            .await
+            .unwrap_err();
+        assert!(e.contains(needle), "{spec}: {e}");
+    }
+    for (rollout, probes) in [
+        (
+            json!({"maxUnavailable": 3, "rollbackSeconds": 60}),
+            json!([{"ping": "fd00::1"}, {"tcp": "[fd00::1]:6443"}]),
+        ),
+        (
+            json!({"maxUnavailable": "10%"}),
+            json!([{"tcp": "api.example.com:443"}]),
+        ),
+        (json!({"maxUnavailable": "100%"}), json!([])),
+    ] {
+        create(
+            &client,
+            "NodeConfig",
+            &cp.unique("rollout"),
+            with(rollout, probes),
+        )
+        .await
+        .unwrap();
+    }
+    // The same on the ClusterConfig.
+    let e = create(
+        &client,
+        "ClusterConfig",
+        "default",
+        json!({"rollout": {"maxUnavailable": "0"}}),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("maxUnavailable"), "{e}");
+}

@@ -157,7 +157,7 @@ fn the_agent_has_net_admin_only_and_can_be_switched_off() {
     assert_eq!(pod["hostNetwork"], true);
     let sc = &pod["containers"][0]["securityContext"];
     assert_eq!(sc["privileged"], false);
-    assert_eq!(sc["capabilities"]["add"], json!(["NET_ADMIN"]));
+    assert_eq!(sc["capabilities"]["add"], json!(["NET_ADMIN", "NET_RAW"]));
     assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
     // Operator and agent have separate service accounts and roles.
     let sas: Vec<&str> = of_kind(&docs, "ServiceAccount")

@@ -1546,3 +1546,48 @@ fn the_kernel_suites_trench_fixture_is_what_plan_compiles() {
         path.display()
     );
 }
+
+#[test]
+fn plan_shows_each_policys_rollout_waves_and_refuses_a_bad_rollout() {
+    let nodes: String = (1..=5)
+        .map(|i| {
+            format!(
+                "---\napiVersion: v1\nkind: Node\nmetadata: {{name: n{i}, labels: {{pool: p}}}}\n"
+            )
+        })
+        .collect();
+    let nc = |rollout: &str| {
+        format!(
+            "---\napiVersion: netpolicy.io/v1alpha1\nkind: NodeConfig\nmetadata: {{name: probed}}\nspec:\n  nodeSelector: {{matchLabels: {{pool: p}}}}\n  rollout: {rollout}\n  probes: [{{ping: 10.0.0.1}}, {{tcp: \"10.0.0.1:6443\"}}]\n  routes: [{{to: 10.20.0.0/16, via: 10.0.0.1}}]\n"
+        )
+    };
+    let (code, json, stderr) = plan_json(&format!(
+        "{nodes}{}",
+        nc("{maxUnavailable: 2, rollbackSeconds: 12}")
+    ));
+    assert_eq!(code, 0, "{stderr}");
+    let r = &json["rollout"][0];
+    assert_eq!(r["policy"], "NodeConfig/probed");
+    assert_eq!(r["nodesAtOnce"], 2);
+    assert_eq!(r["rollbackSeconds"], 12);
+    assert_eq!(
+        r["probes"],
+        serde_json::json!(["ping 10.0.0.1", "tcp 10.0.0.1:6443"])
+    );
+    assert_eq!(
+        r["waves"],
+        serde_json::json!([["n1", "n2"], ["n3", "n4"], ["n5"]])
+    );
+    // The default: 25% of 5 rounds down to 1, at least one.
+    let (_, json, _) = plan_json(&format!("{nodes}{}", nc("{}")));
+    assert_eq!(json["rollout"][0]["waves"].as_array().unwrap().len(), 5);
+    // A maxUnavailable of 0 never lets a node change: an error naming the field.
+    let (code, json, _) = plan_json(&format!("{nodes}{}", nc("{maxUnavailable: \"0%\"}")));
+    assert_eq!(code, 1);
+    let errs = json["errors"].as_array().unwrap();
+    assert!(
+        errs.iter()
+            .any(|e| e["kind"] == "NodeConfig" && e["field"] == "spec.rollout.maxUnavailable"),
+        "{errs:#?}"
+    );
+}

@@ -18,6 +18,13 @@
 //!   desired. Every item that is not is in `status.itemErrors` with a reason (refused
 //!   with errno, blocked by a foreign object, name taken by another link, not
 //!   converged), in the readable form `netpolicy plan` prints.
+//! - Safe: a revision it has not seen pass is on probation. The agent checks the API
+//!   server (its own connection) and the spec's `probes` (`ping`, `tcp`, in the
+//!   namespace it programs) until they all pass or `rollbackSeconds` run out; only then
+//!   does it report the revision applied. On failure it restores the last revision that
+//!   passed (none known after a restart: netpolicy's objects are removed), reports
+//!   `Degraded` and `failedRevision`, and never applies that revision again — also when
+//!   the API server is gone, which is when it matters most.
 
 use std::{
     net::SocketAddr,

@@ -43,6 +43,26 @@ pub struct RoutedIPReport {
     pub node: String,
 }
 
+/// The rollout order of one policy's change.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutReport {
+    /// `ClusterConfig/<name>` or `NodeConfig/<name>`.
+    pub policy: String,
+    /// Its `maxUnavailable` (`25%` unless set).
+    pub max_unavailable: String,
+    /// Nodes at once, resolved against the nodes it selects.
+    pub nodes_at_once: usize,
+    /// Seconds each node has to pass the probes.
+    pub rollback_seconds: u32,
+    /// The probes its nodes run after applying (`ping 10.0.0.1`, `tcp 10.0.0.1:6443`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<String>,
+    /// Which nodes go in which wave (by name; a wave starts when the one before it has
+    /// applied and passed its probes).
+    pub waves: Vec<Vec<String>>,
+}
+
 /// One trench in the plan: where its traffic enters (attractor nodes) and what it was
 /// handed (tables, node addresses).
 #[derive(Debug, Clone, Default, Serialize)]
@@ -97,6 +117,10 @@ pub struct PlanReport {
     /// The elected node of every RoutedIP (no provider is called).
     #[serde(rename = "routedIPs")]
     pub routed_ips: Vec<RoutedIPReport>,
+    /// For each ClusterConfig and NodeConfig, the order a change of it reaches its
+    /// nodes: waves of at most `maxUnavailable` nodes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rollout: Vec<RolloutReport>,
     /// Every trench with its attractors' nodes, tables and node addresses.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub trenches: Vec<TrenchReport>,
@@ -314,11 +338,65 @@ pub fn plan(m: &Manifests) -> PlanReport {
         })
         .collect::<Vec<_>>();
     let engine = Engine::build(nodes, policies);
+    let rollout_settings: BTreeMap<String, crate::routing::rollout::Rollout> = m
+        .cluster_configs
+        .iter()
+        .map(|l| {
+            let o = &l.object;
+            let name = o.metadata.name.clone().unwrap_or_default();
+            let r = crate::routing::rollout::settings(
+                "ClusterConfig",
+                &name,
+                o.spec.rollout.as_ref(),
+                &o.spec.probes,
+                &mut Vec::new(),
+            );
+            (format!("ClusterConfig/{name}"), r)
+        })
+        .chain(m.node_configs.iter().map(|l| {
+            let o = &l.object;
+            let name = o.metadata.name.clone().unwrap_or_default();
+            let r = crate::routing::rollout::settings(
+                "NodeConfig",
+                &name,
+                o.spec.rollout.as_ref(),
+                &o.spec.probes,
+                &mut Vec::new(),
+            );
+            (format!("NodeConfig/{name}"), r)
+        }))
+        .collect();
+    let mut rollout: Vec<RolloutReport> = engine
+        .policies()
+        .filter(|p| p.source().kind != netpolicy_core::merge::SourceKind::Trench)
+        .filter_map(|p| {
+            let key = p.source().to_string();
+            let r = rollout_settings.get(&key)?;
+            let members: Vec<&str> = engine.selected(p.source());
+            let at_once = r.max_unavailable.resolve(members.len());
+            Some(RolloutReport {
+                policy: key,
+                max_unavailable: r.max_unavailable.to_string(),
+                nodes_at_once: at_once,
+                rollback_seconds: r
+                    .rollback_seconds
+                    .unwrap_or(crate::routing::rollout::ROLLBACK_DEFAULT),
+                probes: r.probes.iter().map(ToString::to_string).collect(),
+                waves: netpolicy_core::rollout::waves(&members, at_once)
+                    .into_iter()
+                    .map(|w| w.into_iter().map(str::to_owned).collect())
+                    .collect(),
+            })
+        })
+        .collect();
+    // Whatever order the objects came in.
+    rollout.sort_by(|a, b| a.policy.cmp(&b.policy));
     let mut warnings = m.warnings.clone();
     warnings.append(&mut report_warnings);
     let mut report = PlanReport {
         warnings,
         trenches,
+        rollout,
         ..PlanReport::default()
     };
     let mut rendered: HashMap<usize, Arc<RenderedSpec>> = HashMap::new();
@@ -893,6 +971,61 @@ impl PlanReport {
         }
         if let Some(rr) = &self.route_reflectors {
             rr_table(rr, &mut out);
+        }
+        if !self.trenches.is_empty() {
+            let mut t = Table::new();
+            t.load_style(presets::UTF8_FULL_CONDENSED).set_header([
+                "TRENCH",
+                "TABLES",
+                "ATTRACTOR",
+                "NODE",
+                "ADDRESSES",
+            ]);
+            for tr in &self.trenches {
+                let tables = std::iter::once(tr.table.map_or("-".to_owned(), |t| t.to_string()))
+                    .chain(tr.stream_tables.iter().map(|(s, t)| format!("{s}: {t}")))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                for a in &tr.attractors {
+                    for (node, addrs) in &a.addresses {
+                        t.add_row([
+                            format!("{}/{}", tr.namespace, tr.name),
+                            tables.clone(),
+                            a.name.clone(),
+                            node.clone(),
+                            addrs.join(", "),
+                        ]);
+                    }
+                }
+            }
+            let _ = writeln!(out, "{t}\n");
+        }
+        if !self.rollout.is_empty() {
+            let mut t = Table::new();
+            t.load_style(presets::UTF8_FULL_CONDENSED).set_header([
+                "ROLLOUT OF A CHANGE TO",
+                "AT ONCE",
+                "PROBES",
+                "WAVES",
+            ]);
+            for r in &self.rollout {
+                t.add_row([
+                    r.policy.clone(),
+                    format!("{} ({})", r.nodes_at_once, r.max_unavailable),
+                    if r.probes.is_empty() {
+                        "(API server)".to_owned()
+                    } else {
+                        r.probes.join("\n")
+                    },
+                    r.waves
+                        .iter()
+                        .enumerate()
+                        .map(|(i, w)| format!("{}: {}", i + 1, w.join(", ")))
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                ]);
+            }
+            let _ = writeln!(out, "{t}\n");
         }
         if !self.routed_ips.is_empty() {
             let mut t = Table::new();
