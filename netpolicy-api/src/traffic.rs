@@ -1,7 +1,8 @@
 //! Traffic domains: Meridio's kinds (`Trench`, `Attractor`, `Gateway`, `Vip`, `Conduit`,
 //! `Stream`, `Flow`), namespaced, every child labelled `trench: <name>`.
 //!
-//! Field names are Meridio's in camelCase (`source-subnets` → `sourceSubnets`); the
+//! Field names are Meridio's JSON names in camelCase (`source-subnets` →
+//! `sourceSubnets`, `local-asn` → `localAsn`, `vlan-id` → `vlanId`); the
 //! Attractor's `interface` is flat (`{name, link, vlanId, ipv4Prefix, ipv6Prefix, mtu}`)
 //! and a `nodeSelector` replaces Meridio's load-balancer replicas. Meridio's webhook
 //! rules are in the schema where CEL can say them (ranges, immutability, enums, port
@@ -329,8 +330,8 @@ pub enum GatewayProtocol {
         .message("spec.bgp must be empty when protocol is static"),
     validation = Rule::new("self.spec.protocol != 'bgp' || !has(self.spec.static)")
         .message("spec.static must be empty when protocol is bgp"),
-    validation = Rule::new("self.spec.protocol != 'bgp' || (has(self.spec.bgp) && has(self.spec.bgp.remoteASN) && has(self.spec.bgp.localASN))")
-        .message("a bgp gateway needs spec.bgp.remoteASN and spec.bgp.localASN")
+    validation = Rule::new("self.spec.protocol != 'bgp' || (has(self.spec.bgp) && has(self.spec.bgp.remoteAsn) && has(self.spec.bgp.localAsn))")
+        .message("a bgp gateway needs spec.bgp.remoteAsn and spec.bgp.localAsn")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GatewaySpec {
@@ -349,17 +350,21 @@ pub struct GatewaySpec {
     /// Static routing parameters (only with `static`).
     #[serde(rename = "static", default, skip_serializing_if = "Option::is_none")]
     pub static_: Option<StaticSpec>,
+    /// BFD towards the gateway (as `static.bfd`/`bgp.bfd` in Meridio). Shown, not
+    /// programmed: netpolicy runs no BFD daemon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bfd: Option<BfdSpec>,
 }
 
 /// BGP session parameters of a gateway (Meridio's).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BgpSpec {
-    /// The router's ASN.
-    #[serde(default, rename = "remoteASN", skip_serializing_if = "Option::is_none")]
+    /// The router's ASN (Meridio's `remote-asn`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_asn: Option<u32>,
-    /// The attractor nodes' ASN.
-    #[serde(default, rename = "localASN", skip_serializing_if = "Option::is_none")]
+    /// The attractor nodes' ASN (Meridio's `local-asn`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_asn: Option<u32>,
     /// BFD on the session.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -349,6 +349,16 @@ async fn a_change_rolls_out_in_waves_and_a_bad_one_stops_at_the_first_node() {
         })
     })
     .await;
+    // Quiet: rolled out, several resyncs (operator 2 s, agents 1 s) write nothing.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let count = || {
+        cp.writes_where("nodenetworkconfigs", |n| names.iter().any(|x| x == n))
+            .len()
+            + cp.writes("nodeconfigs", &nc_name).len()
+    };
+    let before = count();
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert_eq!(count() - before, 0, "quiet resyncs wrote");
 }
 
 /// A TCP proxy to the API server that the test can cut: every connection through it

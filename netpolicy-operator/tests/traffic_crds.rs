@@ -99,7 +99,7 @@ fn sample() -> Vec<(&'static str, &'static str, Value)> {
         (
             "Gateway",
             "gateway-v6-a",
-            json!({"address": "100:100::150", "protocol": "bgp", "bgp": {"localASN": 8103, "remoteASN": 4248829953u32, "holdTime": "24s", "localPort": 10179, "remotePort": 10179, "bfd": {"switch": false}}}),
+            json!({"address": "100:100::150", "protocol": "bgp", "bgp": {"localAsn": 8103, "remoteAsn": 4248829953u32, "holdTime": "24s", "localPort": 10179, "remotePort": 10179, "bfd": {"switch": false}}}),
         ),
         (
             "Conduit",
@@ -146,7 +146,7 @@ async fn meridio_samples_are_accepted_and_defaulted() {
         "Gateway",
         "g-default",
         Some("trench-a"),
-        json!({"address": "10.0.0.1", "bgp": {"localASN": 1, "remoteASN": 2}}),
+        json!({"address": "10.0.0.1", "bgp": {"localAsn": 1, "remoteAsn": 2}}),
     )
     .await
     .unwrap();
@@ -294,17 +294,17 @@ async fn meridio_webhook_rules_are_schema_rules() {
         ("Vip", json!({"address": "not-an-ip"}), "without host bits"),
         (
             "Gateway",
-            json!({"address": "10.0.0.1", "protocol": "static", "bgp": {"localASN": 1, "remoteASN": 2}}),
+            json!({"address": "10.0.0.1", "protocol": "static", "bgp": {"localAsn": 1, "remoteAsn": 2}}),
             "must be empty when protocol is static",
         ),
         (
             "Gateway",
-            json!({"address": "10.0.0.1", "protocol": "bgp", "bgp": {"localASN": 1}}),
-            "needs spec.bgp.remoteASN and spec.bgp.localASN",
+            json!({"address": "10.0.0.1", "protocol": "bgp", "bgp": {"localAsn": 1}}),
+            "needs spec.bgp.remoteAsn and spec.bgp.localAsn",
         ),
         (
             "Gateway",
-            json!({"address": "10.0.0.1", "protocol": "bgp", "bgp": {"localASN": 1, "remoteASN": 2, "holdTime": "2s"}}),
+            json!({"address": "10.0.0.1", "protocol": "bgp", "bgp": {"localAsn": 1, "remoteAsn": 2, "holdTime": "2s"}}),
             "at least 3s",
         ),
         (

@@ -250,7 +250,7 @@ async fn a_trench_is_compiled_into_node_routing_and_programmed_by_the_agents() {
         json!({"address": "169.254.100.151", "protocol": "static"}),
     )
     .await;
-    create(&client, &ns, "Gateway", "gw-bgp", json!({"address": "169.254.100.152", "bgp": {"localASN": 8103, "remoteASN": 4248829953u32, "holdTime": "24s"}})).await;
+    create(&client, &ns, "Gateway", "gw-bgp", json!({"address": "169.254.100.152", "bgp": {"localAsn": 8103, "remoteAsn": 4248829953u32, "holdTime": "24s"}})).await;
     create(
         &client,
         &ns,

@@ -419,8 +419,8 @@ async fn probation(
     }
 }
 
-/// Every probe once: the API server (the agent's own connection), then each of the
-/// spec's in the programmed namespace.
+/// Every probe once: each of the spec's in the programmed namespace, then the API
+/// server (the agent's own connection).
 async fn probe_all(
     ctx: &Ctx,
     probes: &[crate::api::ProbeSpec],
@@ -428,21 +428,6 @@ async fn probe_all(
 ) -> std::result::Result<(), (&'static str, String)> {
     use conditions::degraded::{API_SERVER_UNREACHABLE, PROBE_FAILED};
     let timeout = timeout.max(Duration::from_millis(100));
-    match tokio::time::timeout(timeout, ctx.client.apiserver_version()).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => {
-            return Err((
-                API_SERVER_UNREACHABLE,
-                format!("the API server did not answer: {e}"),
-            ));
-        }
-        Err(_) => {
-            return Err((
-                API_SERVER_UNREACHABLE,
-                format!("the API server did not answer within {timeout:?}"),
-            ));
-        }
-    }
     for p in probes {
         let ns = ctx.ns.clone();
         let result = match (&p.ping, &p.tcp) {
@@ -469,6 +454,22 @@ async fn probe_all(
         };
         if let Err(e) = result {
             return Err((PROBE_FAILED, format!("probe {p} failed ({e})")));
+        }
+    }
+    // The API server last: a pass means it answered after every probe did.
+    match tokio::time::timeout(timeout, ctx.client.apiserver_version()).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            return Err((
+                API_SERVER_UNREACHABLE,
+                format!("the API server did not answer: {e}"),
+            ));
+        }
+        Err(_) => {
+            return Err((
+                API_SERVER_UNREACHABLE,
+                format!("the API server did not answer within {timeout:?}"),
+            ));
         }
     }
     Ok(())

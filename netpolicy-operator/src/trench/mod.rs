@@ -425,8 +425,8 @@ pub fn validate(d: &Domain<'_>) -> Checked {
                         "Gateway",
                         ns,
                         name,
-                        "spec.bgp.remoteASN",
-                        "a bgp gateway needs remoteASN",
+                        "spec.bgp.remoteAsn",
+                        "a bgp gateway needs remoteAsn",
                     ));
                 }
                 if bgp.local_asn.is_none() {
@@ -434,8 +434,8 @@ pub fn validate(d: &Domain<'_>) -> Checked {
                         "Gateway",
                         ns,
                         name,
-                        "spec.bgp.localASN",
-                        "a bgp gateway needs localASN",
+                        "spec.bgp.localAsn",
+                        "a bgp gateway needs localAsn",
                     ));
                 }
                 if let Some(h) = &bgp.hold_time

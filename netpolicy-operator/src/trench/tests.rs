@@ -80,7 +80,7 @@ impl Input {
             tr,
             json!({"address": "100:100::1", "protocol": "static"}),
         ));
-        self.gateways.push(obj("Gateway", ns, "gw-bgp", tr, json!({"address": "169.254.100.3", "protocol": "bgp", "bgp": {"localASN": 1, "remoteASN": 2}})));
+        self.gateways.push(obj("Gateway", ns, "gw-bgp", tr, json!({"address": "169.254.100.3", "protocol": "bgp", "bgp": {"localAsn": 1, "remoteAsn": 2}})));
         self.vips.push(obj(
             "Vip",
             ns,
@@ -359,7 +359,7 @@ fn meridio_rules_the_schema_cannot_state_are_errors_naming_the_field() {
     // Gateways.
     has(
         check(&|i| i.gateways[3].spec.bgp = None),
-        "spec.bgp.remoteASN",
+        "spec.bgp.remoteAsn",
     );
     has(
         check(&|i| i.gateways[3].spec.bgp.as_mut().unwrap().hold_time = Some("2s".into())),
