@@ -319,12 +319,15 @@ async fn a_trench_is_compiled_into_node_routing_and_programmed_by_the_agents() {
         ready(&client, &ns, "Trench", "trench-a").await.0 == "True"
     })
     .await;
-    let (s, reason, message) = ready(&client, &ns, "Gateway", "gw-bgp").await;
-    assert_eq!(
-        (s.as_str(), reason.as_str()),
-        ("False", "NotProgrammable"),
-        "{message}"
-    );
+    eventually(
+        "the BGP gateway is reported as not programmable",
+        30,
+        || async {
+            let (s, reason, _) = ready(&client, &ns, "Gateway", "gw-bgp").await;
+            (s.as_str(), reason.as_str()) == ("False", "NotProgrammable")
+        },
+    )
+    .await;
     assert_eq!(ready(&client, &ns, "Flow", "f-tcp").await.0, "True");
 
     // The NodeNetworkConfigs carry the compiled items.

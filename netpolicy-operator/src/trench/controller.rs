@@ -169,8 +169,9 @@ impl Job {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let mut written = 0;
         for d in &domains {
-            written += self.trench(d, &outcome, &previous, &errors, &now).await?;
+            // Children first: a Trench that reads Ready has children that say so too.
             written += self.children(d, &outcome, &errors, &notes, &now).await?;
+            written += self.trench(d, &outcome, &previous, &errors, &now).await?;
         }
         written += self.unlabelled(&snap, &errors, &now).await?;
         Ok(written)
