@@ -337,9 +337,17 @@ async fn a_trench_is_compiled_into_node_routing_and_programmed_by_the_agents() {
         || async {
             let mut ok = true;
             for n in [&a1, &a2] {
-                ok &= nnc(&client, n)
-                    .await
-                    .is_some_and(|o| !trench_items(&o).is_empty());
+                // Every object compiled: both flows' rules are there (the objects
+                // arrive one by one, and so do intermediate renderings).
+                ok &= nnc(&client, n).await.is_some_and(|o| {
+                    let items = trench_items(&o);
+                    let rule = |t: u32| {
+                        items
+                            .iter()
+                            .any(|i| i["field"] == "rules" && i["item"]["table"] == t)
+                    };
+                    rule(t_tcp) && rule(t_udp)
+                });
             }
             ok
         },
