@@ -467,80 +467,262 @@ fn by_precedence(a: &&Policy, b: &&Policy) -> Ordering {
 }
 
 fn merge_sorted(ps: &mut Vec<&Policy>) -> NodeOutcome {
+    merge_parts(ps).outcome()
+}
+
+/// A merge in parts: the items of every identity without a conflict, the conflicts and
+/// the invalid policies. The engine keeps the parts of the policies many nodes share
+/// and lays each node's own policies over them ([`overlay`]).
+#[derive(Debug, Clone, Default)]
+struct Parts {
+    items: MergedConfig,
+    conflicts: Vec<Conflict>,
+    invalid: Vec<Source>,
+}
+
+impl Parts {
+    fn outcome(self) -> NodeOutcome {
+        let mut problems: Vec<Problem> = self
+            .invalid
+            .into_iter()
+            .map(Problem::InvalidPolicy)
+            .collect();
+        problems.extend(self.conflicts.into_iter().map(Problem::Conflict));
+        if !problems.is_empty() {
+            problems.sort();
+            return NodeOutcome::Held(problems.into());
+        }
+        NodeOutcome::Rendered(Arc::new(self.items))
+    }
+}
+
+/// The valid policies of `ps` with their content, and the sources of the invalid ones.
+/// `ps` is sorted by precedence and deduplicated first.
+fn split_valid<'a>(ps: &mut Vec<&'a Policy>) -> (Vec<(&'a Policy, &'a Items)>, Vec<Source>) {
     ps.sort_by(by_precedence);
     // The same object given twice is one object.
     ps.dedup_by(|a, b| a.source == b.source && a == b);
-    let mut problems: Vec<Problem> = ps
+    let invalid = ps
         .iter()
         .filter(|p| p.content.is_none())
-        .map(|p| Problem::InvalidPolicy(p.source.clone()))
+        .map(|p| p.source.clone())
         .collect();
-    let valid: Vec<(&Policy, &Items)> = ps
+    let valid = ps
         .iter()
         .filter_map(|p| p.content.as_ref().map(|c| (*p, c)))
         .collect();
+    (valid, invalid)
+}
+
+fn lists<'a, T>(
+    valid: &[(&'a Policy, &'a Items)],
+    items: impl Fn(&'a Items) -> &'a Vec<Arc<T>>,
+) -> Vec<(&'a Policy, &'a [Arc<T>])> {
+    valid
+        .iter()
+        .map(|(p, i)| (*p, items(i).as_slice()))
+        .collect()
+}
+
+fn merge_parts(ps: &mut Vec<&Policy>) -> Parts {
+    let (valid, invalid) = split_valid(ps);
     let mut conflicts = Vec::new();
     let vlans = merge_kind(
-        &valid,
-        |i| &i.vlans,
+        &lists(&valid, |i| &i.vlans),
         |a, b| a.name.cmp(&b.name),
         |v| ItemRef::Vlan(v.name.clone()),
         &mut conflicts,
     );
     let routes = merge_kind(
-        &valid,
-        |i| &i.routes,
+        &lists(&valid, |i| &i.routes),
         |a, b| a.key().cmp(&b.key()),
         |r| ItemRef::Route(r.key()),
         &mut conflicts,
     );
     let addresses = merge_kind(
-        &valid,
-        |i| &i.addresses,
+        &lists(&valid, |i| &i.addresses),
         Ord::cmp,
         |a| ItemRef::Address(a.clone()),
         &mut conflicts,
     );
     let rules = merge_kind(
-        &valid,
-        |i| &i.rules,
+        &lists(&valid, |i| &i.rules),
         |a, b| a.key.cmp(&b.key),
         |r| ItemRef::Rule(r.key.clone()),
         &mut conflicts,
     );
-    problems.extend(conflicts.into_iter().map(Problem::Conflict));
-    if !problems.is_empty() {
-        problems.sort();
-        return NodeOutcome::Held(problems.into());
-    }
     let mut table_hard_sync: Vec<u32> = valid
         .iter()
         .flat_map(|(_, i)| i.table_hard_sync.iter().copied())
         .collect();
     table_hard_sync.sort_unstable();
     table_hard_sync.dedup();
-    NodeOutcome::Rendered(Arc::new(MergedConfig {
-        vlans,
-        routes,
-        addresses,
-        rules,
-        table_hard_sync,
-    }))
+    Parts {
+        items: MergedConfig {
+            vlans,
+            routes,
+            addresses,
+            rules,
+            table_hard_sync,
+        },
+        conflicts,
+        invalid,
+    }
 }
 
-/// Merges one kind of item. `valid` is sorted by precedence (highest first), then source.
+/// The merge of `base_ps` (whose parts are `base`) and `over` at once, computed from
+/// `base`: an identity no policy of `over` names keeps the base's result; the others
+/// are merged again from every policy's items of those identities (found by binary
+/// search in each policy's sorted items). The same outcome as [`merge`] of all of them
+/// (property-tested), at the cost of the overlay plus a copy of the base's items.
+fn overlay(base: &Parts, base_ps: &[&Policy], over: &mut Vec<&Policy>) -> NodeOutcome {
+    let (over_valid, over_invalid) = split_valid(over);
+    let mut all: Vec<&Policy> = base_ps
+        .iter()
+        .copied()
+        .chain(over.iter().copied())
+        .collect();
+    let (all_valid, _) = split_valid(&mut all);
+    let mut conflicts = Vec::new();
+    let mut touched: std::collections::BTreeSet<ItemRef> = std::collections::BTreeSet::new();
+    let vlans = overlay_kind(
+        &base.items.vlans,
+        &lists(&all_valid, |i| &i.vlans),
+        &lists(&over_valid, |i| &i.vlans),
+        |a, b| a.name.cmp(&b.name),
+        |v| ItemRef::Vlan(v.name.clone()),
+        &mut conflicts,
+        &mut touched,
+    );
+    let routes = overlay_kind(
+        &base.items.routes,
+        &lists(&all_valid, |i| &i.routes),
+        &lists(&over_valid, |i| &i.routes),
+        |a, b| a.key().cmp(&b.key()),
+        |r| ItemRef::Route(r.key()),
+        &mut conflicts,
+        &mut touched,
+    );
+    let addresses = overlay_kind(
+        &base.items.addresses,
+        &lists(&all_valid, |i| &i.addresses),
+        &lists(&over_valid, |i| &i.addresses),
+        Ord::cmp,
+        |a| ItemRef::Address(a.clone()),
+        &mut conflicts,
+        &mut touched,
+    );
+    let rules = overlay_kind(
+        &base.items.rules,
+        &lists(&all_valid, |i| &i.rules),
+        &lists(&over_valid, |i| &i.rules),
+        |a, b| a.key.cmp(&b.key),
+        |r| ItemRef::Rule(r.key.clone()),
+        &mut conflicts,
+        &mut touched,
+    );
+    let mut all_conflicts: Vec<Conflict> = base
+        .conflicts
+        .iter()
+        .filter(|c| !touched.contains(&c.item))
+        .cloned()
+        .collect();
+    all_conflicts.extend(conflicts);
+    let mut invalid = base.invalid.clone();
+    invalid.extend(over_invalid);
+    let mut table_hard_sync = base.items.table_hard_sync.clone();
+    table_hard_sync.extend(
+        over_valid
+            .iter()
+            .flat_map(|(_, i)| i.table_hard_sync.iter().copied()),
+    );
+    table_hard_sync.sort_unstable();
+    table_hard_sync.dedup();
+    Parts {
+        items: MergedConfig {
+            vlans,
+            routes,
+            addresses,
+            rules,
+            table_hard_sync,
+        },
+        conflicts: all_conflicts,
+        invalid,
+    }
+    .outcome()
+}
+
+/// A copy of `s` sharing its item (`Sourced<T>` is `Clone` only when `T` is).
+fn share<T>(s: &Sourced<T>) -> Sourced<T> {
+    Sourced {
+        item: Arc::clone(&s.item),
+        sources: s.sources.clone(),
+    }
+}
+
+/// One kind of [`overlay`]: `base`'s items with the identities `over` names merged
+/// again from `all`'s items of those identities.
+fn overlay_kind<T: Eq>(
+    base: &[Sourced<T>],
+    all: &[(&Policy, &[Arc<T>])],
+    over: &[(&Policy, &[Arc<T>])],
+    key_cmp: impl Fn(&T, &T) -> Ordering,
+    item_ref: impl Fn(&T) -> ItemRef,
+    conflicts: &mut Vec<Conflict>,
+    touched: &mut std::collections::BTreeSet<ItemRef>,
+) -> Vec<Sourced<T>> {
+    let mut keys: Vec<&Arc<T>> = over.iter().flat_map(|(_, l)| l.iter()).collect();
+    if keys.is_empty() {
+        return base.iter().map(share).collect();
+    }
+    keys.sort_by(|a, b| key_cmp(a, b));
+    keys.dedup_by(|a, b| key_cmp(a, b) == Ordering::Equal);
+    touched.extend(keys.iter().map(|k| item_ref(k)));
+    // Every valid policy's items of those identities, still sorted.
+    let restricted: Vec<(&Policy, Vec<Arc<T>>)> = all
+        .iter()
+        .map(|(p, l)| {
+            let found = keys
+                .iter()
+                .filter_map(|k| {
+                    l.binary_search_by(|x| key_cmp(x, k))
+                        .ok()
+                        .map(|at| Arc::clone(&l[at]))
+                })
+                .collect();
+            (*p, found)
+        })
+        .collect();
+    let lists: Vec<(&Policy, &[Arc<T>])> =
+        restricted.iter().map(|(p, v)| (*p, v.as_slice())).collect();
+    let local = merge_kind(&lists, &key_cmp, &item_ref, conflicts);
+    let mut out = Vec::with_capacity(base.len() + local.len());
+    let mut local = local.into_iter().peekable();
+    for b in base {
+        while let Some(l) = local.next_if(|l| key_cmp(&l.item, &b.item) == Ordering::Less) {
+            out.push(l);
+        }
+        if keys.binary_search_by(|k| key_cmp(k, &b.item)).is_err() {
+            out.push(share(b));
+        }
+    }
+    out.extend(local);
+    out
+}
+
+/// Merges one kind of item. `valid` (each policy with its items of this kind, sorted
+/// by identity) is sorted by precedence (highest first), then source.
 fn merge_kind<T: Eq>(
-    valid: &[(&Policy, &Items)],
-    items: impl Fn(&Items) -> &Vec<Arc<T>>,
+    valid: &[(&Policy, &[Arc<T>])],
     key_cmp: impl Fn(&T, &T) -> Ordering,
     item_ref: impl Fn(&T) -> ItemRef,
     conflicts: &mut Vec<Conflict>,
 ) -> Vec<Sourced<T>> {
     // Fast path: one contributing policy; its items are already sorted and unique.
-    let mut contributing = valid.iter().filter(|(_, i)| !items(i).is_empty());
+    let mut contributing = valid.iter().filter(|(_, l)| !l.is_empty());
     let (first, second) = (contributing.next(), contributing.next());
-    if let (Some((p, i)), None) = (first, second) {
-        return items(i)
+    if let (Some((p, l)), None) = (first, second) {
+        return l
             .iter()
             .map(|item| Sourced {
                 item: Arc::clone(item),
@@ -548,7 +730,7 @@ fn merge_kind<T: Eq>(
             })
             .collect();
     }
-    let cands = kway_merge(valid.iter().map(|(_, i)| items(i).as_slice()), &key_cmp);
+    let cands = kway_merge(valid.iter().map(|(_, l)| *l), &key_cmp);
     let mut out = Vec::new();
     let mut i = 0;
     while i < cands.len() {
@@ -838,6 +1020,25 @@ pub struct Engine {
     node_ids: HashMap<Arc<str>, u32>,
     index: LabelIndex,
     cache: HashMap<Arc<[u32]>, NodeOutcome>,
+    /// The parts of the shared policies of a signature (those not pinned to one node),
+    /// by their ids: per-node policies are laid over them ([`overlay`]).
+    base_cache: HashMap<Arc<[u32]>, Arc<Parts>>,
+}
+
+/// Label keys whose value names one node: a selector that requires one value of one of
+/// them selects at most one node (the per-node NodeConfigs of ipruler users, a trench's
+/// per-node policies).
+const PINNING_KEYS: [&str; 2] = ["kubernetes.io/hostname", NODE_NAME_LABEL];
+
+/// Whether `p` selects at most one node by its selector alone.
+fn pinned(p: &Policy) -> bool {
+    p.selector.requirements().iter().any(|r| match r {
+        Requirement::Equals { key, .. } => PINNING_KEYS.contains(&key.as_str()),
+        Requirement::In { key, values } => {
+            values.len() == 1 && PINNING_KEYS.contains(&key.as_str())
+        }
+        _ => false,
+    })
 }
 
 impl Engine {
@@ -920,37 +1121,82 @@ impl Engine {
         c
     }
 
-    /// The shared signature and outcome for a sorted list of policy ids.
+    /// The shared signature and outcome for a sorted list of policy ids. A signature
+    /// with policies pinned to one node is merged as its shared policies' parts
+    /// (computed once for every node with the same shared policies) with the pinned
+    /// ones laid over them.
     fn intern(&mut self, sig: &[u32]) -> (Arc<[u32]>, NodeOutcome) {
         if let Some((k, v)) = self.cache.get_key_value(sig) {
             return (Arc::clone(k), v.clone());
         }
-        let mut ps: Vec<&Policy> = sig
+        let policies = &self.policies;
+        let get = |id: &u32| policies[*id as usize].as_ref();
+        let (shared, own): (Vec<u32>, Vec<u32>) = sig
             .iter()
-            .filter_map(|&id| self.policies[id as usize].as_ref())
-            .collect();
-        let outcome = merge_sorted(&mut ps);
+            .copied()
+            .partition(|id| get(id).is_none_or(|p| !pinned(p)));
+        let outcome = if own.is_empty() || shared.is_empty() {
+            let mut ps: Vec<&Policy> = sig.iter().filter_map(get).collect();
+            merge_sorted(&mut ps)
+        } else {
+            let base = match self.base_cache.get(shared.as_slice()) {
+                Some(b) => Arc::clone(b),
+                None => {
+                    let mut ps: Vec<&Policy> = shared.iter().filter_map(get).collect();
+                    let b = Arc::new(merge_parts(&mut ps));
+                    self.base_cache
+                        .insert(shared.as_slice().into(), Arc::clone(&b));
+                    b
+                }
+            };
+            let base_ps: Vec<&Policy> = shared.iter().filter_map(get).collect();
+            let mut own_ps: Vec<&Policy> = own.iter().filter_map(get).collect();
+            overlay(&base, &base_ps, &mut own_ps)
+        };
         let key: Arc<[u32]> = sig.into();
         self.cache.insert(Arc::clone(&key), outcome.clone());
         (key, outcome)
     }
 
-    /// Drops cached outcomes that used policy `pid`, and any no node holds any more.
-    fn invalidate(&mut self, pid: u32) {
-        self.cache
-            .retain(|k, _| Arc::strong_count(k) > 1 && !k.contains(&pid));
+    /// Drops the cached outcomes that used policy `pid`: the signatures of `holders`
+    /// (the nodes its selector picked — the cache keeps only signatures some node
+    /// holds, see [`Engine::release`]) and the shared parts that included it. O(its
+    /// nodes), not O(cache).
+    fn invalidate(&mut self, pid: u32, holders: &[u32]) {
+        for &nid in holders {
+            if let Some(n) = self.nodes[nid as usize].as_ref()
+                && n.sig.contains(&pid)
+            {
+                self.cache.remove(&*n.sig);
+            }
+        }
+        self.base_cache.retain(|k, _| !k.contains(&pid));
+    }
+
+    /// Forgets the outcome of signature `old` once no node holds it any more.
+    fn release(&mut self, old: &Arc<[u32]>) {
+        let cached = self
+            .cache
+            .get_key_value(&**old)
+            .is_some_and(|(k, _)| Arc::ptr_eq(k, old));
+        // The cache's key and `old` itself: no node left.
+        if cached && Arc::strong_count(old) == 2 {
+            self.cache.remove(&**old);
+        }
     }
 
     fn set_sig(&mut self, nid: u32, sig: Vec<u32>, changed: &mut Changed, memo: &mut Memo) {
         let (sig, outcome) = self.intern(&sig);
-        if let Some(n) = self.nodes[nid as usize].as_mut() {
-            let same = n.outcome.same(&outcome, memo);
-            n.sig = sig;
-            if !same {
-                n.outcome = outcome;
-                changed.push(Arc::clone(&n.name));
-            }
+        let Some(n) = self.nodes[nid as usize].as_mut() else {
+            return;
+        };
+        let same = n.outcome.same(&outcome, memo);
+        let old = std::mem::replace(&mut n.sig, sig);
+        if !same {
+            n.outcome = outcome;
+            changed.push(Arc::clone(&n.name));
         }
+        self.release(&old);
     }
 
     /// Adds or replaces a policy (by source). Returns the nodes whose outcome changed.
@@ -983,7 +1229,7 @@ impl Engine {
         let new_sel = self.select(policy.selector());
         self.policies[pid as usize] = Some(policy);
         if content_changed {
-            self.invalidate(pid);
+            self.invalidate(pid, &old_sel);
         }
         let mut affected = old_sel;
         affected.extend_from_slice(&new_sel);
@@ -1018,7 +1264,7 @@ impl Engine {
             return changed;
         };
         let affected = self.select(old.selector());
-        self.invalidate(pid);
+        self.invalidate(pid, &affected);
         self.free_policies.push(pid);
         for nid in affected {
             let Some(n) = self.nodes[nid as usize].as_ref() else {
@@ -1093,6 +1339,7 @@ impl Engine {
         };
         if let Some(n) = self.nodes[nid as usize].take() {
             self.index.remove(nid, &n.labels);
+            self.release(&n.sig);
         }
         self.free_nodes.push(nid);
         true
@@ -1102,6 +1349,10 @@ impl Engine {
         // Keep the cache from growing without bound as signatures fall out of use.
         if self.cache.len() > 1024 && self.cache.len() > 2 * self.node_ids.len() {
             self.cache.retain(|k, _| Arc::strong_count(k) > 1);
+        }
+        // Shared parts are only read while merging: kept for reuse, dropped when many.
+        if self.base_cache.len() > 4096 {
+            self.base_cache.clear();
         }
         changed.sort();
         changed.dedup();

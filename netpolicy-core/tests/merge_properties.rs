@@ -184,10 +184,34 @@ impl PolicyInput {
     }
 }
 
+/// A selector that sometimes also pins one node by its hostname, as per-node
+/// NodeConfigs do (the engine lays those over the shared policies' merge).
+fn maybe_pinned_selector() -> impl Strategy<Value = LabelSelector> {
+    (
+        selector_strategy(),
+        proptest::option::weighted(0.4, 0..12usize),
+    )
+        .prop_map(|(mut s, pin)| {
+            if let Some(i) = pin {
+                s.match_labels
+                    .insert(HOSTNAME.into(), format!("node-{i:02}"));
+            }
+            s
+        })
+}
+
+/// Every node carries its name as `kubernetes.io/hostname`, as kubelets set it.
+const HOSTNAME: &str = "kubernetes.io/hostname";
+
+fn with_hostname(name: &str, mut labels: Labels) -> Labels {
+    labels.insert(HOSTNAME.into(), name.into());
+    labels
+}
+
 fn policy_strategy() -> impl Strategy<Value = PolicyInput> {
     prop_oneof![
         1 => spec_strategy().prop_map(|s| PolicyInput::Cluster(first_per_identity(s))),
-        6 => (0..6usize, 0..3i64, selector_strategy(), spec_strategy(), prop::bool::weighted(0.9))
+        6 => (0..6usize, 0..3i64, maybe_pinned_selector(), spec_strategy(), prop::bool::weighted(0.9))
             .prop_map(|(n, priority, selector, spec, valid)| PolicyInput::Node {
                 name: format!("nc{n}"),
                 priority,
@@ -363,7 +387,11 @@ fn snapshot(e: &Engine) -> BTreeMap<String, NodeOutcome> {
 fn nodes_strategy() -> impl Strategy<Value = Vec<(String, Labels)>> {
     proptest::collection::btree_map(0..12usize, labels_strategy(), 0..12).prop_map(|m| {
         m.into_iter()
-            .map(|(i, l)| (format!("node-{i:02}"), l))
+            .map(|(i, l)| {
+                let name = format!("node-{i:02}");
+                let l = with_hostname(&name, l);
+                (name, l)
+            })
             .collect()
     })
 }
@@ -462,6 +490,7 @@ proptest! {
             let changed = match change {
                 Change::UpsertNode(i, l) => {
                     let name = format!("node-{i:02}");
+                    let l = with_hostname(&name, l);
                     nodes.insert(name.clone(), l.clone());
                     engine.upsert_node(&name, l)
                 }
@@ -684,4 +713,62 @@ fn a_node_given_twice_to_build_keeps_its_last_labels() {
     );
     assert_eq!(engine.node_count(), 1);
     assert!(engine.outcome("n1").unwrap().config().unwrap().is_empty());
+}
+
+/// The engine merges a node's per-node policies (pinned by hostname or node name) over
+/// the merge of its shared ones; these are the cases where the overlay changes the
+/// shared result, checked against a plain merge of everything.
+#[test]
+fn per_node_policies_laid_over_shared_ones_give_the_plain_merge() {
+    use netpolicy_core::{merge::with_node_name, selector::Selector};
+    let route = |via: &str| {
+        RoutingSpec {
+            routes: vec![RouteSpec {
+                to: "10.20.0.0/16".into(),
+                via: Some(via.into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+        .validate("spec")
+        .unwrap()
+    };
+    let pin = |node: &str| {
+        LabelSelector {
+            match_labels: [(HOSTNAME.into(), node.into())].into(),
+            ..Default::default()
+        }
+        .validate("s")
+        .unwrap()
+    };
+    let all = Selector::everything();
+    // Two shared NodeConfigs conflict; n1's own, at a higher priority, resolves it there.
+    let a = Policy::node_config("a", 1, all.clone(), route("10.0.0.1"));
+    let b = Policy::node_config("b", 1, all.clone(), route("10.0.0.2"));
+    let own = Policy::node_config("own-n1", 2, pin("n1"), route("10.0.0.3"));
+    // A lower-priority per-node one does not: n2 stays held.
+    let low = Policy::node_config("own-n2", 0, pin("n2"), route("10.0.0.4"));
+    // A trench's item for n3 differs from the shared winner of a higher precedence
+    // elsewhere: still a conflict (exclusive), like a plain merge says.
+    let c = Policy::node_config("c", 5, pin("n3"), route("10.0.0.5"));
+    let t = Policy::trench("ns", "t", "n3", route("10.0.0.6"));
+    let nodes: Vec<(String, Labels)> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|n| {
+            (
+                (*n).to_owned(),
+                with_node_name(n, &with_hostname(n, Labels::new())),
+            )
+        })
+        .collect();
+    let policies = [a, b, own, low, c, t];
+    let e = Engine::build(nodes.clone(), policies.iter().cloned());
+    for (n, labels) in &nodes {
+        let plain = merge(policies.iter().filter(|p| p.selector().matches(labels)));
+        assert_eq!(e.outcome(n), Some(&plain), "{n}");
+    }
+    let n1 = e.outcome("n1").unwrap().config().unwrap();
+    assert_eq!(n1.routes[0].item.via.unwrap().to_string(), "10.0.0.3");
+    assert!(e.outcome("n2").unwrap().config().is_none());
+    assert!(e.outcome("n3").unwrap().config().is_none());
 }
