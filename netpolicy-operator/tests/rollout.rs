@@ -17,8 +17,6 @@
 mod common;
 
 use std::{
-    path::Path,
-    process::{Command, Stdio},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -31,43 +29,8 @@ use kube::{
 };
 use netpolicy_netlink::testns::TestNamespace;
 use netpolicy_operator::api::{NodeConfig, NodeNetworkConfig, crds};
-use netpolicy_testenv::{ControlPlane, eventually};
+use netpolicy_testenv::eventually;
 use serde_json::{Value, json};
-
-fn operator(cp: &ControlPlane, lease_ns: &str, log: &Path) -> Killed {
-    Killed(
-        Command::new(env!("CARGO_BIN_EXE_netpolicy"))
-            .args(["operator", "--kubeconfig"])
-            .arg(&cp.kubeconfig)
-            .args(["--lease-namespace", lease_ns, "--lease-seconds", "2"])
-            .args(["--listen", "127.0.0.1:0", "--resync-seconds", "2"])
-            .env("RUST_LOG", "info,netpolicy_operator::routing=debug")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap())
-            .spawn()
-            .unwrap(),
-    )
-}
-
-fn agent(kubeconfig: &Path, node: &str, ns: &TestNamespace, log: &Path) -> Killed {
-    Killed(
-        Command::new(env!("CARGO_BIN_EXE_netpolicy"))
-            .args(["agent", "--node", node, "--netns", ns.name()])
-            .args([
-                "--resync-seconds",
-                "1",
-                "--listen",
-                "127.0.0.1:0",
-                "--kubeconfig",
-            ])
-            .arg(kubeconfig)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap())
-            .spawn()
-            .unwrap(),
-    )
-}
 
 /// A node's namespace (`ext0`, 198.51.100.2/24) wired to its gateway's (`ext1`,
 /// 198.51.100.1/24). `None` without root.
@@ -148,15 +111,20 @@ async fn a_change_rolls_out_in_waves_and_a_bad_one_stops_at_the_first_node() {
         .iter()
         .zip(&nets)
         .map(|(n, (ns, _))| {
-            agent(
+            common::agent(
                 &cp.kubeconfig,
                 n,
-                ns,
+                ns.name(),
                 &cp.dir.join(format!("agent-{n}.log")),
             )
         })
         .collect();
-    let _op = operator(cp, &lease_ns, &cp.dir.join("operator-rollout.log"));
+    let _op = common::operator(
+        cp,
+        &lease_ns,
+        &cp.dir.join("operator-rollout.log"),
+        "info,netpolicy_operator::routing=debug",
+    );
     eventually(
         "every node has its first NodeNetworkConfig applied",
         30,
@@ -437,10 +405,10 @@ async fn an_agent_that_loses_the_api_server_rolls_back_by_itself() {
     )
     .await
     .unwrap();
-    let _agent = agent(
+    let _agent = common::agent(
         &kubeconfig,
         &node,
-        &node_ns,
+        node_ns.name(),
         &cp.dir.join(format!("agent-{node}.log")),
     );
     eventually("r1 applied", 30, || async {

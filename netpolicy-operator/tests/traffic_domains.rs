@@ -21,11 +21,7 @@
 
 mod common;
 
-use std::{
-    path::Path,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{process::Command, time::Duration};
 
 use common::Killed;
 use k8s_openapi::api::core::v1::Node;
@@ -36,43 +32,8 @@ use kube::{
 };
 use netpolicy_netlink::testns::TestNamespace;
 use netpolicy_operator::api::{NodeNetworkConfig, Trench, TrenchStatus, crds};
-use netpolicy_testenv::{ControlPlane, eventually};
+use netpolicy_testenv::eventually;
 use serde_json::{Value, json};
-
-fn operator(cp: &ControlPlane, lease_ns: &str, log: &Path) -> Killed {
-    Killed(
-        Command::new(env!("CARGO_BIN_EXE_netpolicy"))
-            .args(["operator", "--kubeconfig"])
-            .arg(&cp.kubeconfig)
-            .args(["--lease-namespace", lease_ns, "--lease-seconds", "2"])
-            .args(["--listen", "127.0.0.1:0", "--resync-seconds", "2"])
-            .env("RUST_LOG", "info,netpolicy_operator::trench=debug")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap())
-            .spawn()
-            .unwrap(),
-    )
-}
-
-fn agent(cp: &ControlPlane, node: &str, ns: &TestNamespace, log: &Path) -> Killed {
-    Killed(
-        Command::new(env!("CARGO_BIN_EXE_netpolicy"))
-            .args(["agent", "--node", node, "--netns", ns.name()])
-            .args([
-                "--resync-seconds",
-                "1",
-                "--listen",
-                "127.0.0.1:0",
-                "--kubeconfig",
-            ])
-            .arg(&cp.kubeconfig)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap())
-            .spawn()
-            .unwrap(),
-    )
-}
 
 fn api(client: &Client, kind: &str, ns: &str) -> Api<DynamicObject> {
     let plural = if kind == "Trench" {
@@ -220,11 +181,22 @@ async fn a_trench_is_compiled_into_node_routing_and_programmed_by_the_agents() {
     let _agents: Vec<Killed> = [(&a1, &netns1), (&a2, &netns2)]
         .into_iter()
         .filter_map(|(n, ns)| {
-            ns.as_ref()
-                .map(|ns| agent(cp, n, ns, &cp.dir.join(format!("agent-{n}.log"))))
+            ns.as_ref().map(|ns| {
+                common::agent(
+                    &cp.kubeconfig,
+                    n,
+                    ns.name(),
+                    &cp.dir.join(format!("agent-{n}.log")),
+                )
+            })
         })
         .collect();
-    let _op = operator(cp, &lease_ns, &cp.dir.join("operator-traffic.log"));
+    let _op = common::operator(
+        cp,
+        &lease_ns,
+        &cp.dir.join("operator-traffic.log"),
+        "info,netpolicy_operator::trench=debug",
+    );
 
     create(
         &client,

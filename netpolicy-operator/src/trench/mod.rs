@@ -651,8 +651,8 @@ pub fn validate(d: &Domain<'_>) -> Checked {
         }
     }
     // Attractors: references, interface prefixes, no VIP or conduit shared.
-    let mut vip_owner: BTreeMap<&str, &str> = BTreeMap::new();
-    let mut conduit_owner: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut vip_owner: BTreeMap<String, String> = BTreeMap::new();
+    let mut conduit_owner: BTreeMap<String, String> = BTreeMap::new();
     for a in &d.attractors {
         let name = name_of(&a.metadata);
         let i = &a.spec.interface;
@@ -758,36 +758,45 @@ pub fn validate(d: &Domain<'_>) -> Checked {
                 }
             }
         }
-        for (k, v) in a.spec.vips.iter().enumerate() {
-            let field = format!("spec.vips[{k}]");
-            if !vips.contains_key(v.as_str()) {
-                c.errors.push(err(
-                    "Attractor",
-                    ns,
-                    name,
-                    &field,
-                    format!("Vip {v:?} does not exist in trench {:?}", d.name),
-                ));
+        // VIPs and conduits: they exist, and no other attractor of the trench has them.
+        let owned = |list: &[String],
+                     field: &str,
+                     what: &str,
+                     exists: &dyn Fn(&str) -> bool,
+                     owners: &mut BTreeMap<String, String>,
+                     errors: &mut Vec<InputError>| {
+            for (k, x) in list.iter().enumerate() {
+                let field = format!("{field}[{k}]");
+                if !exists(x) {
+                    errors.push(err(
+                        "Attractor",
+                        ns,
+                        name,
+                        &field,
+                        format!("{what} {x:?} does not exist in trench {:?}", d.name),
+                    ));
+                }
+                if let Some(other) = owners.insert(x.clone(), name.to_owned()) {
+                    errors.push(err("Attractor", ns, name, &field, format!("{what} {x:?} is already used by attractor {other:?}: a {} cannot be shared between attractors", what.to_lowercase())));
+                }
             }
-            if let Some(other) = vip_owner.insert(v.as_str(), name) {
-                c.errors.push(err("Attractor", ns, name, &field, format!("Vip {v:?} is already served by attractor {other:?}: a vip cannot be shared between attractors")));
-            }
-        }
-        for (k, x) in a.spec.composites.iter().enumerate() {
-            let field = format!("spec.composites[{k}]");
-            if !conduits.contains_key(x.as_str()) {
-                c.errors.push(err(
-                    "Attractor",
-                    ns,
-                    name,
-                    &field,
-                    format!("Conduit {x:?} does not exist in trench {:?}", d.name),
-                ));
-            }
-            if let Some(other) = conduit_owner.insert(x.as_str(), name) {
-                c.errors.push(err("Attractor", ns, name, &field, format!("Conduit {x:?} is already a composite of attractor {other:?}: a conduit cannot be shared between attractors")));
-            }
-        }
+        };
+        owned(
+            &a.spec.vips,
+            "spec.vips",
+            "Vip",
+            &|x| vips.contains_key(x),
+            &mut vip_owner,
+            &mut c.errors,
+        );
+        owned(
+            &a.spec.composites,
+            "spec.composites",
+            "Conduit",
+            &|x| conduits.contains_key(x),
+            &mut conduit_owner,
+            &mut c.errors,
+        );
         if let Err(e) = a.spec.node_selector.validate("spec.nodeSelector") {
             for p in e.field_errors() {
                 c.errors

@@ -204,3 +204,58 @@ pub(crate) async fn admission_policy(client: &Client) {
     }
     panic!("the trench-label admission policy was not enforced within 20 s");
 }
+
+/// `netpolicy operator` against `cp`, leasing in `lease_ns`, resyncing every 2 s, its
+/// log appended to `log` (at `rust_log`).
+pub(crate) fn operator(
+    cp: &netpolicy_testenv::ControlPlane,
+    lease_ns: &str,
+    log: &std::path::Path,
+    rust_log: &str,
+) -> Killed {
+    Killed(
+        std::process::Command::new(env!("CARGO_BIN_EXE_netpolicy"))
+            .args(["operator", "--kubeconfig"])
+            .arg(&cp.kubeconfig)
+            .args(["--lease-namespace", lease_ns, "--lease-seconds", "2"])
+            .args(["--listen", "127.0.0.1:0", "--resync-seconds", "2"])
+            .env("RUST_LOG", rust_log)
+            .stdout(std::process::Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(log)
+                    .unwrap(),
+            )
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// `netpolicy agent` for `node`, programming network namespace `netns`, resyncing
+/// every second, through `kubeconfig`, logging to `log`.
+pub(crate) fn agent(
+    kubeconfig: &std::path::Path,
+    node: &str,
+    netns: &str,
+    log: &std::path::Path,
+) -> Killed {
+    Killed(
+        std::process::Command::new(env!("CARGO_BIN_EXE_netpolicy"))
+            .args(["agent", "--node", node, "--netns", netns])
+            .args([
+                "--resync-seconds",
+                "1",
+                "--listen",
+                "127.0.0.1:0",
+                "--kubeconfig",
+            ])
+            .arg(kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap(),
+    )
+}
