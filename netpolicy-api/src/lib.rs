@@ -144,10 +144,6 @@ pub struct NodeConfigSpec {
     pub probes: Vec<ProbeSpec>,
 }
 
-/// The schema rules of a policy's `probes` list (on the list, so that the
-/// NodeNetworkConfig's copy, which the operator writes, carries none).
-pub const PROBES_RULES: &str = "exactly one of ping (an IP address) or tcp (host:port)";
-
 /// How a changed ClusterConfig or NodeConfig reaches its nodes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -170,7 +166,8 @@ pub struct RolloutSpec {
 /// One check the agent runs after applying a change, in the network namespace it
 /// programs: exactly one of `ping` (an IP address answers ICMP echo) or `tcp`
 /// (`host:port` accepts a connection; IPv6 as `[addr]:port`). The rules are on the
-/// ClusterConfig's and NodeConfig's `probes` list (see [`PROBES_RULES`]).
+/// ClusterConfig's and NodeConfig's `probes` list, so that the NodeNetworkConfig's copy,
+/// which the operator writes, carries none.
 #[derive(
     Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
 )]

@@ -380,7 +380,7 @@ pub fn plan(m: &Manifests) -> PlanReport {
                 nodes_at_once: at_once,
                 rollback_seconds: r
                     .rollback_seconds
-                    .unwrap_or(crate::routing::rollout::ROLLBACK_DEFAULT),
+                    .unwrap_or(netpolicy_core::rollout::DEFAULT_ROLLBACK_SECONDS),
                 probes: r.probes.iter().map(ToString::to_string).collect(),
                 waves: netpolicy_core::rollout::waves(&members, at_once)
                     .into_iter()

@@ -6,9 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use netpolicy_core::rollout::{
-    Budget, DEFAULT_MAX_UNAVAILABLE, DEFAULT_ROLLBACK_SECONDS, MaxUnavailable, Waiting, admit,
-};
+use netpolicy_core::rollout::{Budget, DEFAULT_MAX_UNAVAILABLE, MaxUnavailable, Waiting, admit};
 
 use crate::{
     api::{NodeNetworkConfig, ProbeSpec, RolloutSpec},
@@ -208,6 +206,3 @@ pub fn gate<'a>(
     go.extend(admit(waiting, &mut budgets));
     (go, budgets)
 }
-
-/// The default rollback, for docs and `plan`.
-pub const ROLLBACK_DEFAULT: u32 = DEFAULT_ROLLBACK_SECONDS;
