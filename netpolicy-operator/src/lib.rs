@@ -16,7 +16,9 @@
 //!   job renders (a controller);
 //!
 //! Each job folder's `mod.rs` is pure and `controller.rs` is the only part that awaits;
-//! jobs do not import each other. The runtime runs every controller while it holds the
+//! jobs do not import each other, with one exception: the routing job compiles
+//! trenches with [`trench`]'s pure functions from what the trench job recorded in each
+//! Trench's status (docs/architecture.md). The runtime runs every controller while it holds the
 //! lease.
 //! - [`k8s`]: shared Kubernetes plumbing (watches, field managers, the problem type,
 //!   the Node facts every job reads);

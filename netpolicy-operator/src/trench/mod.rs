@@ -208,14 +208,7 @@ fn parse_prefix(s: &str) -> Result<IpNetwork, String> {
     let n: IpNetwork = s
         .parse()
         .map_err(|_| format!("{s:?} is not a prefix (20.0.0.1/32, 2000::/64)"))?;
-    if n.network() != n.ip() {
-        return Err(format!(
-            "{s:?} has host bits set: the prefix is {}/{}",
-            n.network(),
-            n.prefix()
-        ));
-    }
-    Ok(n)
+    netpolicy_core::validate::network_prefix(n)
 }
 
 /// A port range: `any` (`None`), `N` or `N-M` within 0..=65535.
@@ -242,6 +235,12 @@ fn check_ports(ports: &[String], field: &str, out: &mut Vec<(String, String)>) {
     for (i, p) in ports.iter().enumerate() {
         match parse_ports(p) {
             Err(e) => out.push((format!("{field}[{i}]"), e)),
+            Ok(Some(r)) if rule_ports(r).is_none() => out.push((
+                format!("{field}[{i}]"),
+                format!(
+                    "{p:?} cannot be matched by a kernel FIB rule (rules match ports 1..65534)"
+                ),
+            )),
             Ok(r) => {
                 let (a, b) = r.unwrap_or((0, 65535));
                 if let Some((j, ..)) = seen.iter().find(|(_, x, y)| a <= *y && *x <= b) {
@@ -254,6 +253,22 @@ fn check_ports(ports: &[String], field: &str, out: &mut Vec<(String, String)>) {
             }
         }
     }
+}
+
+/// A port range as a FIB rule can match it: the kernel refuses rule ranges touching 0
+/// or 65535, so the range is narrowed to 1..=65534 (`0-1000` matches 1-1000, which is
+/// all real traffic). `Some(None)`: every port (no match needed); `None`: the range
+/// holds only 0 or only 65535, which no rule can match.
+fn rule_ports((a, b): (u16, u16)) -> Option<Option<String>> {
+    let (a, b) = (a.max(1), b.min(65534));
+    if a > b {
+        return None;
+    }
+    Some(match (a, b) {
+        (1, 65534) => None,
+        (a, b) if a == b => Some(a.to_string()),
+        (a, b) => Some(format!("{a}-{b}")),
+    })
 }
 
 fn duration_ms(s: &str) -> Option<u64> {
@@ -336,12 +351,15 @@ pub fn validate(d: &Domain<'_>) -> Checked {
             Err(e) => c.errors.push(err("Trench", ns, &d.name, field, e)),
         }
     }
-    let grows = |c: u8, n: u8, max: u8| c <= n && n <= max;
+    let root_len = |r: &str| r.parse::<IpNetwork>().map_or(0, |n| n.prefix());
+    let grows = |root: u8, c: u8, n: u8, max: u8| root <= c && c <= n && n <= max;
     if !grows(
+        root_len(&ipam.ipv4_root),
         ipam.conduit_prefix_length_v4,
         ipam.node_prefix_length_v4,
         32,
     ) || !grows(
+        root_len(&ipam.ipv6_root),
         ipam.conduit_prefix_length_v6,
         ipam.node_prefix_length_v6,
         128,
@@ -1238,14 +1256,9 @@ pub fn compile(d: &Domain<'_>, alloc: &TrenchStatus) -> BTreeMap<String, Routing
                 let mut v: Vec<Option<String>> = list
                     .iter()
                     .filter_map(|p| parse_ports(p).ok())
-                    .map(|r| {
-                        r.map(|(a, b)| {
-                            if a == b {
-                                a.to_string()
-                            } else {
-                                format!("{a}-{b}")
-                            }
-                        })
+                    .filter_map(|r| match r {
+                        None => Some(None),
+                        Some(r) => rule_ports(r),
                     })
                     .collect();
                 if v.is_empty() || v.iter().any(Option::is_none) {

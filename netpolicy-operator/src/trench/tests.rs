@@ -320,6 +320,14 @@ fn meridio_rules_the_schema_cannot_state_are_errors_naming_the_field() {
         "has host bits",
     );
     has(
+        check(&|i| i.flows[1].spec.destination_ports = vec!["65535".into()]),
+        "cannot be matched by a kernel FIB rule",
+    );
+    has(
+        check(&|i| i.trenches[0].spec.ipam.conduit_prefix_length_v4 = 12),
+        "prefix lengths grow",
+    );
+    has(
         check(&|i| i.flows[1].spec.vips.push("nope".into())),
         "Vip \"nope\" does not exist",
     );
@@ -399,6 +407,22 @@ fn a_child_without_the_trench_label_is_an_error_and_belongs_to_no_trench() {
         ("Vip", "metadata.labels.trench")
     );
     assert_eq!(ds[0].vips.len(), 1);
+}
+
+#[test]
+fn port_ranges_are_narrowed_to_what_a_fib_rule_matches() {
+    assert_eq!(rule_ports((0, 65535)), Some(None));
+    assert_eq!(rule_ports((0, 1000)), Some(Some("1-1000".into())));
+    assert_eq!(rule_ports((1000, 65535)), Some(Some("1000-65534".into())));
+    assert_eq!(rule_ports((80, 80)), Some(Some("80".into())));
+    assert_eq!(rule_ports((0, 0)), None);
+    assert_eq!(rule_ports((65535, 65535)), None);
+    // A compiled flow with such ranges validates as a routing spec.
+    let mut i = Input::sample("red", "t");
+    i.flows[1].spec.destination_ports = vec!["0-79".into(), "1000-65535".into()];
+    let (out, ps) = run(&i, &nodes(&[("n1", "a")]), &BTreeMap::new());
+    assert!(out.errors.is_empty(), "{:?}", out.errors);
+    assert!(ps["red/t"].iter().all(Policy::is_valid));
 }
 
 #[test]
