@@ -79,7 +79,7 @@ fn per_node_configs_make_every_node_its_own_set_and_the_engine_agrees_with_the_b
         // Its own VLAN and routes are there.
         let c = outcome.config().unwrap();
         assert!(
-            c.vlans.iter().any(|v| v.item.name.as_str() == "eth2.200"),
+            c.vlans().any(|v| v.item.name.as_str() == "eth2.200"),
             "{name}"
         );
     }

@@ -56,8 +56,8 @@
 //!     [policy],
 //! );
 //! let n1 = engine.outcome("n1").and_then(|o| o.config()).unwrap();
-//! assert_eq!(n1.routes.len(), 1);
-//! assert_eq!(n1.routes[0].sources[0].to_string(), "NodeConfig/zone-a");
+//! assert_eq!(n1.routes().count(), 1);
+//! assert_eq!(n1.routes().next().unwrap().sources[0].to_string(), "NodeConfig/zone-a");
 //! assert!(engine.outcome("n2").and_then(|o| o.config()).unwrap().is_empty());
 //! # Ok::<(), netpolicy_core::Error>(())
 //! ```
@@ -92,7 +92,7 @@ pub use error::{Error, FieldError, Result};
 pub mod prelude {
     pub use crate::{
         error::{Error, FieldError, Result},
-        merge::{Engine, MergedConfig, NodeOutcome, Policy, Problem, Source},
+        merge::{Engine, LayeredConfig, MergedConfig, NodeOutcome, Policy, Problem, Source},
         model::RoutingConfig,
         plan::{Observed, Op, Plan, plan},
         render::RenderedSpec,

@@ -21,7 +21,10 @@
 //! Nodes with the same set of matching policies get the same outcome, so the engine
 //! merges once per distinct set (a "signature") and shares the result (`Arc`) between
 //! nodes. In a real cluster node groups make the number of distinct signatures small
-//! compared with the number of nodes.
+//! compared with the number of nodes. Where they do not — one NodeConfig per node, by
+//! hostname — the engine merges once per distinct set of the *shared* policies and
+//! lays each node's own policies over that merge: the node's result is the shared
+//! merge plus a layer of the few items its own policies change ([`LayeredConfig`]).
 
 use std::{cmp::Ordering, collections::BTreeMap, fmt, sync::Arc};
 
@@ -303,6 +306,349 @@ impl MergedConfig {
     }
 }
 
+/// An item kind of a merged configuration: sorted and merged by its identity.
+trait Keyed: Eq {
+    /// Orders two items by identity (equal: the same item, perhaps defined differently).
+    fn key_cmp(&self, other: &Self) -> Ordering;
+    /// The item's name in reports.
+    fn item_ref(&self) -> ItemRef;
+}
+
+impl Keyed for Vlan {
+    fn key_cmp(&self, other: &Self) -> Ordering {
+        self.name.cmp(&other.name)
+    }
+    fn item_ref(&self) -> ItemRef {
+        ItemRef::Vlan(self.name.clone())
+    }
+}
+
+impl Keyed for Route {
+    fn key_cmp(&self, other: &Self) -> Ordering {
+        (self.table, self.to, self.metric).cmp(&(other.table, other.to, other.metric))
+    }
+    fn item_ref(&self) -> ItemRef {
+        ItemRef::Route(self.key())
+    }
+}
+
+impl Keyed for HostAddress {
+    fn key_cmp(&self, other: &Self) -> Ordering {
+        self.cmp(other)
+    }
+    fn item_ref(&self) -> ItemRef {
+        ItemRef::Address(self.clone())
+    }
+}
+
+impl Keyed for Rule {
+    fn key_cmp(&self, other: &Self) -> Ordering {
+        self.key.cmp(&other.key)
+    }
+    fn item_ref(&self) -> ItemRef {
+        ItemRef::Rule(self.key.clone())
+    }
+}
+
+/// A node's merged configuration, in two layers: the merge of the policies it shares
+/// with other nodes (one `Arc` for all of them) and the node's own items, where policies
+/// pinned to this node change that merge (a per-node NodeConfig's routes, a trench's
+/// addresses). The accessors give the merged lists, sorted by identity, as one
+/// [`MergedConfig`] would hold them; [`LayeredConfig::to_merged`] makes that copy.
+///
+/// Why layers: at one NodeConfig per node, every node's result is different, and a
+/// flat copy of the ~1,000 shared items per node is what a full merge and a shared edit
+/// would spend their time on (benches/README.md, `merge_per_node`).
+///
+/// Equality is of the merged lists, however they are layered.
+#[derive(Debug, Clone)]
+pub struct LayeredConfig {
+    base: Arc<MergedConfig>,
+    /// Only the items whose result differs from `base` (replacing it, or new), and the
+    /// union of hard-synced tables; `None` when that is nothing.
+    own: Option<Arc<MergedConfig>>,
+    len: usize,
+}
+
+impl From<MergedConfig> for LayeredConfig {
+    fn from(m: MergedConfig) -> Self {
+        Self::from(Arc::new(m))
+    }
+}
+
+impl From<Arc<MergedConfig>> for LayeredConfig {
+    fn from(base: Arc<MergedConfig>) -> Self {
+        let len = base.len();
+        Self {
+            base,
+            own: None,
+            len,
+        }
+    }
+}
+
+impl Default for LayeredConfig {
+    fn default() -> Self {
+        Self::from(MergedConfig::default())
+    }
+}
+
+/// The merged items of one kind of a [`LayeredConfig`], sorted by identity.
+#[derive(Debug, Clone)]
+pub struct Layered<'a, T> {
+    base: &'a [Sourced<T>],
+    own: &'a [Sourced<T>],
+    cmp: fn(&T, &T) -> Ordering,
+}
+
+impl<'a, T> Iterator for Layered<'a, T> {
+    type Item = &'a Sourced<T>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let take_base = match (self.base.first(), self.own.first()) {
+            (None, None) => return None,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(b), Some(o)) => match (self.cmp)(&b.item, &o.item) {
+                Ordering::Less => true,
+                Ordering::Greater => false,
+                Ordering::Equal => {
+                    // The node's own result replaces the shared one.
+                    self.base = &self.base[1..];
+                    false
+                }
+            },
+        };
+        let list = if take_base {
+            &mut self.base
+        } else {
+            &mut self.own
+        };
+        let (item, rest) = list.split_first()?;
+        *list = rest;
+        Some(item)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let (b, o) = (self.base.len(), self.own.len());
+        (b.max(o), Some(b + o))
+    }
+}
+
+impl LayeredConfig {
+    fn layer<T: Keyed>(&self, kind: impl Fn(&MergedConfig) -> &Vec<Sourced<T>>) -> Layered<'_, T> {
+        Layered {
+            base: kind(&self.base),
+            own: self.own.as_deref().map_or(&[], |o| kind(o).as_slice()),
+            cmp: T::key_cmp,
+        }
+    }
+
+    /// VLANs, sorted by name.
+    pub fn vlans(&self) -> Layered<'_, Vlan> {
+        self.layer(|m| &m.vlans)
+    }
+
+    /// Routes, sorted by `(table, to, metric)`.
+    pub fn routes(&self) -> Layered<'_, Route> {
+        self.layer(|m| &m.routes)
+    }
+
+    /// Addresses on links netpolicy did not create, sorted by `(dev, address)`.
+    pub fn addresses(&self) -> Layered<'_, HostAddress> {
+        self.layer(|m| &m.addresses)
+    }
+
+    /// Rules, sorted by identity.
+    pub fn rules(&self) -> Layered<'_, Rule> {
+        self.layer(|m| &m.rules)
+    }
+
+    /// Union of the hard-synced tables of every applying policy, sorted.
+    pub fn table_hard_sync(&self) -> &[u32] {
+        &self.own.as_deref().unwrap_or(&self.base).table_hard_sync
+    }
+
+    /// Number of items.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no items.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The merge of the policies this node shares with others (the same `Arc` for every
+    /// node with the same shared policies).
+    pub fn shared(&self) -> &Arc<MergedConfig> {
+        &self.base
+    }
+
+    /// The node's own layer: the items whose result differs from [`Self::shared`], when
+    /// there are any.
+    pub fn own(&self) -> Option<&MergedConfig> {
+        self.own.as_deref()
+    }
+
+    /// A key for memoising work per distinct configuration: two configs with the same
+    /// key are equal (equal configs may have different keys).
+    pub fn memo_key(&self) -> (usize, usize) {
+        let ptr = |a: &Arc<MergedConfig>| Arc::as_ptr(a) as usize;
+        (ptr(&self.base), self.own.as_ref().map_or(0, ptr))
+    }
+
+    /// The merged configuration in one piece (a copy of every item's `Arc`).
+    pub fn to_merged(&self) -> MergedConfig {
+        if self.own.is_none() {
+            return (*self.base).clone();
+        }
+        MergedConfig {
+            vlans: self.vlans().map(share).collect(),
+            routes: self.routes().map(share).collect(),
+            addresses: self.addresses().map(share).collect(),
+            rules: self.rules().map(share).collect(),
+            table_hard_sync: self.table_hard_sync().to_vec(),
+        }
+    }
+
+    /// The merged items without their sources.
+    pub fn to_routing_config(&self) -> RoutingConfig {
+        RoutingConfig {
+            vlans: self.vlans().map(|s| (*s.item).clone()).collect(),
+            routes: self.routes().map(|s| (*s.item).clone()).collect(),
+            addresses: self.addresses().map(|s| (*s.item).clone()).collect(),
+            rules: self.rules().map(|s| (*s.item).clone()).collect(),
+            table_hard_sync: self.table_hard_sync().to_vec(),
+        }
+    }
+
+    /// Whether the own layers hold the same items (the configs are equal when their
+    /// shared layers are, since a layer holds only what differs from its base).
+    fn own_items_eq(&self, other: &Self) -> bool {
+        match (self.own.as_deref(), other.own.as_deref()) {
+            (None, None) => true,
+            (a, b) => {
+                let empty = MergedConfig::default();
+                let (a, b) = (a.unwrap_or(&empty), b.unwrap_or(&empty));
+                a.vlans == b.vlans
+                    && a.routes == b.routes
+                    && a.addresses == b.addresses
+                    && a.rules == b.rules
+            }
+        }
+    }
+
+    /// Equality of every merged list, item by item.
+    fn flat_eq(&self, other: &Self) -> bool {
+        self.vlans().eq(other.vlans())
+            && self.routes().eq(other.routes())
+            && self.addresses().eq(other.addresses())
+            && self.rules().eq(other.rules())
+    }
+
+    /// [`PartialEq`] with the comparisons of shared layers memoised: a shared edit
+    /// compares each pair of shared layers once, then every node only by its own.
+    fn same(&self, other: &Self, memo: &mut Memo) -> bool {
+        if self.len != other.len || self.table_hard_sync() != other.table_hard_sync() {
+            return false;
+        }
+        let Some(diff) = memo.base_diff(&self.base, &other.base) else {
+            return self.own_items_eq(other);
+        };
+        // A shared item that changed and that neither node overrides: changed.
+        let empty = MergedConfig::default();
+        let a = self.own.as_deref().unwrap_or(&empty);
+        let b = other.own.as_deref().unwrap_or(&empty);
+        if !(covered(&diff.vlans, &a.vlans, &b.vlans)
+            && covered(&diff.routes, &a.routes, &b.routes)
+            && covered(&diff.addresses, &a.addresses, &b.addresses)
+            && covered(&diff.rules, &a.rules, &b.rules))
+        {
+            return false;
+        }
+        self.flat_eq(other)
+    }
+}
+
+impl PartialEq for LayeredConfig {
+    fn eq(&self, other: &Self) -> bool {
+        if self.len != other.len || self.table_hard_sync() != other.table_hard_sync() {
+            return false;
+        }
+        if Arc::ptr_eq(&self.base, &other.base) || self.base == other.base {
+            return self.own_items_eq(other);
+        }
+        self.flat_eq(other)
+    }
+}
+
+impl Eq for LayeredConfig {}
+
+/// The identities whose items differ between two shared layers (empty: equal).
+#[derive(Debug, Default)]
+struct BaseDiff {
+    vlans: Vec<Arc<Vlan>>,
+    routes: Vec<Arc<Route>>,
+    addresses: Vec<Arc<HostAddress>>,
+    rules: Vec<Arc<Rule>>,
+}
+
+impl BaseDiff {
+    fn new(a: &MergedConfig, b: &MergedConfig) -> Self {
+        Self {
+            vlans: diff_keys(&a.vlans, &b.vlans),
+            routes: diff_keys(&a.routes, &b.routes),
+            addresses: diff_keys(&a.addresses, &b.addresses),
+            rules: diff_keys(&a.rules, &b.rules),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.vlans.is_empty()
+            && self.routes.is_empty()
+            && self.addresses.is_empty()
+            && self.rules.is_empty()
+    }
+}
+
+/// The identities (sorted) present in one list only or with different results.
+fn diff_keys<T: Keyed>(a: &[Sourced<T>], b: &[Sourced<T>]) -> Vec<Arc<T>> {
+    let mut out = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        let ord = match (a.get(i), b.get(j)) {
+            (Some(x), Some(y)) => x.item.key_cmp(&y.item),
+            (Some(_), None) => Ordering::Less,
+            _ => Ordering::Greater,
+        };
+        match ord {
+            Ordering::Less => {
+                out.push(Arc::clone(&a[i].item));
+                i += 1;
+            }
+            Ordering::Greater => {
+                out.push(Arc::clone(&b[j].item));
+                j += 1;
+            }
+            Ordering::Equal => {
+                if a[i] != b[j] {
+                    out.push(Arc::clone(&a[i].item));
+                }
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Whether every identity of `keys` has an item in `a` or in `b`.
+fn covered<T: Keyed>(keys: &[Arc<T>], a: &[Sourced<T>], b: &[Sourced<T>]) -> bool {
+    let has = |l: &[Sourced<T>], k: &T| l.binary_search_by(|s| s.item.key_cmp(k)).is_ok();
+    keys.iter().all(|k| has(a, k) || has(b, k))
+}
+
 /// Names one item by kind and identity, for reports.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ItemRef {
@@ -388,14 +734,14 @@ impl fmt::Display for Problem {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeOutcome {
     /// The node's desired configuration.
-    Rendered(Arc<MergedConfig>),
+    Rendered(LayeredConfig),
     /// The node keeps its last good configuration because of these problems (sorted).
     Held(Arc<[Problem]>),
 }
 
 impl NodeOutcome {
     /// The merged config, when rendered.
-    pub fn config(&self) -> Option<&MergedConfig> {
+    pub fn config(&self) -> Option<&LayeredConfig> {
         match self {
             Self::Rendered(c) => Some(c),
             Self::Held(_) => None,
@@ -410,29 +756,13 @@ impl NodeOutcome {
         }
     }
 
-    /// Address of the shared result, to memoise comparisons.
-    fn ptr(&self) -> usize {
-        match self {
-            Self::Rendered(a) => Arc::as_ptr(a) as *const () as usize,
-            Self::Held(a) => Arc::as_ptr(a) as *const () as usize,
-        }
-    }
-
-    /// Value equality, compared once per pair of shared results.
+    /// Value equality, with the comparisons of shared results memoised.
     fn same(&self, other: &Self, memo: &mut Memo) -> bool {
-        let key = (self.ptr(), other.ptr());
-        if key.0 == key.1 {
-            return true;
+        match (self, other) {
+            (Self::Rendered(a), Self::Rendered(b)) => a.same(b, memo),
+            (Self::Held(a), Self::Held(b)) => memo.held_same(a, b),
+            _ => false,
         }
-        if let Some(&same) = memo.seen.get(&key) {
-            return same;
-        }
-        let same = self == other;
-        memo.seen.insert(key, same);
-        // Keep both alive so that no address in `seen` is reused during this call.
-        memo.keep.push(self.clone());
-        memo.keep.push(other.clone());
-        same
     }
 }
 
@@ -451,9 +781,9 @@ impl NodeOutcome {
 /// let cluster = Policy::cluster("default", route("10.0.0.1"));
 /// let edge = Policy::node_config("edge", 10, Selector::everything(), route("10.0.0.2"));
 /// let out = merge([&cluster, &edge]);
-/// let cfg = out.config().unwrap();
-/// assert_eq!(cfg.routes[0].item.via.unwrap().to_string(), "10.0.0.2"); // NodeConfig wins
-/// assert_eq!(cfg.routes[0].sources[0].to_string(), "NodeConfig/edge");
+/// let route = out.config().unwrap().routes().next().unwrap();
+/// assert_eq!(route.item.via.unwrap().to_string(), "10.0.0.2"); // NodeConfig wins
+/// assert_eq!(route.sources[0].to_string(), "NodeConfig/edge");
 /// ```
 pub fn merge<'a>(policies: impl IntoIterator<Item = &'a Policy>) -> NodeOutcome {
     let mut ps: Vec<&Policy> = policies.into_iter().collect();
@@ -467,7 +797,7 @@ fn by_precedence(a: &&Policy, b: &&Policy) -> Ordering {
 }
 
 fn merge_sorted(ps: &mut Vec<&Policy>) -> NodeOutcome {
-    merge_parts(ps).outcome()
+    merge_parts(ps, false).outcome()
 }
 
 /// A merge in parts: the items of every identity without a conflict, the conflicts and
@@ -475,24 +805,47 @@ fn merge_sorted(ps: &mut Vec<&Policy>) -> NodeOutcome {
 /// and lays each node's own policies over them ([`overlay`]).
 #[derive(Debug, Clone, Default)]
 struct Parts {
-    items: MergedConfig,
+    items: Arc<MergedConfig>,
     conflicts: Vec<Conflict>,
     invalid: Vec<Source>,
+    /// Every candidate item, for overlays (built only for them).
+    lookup: Lookup,
+}
+
+/// Every valid policy's items, per kind, sorted by identity and then precedence order,
+/// each with its policy's index in `by`: what an overlay merges an identity again from
+/// with one binary search, instead of one per policy.
+#[derive(Debug, Clone, Default)]
+struct Lookup {
+    by: Vec<(Source, Precedence)>,
+    vlans: Cands<Vlan>,
+    routes: Cands<Route>,
+    addresses: Cands<HostAddress>,
+    rules: Cands<Rule>,
+}
+
+type Cands<T> = Vec<(Arc<T>, u32)>;
+
+/// One candidate of an identity: the item, who asked for it and how strongly.
+type Cand<'a, T> = (&'a Arc<T>, &'a Source, Precedence);
+
+/// The problems of a merge, sorted; `None` when there are none.
+fn problems(invalid: Vec<Source>, conflicts: Vec<Conflict>) -> Option<Arc<[Problem]>> {
+    let mut problems: Vec<Problem> = invalid.into_iter().map(Problem::InvalidPolicy).collect();
+    problems.extend(conflicts.into_iter().map(Problem::Conflict));
+    if problems.is_empty() {
+        return None;
+    }
+    problems.sort();
+    Some(problems.into())
 }
 
 impl Parts {
     fn outcome(self) -> NodeOutcome {
-        let mut problems: Vec<Problem> = self
-            .invalid
-            .into_iter()
-            .map(Problem::InvalidPolicy)
-            .collect();
-        problems.extend(self.conflicts.into_iter().map(Problem::Conflict));
-        if !problems.is_empty() {
-            problems.sort();
-            return NodeOutcome::Held(problems.into());
+        match problems(self.invalid, self.conflicts) {
+            Some(p) => NodeOutcome::Held(p),
+            None => NodeOutcome::Rendered(LayeredConfig::from(self.items)),
         }
-        NodeOutcome::Rendered(Arc::new(self.items))
     }
 }
 
@@ -524,103 +877,106 @@ fn lists<'a, T>(
         .collect()
 }
 
-fn merge_parts(ps: &mut Vec<&Policy>) -> Parts {
+fn hard_sync_union<'a>(valid: impl Iterator<Item = &'a Items>, base: &[u32]) -> Vec<u32> {
+    let mut tables = base.to_vec();
+    tables.extend(valid.flat_map(|i| i.table_hard_sync.iter().copied()));
+    tables.sort_unstable();
+    tables.dedup();
+    tables
+}
+
+/// Merges `ps` in parts; with `lookup`, keeps every candidate for overlays.
+fn merge_parts(ps: &mut Vec<&Policy>, lookup: bool) -> Parts {
     let (valid, invalid) = split_valid(ps);
     let mut conflicts = Vec::new();
-    let vlans = merge_kind(
-        &lists(&valid, |i| &i.vlans),
-        |a, b| a.name.cmp(&b.name),
-        |v| ItemRef::Vlan(v.name.clone()),
-        &mut conflicts,
-    );
-    let routes = merge_kind(
-        &lists(&valid, |i| &i.routes),
-        |a, b| a.key().cmp(&b.key()),
-        |r| ItemRef::Route(r.key()),
-        &mut conflicts,
-    );
-    let addresses = merge_kind(
-        &lists(&valid, |i| &i.addresses),
-        Ord::cmp,
-        |a| ItemRef::Address(a.clone()),
-        &mut conflicts,
-    );
-    let rules = merge_kind(
-        &lists(&valid, |i| &i.rules),
-        |a, b| a.key.cmp(&b.key),
-        |r| ItemRef::Rule(r.key.clone()),
-        &mut conflicts,
-    );
-    let mut table_hard_sync: Vec<u32> = valid
-        .iter()
-        .flat_map(|(_, i)| i.table_hard_sync.iter().copied())
-        .collect();
-    table_hard_sync.sort_unstable();
-    table_hard_sync.dedup();
+    let mut l = Lookup::default();
+    let items = MergedConfig {
+        vlans: merge_kind(
+            &lists(&valid, |i| &i.vlans),
+            &mut conflicts,
+            lookup.then_some(&mut l.vlans),
+        ),
+        routes: merge_kind(
+            &lists(&valid, |i| &i.routes),
+            &mut conflicts,
+            lookup.then_some(&mut l.routes),
+        ),
+        addresses: merge_kind(
+            &lists(&valid, |i| &i.addresses),
+            &mut conflicts,
+            lookup.then_some(&mut l.addresses),
+        ),
+        rules: merge_kind(
+            &lists(&valid, |i| &i.rules),
+            &mut conflicts,
+            lookup.then_some(&mut l.rules),
+        ),
+        table_hard_sync: hard_sync_union(valid.iter().map(|(_, i)| *i), &[]),
+    };
+    if lookup {
+        l.by = valid
+            .iter()
+            .map(|(p, _)| (p.source.clone(), p.precedence))
+            .collect();
+    }
     Parts {
-        items: MergedConfig {
-            vlans,
-            routes,
-            addresses,
-            rules,
-            table_hard_sync,
-        },
+        items: Arc::new(items),
         conflicts,
         invalid,
+        lookup: l,
     }
 }
 
-/// The merge of `base_ps` (whose parts are `base`) and `over` at once, computed from
-/// `base`: an identity no policy of `over` names keeps the base's result; the others
-/// are merged again from every policy's items of those identities (found by binary
-/// search in each policy's sorted items). The same outcome as [`merge`] of all of them
-/// (property-tested), at the cost of the overlay plus a copy of the base's items.
-fn overlay(base: &Parts, base_ps: &[&Policy], over: &mut Vec<&Policy>) -> NodeOutcome {
+/// The merge of the policies of `base` (kept with their candidates) and `over` at
+/// once, computed from `base`: an identity no policy of `over` names keeps the base's
+/// result; the others are merged again from their candidates in `base` (one binary
+/// search each) and `over`'s items. The result shares `base`'s items and holds only
+/// those that differ from it ([`LayeredConfig`]). The same outcome as [`merge`] of all
+/// of them (property-tested), at the cost of the overlay alone.
+fn overlay(base: &Parts, over: &mut Vec<&Policy>) -> NodeOutcome {
     let (over_valid, over_invalid) = split_valid(over);
-    let mut all: Vec<&Policy> = base_ps
-        .iter()
-        .copied()
-        .chain(over.iter().copied())
-        .collect();
-    let (all_valid, _) = split_valid(&mut all);
     let mut conflicts = Vec::new();
-    let mut touched: std::collections::BTreeSet<ItemRef> = std::collections::BTreeSet::new();
+    // Base conflicts on identities the node's own policies name are merged again.
+    let mut touched = (!base.conflicts.is_empty()).then(Vec::new);
+    let mut added = 0;
+    let (b, l) = (&*base.items, &base.lookup);
     let vlans = overlay_kind(
-        &base.items.vlans,
-        &lists(&all_valid, |i| &i.vlans),
+        &b.vlans,
+        &l.vlans,
+        &l.by,
         &lists(&over_valid, |i| &i.vlans),
-        |a, b| a.name.cmp(&b.name),
-        |v| ItemRef::Vlan(v.name.clone()),
         &mut conflicts,
-        &mut touched,
+        touched.as_mut(),
+        &mut added,
     );
     let routes = overlay_kind(
-        &base.items.routes,
-        &lists(&all_valid, |i| &i.routes),
+        &b.routes,
+        &l.routes,
+        &l.by,
         &lists(&over_valid, |i| &i.routes),
-        |a, b| a.key().cmp(&b.key()),
-        |r| ItemRef::Route(r.key()),
         &mut conflicts,
-        &mut touched,
+        touched.as_mut(),
+        &mut added,
     );
     let addresses = overlay_kind(
-        &base.items.addresses,
-        &lists(&all_valid, |i| &i.addresses),
+        &b.addresses,
+        &l.addresses,
+        &l.by,
         &lists(&over_valid, |i| &i.addresses),
-        Ord::cmp,
-        |a| ItemRef::Address(a.clone()),
         &mut conflicts,
-        &mut touched,
+        touched.as_mut(),
+        &mut added,
     );
     let rules = overlay_kind(
-        &base.items.rules,
-        &lists(&all_valid, |i| &i.rules),
+        &b.rules,
+        &l.rules,
+        &l.by,
         &lists(&over_valid, |i| &i.rules),
-        |a, b| a.key.cmp(&b.key),
-        |r| ItemRef::Rule(r.key.clone()),
         &mut conflicts,
-        &mut touched,
+        touched.as_mut(),
+        &mut added,
     );
+    let touched = touched.unwrap_or_default();
     let mut all_conflicts: Vec<Conflict> = base
         .conflicts
         .iter()
@@ -630,26 +986,24 @@ fn overlay(base: &Parts, base_ps: &[&Policy], over: &mut Vec<&Policy>) -> NodeOu
     all_conflicts.extend(conflicts);
     let mut invalid = base.invalid.clone();
     invalid.extend(over_invalid);
-    let mut table_hard_sync = base.items.table_hard_sync.clone();
-    table_hard_sync.extend(
-        over_valid
-            .iter()
-            .flat_map(|(_, i)| i.table_hard_sync.iter().copied()),
-    );
-    table_hard_sync.sort_unstable();
-    table_hard_sync.dedup();
-    Parts {
-        items: MergedConfig {
-            vlans,
-            routes,
-            addresses,
-            rules,
-            table_hard_sync,
-        },
-        conflicts: all_conflicts,
-        invalid,
+    if let Some(p) = problems(invalid, all_conflicts) {
+        return NodeOutcome::Held(p);
     }
-    .outcome()
+    let table_hard_sync = hard_sync_union(over_valid.iter().map(|(_, i)| *i), &b.table_hard_sync);
+    let own = MergedConfig {
+        vlans,
+        routes,
+        addresses,
+        rules,
+        table_hard_sync,
+    };
+    let len = b.len() + added;
+    let own = (!own.is_empty() || own.table_hard_sync != b.table_hard_sync).then(|| Arc::new(own));
+    NodeOutcome::Rendered(LayeredConfig {
+        base: Arc::clone(&base.items),
+        own,
+        len,
+    })
 }
 
 /// A copy of `s` sharing its item (`Sourced<T>` is `Clone` only when `T` is).
@@ -660,68 +1014,119 @@ fn share<T>(s: &Sourced<T>) -> Sourced<T> {
     }
 }
 
-/// One kind of [`overlay`]: `base`'s items with the identities `over` names merged
-/// again from `all`'s items of those identities.
-fn overlay_kind<T: Eq>(
+/// One kind of [`overlay`]: the identities `over` names, merged again from their
+/// candidates (`base_cands`, whose policies are `by`, and `over`'s items), where the
+/// result differs from `base`'s (sorted). Counts in `added` the identities `base` does
+/// not have; records in `touched` the identities merged again.
+fn overlay_kind<T: Keyed>(
     base: &[Sourced<T>],
-    all: &[(&Policy, &[Arc<T>])],
+    base_cands: &[(Arc<T>, u32)],
+    by: &[(Source, Precedence)],
     over: &[(&Policy, &[Arc<T>])],
-    key_cmp: impl Fn(&T, &T) -> Ordering,
-    item_ref: impl Fn(&T) -> ItemRef,
     conflicts: &mut Vec<Conflict>,
-    touched: &mut std::collections::BTreeSet<ItemRef>,
+    touched: Option<&mut Vec<ItemRef>>,
+    added: &mut usize,
 ) -> Vec<Sourced<T>> {
     let mut keys: Vec<&Arc<T>> = over.iter().flat_map(|(_, l)| l.iter()).collect();
     if keys.is_empty() {
-        return base.iter().map(share).collect();
+        return Vec::new();
     }
-    keys.sort_by(|a, b| key_cmp(a, b));
-    keys.dedup_by(|a, b| key_cmp(a, b) == Ordering::Equal);
-    touched.extend(keys.iter().map(|k| item_ref(k)));
-    // Every valid policy's items of those identities, still sorted.
-    let restricted: Vec<(&Policy, Vec<Arc<T>>)> = all
-        .iter()
-        .map(|(p, l)| {
-            let found = keys
+    keys.sort_by(|a, b| a.key_cmp(b));
+    keys.dedup_by(|a, b| a.key_cmp(b) == Ordering::Equal);
+    if let Some(t) = touched {
+        t.extend(keys.iter().map(|k| k.item_ref()));
+    }
+    let mut out = Vec::with_capacity(keys.len());
+    let mut group: Vec<Cand<'_, T>> = Vec::new();
+    for k in keys {
+        group.clear();
+        let from = base_cands.partition_point(|(c, _)| c.key_cmp(k) == Ordering::Less);
+        group.extend(
+            base_cands[from..]
                 .iter()
-                .filter_map(|k| {
-                    l.binary_search_by(|x| key_cmp(x, k))
-                        .ok()
-                        .map(|at| Arc::clone(&l[at]))
-                })
-                .collect();
-            (*p, found)
-        })
-        .collect();
-    let lists: Vec<(&Policy, &[Arc<T>])> =
-        restricted.iter().map(|(p, v)| (*p, v.as_slice())).collect();
-    let local = merge_kind(&lists, &key_cmp, &item_ref, conflicts);
-    let mut out = Vec::with_capacity(base.len() + local.len());
-    let mut local = local.into_iter().peekable();
-    for b in base {
-        while let Some(l) = local.next_if(|l| key_cmp(&l.item, &b.item) == Ordering::Less) {
-            out.push(l);
+                .take_while(|(c, _)| c.key_cmp(k) == Ordering::Equal)
+                .map(|(c, p)| {
+                    let (source, precedence) = &by[*p as usize];
+                    (c, source, *precedence)
+                }),
+        );
+        for (p, l) in over {
+            if let Ok(at) = l.binary_search_by(|x| x.key_cmp(k)) {
+                group.push((&l[at], &p.source, p.precedence));
+            }
         }
-        if keys.binary_search_by(|k| key_cmp(k, &b.item)).is_err() {
-            out.push(share(b));
+        // Highest precedence first, then source: the order `merge_kind` sees.
+        group.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.1.cmp(b.1)));
+        let Some(item) = resolve(&group, conflicts) else {
+            continue;
+        };
+        match base.binary_search_by(|b| b.item.key_cmp(&item.item)) {
+            Ok(at) if base[at] == item => {}
+            Ok(_) => out.push(item),
+            Err(_) => {
+                *added += 1;
+                out.push(item);
+            }
         }
     }
-    out.extend(local);
     out
 }
 
+/// The result of one identity from its candidates, highest precedence first (then by
+/// source): the winner with every source at its precedence that agrees, or a conflict
+/// when one at that precedence disagrees. A trench's item is exclusive: a different
+/// definition at any precedence conflicts with it instead of losing or winning
+/// silently. A conflict goes to `conflicts`.
+fn resolve<T: Keyed>(group: &[Cand<'_, T>], conflicts: &mut Vec<Conflict>) -> Option<Sourced<T>> {
+    let (winner, wsource, top) = group[0];
+    let exclusive = wsource.kind == SourceKind::Trench;
+    let contends = |(item, _, precedence): &Cand<'_, T>| {
+        *precedence == top || (exclusive && ***item != **winner)
+    };
+    let mut sources: Sources = smallvec::smallvec![wsource.clone()];
+    let mut differs = false;
+    for c in group[1..].iter().filter(|c| contends(c)) {
+        if **c.0 == **winner {
+            sources.push(c.1.clone());
+        } else {
+            differs = true;
+        }
+    }
+    if differs {
+        let mut contenders: Vec<Source> = group
+            .iter()
+            .filter(|c| contends(c))
+            .map(|c| c.1.clone())
+            .collect();
+        contenders.sort();
+        conflicts.push(Conflict {
+            item: winner.item_ref(),
+            sources: contenders,
+        });
+        return None;
+    }
+    sources.sort();
+    Some(Sourced {
+        item: Arc::clone(winner),
+        sources,
+    })
+}
+
 /// Merges one kind of item. `valid` (each policy with its items of this kind, sorted
-/// by identity) is sorted by precedence (highest first), then source.
-fn merge_kind<T: Eq>(
+/// by identity) is sorted by precedence (highest first), then source. With `keep`,
+/// also returns every candidate there (for [`Lookup`]).
+fn merge_kind<T: Keyed>(
     valid: &[(&Policy, &[Arc<T>])],
-    key_cmp: impl Fn(&T, &T) -> Ordering,
-    item_ref: impl Fn(&T) -> ItemRef,
     conflicts: &mut Vec<Conflict>,
+    keep: Option<&mut Cands<T>>,
 ) -> Vec<Sourced<T>> {
     // Fast path: one contributing policy; its items are already sorted and unique.
-    let mut contributing = valid.iter().filter(|(_, l)| !l.is_empty());
+    let mut contributing = valid.iter().enumerate().filter(|(_, (_, l))| !l.is_empty());
     let (first, second) = (contributing.next(), contributing.next());
-    if let (Some((p, l)), None) = (first, second) {
+    if let (Some((at, (p, l))), None) = (first, second) {
+        if let Some(keep) = keep {
+            keep.extend(l.iter().map(|item| (Arc::clone(item), at as u32)));
+        }
         return l
             .iter()
             .map(|item| Sourced {
@@ -730,45 +1135,24 @@ fn merge_kind<T: Eq>(
             })
             .collect();
     }
-    let cands = kway_merge(valid.iter().map(|(_, l)| *l), &key_cmp);
+    let cands = kway_merge(valid.iter().map(|(_, l)| *l));
+    if let Some(keep) = keep {
+        keep.extend(cands.iter().map(|(item, p)| (Arc::clone(*item), *p as u32)));
+    }
     let mut out = Vec::new();
+    let mut group: Vec<Cand<'_, T>> = Vec::new();
     let mut i = 0;
     while i < cands.len() {
-        let (winner, wp) = cands[i];
-        let top = valid[wp].0.precedence;
-        let mut j = i + 1;
-        let mut sources: Sources = smallvec::smallvec![valid[wp].0.source.clone()];
-        let mut contenders = vec![valid[wp].0.source.clone()];
-        let mut differs = false;
-        // A trench's item is exclusive: a different definition at any precedence
-        // conflicts with it instead of losing or winning silently.
-        let exclusive = valid[wp].0.source.kind == SourceKind::Trench;
-        while j < cands.len() && key_cmp(cands[j].0, winner) == Ordering::Equal {
-            let (item, pj) = cands[j];
-            if valid[pj].0.precedence == top || (exclusive && **item != **winner) {
-                contenders.push(valid[pj].0.source.clone());
-                if **item == **winner {
-                    sources.push(valid[pj].0.source.clone());
-                } else {
-                    differs = true;
-                }
-            }
-            j += 1;
+        group.clear();
+        let first = cands[i].0;
+        while let Some(&(item, p)) = cands
+            .get(i)
+            .filter(|c| c.0.key_cmp(first) == Ordering::Equal)
+        {
+            group.push((item, &valid[p].0.source, valid[p].0.precedence));
+            i += 1;
         }
-        if differs {
-            contenders.sort();
-            conflicts.push(Conflict {
-                item: item_ref(winner),
-                sources: contenders,
-            });
-        } else {
-            sources.sort();
-            out.push(Sourced {
-                item: Arc::clone(winner),
-                sources,
-            });
-        }
-        i = j;
+        out.extend(resolve(&group, conflicts));
     }
     out
 }
@@ -776,16 +1160,13 @@ fn merge_kind<T: Eq>(
 /// Merges sorted lists into one stream sorted by `(identity, list index)`, in
 /// O(n log k) comparisons for n items in k lists (a binary min-heap of list heads).
 /// Each policy's items are already sorted, so this is cheaper than sorting them all.
-fn kway_merge<'a, T>(
-    lists: impl Iterator<Item = &'a [Arc<T>]>,
-    key_cmp: &impl Fn(&T, &T) -> Ordering,
-) -> Vec<(&'a Arc<T>, usize)> {
+fn kway_merge<'a, T: Keyed>(lists: impl Iterator<Item = &'a [Arc<T>]>) -> Vec<(&'a Arc<T>, usize)> {
     let lists: Vec<&[Arc<T>]> = lists.collect();
     let mut pos = vec![0usize; lists.len()];
     let total = lists.iter().map(|l| l.len()).sum();
     let mut out = Vec::with_capacity(total);
     let less = |a: usize, b: usize, pos: &[usize]| {
-        key_cmp(&lists[a][pos[a]], &lists[b][pos[b]]).then(a.cmp(&b)) == Ordering::Less
+        lists[a][pos[a]].key_cmp(&lists[b][pos[b]]).then(a.cmp(&b)) == Ordering::Less
     };
     let sift_down = |heap: &mut [usize], mut at: usize, pos: &[usize]| loop {
         let (l, r) = (2 * at + 1, 2 * at + 2);
@@ -823,8 +1204,48 @@ pub type Changed = Vec<Arc<str>>;
 /// Outcome comparisons already made during one engine call.
 #[derive(Default)]
 struct Memo {
-    seen: HashMap<(usize, usize), bool>,
-    keep: Vec<NodeOutcome>,
+    held: HashMap<(usize, usize), bool>,
+    bases: HashMap<(usize, usize), Option<Arc<BaseDiff>>>,
+    // Keep what was compared alive, so that no address above is reused during the call.
+    keep_held: Vec<Arc<[Problem]>>,
+    keep_bases: Vec<Arc<MergedConfig>>,
+}
+
+impl Memo {
+    fn held_same(&mut self, a: &Arc<[Problem]>, b: &Arc<[Problem]>) -> bool {
+        if Arc::ptr_eq(a, b) {
+            return true;
+        }
+        let key = (
+            Arc::as_ptr(a) as *const () as usize,
+            Arc::as_ptr(b) as *const () as usize,
+        );
+        if let Some(&same) = self.held.get(&key) {
+            return same;
+        }
+        let same = a == b;
+        self.held.insert(key, same);
+        self.keep_held.push(Arc::clone(a));
+        self.keep_held.push(Arc::clone(b));
+        same
+    }
+
+    /// How two shared layers differ; `None` when they are equal.
+    fn base_diff(&mut self, a: &Arc<MergedConfig>, b: &Arc<MergedConfig>) -> Option<Arc<BaseDiff>> {
+        if Arc::ptr_eq(a, b) {
+            return None;
+        }
+        let key = (Arc::as_ptr(a) as usize, Arc::as_ptr(b) as usize);
+        if let Some(d) = self.bases.get(&key) {
+            return d.clone();
+        }
+        let d = BaseDiff::new(a, b);
+        let d = (!d.is_empty()).then(|| Arc::new(d));
+        self.bases.insert(key, d.clone());
+        self.keep_bases.push(Arc::clone(a));
+        self.keep_bases.push(Arc::clone(b));
+        d
+    }
 }
 
 #[derive(Debug)]
@@ -990,14 +1411,17 @@ impl LabelIndex {
 /// - A change recomputes only the nodes it can affect: a policy change, the nodes its
 ///   old or new selector matches; a node change, that node.
 /// - Outcomes are shared: nodes with the same set of matching policies hold the same
-///   `Arc`.
+///   `Arc`s. A node with policies pinned to it (a `kubernetes.io/hostname` or
+///   `netpolicy.io/node-name` selector of one value) holds the merge of its shared
+///   policies, shared with every node of the same shared set, plus a layer of only the
+///   items its own policies change ([`LayeredConfig`]).
 ///
 /// # Complexity
 ///
 /// | operation | cost |
 /// |---|---|
-/// | [`Engine::build`] | O(Σ selected nodes + distinct signatures × merge) |
-/// | [`Engine::upsert_policy`] / [`Engine::remove_policy`] | O(old + new selection + new signatures × merge) |
+/// | [`Engine::build`] | O(Σ selected nodes + distinct shared sets × merge + pinned items × log) |
+/// | [`Engine::upsert_policy`] / [`Engine::remove_policy`] | O(old + new selection + new shared sets × merge + their nodes' pinned items × log) |
 /// | [`Engine::upsert_node`] | O(policies × requirements + labels changed × log n) |
 ///
 /// # Examples
@@ -1143,15 +1567,14 @@ impl Engine {
                 Some(b) => Arc::clone(b),
                 None => {
                     let mut ps: Vec<&Policy> = shared.iter().filter_map(get).collect();
-                    let b = Arc::new(merge_parts(&mut ps));
+                    let b = Arc::new(merge_parts(&mut ps, true));
                     self.base_cache
                         .insert(shared.as_slice().into(), Arc::clone(&b));
                     b
                 }
             };
-            let base_ps: Vec<&Policy> = shared.iter().filter_map(get).collect();
             let mut own_ps: Vec<&Policy> = own.iter().filter_map(get).collect();
-            overlay(&base, &base_ps, &mut own_ps)
+            overlay(&base, &mut own_ps)
         };
         let key: Arc<[u32]> = sig.into();
         self.cache.insert(Arc::clone(&key), outcome.clone());

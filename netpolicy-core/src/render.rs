@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    merge::{MergedConfig, Source, Sourced},
+    merge::{LayeredConfig, MergedConfig, Source, Sourced},
     model::{HostAddress, Route, RoutingConfig, Rule, RuleAction, Vlan},
     spec::{AddressSpec, IntOrString, NextHopSpec, RouteSpec, RoutingSpec, RuleSpec, VlanSpec},
 };
@@ -164,12 +164,12 @@ pub struct RenderedSpec {
     pub table_hard_sync: Vec<u32>,
 }
 
-fn sourced<T, S>(items: &[Sourced<T>]) -> Vec<SourcedSpec<S>>
+fn sourced<'i, T: 'i, S>(items: impl IntoIterator<Item = &'i Sourced<T>>) -> Vec<SourcedSpec<S>>
 where
     for<'a> S: From<&'a T>,
 {
     items
-        .iter()
+        .into_iter()
         .map(|s| SourcedSpec {
             item: S::from(&*s.item),
             sources: s.sources.iter().map(SourceRef::from).collect(),
@@ -186,6 +186,17 @@ impl RenderedSpec {
             addresses: sourced(&m.addresses),
             rules: sourced(&m.rules),
             table_hard_sync: m.table_hard_sync.clone(),
+        }
+    }
+
+    /// Renders a node's merged configuration (both its layers) in canonical text.
+    pub fn from_config(c: &LayeredConfig) -> Self {
+        Self {
+            vlans: sourced(c.vlans()),
+            routes: sourced(c.routes()),
+            addresses: sourced(c.addresses()),
+            rules: sourced(c.rules()),
+            table_hard_sync: c.table_hard_sync().to_vec(),
         }
     }
 }

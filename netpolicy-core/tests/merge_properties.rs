@@ -368,13 +368,16 @@ fn oracle(inputs: &[PolicyInput], labels: &Labels) -> NodeOutcome {
         .collect();
     hard.sort_unstable();
     hard.dedup();
-    NodeOutcome::Rendered(Arc::new(MergedConfig {
-        vlans,
-        routes,
-        addresses,
-        rules,
-        table_hard_sync: hard,
-    }))
+    NodeOutcome::Rendered(
+        MergedConfig {
+            vlans,
+            routes,
+            addresses,
+            rules,
+            table_hard_sync: hard,
+        }
+        .into(),
+    )
 }
 
 fn snapshot(e: &Engine) -> BTreeMap<String, NodeOutcome> {
@@ -526,6 +529,12 @@ proptest! {
                     prop_assert!(reported.contains(n), "{} changed but was not reported", n);
                 }
             }
+            // And nothing else: a node whose merged lists are equal is not reported,
+            // however the engine layered them (a reported node costs a render and a
+            // comparison in the controller).
+            for n in &reported {
+                prop_assert!(before.get(n) != after.get(n), "{} reported but unchanged", n);
+            }
             // What each policy selects, from the label index, is what its selector
             // matches.
             for p in policies.values() {
@@ -584,7 +593,7 @@ fn conflicts_are_symmetric_and_name_both_sources() {
     // A higher priority resolves it, whatever the order.
     let c = Policy::node_config("c", 6, all, spec("10.0.0.3"));
     let out = merge([&a, &c, &b]);
-    let cfg = out.config().unwrap();
+    let cfg = out.config().unwrap().to_merged();
     assert_eq!(cfg.routes[0].item.via.unwrap().to_string(), "10.0.0.3");
     assert_eq!(cfg.routes[0].sources[..], [Source::node_config("c")]);
 }
@@ -621,7 +630,7 @@ fn a_trench_item_is_never_overridden_and_selects_its_node_only() {
     // The same definition is one item.
     let nc = Policy::node_config("edge", 7, all, spec("169.254.100.150"));
     let out = merge([&nc, &t]);
-    assert_eq!(out.config().unwrap().routes.len(), 1);
+    assert_eq!(out.config().unwrap().routes().count(), 1);
     // Through the engine it reaches the node it was compiled for, and only that one,
     // by the node-name label the callers add.
     use netpolicy_core::merge::with_node_name;
@@ -629,7 +638,10 @@ fn a_trench_item_is_never_overridden_and_selects_its_node_only() {
     e.upsert_node("n1", with_node_name("n1", &Labels::new()));
     e.upsert_node("n2", with_node_name("n2", &Labels::new()));
     assert_eq!(e.upsert_policy(t)[..], [Arc::<str>::from("n1")]);
-    assert_eq!(e.outcome("n1").unwrap().config().unwrap().routes.len(), 1);
+    assert_eq!(
+        e.outcome("n1").unwrap().config().unwrap().routes().count(),
+        1
+    );
     assert!(e.outcome("n2").unwrap().config().unwrap().is_empty());
 }
 
@@ -649,7 +661,7 @@ fn same_item_from_two_sources_is_one_item_listing_both() {
     let a = Policy::node_config("a", 0, all.clone(), spec.clone());
     let b = Policy::node_config("b", 0, all, spec);
     let out = merge([&b, &a]);
-    let cfg = out.config().unwrap();
+    let cfg = out.config().unwrap().to_merged();
     assert_eq!(cfg.routes.len(), 1);
     assert_eq!(
         cfg.routes[0].sources[..],
@@ -767,8 +779,86 @@ fn per_node_policies_laid_over_shared_ones_give_the_plain_merge() {
         let plain = merge(policies.iter().filter(|p| p.selector().matches(labels)));
         assert_eq!(e.outcome(n), Some(&plain), "{n}");
     }
-    let n1 = e.outcome("n1").unwrap().config().unwrap();
+    let n1 = e.outcome("n1").unwrap().config().unwrap().to_merged();
     assert_eq!(n1.routes[0].item.via.unwrap().to_string(), "10.0.0.3");
     assert!(e.outcome("n2").unwrap().config().is_none());
     assert!(e.outcome("n3").unwrap().config().is_none());
+}
+
+/// A shared edit reports exactly the nodes whose merged lists change: here every node
+/// overrides the edited route with its own, so none does; an edit of a route no node
+/// overrides reports them all. Their outcomes are a shared layer plus their own items
+/// (what makes the shared edit cheap at one NodeConfig per node).
+#[test]
+fn a_shared_edit_that_every_node_overrides_changes_no_node() {
+    use netpolicy_core::{merge::with_node_name, selector::Selector};
+    let routes = |vias: &[(&str, &str)]| {
+        RoutingSpec {
+            routes: vias
+                .iter()
+                .map(|(to, via)| RouteSpec {
+                    to: (*to).into(),
+                    via: Some((*via).into()),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+        .validate("spec")
+        .unwrap()
+    };
+    let pin = |node: &str| {
+        LabelSelector {
+            match_labels: [(HOSTNAME.into(), node.into())].into(),
+            ..Default::default()
+        }
+        .validate("s")
+        .unwrap()
+    };
+    let names = ["n1", "n2", "n3"];
+    let nodes: Vec<(String, Labels)> = names
+        .iter()
+        .map(|n| {
+            (
+                (*n).to_owned(),
+                with_node_name(n, &with_hostname(n, Labels::new())),
+            )
+        })
+        .collect();
+    let shared = |via: &str, other: &str| {
+        Policy::node_config(
+            "shared",
+            0,
+            Selector::everything(),
+            routes(&[("10.20.0.0/16", via), ("10.30.0.0/16", other)]),
+        )
+    };
+    let mut policies = vec![shared("10.0.0.1", "10.0.0.9")];
+    for n in names {
+        policies.push(Policy::node_config(
+            &format!("own-{n}"),
+            10,
+            pin(n),
+            routes(&[("10.20.0.0/16", "10.0.0.7"), ("10.40.0.0/16", "10.0.0.8")]),
+        ));
+    }
+    let mut e = Engine::build(nodes.clone(), policies.clone());
+    for n in names {
+        let cfg = e.outcome(n).unwrap().config().unwrap();
+        assert_eq!(cfg.routes().count(), 3, "{n}");
+        assert_eq!(cfg.own().map(|o| o.routes.len()), Some(2), "{n}: own layer");
+    }
+    // Every node's own route replaces the edited one: nothing to report.
+    assert_eq!(
+        e.upsert_policy(shared("10.0.0.2", "10.0.0.9")),
+        Vec::<std::sync::Arc<str>>::new()
+    );
+    // The other shared route reaches every node.
+    let changed = e.upsert_policy(shared("10.0.0.2", "10.0.0.6"));
+    assert_eq!(changed.iter().map(|n| &**n).collect::<Vec<_>>(), names);
+    policies[0] = shared("10.0.0.2", "10.0.0.6");
+    for (n, labels) in &nodes {
+        let plain = merge(policies.iter().filter(|p| p.selector().matches(labels)));
+        assert_eq!(e.outcome(n), Some(&plain), "{n}");
+    }
 }

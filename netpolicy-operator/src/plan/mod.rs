@@ -399,15 +399,15 @@ pub fn plan(m: &Manifests) -> PlanReport {
         rollout,
         ..PlanReport::default()
     };
-    let mut rendered: HashMap<usize, Arc<RenderedSpec>> = HashMap::new();
+    let mut rendered: HashMap<(usize, usize), Arc<RenderedSpec>> = HashMap::new();
     let mut by_problem: BTreeMap<Problem, Vec<&str>> = BTreeMap::new();
     for (node, outcome) in engine.outcomes() {
         match outcome {
             NodeOutcome::Rendered(cfg) => {
-                let key = Arc::as_ptr(cfg) as usize;
+                let key = cfg.memo_key();
                 let spec = rendered
                     .entry(key)
-                    .or_insert_with(|| Arc::new(RenderedSpec::from_merged(cfg)));
+                    .or_insert_with(|| Arc::new(RenderedSpec::from_config(cfg)));
                 report.nodes.insert(node.to_owned(), Arc::clone(spec));
             }
             NodeOutcome::Held(problems) => {

@@ -557,7 +557,7 @@ async fn render(
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     // Nodes with the same outcome share one rendering.
     let mut rendered: HashMap<
-        (usize, Vec<crate::api::ProbeSpec>, Option<u32>),
+        ((usize, usize), Vec<crate::api::ProbeSpec>, Option<u32>),
         NodeNetworkConfigSpec,
     > = HashMap::new();
     let mut writes: Vec<(String, serde_json::Value)> = Vec::new();
@@ -591,13 +591,13 @@ async fn render(
                 let own;
                 let spec = match job_addresses.get(node) {
                     None => &*rendered
-                        .entry((Arc::as_ptr(cfg) as usize, probes.clone(), rollback))
+                        .entry((cfg.memo_key(), probes.clone(), rollback))
                         .or_insert_with(|| {
-                            node_spec(RenderedSpec::from_merged(cfg), probes, rollback)
+                            node_spec(RenderedSpec::from_config(cfg), probes, rollback)
                         }),
                     Some(extra) => {
                         own = node_spec(
-                            with_job_addresses(&RenderedSpec::from_merged(cfg), extra),
+                            with_job_addresses(&RenderedSpec::from_config(cfg), extra),
                             probes,
                             rollback,
                         );
