@@ -727,32 +727,40 @@ fn a_node_given_twice_to_build_keeps_its_last_labels() {
     assert!(engine.outcome("n1").unwrap().config().unwrap().is_empty());
 }
 
+/// A selector pinning one node by hostname.
+fn pin(node: &str) -> netpolicy_core::selector::Selector {
+    LabelSelector {
+        match_labels: [(HOSTNAME.into(), node.into())].into(),
+        ..Default::default()
+    }
+    .validate("s")
+    .unwrap()
+}
+
+/// Validated routes `(to, via)`.
+fn routes_via(routes: &[(&str, &str)]) -> netpolicy_core::model::RoutingConfig {
+    RoutingSpec {
+        routes: routes
+            .iter()
+            .map(|(to, via)| RouteSpec {
+                to: (*to).into(),
+                via: Some((*via).into()),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+    .validate("spec")
+    .unwrap()
+}
+
 /// The engine merges a node's per-node policies (pinned by hostname or node name) over
 /// the merge of its shared ones; these are the cases where the overlay changes the
 /// shared result, checked against a plain merge of everything.
 #[test]
 fn per_node_policies_laid_over_shared_ones_give_the_plain_merge() {
     use netpolicy_core::{merge::with_node_name, selector::Selector};
-    let route = |via: &str| {
-        RoutingSpec {
-            routes: vec![RouteSpec {
-                to: "10.20.0.0/16".into(),
-                via: Some(via.into()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }
-        .validate("spec")
-        .unwrap()
-    };
-    let pin = |node: &str| {
-        LabelSelector {
-            match_labels: [(HOSTNAME.into(), node.into())].into(),
-            ..Default::default()
-        }
-        .validate("s")
-        .unwrap()
-    };
+    let route = |via: &str| routes_via(&[("10.20.0.0/16", via)]);
     let all = Selector::everything();
     // Two shared NodeConfigs conflict; n1's own, at a higher priority, resolves it there.
     let a = Policy::node_config("a", 1, all.clone(), route("10.0.0.1"));
@@ -792,29 +800,6 @@ fn per_node_policies_laid_over_shared_ones_give_the_plain_merge() {
 #[test]
 fn a_shared_edit_that_every_node_overrides_changes_no_node() {
     use netpolicy_core::{merge::with_node_name, selector::Selector};
-    let routes = |vias: &[(&str, &str)]| {
-        RoutingSpec {
-            routes: vias
-                .iter()
-                .map(|(to, via)| RouteSpec {
-                    to: (*to).into(),
-                    via: Some((*via).into()),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }
-        .validate("spec")
-        .unwrap()
-    };
-    let pin = |node: &str| {
-        LabelSelector {
-            match_labels: [(HOSTNAME.into(), node.into())].into(),
-            ..Default::default()
-        }
-        .validate("s")
-        .unwrap()
-    };
     let names = ["n1", "n2", "n3"];
     let nodes: Vec<(String, Labels)> = names
         .iter()
@@ -830,7 +815,7 @@ fn a_shared_edit_that_every_node_overrides_changes_no_node() {
             "shared",
             0,
             Selector::everything(),
-            routes(&[("10.20.0.0/16", via), ("10.30.0.0/16", other)]),
+            routes_via(&[("10.20.0.0/16", via), ("10.30.0.0/16", other)]),
         )
     };
     let mut policies = vec![shared("10.0.0.1", "10.0.0.9")];
@@ -839,7 +824,7 @@ fn a_shared_edit_that_every_node_overrides_changes_no_node() {
             &format!("own-{n}"),
             10,
             pin(n),
-            routes(&[("10.20.0.0/16", "10.0.0.7"), ("10.40.0.0/16", "10.0.0.8")]),
+            routes_via(&[("10.20.0.0/16", "10.0.0.7"), ("10.40.0.0/16", "10.0.0.8")]),
         ));
     }
     let mut e = Engine::build(nodes.clone(), policies.clone());
