@@ -555,11 +555,10 @@ async fn render(
     }
     let unselectable = routing.unselectable();
     let pp = PatchParams::apply(FIELD_MANAGER).force();
-    // Nodes with the same outcome share one rendering.
-    let mut rendered: HashMap<
-        ((usize, usize), Vec<crate::api::ProbeSpec>, Option<u32>),
-        NodeNetworkConfigSpec,
-    > = HashMap::new();
+    // Nodes with the same outcome (`LayeredConfig::memo_key`), probes and rollback
+    // time share one rendering.
+    type Same = ((usize, usize), Vec<crate::api::ProbeSpec>, Option<u32>);
+    let mut rendered: HashMap<Same, NodeNetworkConfigSpec> = HashMap::new();
     let mut writes: Vec<(String, serde_json::Value)> = Vec::new();
     let mut deletes: Vec<String> = Vec::new();
     for node in &dirty {
