@@ -377,3 +377,86 @@ async fn the_agent_cleans_up_when_its_daemonset_is_uninstalled_and_only_then() {
     assert!(agent.terminate().success());
     assert_eq!(table().trim(), "10.99.0.0/16 via 192.0.2.1 dev v0");
 }
+
+/// An agent restarted between a change and its probes rolls the failing revision back
+/// to the last good config it kept in `--state-file`, not to nothing (without the file
+/// it knows no earlier config and removes netpolicy's objects). The file is written
+/// whole once a revision passes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_agent_rolls_back_to_the_last_good_config_it_kept_on_disk() {
+    let Some(ns) = TestNamespace::new("agent-state").unwrap() else {
+        return;
+    };
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let node = cp.unique("agent-state-node");
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state/last-good.json");
+    let state_arg = format!("--state-file={}", state.display());
+    let api: Api<NodeNetworkConfig> = Api::all(client.clone());
+    api.create(
+        &PostParams::default(),
+        &nnc(&node, "r1", json!([route("10.20.0.0/16", "192.0.2.1")])),
+    )
+    .await
+    .unwrap();
+    let table = || {
+        ns.ip(&["route", "show", "table", "100"])
+            .unwrap_or_default()
+    };
+    let status = |api: Api<NodeNetworkConfig>, node: String| async move {
+        api.get(&node).await.unwrap().status.unwrap_or_default()
+    };
+    let agent = start_agent_with(cp, &node, &ns, &[&state_arg]);
+    eventually("r1 passes and is kept on disk", 30, || async {
+        status(api.clone(), node.clone())
+            .await
+            .applied_revision
+            .as_deref()
+            == Some("r1")
+            && std::fs::read_to_string(&state).is_ok_and(|s| s.contains("\"r1\""))
+    })
+    .await;
+    assert!(table().contains("10.20.0.0/16 via 192.0.2.1"));
+    let kept: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert_eq!(kept["spec"]["routes"][0]["to"], "10.20.0.0/16");
+    assert!(agent.terminate().success());
+
+    // While the agent is down, r2 arrives: another route, and a probe nothing answers
+    // (a closed port in the node's namespace).
+    api.patch(
+        &node,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {
+            "revision": "r2",
+            "routes": [route("10.30.0.0/16", "192.0.2.1")],
+            "probes": [{"tcp": "127.0.0.1:9"}],
+            "rollbackSeconds": 3,
+        }})),
+    )
+    .await
+    .unwrap();
+    let _agent = start_agent_with(cp, &node, &ns, &[&state_arg]);
+    eventually("r2 is rolled back to r1", 40, || async {
+        let s = status(api.clone(), node.clone()).await;
+        s.failed_revision.as_deref() == Some("r2")
+    })
+    .await;
+    let s = status(api.clone(), node.clone()).await;
+    let degraded = s.conditions.iter().find(|c| c.type_ == "Degraded").unwrap();
+    assert_eq!(degraded.status, "True");
+    assert!(
+        degraded.message.contains("restored revision r1"),
+        "{}",
+        degraded.message
+    );
+    let t = table();
+    assert!(
+        t.contains("10.20.0.0/16 via 192.0.2.1"),
+        "r1's route is back: {t}"
+    );
+    assert!(!t.contains("10.30.0.0/16"), "r2's route is gone: {t}");
+    // r2 never became the kept config.
+    assert!(std::fs::read_to_string(&state).unwrap().contains("\"r1\""));
+}

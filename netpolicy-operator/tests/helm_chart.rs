@@ -140,6 +140,31 @@ fn the_agent_cleans_up_on_uninstall_unless_told_not_to() {
     assert_eq!(of_kind(&off, "Role").len(), 2);
 }
 
+/// The agent keeps its last good config on the node (a hostPath), unless told not to.
+#[test]
+fn the_agent_keeps_its_last_good_config_on_the_node() {
+    let pod = |docs: &[Value]| of_kind(docs, "DaemonSet")[0]["spec"]["template"]["spec"].clone();
+    let on = pod(&render("np", &[]));
+    let args = on["containers"][0]["args"].as_array().unwrap().clone();
+    assert!(args.contains(&Value::from(
+        "--state-file=/var/lib/netpolicy/last-good.json"
+    )));
+    assert_eq!(
+        on["containers"][0]["volumeMounts"][0]["mountPath"],
+        "/var/lib/netpolicy"
+    );
+    assert_eq!(on["volumes"][0]["hostPath"]["path"], "/var/lib/netpolicy");
+    assert_eq!(on["volumes"][0]["hostPath"]["type"], "DirectoryOrCreate");
+    let off = pod(&render("np", &["--set", "agent.stateDir="]));
+    let args = off["containers"][0]["args"].as_array().unwrap().clone();
+    assert!(
+        !args
+            .iter()
+            .any(|a| a.as_str().unwrap().starts_with("--state-file"))
+    );
+    assert!(off["volumes"].is_null());
+}
+
 #[test]
 fn the_agent_has_net_admin_only_and_can_be_switched_off() {
     let docs = render("np", &["--set", "agent.enabled=false"]);

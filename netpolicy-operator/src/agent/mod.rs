@@ -22,7 +22,8 @@
 //!   server (its own connection) and the spec's `probes` (`ping`, `tcp`, in the
 //!   namespace it programs) until they all pass or `rollbackSeconds` run out; only then
 //!   does it report the revision applied. On failure it restores the last revision that
-//!   passed (none known after a restart: netpolicy's objects are removed), reports
+//!   passed (after a restart, the one in `--state-file`; with none known, netpolicy's
+//!   objects are removed), reports
 //!   `Degraded` and `failedRevision`, and never applies that revision again — also when
 //!   the API server is gone, which is when it matters most.
 
@@ -39,7 +40,7 @@ use kube::{
     Api, ResourceExt,
     runtime::{WatchStreamExt, watcher, watcher::Event},
 };
-use netpolicy_core::{merge::ItemRef, model::RoutingConfig, plan::Op};
+use netpolicy_core::{merge::ItemRef, model::RoutingConfig, plan::Op, spec::RoutingSpec};
 use netpolicy_netlink::{Adapter, Namespace, Outcome, Ownership, Report};
 use tracing::{info, warn};
 
@@ -84,6 +85,12 @@ pub struct AgentOptions {
     /// rolling update (the DaemonSet still there) leaves the node as it is.
     #[arg(long, value_name = "NAMESPACE/NAME")]
     pub cleanup_on_uninstall: Option<String>,
+    /// File where the agent keeps the last revision that passed its probes, so that a
+    /// restarted agent rolls a failing revision back to it (without it, a restarted
+    /// agent knows no earlier config and a rollback removes netpolicy's objects). The
+    /// chart keeps it on the node (`/var/lib/netpolicy`).
+    #[arg(long, env = "NETPOLICY_STATE_FILE", value_name = "PATH")]
+    pub state_file: Option<PathBuf>,
 }
 
 /// Field manager of the agent's status writes.
@@ -115,7 +122,11 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
     let mut ctx = Ctx {
         ns: ns.clone(),
         client,
-        mem: Memory::default(),
+        mem: Memory {
+            last_good: opts.state_file.as_deref().and_then(load_last_good),
+            ..Memory::default()
+        },
+        state_file: opts.state_file.clone(),
     };
     let cfg = watcher::Config::default().fields(&format!("metadata.name={}", opts.node));
     let mut events = watcher(api.clone(), cfg).default_backoff().boxed();
@@ -242,8 +253,9 @@ fn generation_key(o: &NodeNetworkConfig) -> (String, i64) {
     )
 }
 
-/// What the agent remembers between passes (not across restarts: a restarted agent
-/// takes the revision its status reports applied as proven, and knows no older config).
+/// What the agent remembers between passes. Across restarts: the last good config when
+/// `--state-file` is set ([`load_last_good`]); a restarted agent also takes the
+/// revision its status reports applied as proven.
 #[derive(Debug, Default)]
 struct Memory {
     /// The last revision that passed its probes, and its items: what a rollback
@@ -259,6 +271,94 @@ struct Ctx {
     ns: Namespace,
     client: kube::Client,
     mem: Memory,
+    state_file: Option<PathBuf>,
+}
+
+impl Ctx {
+    /// Records `revision` as the last good config, also in the state file when there
+    /// is one (a failure to write it is logged: the node is fine, only a restart would
+    /// forget the revision).
+    fn proven(&mut self, revision: &str, desired: RoutingConfig, spec: &RoutingSpec) {
+        if let Some(path) = &self.state_file
+            && self
+                .mem
+                .last_good
+                .as_ref()
+                .is_none_or(|(r, _)| r != revision)
+        {
+            match save_last_good(path, revision, spec) {
+                Ok(()) => info!(revision, path = %path.display(), "last good config kept"),
+                Err(e) => warn!(
+                    revision,
+                    path = %path.display(),
+                    error = %e,
+                    "could not keep the last good config (a restart would forget it)"
+                ),
+            }
+        }
+        self.mem.last_good = Some((revision.to_owned(), desired));
+    }
+}
+
+/// The state file's content: the last revision that passed and its items.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct LastGood {
+    revision: String,
+    spec: RoutingSpec,
+}
+
+/// The last good config kept by an earlier run; nothing when there is no file yet, and
+/// nothing (with a warning) when it cannot be read or is not valid.
+fn load_last_good(path: &std::path::Path) -> Option<(String, RoutingConfig)> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            warn!(path = %path.display(), error = %e, "cannot read the state file; ignoring it");
+            return None;
+        }
+    };
+    let parsed = serde_json::from_str::<LastGood>(&text)
+        .map_err(|e| e.to_string())
+        .and_then(|l| {
+            l.spec
+                .validate("spec")
+                .map(|c| (l.revision, c))
+                .map_err(|e| e.to_string())
+        });
+    match parsed {
+        Ok((revision, config)) => {
+            info!(revision, path = %path.display(), "last good config from the state file");
+            Some((revision, config))
+        }
+        Err(e) => {
+            warn!(path = %path.display(), error = %e, "invalid state file; ignoring it");
+            None
+        }
+    }
+}
+
+/// Writes the state file whole or not at all (a temporary file beside it, synced, then
+/// renamed over it).
+fn save_last_good(
+    path: &std::path::Path,
+    revision: &str,
+    spec: &RoutingSpec,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    let body = serde_json::to_vec(&LastGood {
+        revision: revision.to_owned(),
+        spec: spec.clone(),
+    })
+    .map_err(std::io::Error::other)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(&body)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
 }
 
 /// Seconds to wait for one probe or the API server.
@@ -295,7 +395,8 @@ async fn pass(
         }
         PassOutcome::RolledBack(f)
     } else {
-        match nnc.spec.rendered.routing().validate("spec") {
+        let spec = nnc.spec.rendered.routing();
+        match spec.validate("spec") {
             Err(e) => PassOutcome::Invalid(e.to_string()),
             Ok(desired) => {
                 let d = desired.clone();
@@ -315,14 +416,14 @@ async fn pass(
                     PassOutcome::Applied(item_errors(&report, &desired), removed_foreign(&report));
                 if proven {
                     if ctx.mem.last_good.is_none() {
-                        ctx.mem.last_good = Some((revision.clone(), desired));
+                        ctx.proven(&revision, desired, &spec);
                     }
                     applied
                 } else {
                     match probation(ctx, nnc).await {
                         Ok(took) => {
                             info!(node, revision, ?took, "probes passed");
-                            ctx.mem.last_good = Some((revision.clone(), desired));
+                            ctx.proven(&revision, desired, &spec);
                             applied
                         }
                         Err((reason, why)) => {
