@@ -325,7 +325,7 @@ impl Keyed for Vlan {
 
 impl Keyed for Route {
     fn key_cmp(&self, other: &Self) -> Ordering {
-        (self.table, self.to, self.metric).cmp(&(other.table, other.to, other.metric))
+        self.key().cmp(&other.key())
     }
     fn item_ref(&self) -> ItemRef {
         ItemRef::Route(self.key())
