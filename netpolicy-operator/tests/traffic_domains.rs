@@ -12,7 +12,8 @@
 //!   traffic no flow matches does not;
 //! - a node that leaves the attractor frees its address and loses the items, the next
 //!   node gets the freed address;
-//! - a NodeConfig defining a trench item differently (at any priority) is a conflict:
+//! - a NodeConfig defining a trench item differently (at any priority) is a conflict
+//!   (on the NodeConfig's status, and an Event on the Trench):
 //!   the node keeps its config; an invalid Flow holds every node of the trench at its
 //!   last good config and says why in the Flow's and the Trench's `Ready`;
 //! - quiet: several resyncs write nothing (audit log).
@@ -501,6 +502,25 @@ async fn a_trench_is_compiled_into_node_routing_and_programmed_by_the_agents() {
             })
         },
     )
+    .await;
+    // The Trench's side shows it too: a Warning Event on the Trench.
+    eventually("a Conflict Event on the Trench", 20, || async {
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns)
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("Conflict")
+                    && e.regarding.as_ref().is_some_and(|r| {
+                        r.kind.as_deref() == Some("Trench") && r.name.as_deref() == Some("trench-a")
+                    })
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains(nc_name.as_str()))
+            })
+    })
     .await;
     assert_eq!(
         nnc(&client, &a1).await.unwrap().spec,

@@ -149,9 +149,10 @@ pub async fn run(
         traffic,
     };
     let nnc_api = Api::<NodeNetworkConfig>::all(client.clone());
-    let status = StatusWriter {
+    let mut status = StatusWriter {
         ccs: Api::all(client.clone()),
         ncs: Api::all(client.clone()),
+        trench_conflicts: BTreeMap::new(),
         recorder: Recorder::new(
             client,
             Reporter {
@@ -206,6 +207,7 @@ pub async fn run(
             let written = status
                 .write_all(&stores.ccs, &stores.ncs, &stores.nncs, &facts)
                 .await;
+            status.trench_events(&stores.traffic.trenches, &facts).await;
             if let Err(e) = &written {
                 warn!(error = %e, "routing: writing policy status failed; retrying");
                 ok = false;
@@ -335,14 +337,51 @@ fn rollout_facts(
     }
 }
 
-/// Writes ClusterConfig and NodeConfig status, and an Event per new conflict.
+/// Writes ClusterConfig and NodeConfig status, and an Event per new conflict (also on
+/// a Trench whose items a NodeConfig defines differently).
 struct StatusWriter {
     ccs: Api<ClusterConfig>,
     ncs: Api<NodeConfig>,
+    /// The conflicts each Trench had at the last pass (`Trench/<ns>/<name>`). A
+    /// Trench's status belongs to the trench job, so its conflicts are Events only,
+    /// remembered here: a restarted operator reports a standing conflict once more.
+    trench_conflicts: BTreeMap<String, Vec<crate::api::PolicyConflict>>,
     recorder: Recorder,
 }
 
 impl StatusWriter {
+    /// A Warning Event on each Trench for each conflict it did not have at the last
+    /// pass (the NodeConfig side has them in its status and its own Events).
+    async fn trench_events(
+        &mut self,
+        trenches: &Store<crate::api::traffic::Trench>,
+        facts: &BTreeMap<String, PolicyFacts>,
+    ) {
+        let mut now = BTreeMap::new();
+        for t in trenches.state() {
+            let key = format!(
+                "Trench/{}/{}",
+                t.namespace().unwrap_or_default(),
+                t.name_any()
+            );
+            let Some(f) = facts.get(&key).filter(|f| !f.conflicts.is_empty()) else {
+                continue;
+            };
+            let before = self.trench_conflicts.get(&key);
+            for c in &f.conflicts {
+                if before.is_some_and(|b| b.contains(c)) {
+                    continue;
+                }
+                let event = conflict_event(c);
+                if let Err(e) = self.recorder.publish(&event, &t.object_ref(&())).await {
+                    warn!(error = %e, trench = key, "could not record a conflict Event");
+                }
+            }
+            now.insert(key, f.conflicts.clone());
+        }
+        self.trench_conflicts = now;
+    }
+
     /// Computes every policy's status and writes those that changed.
     ///
     /// # Guarantees
@@ -406,19 +445,7 @@ impl StatusWriter {
         }
         let name = obj.name_any();
         for c in new_conflicts(current, &next) {
-            let event = Event {
-                type_: EventType::Warning,
-                reason: "Conflict".into(),
-                note: Some(format!(
-                    "node {}: {} is defined differently by {} (the node keeps its last good \
-                     config)",
-                    c.node,
-                    c.item,
-                    c.sources.join(" and ")
-                )),
-                action: "Render".into(),
-                secondary: None,
-            };
+            let event = conflict_event(c);
             if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
                 warn!(error = %e, name, "could not record a conflict Event");
             }
@@ -445,6 +472,22 @@ impl StatusWriter {
         crate::k8s::apply_status(api, FIELD_MANAGER, &name, &next).await?;
         debug!(name, "policy status written");
         Ok(())
+    }
+}
+
+/// The Warning Event of a conflict, on each policy that takes part in it.
+fn conflict_event(c: &crate::api::PolicyConflict) -> Event {
+    Event {
+        type_: EventType::Warning,
+        reason: "Conflict".into(),
+        note: Some(format!(
+            "node {}: {} is defined differently by {} (the node keeps its last good config)",
+            c.node,
+            c.item,
+            c.sources.join(" and ")
+        )),
+        action: "Render".into(),
+        secondary: None,
     }
 }
 
