@@ -39,6 +39,20 @@ fn route(to: &str, via: &str) -> Value {
     json!({"to": to, "via": via, "table": 100, "sources": [{"kind": "NodeConfig", "name": "t"}]})
 }
 
+/// The routes of table 100 in `ns`, as `ip route` prints them.
+fn table_100(ns: &TestNamespace) -> String {
+    ns.ip(&["route", "show", "table", "100"])
+        .unwrap_or_default()
+}
+
+/// The node's NodeNetworkConfig status (empty when it has none yet).
+async fn status_of(
+    api: &Api<NodeNetworkConfig>,
+    node: &str,
+) -> netpolicy_operator::api::NodeNetworkConfigStatus {
+    api.get(node).await.unwrap().status.unwrap_or_default()
+}
+
 /// Starts `netpolicy agent` for `node` on `ns`, resyncing every second, logging to the
 /// control plane's directory.
 fn start_agent(cp: &netpolicy_testenv::ControlPlane, node: &str, ns: &TestNamespace) -> Agent {
@@ -205,13 +219,9 @@ async fn the_agent_applies_follows_repairs_reports_and_cleans_up() {
     .await
     .unwrap();
     let _agent = start_agent(cp, &node, &ns);
-    let table = || {
-        ns.ip(&["route", "show", "table", "100"])
-            .unwrap_or_default()
-    };
-    let status = |api: Api<NodeNetworkConfig>, node: String| async move {
-        api.get(&node).await.unwrap().status.unwrap_or_default()
-    };
+    let table = || table_100(&ns);
+    let status =
+        |api: Api<NodeNetworkConfig>, node: String| async move { status_of(&api, &node).await };
     eventually(
         "the route is applied and the status says so",
         30,
@@ -346,10 +356,7 @@ async fn the_agent_cleans_up_when_its_daemonset_is_uninstalled_and_only_then() {
     .unwrap();
     let flag = ["--cleanup-on-uninstall", &format!("{kns}/agent")].map(String::from);
     let flag: Vec<&str> = flag.iter().map(String::as_str).collect();
-    let table = || {
-        ns.ip(&["route", "show", "table", "100"])
-            .unwrap_or_default()
-    };
+    let table = || table_100(&ns);
     let applied = || async {
         api.get(&node)
             .await
@@ -401,13 +408,9 @@ async fn a_restarted_agent_rolls_back_to_the_last_good_config_it_kept_on_disk() 
     )
     .await
     .unwrap();
-    let table = || {
-        ns.ip(&["route", "show", "table", "100"])
-            .unwrap_or_default()
-    };
-    let status = |api: Api<NodeNetworkConfig>, node: String| async move {
-        api.get(&node).await.unwrap().status.unwrap_or_default()
-    };
+    let table = || table_100(&ns);
+    let status =
+        |api: Api<NodeNetworkConfig>, node: String| async move { status_of(&api, &node).await };
     let agent = start_agent_with(cp, &node, &ns, &[&state_arg]);
     eventually("r1 passes and is kept on disk", 30, || async {
         status(api.clone(), node.clone())

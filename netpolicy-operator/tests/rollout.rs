@@ -22,10 +22,10 @@ use std::{
 };
 
 use common::Killed;
-use k8s_openapi::api::{core::v1::Node, events::v1::Event};
+use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client,
-    api::{ListParams, Patch, PatchParams, PostParams},
+    api::{Patch, PatchParams, PostParams},
 };
 use netpolicy_netlink::testns::TestNamespace;
 use netpolicy_operator::api::{NodeConfig, NodeNetworkConfig, crds};
@@ -265,17 +265,9 @@ async fn a_change_rolls_out_in_waves_and_a_bad_one_stops_at_the_first_node() {
     })
     .await;
     eventually("a RolloutHalted Event on the NodeConfig", 20, || async {
-        Api::<Event>::all(client.clone())
-            .list(&ListParams::default())
+        !common::events_about(&client, None, "RolloutHalted", "NodeConfig", &nc_name)
             .await
-            .unwrap()
-            .items
-            .iter()
-            .any(|e| {
-                e.reason.as_deref() == Some("RolloutHalted")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref())
-                        == Some(nc_name.as_str())
-            })
+            .is_empty()
     })
     .await;
     // The other nodes never see it: neither their NodeNetworkConfig nor their kernel.

@@ -1,4 +1,4 @@
-//! Helpers the route-reflector test files share (`mod common;`).
+//! Helpers the operator's end-to-end test files share (`mod common;`).
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -258,4 +258,32 @@ pub(crate) fn agent(
             .spawn()
             .unwrap(),
     )
+}
+
+/// The Events with `reason` about the object named `name` (of kind `kind`), in
+/// `namespace` (every namespace when `None`).
+pub(crate) async fn events_about(
+    client: &Client,
+    namespace: Option<&str>,
+    reason: &str,
+    kind: &str,
+    name: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
+    use k8s_openapi::api::events::v1::Event;
+    let api: Api<Event> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    api.list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().is_some_and(|r| {
+                    r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name)
+                })
+        })
+        .collect()
 }
