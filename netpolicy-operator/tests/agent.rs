@@ -39,6 +39,31 @@ fn route(to: &str, via: &str) -> Value {
     json!({"to": to, "via": via, "table": 100, "sources": [{"kind": "NodeConfig", "name": "t"}]})
 }
 
+/// What every test here starts from: a network namespace for the node, the shared
+/// control plane with the CRDs, a unique node name and the NodeNetworkConfig API.
+/// `None` (after a SKIP line) where namespaces cannot be made.
+struct Setup {
+    ns: TestNamespace,
+    cp: &'static netpolicy_testenv::ControlPlane,
+    client: kube::Client,
+    node: String,
+    api: Api<NodeNetworkConfig>,
+}
+
+async fn setup(namespace: &str, node: &str) -> Option<Setup> {
+    let ns = TestNamespace::new(namespace).unwrap()?;
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    Some(Setup {
+        ns,
+        cp,
+        node: cp.unique(node),
+        api: Api::all(client.clone()),
+        client,
+    })
+}
+
 /// The routes of table 100 in `ns`, as `ip route` prints them.
 fn table_100(ns: &TestNamespace) -> String {
     ns.ip(&["route", "show", "table", "100"])
@@ -110,14 +135,12 @@ impl Agent {
 /// resyncs, blocked or not.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_quiet_node_costs_zero_writes_and_blocked_items_are_reported() {
-    let Some(ns) = TestNamespace::new("agent-quiet").unwrap() else {
+    let Some(Setup {
+        ns, cp, node, api, ..
+    }) = setup("agent-quiet", "quiet-node").await
+    else {
         return;
     };
-    let cp = netpolicy_testenv::shared();
-    let client = cp.client().await;
-    netpolicy_testenv::install_crds(&client, crds()).await;
-    let node = cp.unique("quiet-node");
-    let api: Api<NodeNetworkConfig> = Api::all(client.clone());
     // A foreign route holds the identity of one desired route, with other content.
     ns.ip(&[
         "route",
@@ -204,14 +227,12 @@ async fn a_quiet_node_costs_zero_writes_and_blocked_items_are_reported() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_agent_applies_follows_repairs_reports_and_cleans_up() {
-    let Some(ns) = TestNamespace::new("agent").unwrap() else {
+    let Some(Setup {
+        ns, cp, node, api, ..
+    }) = setup("agent", "agent-node").await
+    else {
         return;
     };
-    let cp = netpolicy_testenv::shared();
-    let client = cp.client().await;
-    netpolicy_testenv::install_crds(&client, crds()).await;
-    let node = cp.unique("agent-node");
-    let api: Api<NodeNetworkConfig> = Api::all(client.clone());
     api.create(
         &PostParams::default(),
         &nnc(&node, "r1", json!([route("10.20.0.0/16", "192.0.2.1")])),
@@ -318,13 +339,16 @@ async fn the_agent_applies_follows_repairs_reports_and_cleans_up() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_agent_cleans_up_when_its_daemonset_is_uninstalled_and_only_then() {
     use k8s_openapi::api::apps::v1::DaemonSet;
-    let Some(ns) = TestNamespace::new("agent-uninstall").unwrap() else {
+    let Some(Setup {
+        ns,
+        cp,
+        client,
+        node,
+        api,
+    }) = setup("agent-uninstall", "uninstall-node").await
+    else {
         return;
     };
-    let cp = netpolicy_testenv::shared();
-    let client = cp.client().await;
-    netpolicy_testenv::install_crds(&client, crds()).await;
-    let node = cp.unique("uninstall-node");
     let kns = cp.namespace("agent-ns").await;
     let dss: Api<DaemonSet> = Api::namespaced(client.clone(), &kns);
     let ds: DaemonSet = serde_json::from_value(json!({
@@ -337,7 +361,6 @@ async fn the_agent_cleans_up_when_its_daemonset_is_uninstalled_and_only_then() {
     }))
     .unwrap();
     dss.create(&PostParams::default(), &ds).await.unwrap();
-    let api: Api<NodeNetworkConfig> = Api::all(client.clone());
     api.create(
         &PostParams::default(),
         &nnc(&node, "u1", json!([route("10.20.0.0/16", "192.0.2.1")])),
@@ -391,17 +414,15 @@ async fn the_agent_cleans_up_when_its_daemonset_is_uninstalled_and_only_then() {
 /// whole once a revision passes.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restarted_agent_rolls_back_to_the_last_good_config_it_kept_on_disk() {
-    let Some(ns) = TestNamespace::new("agent-state").unwrap() else {
+    let Some(Setup {
+        ns, cp, node, api, ..
+    }) = setup("agent-state", "agent-state-node").await
+    else {
         return;
     };
-    let cp = netpolicy_testenv::shared();
-    let client = cp.client().await;
-    netpolicy_testenv::install_crds(&client, crds()).await;
-    let node = cp.unique("agent-state-node");
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state/last-good.json");
     let state_arg = format!("--state-file={}", state.display());
-    let api: Api<NodeNetworkConfig> = Api::all(client.clone());
     api.create(
         &PostParams::default(),
         &nnc(&node, "r1", json!([route("10.20.0.0/16", "192.0.2.1")])),
