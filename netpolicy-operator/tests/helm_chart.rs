@@ -182,6 +182,10 @@ fn the_agent_has_net_admin_only_and_can_be_switched_off() {
     assert_eq!(pod["hostNetwork"], true);
     let sc = &pod["containers"][0]["securityContext"];
     assert_eq!(sc["privileged"], false);
+    // Added capabilities reach only a root process's effective set (the image runs as
+    // 65532 by default): the agent runs as 0 with just these two.
+    assert_eq!(sc["runAsUser"], 0);
+    assert_eq!(sc["runAsNonRoot"], false);
     assert_eq!(sc["capabilities"]["add"], json!(["NET_ADMIN", "NET_RAW"]));
     assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
     // Operator and agent have separate service accounts and roles.
