@@ -92,7 +92,9 @@ async fn a_change_rolls_out_in_waves_and_a_bad_one_stops_at_the_first_node() {
     let mut nets = Vec::new();
     for i in 0..4 {
         let Some(w) = wired(&format!("rollout-{i}")) else {
-            println!("SKIP: not root, no network namespaces: the rollout needs agents");
+            common::skip(
+                "rollout waves: not root, no network namespaces (the rollout needs agents)",
+            );
             return;
         };
         nets.push(w);
@@ -365,7 +367,7 @@ async fn an_agent_that_loses_the_api_server_rolls_back_by_itself() {
     let client = cp.client().await;
     netpolicy_testenv::install_crds(&client, crds()).await;
     let Some((node_ns, gw_ns)) = wired("apiloss") else {
-        println!("SKIP: not root, no network namespaces");
+        common::skip("rollout API loss: not root, no network namespaces");
         return;
     };
     // The agent reaches the API server through the proxy.

@@ -12,7 +12,6 @@ use common::{Killed, ready_node, set_ready};
 
 use std::{
     path::Path,
-    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -36,30 +35,10 @@ use serde_json::{Value, json};
 /// would drive the other test's RoutedIPs too.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn operator(cp: &ControlPlane, ns: &str, log: &Path) -> Killed {
-    operator_on(cp, ns, log, "127.0.0.1:0")
-}
+const RUST_LOG: &str = "info,netpolicy_operator::routed_ip=debug";
 
-/// The operator with its metrics and health endpoints on `listen`.
-fn operator_on(cp: &ControlPlane, ns: &str, log: &Path, listen: &str) -> Killed {
-    Killed(
-        Command::new(env!("CARGO_BIN_EXE_netpolicy"))
-            .args(["operator", "--kubeconfig"])
-            .arg(&cp.kubeconfig)
-            .args(["--lease-namespace", ns, "--lease-seconds", "2"])
-            .args(["--listen", listen, "--resync-seconds", "2"])
-            .env("RUST_LOG", "info,netpolicy_operator::routed_ip=debug")
-            .stdout(Stdio::null())
-            .stderr(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(log)
-                    .unwrap(),
-            )
-            .spawn()
-            .unwrap(),
-    )
+fn operator(cp: &ControlPlane, ns: &str, log: &Path) -> Killed {
+    common::operator(cp, ns, log, RUST_LOG)
 }
 
 /// A Secret `name` in `ns` holding `token` under `key`.
@@ -89,26 +68,13 @@ async fn cloud_nodes(nodes: &Api<Node>, labels: Value, ids: &[(&str, String)]) {
     }
 }
 
-/// `netpolicy agent` for `node`, programming namespace `ns` (`None` without root: the
-/// namespace constructor printed a SKIP line).
+/// `netpolicy agent` for `node`, programming namespace `ns`.
 fn agent(cp: &ControlPlane, node: &str, ns: &TestNamespace) -> Killed {
-    let log = cp.dir.join(format!("agent-{node}.log"));
-    Killed(
-        Command::new(env!("CARGO_BIN_EXE_netpolicy"))
-            .args(["agent", "--node", node, "--netns", ns.name()])
-            .args([
-                "--resync-seconds",
-                "1",
-                "--listen",
-                "127.0.0.1:0",
-                "--kubeconfig",
-            ])
-            .arg(&cp.kubeconfig)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap())
-            .spawn()
-            .unwrap(),
+    common::agent(
+        &cp.kubeconfig,
+        node,
+        ns.name(),
+        &cp.dir.join(format!("agent-{node}.log")),
     )
 }
 
@@ -468,7 +434,7 @@ async fn hetzner_failover_follows_readiness_and_endpoints_and_survives_a_kill() 
         .local_addr()
         .unwrap()
         .port();
-    op = operator_on(cp, &ns, &log, &format!("127.0.0.1:{port}"));
+    op = common::operator_on(cp, &ns, &log, RUST_LOG, &format!("127.0.0.1:{port}"));
     until(
         &client,
         "ingress",

@@ -177,7 +177,9 @@ async fn a_trench_is_compiled_into_node_routing_and_programmed_by_the_agents() {
     let netns2 = node_netns("td-a2");
     let kernel = netns1.is_some() && netns2.is_some();
     if !kernel {
-        println!("SKIP (kernel part): not root, no network namespaces; the API part runs");
+        common::skip(
+            "traffic_domains kernel part: not root, no network namespaces; the API part runs",
+        );
     }
     let _agents: Vec<Killed> = [(&a1, &netns1), (&a2, &netns2)]
         .into_iter()

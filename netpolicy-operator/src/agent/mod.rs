@@ -23,9 +23,9 @@
 //!   namespace it programs) until they all pass or `rollbackSeconds` run out; only then
 //!   does it report the revision applied. On failure it restores the last revision that
 //!   passed (after a restart, the one in `--state-file`; with none known, netpolicy's
-//!   objects are removed), reports
-//!   `Degraded` and `failedRevision`, and never applies that revision again — also when
-//!   the API server is gone, which is when it matters most.
+//!   objects are removed), reports `Degraded` and `failedRevision`, and never applies
+//!   that revision again — also when the API server is gone, which is when it matters
+//!   most.
 
 use std::{
     net::SocketAddr,

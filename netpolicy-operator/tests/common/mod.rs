@@ -213,12 +213,23 @@ pub(crate) fn operator(
     log: &std::path::Path,
     rust_log: &str,
 ) -> Killed {
+    operator_on(cp, lease_ns, log, rust_log, "127.0.0.1:0")
+}
+
+/// [`operator`] with its metrics and health endpoints on `listen`.
+pub(crate) fn operator_on(
+    cp: &netpolicy_testenv::ControlPlane,
+    lease_ns: &str,
+    log: &std::path::Path,
+    rust_log: &str,
+    listen: &str,
+) -> Killed {
     Killed(
         std::process::Command::new(env!("CARGO_BIN_EXE_netpolicy"))
             .args(["operator", "--kubeconfig"])
             .arg(&cp.kubeconfig)
             .args(["--lease-namespace", lease_ns, "--lease-seconds", "2"])
-            .args(["--listen", "127.0.0.1:0", "--resync-seconds", "2"])
+            .args(["--listen", listen, "--resync-seconds", "2"])
             .env("RUST_LOG", rust_log)
             .stdout(std::process::Stdio::null())
             .stderr(
@@ -286,4 +297,11 @@ pub(crate) async fn events_about(
                 })
         })
         .collect()
+}
+
+/// A line the test harness does not capture (`SKIP ...`: counted and listed by
+/// `scripts/test`), for a part of a test that cannot run here.
+pub(crate) fn skip(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIP {why}");
 }
