@@ -303,7 +303,11 @@ async fn a_trench_is_compiled_into_node_routing_and_programmed_by_the_agents() {
         },
     )
     .await;
-    assert_eq!(ready(&client, &ns, "Flow", "f-tcp").await.0, "True");
+    // The Trench can be Ready from a pass that ran before the Flow existed: wait.
+    eventually("the Flow turns Ready", 30, || async {
+        ready(&client, &ns, "Flow", "f-tcp").await.0 == "True"
+    })
+    .await;
 
     // The NodeNetworkConfigs carry the compiled items.
     eventually(
