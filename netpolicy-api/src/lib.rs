@@ -336,6 +336,11 @@ pub mod conditions {
         pub const ROLLOUT_HALTED: &str = "RolloutHalted";
     }
 
+    /// Condition type of a policy: a node it selects would get a NodeNetworkConfig
+    /// larger than the operator writes (`--max-object-bytes`); that node keeps its last
+    /// config.
+    pub const TOO_LARGE: &str = "TooLarge";
+
     /// Condition status strings.
     pub const TRUE: &str = "True";
     /// Condition status strings.
@@ -367,6 +372,11 @@ pub mod conditions {
         pub const CONFLICT: &str = "Conflict";
         /// No conflict.
         pub const NO_CONFLICT: &str = "NoConflict";
+        /// A selected node's NodeNetworkConfig would exceed the size limit (`TooLarge`
+        /// condition, and `Ready` False).
+        pub const TOO_LARGE: &str = "TooLarge";
+        /// Every selected node's NodeNetworkConfig fits (`TooLarge` False).
+        pub const FITS: &str = "Fits";
     }
 
     /// Condition types and reasons of FloatingIPRanges and FloatingIPs.
@@ -406,6 +416,9 @@ pub mod conditions {
         pub const PUBLISHED_REASON: &str = "Published";
         /// Reason: the guest cluster could not be reached (retried with backoff).
         pub const GUEST_UNREACHABLE: &str = "GuestUnreachable";
+        /// Reason: the kube-vip ConfigMap could not be written (the API server's answer
+        /// in the message; retried with backoff).
+        pub const PUBLISH_FAILED: &str = "PublishFailed";
         /// Reason of a condition that does not hold (no overlap, nothing outside).
         pub const NONE: &str = "None";
     }
@@ -477,6 +490,48 @@ pub mod conditions {
         /// Reason: Calico's etcd (`datastore.etcdv3`) cannot be reached or its TLS
         /// Secret cannot be read.
         pub const DATASTORE_UNREACHABLE: &str = "DatastoreUnreachable";
+    }
+
+    /// Reasons of the Kubernetes Events the operator records (`kubectl describe`),
+    /// beside the condition reasons above, which Events reuse where they say the same.
+    pub mod events {
+        /// A policy defines an item differently from another on some node.
+        pub const CONFLICT: &str = "Conflict";
+        /// A node's NodeNetworkConfig would exceed `--max-object-bytes`: not written.
+        pub const TOO_LARGE: &str = "TooLarge";
+        /// A FloatingIP's address was released.
+        pub const RELEASED: &str = "Released";
+        /// A static request is held by another FloatingIP.
+        pub const TAKEN: &str = "Taken";
+        /// A range holds allocations outside its addresses.
+        pub const ALLOCATIONS_OUTSIDE: &str = "AllocationsOutside";
+        /// A range has no free address.
+        pub const EXHAUSTED: &str = "Exhausted";
+        /// A kube-vip ConfigMap could not be written.
+        pub const PUBLISH_FAILED: &str = "PublishFailed";
+        /// A kube-vip ConfigMap is written again after failures.
+        pub const PUBLISHED: &str = "Published";
+        /// A routed IP's failover step was applied at the provider.
+        pub const FAILOVER_STEP: &str = "FailoverStep";
+        /// A routed IP found on another node than its status said (an operator stopped
+        /// mid-assignment): the status follows the provider.
+        pub const HOLDER_CORRECTED: &str = "HolderCorrected";
+        /// A trench was compiled.
+        pub const COMPILED: &str = "Compiled";
+        /// A node address was handed out on an attractor.
+        pub const ADDRESS_ASSIGNED: &str = "AddressAssigned";
+        /// A node left an attractor and its address was freed.
+        pub const ADDRESS_FREED: &str = "AddressFreed";
+        /// A route-reflector transition started.
+        pub const TRANSITION_STARTED: &str = "TransitionStarted";
+        /// A route-reflector transition step was applied.
+        pub const STEP_APPLIED: &str = "StepApplied";
+        /// The cluster holds the route-reflector topology.
+        pub const SETTLED: &str = "Settled";
+        /// Calico's node-to-node mesh was turned off.
+        pub const MESH_DISABLED: &str = "MeshDisabled";
+        /// The route-reflector config cannot be acted on (invalid, no Calico, datastore).
+        pub const NOT_READY: &str = "NotReady";
     }
 
     /// Reasons of one entry of `status.itemErrors`.

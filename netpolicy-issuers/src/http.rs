@@ -1,6 +1,12 @@
 //! The HTTP side shared by the cloud clients: bearer auth, JSON, 30 s timeouts, retries
-//! with backoff on 429 and 5xx honouring `Retry-After` (or `RateLimit-Reset`), and errors
-//! mapped to [`Error`] without the token anywhere in them.
+//! with a short exponential backoff on 5xx and connection failures; on 429 the provider's
+//! delay (`Retry-After`, else `RateLimit-Reset`), waited out here only when it is short
+//! (≤ 2 s) and otherwise returned at once as [`Error::RateLimited`] for the caller to
+//! schedule; errors mapped to [`Error`] without the token anywhere in them.
+//!
+//! Why 429 only: DigitalOcean sends `ratelimit-reset` on *every* response — the time the
+//! oldest request of the window expires, up to an hour ahead — so reading it on a 500
+//! would turn one server error into a long wait. A 500 is not a rate limit.
 
 use std::time::Duration;
 
@@ -8,6 +14,9 @@ use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
 use crate::{Error, Result};
+
+/// The longest provider-requested delay (429) waited out inside a call.
+const MAX_INLINE_WAIT: Duration = Duration::from_secs(2);
 
 /// A JSON API endpoint with a bearer token.
 pub struct Api {
@@ -93,10 +102,15 @@ impl Api {
                 return serde_json::from_str(&text)
                     .map_err(|e| Error::Provider(format!("{method} {path}: bad JSON: {e}")));
             }
-            let retryable = status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error();
-            if retryable && attempt < self.retries {
+            // 5xx: a short backoff here. 429: the provider's delay, waited out here
+            // only when it is short; a longer one is returned at once as `RateLimited`
+            // for the caller to schedule, so a rate-limited call holds up nothing else.
+            let limited = status == StatusCode::TOO_MANY_REQUESTS;
+            let short = wait.is_none_or(|w| w <= MAX_INLINE_WAIT);
+            if (status.is_server_error() || (limited && short)) && attempt < self.retries {
                 attempt += 1;
-                tokio::time::sleep(self.backoff(attempt, wait)).await;
+                let delay = self.backoff(attempt, if limited { wait } else { None });
+                tokio::time::sleep(delay).await;
                 continue;
             }
             let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);

@@ -355,19 +355,20 @@ pub struct Reconciled {
     pub steps: Vec<Step>,
 }
 
-/// One reconcile of a RoutedIP: find (or create) its IP, observe the firewall, plan, and
-/// execute the steps in order. It stops at the first failing step and returns the error;
-/// the next call re-plans from what the provider then has, so it resumes where it
-/// stopped.
+/// What the provider has for a RoutedIP: its IP — found by `address`, or by `tags`, or
+/// created (tagged) when neither finds one — and the firewall named `firewall`. The
+/// first half of [`reconcile`]; a controller that records progress between steps calls
+/// it, [`plan`] and [`execute`] itself (the same driver, one step at a time).
 ///
 /// # Errors
-/// The first provider error.
-pub async fn reconcile<I: Issuer>(
+/// The first provider error; [`Error::NotFound`] when `address` names an IP the
+/// provider does not have (it is never replaced by a new one).
+pub async fn observe<I: Issuer>(
     issuer: &I,
     tags: &Tags,
     address: Option<&str>,
-    desired: &Desired,
-) -> Result<Reconciled> {
+    firewall: Option<&str>,
+) -> Result<Observed> {
     let ip = match issuer.find_ip(address, tags).await? {
         Some(ip) => ip,
         None if address.is_some() => {
@@ -378,23 +379,53 @@ pub async fn reconcile<I: Issuer>(
         }
         None => issuer.create_ip(tags).await?,
     };
-    let firewall = match &desired.firewall {
+    let firewall = match firewall {
         Some(name) => issuer.find_firewall(name).await?,
         None => None,
     };
-    let observed = Observed { ip, firewall };
+    Ok(Observed { ip, firewall })
+}
+
+/// Carries out one step of a [`plan`] for the IP `address` and the firewall named
+/// `firewall` (empty when none is configured). Every step is idempotent at the provider.
+///
+/// # Errors
+/// The provider's.
+pub async fn execute<I: Issuer>(
+    issuer: &I,
+    address: &str,
+    firewall: &str,
+    step: &Step,
+) -> Result<()> {
+    match step {
+        Step::CreateFirewall => issuer.create_firewall(firewall).await,
+        Step::AddPort(p) => issuer.add_port(firewall, p).await,
+        Step::AddNode(n) => issuer.add_node(firewall, n).await,
+        Step::Assign(n) => issuer.assign(address, n).await,
+        Step::RemovePort(p) => issuer.remove_port(firewall, p).await,
+        Step::RemoveNode(n) => issuer.remove_node(firewall, n).await,
+    }
+}
+
+/// One reconcile of a RoutedIP: [`observe`] (find or create its IP, observe the
+/// firewall), [`plan`], and [`execute`] the steps in order. It stops at the first
+/// failing step and returns the error; the next call re-plans from what the provider
+/// then has, so it resumes where it stopped.
+///
+/// # Errors
+/// The first provider error.
+pub async fn reconcile<I: Issuer>(
+    issuer: &I,
+    tags: &Tags,
+    address: Option<&str>,
+    desired: &Desired,
+) -> Result<Reconciled> {
+    let observed = observe(issuer, tags, address, desired.firewall.as_deref()).await?;
     let steps = plan(&observed, desired);
     let fw = desired.firewall.clone().unwrap_or_default();
     let mut done = Vec::new();
     for s in steps {
-        match &s {
-            Step::CreateFirewall => issuer.create_firewall(&fw).await?,
-            Step::AddPort(p) => issuer.add_port(&fw, p).await?,
-            Step::AddNode(n) => issuer.add_node(&fw, n).await?,
-            Step::Assign(n) => issuer.assign(&observed.ip.address, n).await?,
-            Step::RemovePort(p) => issuer.remove_port(&fw, p).await?,
-            Step::RemoveNode(n) => issuer.remove_node(&fw, n).await?,
-        }
+        execute(issuer, &observed.ip.address, &fw, &s).await?;
         done.push(s);
     }
     Ok(Reconciled {

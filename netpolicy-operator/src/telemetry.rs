@@ -26,6 +26,7 @@ pub struct Metrics {
     registry: Registry,
     reconciles: Family<ControllerLabel, Counter>,
     errors: Family<ControllerLabel, Counter>,
+    error_classes: Family<ErrorClassLabel, Counter>,
     duration: Family<ControllerLabel, Histogram>,
     pub(crate) leader: Gauge<i64, AtomicI64>,
     fip_capacity: Family<RangeLabel, Gauge<f64, AtomicU64>>,
@@ -34,6 +35,7 @@ pub struct Metrics {
     fip_releases: Family<RangeLabel, Counter>,
     fip_latency: Family<RangeLabel, Histogram>,
     guest_errors: Family<GuestLabel, Counter>,
+    publish_errors: Family<GuestLabel, Counter>,
     rr_reflectors: Family<ZoneLabel, Gauge<f64, AtomicU64>>,
     rr_clients: Family<ReflectorLabel, Gauge<f64, AtomicU64>>,
     rr_transitions: Counter,
@@ -42,6 +44,15 @@ pub struct Metrics {
     rip_steps: Family<StepLabel, Histogram>,
     rip_errors: Family<ErrorKindLabel, Counter>,
     rip_rate_limited: Counter,
+}
+
+/// Labels of the per-controller error metrics.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorClassLabel {
+    /// Controller name (`routing`).
+    pub controller: String,
+    /// `transient`, `conflict` or `permanent`.
+    pub class: String,
 }
 
 /// Labels of the routed-IP step metrics.
@@ -99,6 +110,7 @@ impl Default for Metrics {
         let mut registry = Registry::with_prefix("netpolicy");
         let reconciles = Family::<ControllerLabel, Counter>::default();
         let errors = Family::<ControllerLabel, Counter>::default();
+        let error_classes = Family::<ErrorClassLabel, Counter>::default();
         let duration = Family::<ControllerLabel, Histogram>::new_with_constructor(
             duration_histogram as fn() -> Histogram,
         );
@@ -108,6 +120,11 @@ impl Default for Metrics {
             "reconcile_errors",
             "Reconcile passes that failed",
             errors.clone(),
+        );
+        registry.register(
+            "reconcile_errors_by_class",
+            "Reconcile passes that failed, by error class (transient, conflict, permanent)",
+            error_classes.clone(),
         );
         registry.register(
             "reconcile_duration_seconds",
@@ -157,6 +174,13 @@ impl Default for Metrics {
             "floating_ip_guest_publish_errors",
             "Publications to a guest cluster's kube-vip ConfigMap that failed",
             guest_errors.clone(),
+        );
+        let publish_errors = Family::<GuestLabel, Counter>::default();
+        registry.register(
+            "floating_ip_publish_errors",
+            "Writes of a kube-vip ConfigMap in this cluster that failed (label guest: \
+             <namespace>/<name> of the ConfigMap)",
+            publish_errors.clone(),
         );
         let rr_reflectors = Family::<ZoneLabel, Gauge<f64, AtomicU64>>::default();
         let rr_clients = Family::<ReflectorLabel, Gauge<f64, AtomicU64>>::default();
@@ -212,6 +236,7 @@ impl Default for Metrics {
             registry,
             reconciles,
             errors,
+            error_classes,
             duration,
             leader,
             fip_capacity,
@@ -220,6 +245,7 @@ impl Default for Metrics {
             fip_releases,
             fip_latency,
             guest_errors,
+            publish_errors,
             rr_reflectors,
             rr_clients,
             rr_transitions,
@@ -233,14 +259,21 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Records one reconcile pass of `controller`.
-    pub fn reconciled(&self, controller: &str, took: Duration, ok: bool) {
+    /// Records one reconcile pass of `controller`, failed with an error of class
+    /// `error` (`transient`, `conflict`, `permanent`) or not.
+    pub fn reconciled(&self, controller: &str, took: Duration, error: Option<&str>) {
         let l = ControllerLabel {
             controller: controller.to_owned(),
         };
         self.reconciles.get_or_create(&l).inc();
-        if !ok {
+        if let Some(class) = error {
             self.errors.get_or_create(&l).inc();
+            self.error_classes
+                .get_or_create(&ErrorClassLabel {
+                    controller: controller.to_owned(),
+                    class: class.to_owned(),
+                })
+                .inc();
         }
         self.duration.get_or_create(&l).observe(took.as_secs_f64());
     }
@@ -309,6 +342,15 @@ impl Metrics {
         self.rr_steps.inc();
     }
 
+    /// A write of a kube-vip ConfigMap in this cluster (`<namespace>/<name>`) failed.
+    pub fn publish_failed(&self, configmap: &str) {
+        self.publish_errors
+            .get_or_create(&GuestLabel {
+                guest: configmap.to_owned(),
+            })
+            .inc();
+    }
+
     /// A publication to a guest cluster failed.
     pub fn guest_publish_failed(&self, guest: &str) {
         self.guest_errors
@@ -350,6 +392,18 @@ impl Metrics {
     }
 }
 
+/// Why a job is not ready yet (`None` once it is).
+pub trait Waiting: std::fmt::Debug + Send + Sync {
+    /// `"<job>: <what it waits for>"`, or `None` when ready.
+    fn waiting_for(&self) -> Option<String>;
+}
+
+impl Waiting for crate::runtime::JobReadiness {
+    fn waiting_for(&self) -> Option<String> {
+        crate::runtime::JobReadiness::waiting_for(self)
+    }
+}
+
 /// State shared by the endpoints and the controllers.
 #[derive(Debug, Default)]
 pub struct Shared {
@@ -357,16 +411,49 @@ pub struct Shared {
     pub metrics: Metrics,
     /// The API server answered.
     pub connected: AtomicBool,
-    /// This instance leads and its controllers' caches have synced.
-    pub synced: AtomicBool,
+    /// This instance leads and has registered every job it runs.
+    pub started: AtomicBool,
     /// This instance holds the lease.
     pub leading: AtomicBool,
+    jobs: std::sync::Mutex<Vec<std::sync::Arc<dyn Waiting>>>,
 }
 
 impl Shared {
-    pub(crate) fn ready(&self) -> bool {
-        self.connected.load(Ordering::Acquire)
-            && (!self.leading.load(Ordering::Acquire) || self.synced.load(Ordering::Acquire))
+    /// Adds a job to what `/readyz` waits for.
+    pub fn register(&self, job: std::sync::Arc<dyn Waiting>) {
+        self.jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(job);
+    }
+
+    /// Forgets every job (the controllers stopped).
+    pub(crate) fn clear_jobs(&self) {
+        self.jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+    }
+
+    /// What readiness waits for: empty when ready. A standby (not leading) is ready
+    /// once the API server answered; the leader once every job it runs synced every kind
+    /// it reads and finished its first pass.
+    pub fn waiting(&self) -> Vec<String> {
+        if !self.connected.load(Ordering::Acquire) {
+            return vec!["the API server has not answered".into()];
+        }
+        if !self.leading.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        if !self.started.load(Ordering::Acquire) {
+            return vec!["starting the jobs".into()];
+        }
+        self.jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter_map(|j| j.waiting_for())
+            .collect()
     }
 }
 

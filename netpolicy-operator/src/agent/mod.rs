@@ -30,7 +30,7 @@
 use std::{
     net::SocketAddr,
     path::PathBuf,
-    sync::{Arc, Mutex, atomic::Ordering},
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -175,7 +175,6 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
             _ = tick.tick() => {}
         }
         let Some(nnc) = latest.clone() else {
-            shared.synced.store(true, Ordering::Release);
             continue;
         };
         let start = Instant::now();
@@ -192,8 +191,9 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
                 false
             }
         };
-        shared.synced.store(true, Ordering::Release);
-        shared.metrics.reconciled("agent", start.elapsed(), ok);
+        shared
+            .metrics
+            .reconciled("agent", start.elapsed(), (!ok).then_some("transient"));
     }
     server.abort();
     if let Some(ds) = &opts.cleanup_on_uninstall

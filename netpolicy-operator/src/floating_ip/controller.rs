@@ -46,18 +46,20 @@ use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::{
-        events::{Event, EventType, Recorder, Reporter},
-        reflector::{self, ObjectRef, Store},
+        events::{Event, EventType, Recorder},
+        reflector::{ObjectRef, Store},
     },
 };
 use serde_json::json;
-use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::{Pass, World, pass};
 use crate::{
-    api::{FloatingIP, FloatingIPClaim, FloatingIPRange},
-    k8s::{FIELD_MANAGER, Wake, apply_status, watched},
+    api::{FloatingIP, FloatingIPClaim, FloatingIPRange, conditions::events},
+    k8s::{FIELD_MANAGER, apply_status},
+    runtime::{
+        Backoff, Changes, ErrorClass, Informers, Job, JobError, Next, ObjectKey, Setup, Wake,
+    },
     telemetry::Shared,
 };
 
@@ -100,101 +102,61 @@ fn claim_fingerprint(c: &FloatingIPClaim) -> String {
     c.meta().uid.clone().unwrap_or_default()
 }
 
-/// Runs the floating-IP controller until `stop` turns true.
-///
-/// # Errors
-/// Only when a watch's cache was dropped before it synced.
-pub async fn run(
-    client: Client,
-    shared: Arc<Shared>,
-    mut stop: watch::Receiver<bool>,
-    resync: Duration,
-) -> Result<(), reflector::store::WriterDropped> {
+/// The floating-IP job and what wakes it: a global job under the shared runner (an
+/// allocation must know every claim of its range).
+pub(crate) fn setup(informers: &Informers, client: &Client, shared: &Arc<Shared>) -> Setup<Writer> {
     let wake = Wake::new();
-    let (ranges, s1) = watched(
-        Api::<FloatingIPRange>::all(client.clone()),
-        wake.clone(),
-        range_fingerprint,
-        None,
-    );
-    let (fips, s2) = watched(
-        Api::<FloatingIP>::all(client.clone()),
-        wake.clone(),
-        fip_fingerprint,
-        None,
-    );
-    let (namespaces, s3) = watched(
-        Api::<Namespace>::all(client.clone()),
-        wake.clone(),
-        namespace_fingerprint,
-        None,
-    );
-    let (claims, s4) = watched(
-        Api::<FloatingIPClaim>::all(client.clone()),
-        wake.clone(),
-        claim_fingerprint,
-        None,
-    );
-    let drive = tokio::spawn(futures::stream::select_all([s1, s2, s3, s4]).for_each(|()| async {}));
-    let synced = async {
-        ranges.wait_until_ready().await?;
-        fips.wait_until_ready().await?;
-        namespaces.wait_until_ready().await?;
-        claims.wait_until_ready().await
-    };
-    tokio::select! {
-        r = synced => r?,
-        _ = stop.changed() => { drive.abort(); return Ok(()); }
-    }
-    info!("caches synced: floating-IP controller running");
-    let mut writer = Writer {
+    let ranges = informers.get::<FloatingIPRange>();
+    ranges.subscribe(&wake, range_fingerprint);
+    let fips = informers.get::<FloatingIP>();
+    fips.subscribe(&wake, fip_fingerprint);
+    let namespaces = informers.get::<Namespace>();
+    namespaces.subscribe(&wake, namespace_fingerprint);
+    let claims = informers.get::<FloatingIPClaim>();
+    claims.subscribe(&wake, claim_fingerprint);
+    let kinds = vec![
+        ranges.health(),
+        fips.health(),
+        namespaces.health(),
+        claims.health(),
+    ];
+    let job = Writer {
         client: client.clone(),
-        recorder: Recorder::new(
-            client,
-            Reporter {
-                controller: "netpolicy-operator".into(),
-                instance: None,
-            },
-        ),
-        shared: Arc::clone(&shared),
+        recorder: crate::k8s::recorder(client),
+        shared: Arc::clone(shared),
+        stores: Stores {
+            ranges: ranges.store(),
+            fips: fips.store(),
+            namespaces: namespaces.store(),
+            claims: claims.store(),
+        },
         logged: HashMap::new(),
         guests: BTreeMap::new(),
         guest_backoff: HashMap::new(),
         guest_published: HashMap::new(),
+        published: BTreeMap::new(),
+        publish_backoff: HashMap::new(),
         wake: wake.clone(),
     };
-    let stores = Stores {
-        ranges,
-        fips,
-        namespaces,
-        claims,
-    };
-    loop {
-        let _ = wake.take();
-        let start = Instant::now();
-        let result = writer.pass(&stores).await;
-        if let Err(e) = &result {
-            warn!(error = %e, "floating IPs: pass failed; retrying");
-        }
-        shared
-            .metrics
-            .reconciled("floating-ip", start.elapsed(), result.is_ok());
-        let wait = if result.is_ok() {
-            resync
-        } else {
-            Duration::from_secs(2)
-        };
-        tokio::select! {
-            _ = stop.changed() => break,
-            () = wake.notified() => {}
-            () = tokio::time::sleep(wait) => {}
-        }
-        // Coalesce a burst (200 FloatingIPs created at once) into few passes.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    Setup { job, wake, kinds }
+}
+
+impl Job for Writer {
+    fn name(&self) -> &'static str {
+        "floating-ip"
     }
-    drive.abort();
-    info!("floating-IP controller stopped");
-    Ok(())
+
+    async fn pass(&mut self, _changes: &Changes) -> Result<Next, JobError> {
+        self.run_pass().await?;
+        // A kube-vip ConfigMap waiting out its backoff: look again when it is due.
+        let now = Instant::now();
+        Ok(self
+            .publish_backoff
+            .values()
+            .map(|(at, _)| at.saturating_duration_since(now))
+            .min()
+            .map_or(Next::Resync, Next::After))
+    }
 }
 
 /// The caches the job reads.
@@ -205,11 +167,12 @@ struct Stores {
     claims: Store<FloatingIPClaim>,
 }
 
-/// Carries a [`Pass`] out.
-struct Writer {
+/// The floating-IP job: carries each [`Pass`] out.
+pub(crate) struct Writer {
     client: Client,
     recorder: Recorder,
     shared: Arc<Shared>,
+    stores: Stores,
     /// Problems already logged (logged again only when they change).
     logged: HashMap<String, String>,
     /// The last publication to each guest cluster: `Ok` or why not.
@@ -218,6 +181,11 @@ struct Writer {
     guest_backoff: HashMap<String, (Instant, Duration)>,
     /// What each guest was last given successfully (so a quiet pass writes nothing).
     guest_published: HashMap<String, super::KubeVipPublication>,
+    /// The last write of each kube-vip ConfigMap here (`<namespace>/<name>`): `Ok` or
+    /// the API server's refusal. FloatingIPs say Published from it.
+    published: BTreeMap<String, Result<(), String>>,
+    /// ConfigMaps whose write failed: when to try again, and the backoff.
+    publish_backoff: HashMap<String, (Instant, Backoff)>,
     /// To run another pass when a guest's state changes (its FloatingIPs' status).
     wake: Wake,
 }
@@ -239,24 +207,43 @@ where
 }
 
 impl Writer {
-    async fn pass(&mut self, s: &Stores) -> Result<(), kube::Error> {
-        let ranges = s.ranges.state();
-        let fips = s.fips.state();
-        let namespaces = s.namespaces.state();
-        let claims = s.claims.state();
+    async fn run_pass(&mut self) -> Result<(), kube::Error> {
+        let ranges = self.stores.ranges.state();
+        let fips = self.stores.fips.state();
+        let namespaces = self.stores.namespaces.state();
+        let claims = self.stores.claims.state();
         let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let p: Pass = pass(
+        let mut p: Pass = pass(
             World {
                 ranges: &ranges,
                 fips: &fips,
                 namespaces: &namespaces,
                 claims: &claims,
                 guests: &self.guests,
+                published: Some(&self.published),
             },
             &now,
         );
+        // kube-vip in this cluster first: a FloatingIP says Published only once its
+        // ConfigMap holds it. One ConfigMap that cannot be written (an admission policy,
+        // a namespace the chart gives no access to) holds up no other; it is tried
+        // again after its backoff, and its FloatingIPs say why meanwhile.
+        let (mut writes, changed) = self.publish_local(&p.kube_vip).await;
+        if changed {
+            p = pass(
+                World {
+                    ranges: &ranges,
+                    fips: &fips,
+                    namespaces: &namespaces,
+                    claims: &claims,
+                    guests: &self.guests,
+                    published: Some(&self.published),
+                },
+                &now,
+            );
+        }
         self.log_problems(&p);
-        let mut writes = 0usize;
+        let s = &self.stores;
         // 1. FloatingIPs auto-allocation wants.
         for f in &p.create_fips {
             let ns = f.metadata.namespace.clone().unwrap_or_default();
@@ -364,7 +351,7 @@ impl Writer {
                         self.event(
                             range.as_ref(),
                             EventType::Normal,
-                            "Released",
+                            events::RELEASED,
                             format!("{} released: {}", r.address, r.why),
                         )
                         .await;
@@ -396,7 +383,7 @@ impl Writer {
                 self.event(
                     cur.as_ref(),
                     EventType::Warning,
-                    "Taken",
+                    events::TAKEN,
                     ready.message.clone(),
                 )
                 .await;
@@ -439,7 +426,7 @@ impl Writer {
                 self.event(
                     cur.as_ref(),
                     EventType::Warning,
-                    "AllocationsOutside",
+                    events::ALLOCATIONS_OUTSIDE,
                     c.message.clone(),
                 )
                 .await;
@@ -448,7 +435,7 @@ impl Writer {
                 self.event(
                     cur.as_ref(),
                     EventType::Warning,
-                    "Exhausted",
+                    events::EXHAUSTED,
                     "every address is allocated; new FloatingIPs wait".into(),
                 )
                 .await;
@@ -485,28 +472,67 @@ impl Writer {
                 Err(e) => return Err(e),
             }
         }
-        // 6. kube-vip, here and in guest clusters.
-        // One ConfigMap that cannot be written (say, a namespace the chart gives no
-        // access to) holds up no other, nor the guests; the pass is retried.
-        let mut failed = None;
-        for cm in &p.kube_vip {
-            let api = Api::<ConfigMap>::namespaced(self.client.clone(), &cm.namespace);
-            match publish(&api, cm).await {
-                Ok(wrote) => writes += usize::from(wrote),
-                Err(e) => {
-                    warn!(namespace = cm.namespace, name = cm.name, error = %e, "kube-vip ConfigMap not written");
-                    failed.get_or_insert(e);
-                }
-            }
-        }
+        // 6. kube-vip in guest clusters.
         self.publish_guests(&p.guests).await;
-        if let Some(e) = failed {
-            return Err(e);
-        }
         if writes > 0 {
             debug!(writes, "floating IPs: pass wrote");
         }
         Ok(())
+    }
+
+    /// Writes the kube-vip ConfigMaps of this cluster that differ and are not waiting
+    /// out a backoff. Returns how many were written, and whether the publication state
+    /// of any changed (the FloatingIPs' `Published` follows it).
+    async fn publish_local(&mut self, maps: &[super::KubeVipConfigMap]) -> (usize, bool) {
+        let now = Instant::now();
+        let mut written = 0;
+        let mut changed = false;
+        let wanted: BTreeSet<String> = maps
+            .iter()
+            .map(|cm| format!("{}/{}", cm.namespace, cm.name))
+            .collect();
+        self.published.retain(|k, _| wanted.contains(k));
+        self.publish_backoff.retain(|k, _| wanted.contains(k));
+        for cm in maps {
+            let key = format!("{}/{}", cm.namespace, cm.name);
+            if self
+                .publish_backoff
+                .get(&key)
+                .is_some_and(|(at, _)| *at > now)
+            {
+                continue;
+            }
+            let api = Api::<ConfigMap>::namespaced(self.client.clone(), &cm.namespace);
+            let state = match publish(&api, cm).await {
+                Ok(wrote) => {
+                    written += usize::from(wrote);
+                    if self.publish_backoff.remove(&key).is_some() {
+                        info!(configmap = key, "kube-vip ConfigMap written again");
+                    }
+                    Ok(())
+                }
+                Err(e) => {
+                    let class = ErrorClass::of(&e);
+                    let b = self
+                        .publish_backoff
+                        .entry(key.clone())
+                        .or_insert_with(|| (now, class.backoff()));
+                    let delay = b.1.next_delay();
+                    b.0 = Instant::now() + delay;
+                    warn!(configmap = key, error = %e, retry_in = ?delay, "kube-vip ConfigMap not written");
+                    self.shared.metrics.publish_failed(&key);
+                    Err(match &e {
+                        kube::Error::Api(s) => format!("{} ({})", s.message, s.reason),
+                        e => e.to_string(),
+                    })
+                }
+            };
+            if self.published.get(&key) != Some(&state) {
+                self.published.insert(key, state);
+                changed = true;
+            }
+        }
+        (written, changed)
     }
 
     /// Whether a claim's owner exists in the API server (not just in the cache): the
@@ -587,7 +613,7 @@ impl Writer {
                     let cluster = g.cluster.clone();
                     tokio::spawn(async move {
                         tokio::time::sleep(delay).await;
-                        wake.changed(&Arc::from("Guest"), cluster);
+                        wake.changed("Guest", ObjectKey::cluster(cluster));
                     });
                 }
             }
@@ -603,7 +629,7 @@ impl Writer {
         self.guest_published
             .retain(|c, _| wanted_clusters.contains(c.as_str()));
         if changed {
-            self.wake.changed(&Arc::from("Guest"), String::new());
+            self.wake.changed("Guest", ObjectKey::cluster(""));
         }
     }
 

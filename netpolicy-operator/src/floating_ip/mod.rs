@@ -339,6 +339,11 @@ pub struct World<'a> {
     /// What the last publication to each guest cluster (`<namespace>/<secret>`) gave:
     /// `Ok`, or why it failed. Absent: not tried yet.
     pub guests: &'a BTreeMap<String, Result<(), String>>,
+    /// The last write of each kube-vip ConfigMap in this cluster (`<namespace>/<name>`):
+    /// `Ok`, or the API server's refusal. `None` (`netpolicy plan`, no cluster): every
+    /// publication is taken as made. With `Some`, a FloatingIP says `Published=True` only
+    /// once its ConfigMap was written.
+    pub published: Option<&'a BTreeMap<String, Result<(), String>>>,
 }
 
 /// A claim released, and why.
@@ -866,15 +871,41 @@ pub fn pass(world: World<'_>, now: &Time) -> Pass {
                     ),
                 }
             } else {
-                k8s::condition(
-                    &cur.conditions,
-                    fc::PUBLISHED,
-                    true,
-                    fc::PUBLISHED_REASON,
-                    format!("{a} is published to kube-vip"),
-                    generation,
-                    now,
-                )
+                let (ns, cm) = kv.config_map();
+                let state = world
+                    .published
+                    .map_or(Some(Ok(())), |p| p.get(&format!("{ns}/{cm}")).cloned());
+                match state {
+                    Some(Ok(())) => k8s::condition(
+                        &cur.conditions,
+                        fc::PUBLISHED,
+                        true,
+                        fc::PUBLISHED_REASON,
+                        format!("{a} is published to kube-vip"),
+                        generation,
+                        now,
+                    ),
+                    Some(Err(why)) => k8s::condition(
+                        &cur.conditions,
+                        fc::PUBLISHED,
+                        false,
+                        fc::PUBLISH_FAILED,
+                        format!(
+                            "ConfigMap {ns}/{cm} cannot be written: {why} (retrying with backoff)"
+                        ),
+                        generation,
+                        now,
+                    ),
+                    None => k8s::condition(
+                        &cur.conditions,
+                        fc::PUBLISHED,
+                        false,
+                        fc::PENDING,
+                        format!("publishing to ConfigMap {ns}/{cm}"),
+                        generation,
+                        now,
+                    ),
+                }
             });
         }
         let (ns, name) = key.split_once('/').unwrap_or_default();
@@ -1122,6 +1153,7 @@ mod tests {
                 namespaces: &[],
                 claims,
                 guests: &BTreeMap::new(),
+                published: None,
             },
             &now(),
         )
@@ -1314,6 +1346,7 @@ mod tests {
                 namespaces: &[],
                 claims: &claims,
                 guests: &BTreeMap::new(),
+                published: None,
             },
             &later,
         );

@@ -1,28 +1,18 @@
-//! Kubernetes plumbing shared by every job: watches that wake a controller only for
-//! the changes it reads, the labels and field managers of what the operator writes, and
-//! the problem type every job reports about an object.
+//! Kubernetes plumbing shared by every job: fingerprints (what a job reads of an
+//! object), the labels and field managers of what the operator writes, status writes,
+//! Events, and the problem type every job reports about an object. The watches
+//! themselves are the runtime's shared informers (`crate::runtime`).
 
 mod host_address;
-pub mod traffic;
+pub(crate) mod traffic;
 pub use host_address::{host_address, host_addresses};
 
-use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
-    sync::{Arc, Mutex},
-};
-
-use futures::{StreamExt, stream::BoxStream};
 use k8s_openapi::{
     api::core::v1::Node,
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
 };
-use kube::{
-    Api, Resource, ResourceExt,
-    runtime::{WatchStreamExt, reflector, reflector::Store, watcher},
-};
+use kube::{Api, Resource, ResourceExt};
 use netpolicy_core::error::FieldError;
-use tokio::sync::Notify;
-use tracing::warn;
 
 /// Label on every object the operator creates.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "netpolicy");
@@ -191,157 +181,14 @@ pub fn labels_fingerprint(n: &Node) -> String {
     s
 }
 
-/// What changed since a controller last looked: object names per kind, and the kinds
-/// whose watch relisted (objects deleted while disconnected may be gone without a
-/// deletion event: compare everything of that kind).
-#[derive(Debug, Default)]
-pub struct Changes {
-    /// Names of the objects that changed in what their watch's fingerprint covers (or
-    /// appeared, or disappeared), per kind.
-    pub names: BTreeMap<Arc<str>, BTreeSet<String>>,
-    /// Kinds to compare in full.
-    pub relisted: BTreeSet<Arc<str>>,
-}
-
-impl Changes {
-    /// Whether nothing changed.
-    pub fn is_empty(&self) -> bool {
-        self.names.is_empty() && self.relisted.is_empty()
-    }
-
-    /// Whether every object of `kind` must be compared.
-    pub fn relisted(&self, kind: &str) -> bool {
-        self.relisted.contains(kind)
-    }
-
-    /// The changed objects of a kind.
-    pub fn of(&self, kind: &str) -> impl Iterator<Item = &str> {
-        self.names
-            .get(kind)
-            .into_iter()
-            .flatten()
-            .map(String::as_str)
-    }
-}
-
-/// Wakes a controller and tells it which objects changed. Clones share one set of
-/// changes; a wake-up that comes while the controller works is kept for its next wait.
-#[derive(Debug, Clone, Default)]
-pub struct Wake {
-    changes: Arc<Mutex<Changes>>,
-    notify: Arc<Notify>,
-}
-
-impl Wake {
-    /// A new wake-up with no changes.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Changes> {
-        // A panic while holding this lock leaves nothing half-written that matters.
-        self.changes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Object `name` of `kind` changed.
-    pub fn changed(&self, kind: &Arc<str>, name: String) {
-        self.lock()
-            .names
-            .entry(Arc::clone(kind))
-            .or_default()
-            .insert(name);
-        self.notify.notify_one();
-    }
-
-    /// Every object of `kind` must be compared.
-    pub fn relisted(&self, kind: &Arc<str>) {
-        self.lock().relisted.insert(Arc::clone(kind));
-        self.notify.notify_one();
-    }
-
-    /// Waits until something changed (returns at once if something did since the last
-    /// wait).
-    pub async fn notified(&self) {
-        self.notify.notified().await;
-    }
-
-    /// The changes so far, leaving none.
-    pub fn take(&self) -> Changes {
-        std::mem::take(&mut *self.lock())
-    }
-}
-
-/// A second wake-up of a watch: `wake` when what `fingerprint` covers changes (a
-/// status a controller reports from, say) without waking the main pass.
-pub type Also<K> = Option<(Wake, fn(&K) -> String)>;
-
-/// A reflector that tells `wake` (as kind `K::kind`) when an object appears,
-/// disappears, or changes in what `fingerprint` covers, and `also`'s wake when what
-/// its fingerprint covers changes; other changes only update the store.
-pub fn watched<K>(
-    api: Api<K>,
-    wake: Wake,
-    fingerprint: fn(&K) -> String,
-    also: Also<K>,
-) -> (Store<K>, BoxStream<'static, ()>)
-where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    let (reader, writer) = reflector::store();
-    let kind: Arc<str> = K::kind(&Default::default()).into();
-    let mut seen: HashMap<String, String> = HashMap::new();
-    let mut seen_also: HashMap<String, String> = HashMap::new();
-    let stream = reflector(writer, watcher(api, watcher::Config::default()))
-        .default_backoff()
-        .map(move |ev| match &ev {
-            Err(e) => warn!(error = %e, kind = &*kind, "watch error (retrying)"),
-            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                let name = o.name_any();
-                // Namespaced kinds: two objects of one name in two namespaces are two
-                // entries (one fingerprint must not hide the other's change).
-                let key = format!(
-                    "{}/{name}",
-                    o.meta().namespace.as_deref().unwrap_or_default()
-                );
-                if let Some((also_wake, fp)) = &also {
-                    let f = fp(o);
-                    if seen_also.get(&key) != Some(&f) {
-                        seen_also.insert(key.clone(), f);
-                        also_wake.changed(&kind, name.clone());
-                    }
-                }
-                let f = fingerprint(o);
-                if seen.get(&key) != Some(&f) {
-                    seen.insert(key, f);
-                    tracing::debug!(kind = &*kind, name, "watch: a change that matters");
-                    wake.changed(&kind, name);
-                }
-            }
-            Ok(watcher::Event::Delete(o)) => {
-                let name = o.name_any();
-                let key = format!(
-                    "{}/{name}",
-                    o.meta().namespace.as_deref().unwrap_or_default()
-                );
-                seen.remove(&key);
-                if seen_also.remove(&key).is_some()
-                    && let Some((also_wake, _)) = &also
-                {
-                    also_wake.changed(&kind, name.clone());
-                }
-                wake.changed(&kind, name);
-            }
-            Ok(watcher::Event::Init) => {}
-            Ok(watcher::Event::InitDone) => {
-                wake.relisted(&kind);
-                if let Some((also_wake, _)) = &also {
-                    also_wake.relisted(&kind);
-                }
-            }
-        })
-        .boxed();
-    (reader, stream)
+/// The Event recorder of the operator's jobs (reporting controller
+/// `netpolicy-operator`).
+pub fn recorder(client: &kube::Client) -> kube::runtime::events::Recorder {
+    kube::runtime::events::Recorder::new(
+        client.clone(),
+        kube::runtime::events::Reporter {
+            controller: "netpolicy-operator".into(),
+            instance: None,
+        },
+    )
 }

@@ -2,18 +2,18 @@
 //! node policies) and the trench job (which validates them and hands out tables and
 //! addresses) watch the same seven kinds with the same fingerprints.
 
-use kube::{
-    Api, Client, Resource,
-    runtime::reflector::{self, Store},
-};
+use std::sync::Arc;
+
+use kube::{Resource, runtime::reflector::Store};
 
 use crate::{
     api::{Attractor, Conduit, Flow, Gateway, Stream, Trench, Vip},
-    k8s::{Wake, spec_fingerprint, watched},
+    k8s::spec_fingerprint,
+    runtime::{Informers, KindHealth, Wake},
 };
 
 /// The traffic-domain caches (crate::trench's input).
-pub struct TrafficStores {
+pub(crate) struct TrafficStores {
     /// Trenches.
     pub trenches: Store<Trench>,
     /// Attractors.
@@ -31,7 +31,7 @@ pub struct TrafficStores {
 }
 
 /// The kinds of [`TrafficStores`], as their watches name them.
-pub const TRAFFIC_KINDS: [&str; 7] = [
+pub(crate) const TRAFFIC_KINDS: [&str; 7] = [
     "Trench",
     "Attractor",
     "Gateway",
@@ -68,80 +68,45 @@ fn trench_fingerprint(t: &Trench) -> String {
 }
 
 impl TrafficStores {
-    /// Watches the seven kinds, waking `wake` on the changes that matter.
-    pub fn watch(
-        client: &Client,
-        wake: &Wake,
-    ) -> (Self, Vec<futures::stream::BoxStream<'static, ()>>) {
-        let (trenches, a) = watched(
-            Api::<Trench>::all(client.clone()),
-            wake.clone(),
-            trench_fingerprint,
-            None,
-        );
-        let (attractors, b) = watched(
-            Api::<Attractor>::all(client.clone()),
-            wake.clone(),
-            child_fingerprint,
-            None,
-        );
-        let (gateways, c) = watched(
-            Api::<Gateway>::all(client.clone()),
-            wake.clone(),
-            child_fingerprint,
-            None,
-        );
-        let (vips, d) = watched(
-            Api::<Vip>::all(client.clone()),
-            wake.clone(),
-            child_fingerprint,
-            None,
-        );
-        let (conduits, e) = watched(
-            Api::<Conduit>::all(client.clone()),
-            wake.clone(),
-            child_fingerprint,
-            None,
-        );
-        let (streams, f) = watched(
-            Api::<Stream>::all(client.clone()),
-            wake.clone(),
-            child_fingerprint,
-            None,
-        );
-        let (flows, g) = watched(
-            Api::<Flow>::all(client.clone()),
-            wake.clone(),
-            child_fingerprint,
-            None,
-        );
-        (
-            Self {
-                trenches,
-                attractors,
-                gateways,
-                vips,
-                conduits,
-                streams,
-                flows,
-            },
-            vec![a, b, c, d, e, f, g],
-        )
-    }
-
-    /// Waits until every cache has its first list.
-    pub async fn wait_until_ready(&self) -> Result<(), reflector::store::WriterDropped> {
-        self.trenches.wait_until_ready().await?;
-        self.attractors.wait_until_ready().await?;
-        self.gateways.wait_until_ready().await?;
-        self.vips.wait_until_ready().await?;
-        self.conduits.wait_until_ready().await?;
-        self.streams.wait_until_ready().await?;
-        self.flows.wait_until_ready().await
+    /// Subscribes `wake` to the seven kinds' shared informers (the changes that matter);
+    /// returns the caches and their health (what readiness waits for).
+    pub(crate) fn subscribe(informers: &Informers, wake: &Wake) -> (Self, Vec<Arc<KindHealth>>) {
+        fn one<K>(
+            informers: &Informers,
+            wake: &Wake,
+            fp: fn(&K) -> String,
+            kinds: &mut Vec<Arc<KindHealth>>,
+        ) -> Store<K>
+        where
+            K: Resource<DynamicType = ()>
+                + Clone
+                + std::fmt::Debug
+                + serde::de::DeserializeOwned
+                + Send
+                + Sync
+                + 'static,
+        {
+            let i = informers.get::<K>();
+            i.subscribe(wake, fp);
+            kinds.push(i.health());
+            i.store()
+        }
+        let mut kinds = Vec::new();
+        let k = &mut kinds;
+        let stores = Self {
+            trenches: one(informers, wake, trench_fingerprint, k),
+            attractors: one(informers, wake, child_fingerprint::<Attractor>, k),
+            gateways: one(informers, wake, child_fingerprint::<Gateway>, k),
+            vips: one(informers, wake, child_fingerprint::<Vip>, k),
+            conduits: one(informers, wake, child_fingerprint::<Conduit>, k),
+            streams: one(informers, wake, child_fingerprint::<Stream>, k),
+            flows: one(informers, wake, child_fingerprint::<Flow>, k),
+        };
+        (stores, kinds)
     }
 
     /// Copies of every object, in [`crate::trench::Objects`]' shape.
-    pub fn snapshot(&self) -> TrafficSnapshot {
+    pub(crate) fn snapshot(&self) -> TrafficSnapshot {
         fn all<K: Clone + Resource<DynamicType = ()> + 'static>(s: &Store<K>) -> Vec<K> {
             s.state().iter().map(|o| (**o).clone()).collect()
         }
@@ -159,7 +124,7 @@ impl TrafficStores {
 
 /// Owned copies of the traffic-domain objects.
 #[derive(Debug, Default)]
-pub struct TrafficSnapshot {
+pub(crate) struct TrafficSnapshot {
     /// Trenches.
     pub trenches: Vec<Trench>,
     /// Attractors.

@@ -37,11 +37,13 @@ use std::{
 use futures::StreamExt;
 use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time};
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client, Resource, ResourceExt,
     api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams},
     runtime::{
-        WatchStreamExt,
-        reflector::{self, ObjectRef, Store},
+        Controller,
+        controller::Action,
+        events::{Event, EventType, Recorder},
+        reflector::{ObjectRef, Store},
     },
 };
 use netpolicy_rr::{Op, topology, transition};
@@ -58,12 +60,10 @@ use crate::{
     api::{
         EtcdDatastore, ROUTE_REFLECTOR_CONFIG_NAME, RouteReflectorConfig,
         RouteReflectorConfigStatus, TransitionStatus,
-        conditions::{self, route_reflector as rc},
+        conditions::{self, events, route_reflector as rc},
     },
-    k8s::{
-        FIELD_MANAGER, MANAGED_BY, NodeFacts, Wake, apply_status, condition, spec_fingerprint,
-        watched,
-    },
+    k8s::{FIELD_MANAGER, MANAGED_BY, NodeFacts, apply_status, condition, spec_fingerprint},
+    runtime::{Backoff, ErrorClass, Informers, JobReadiness, KindHealth, KindState},
     telemetry::Shared,
 };
 
@@ -117,155 +117,199 @@ enum Failed {
 /// How often Calico's etcd is checked for changes (`datastore.etcdv3`).
 const ETCD_POLL: Duration = Duration::from_secs(2);
 
-/// Runs the route-reflector controller until `stop` turns true.
-///
-/// # Errors
-/// Only when a watch's cache was dropped before it synced.
-pub async fn run(
-    client: Client,
-    shared: Arc<Shared>,
-    mut stop: watch::Receiver<bool>,
+/// The route-reflector job on kube-runtime's `Controller`: one object (the
+/// RouteReflectorConfig `default`), reconciled when it changes and whenever a Node,
+/// Calico's `BGPPeer`s or (etcd datastore) Calico's etcd change in what placement
+/// reads; `Action::requeue` paces the transition's steps, and `error_policy` backs off
+/// by error class. Runs until `stop`.
+pub(crate) fn run(
+    informers: &Informers,
+    client: &Client,
+    shared: &Arc<Shared>,
     resync: Duration,
-) -> Result<(), reflector::store::WriterDropped> {
-    let wake = Wake::new();
-    let (configs, s1) = watched(
-        Api::<RouteReflectorConfig>::all(client.clone()),
-        wake.clone(),
-        spec_fingerprint,
-        None,
+    stop: watch::Receiver<bool>,
+) -> impl Future<Output = ()> + Send + 'static + use<> {
+    let configs = informers.get::<RouteReflectorConfig>();
+    let nodes = informers.get::<Node>();
+    // Calico's BGPPeer may not be installed: an optional kind (readiness does not wait
+    // for it; the status says CalicoNotInstalled until it is served).
+    let peers = informers.dynamic(&bgp_peer_resource(), true);
+    let config_trigger = configs.trigger(spec_fingerprint);
+    let node_trigger = nodes.trigger(node_fingerprint);
+    let peer_trigger = peers.trigger(|p: &DynamicObject| format!("{:?}", p.data.get("spec")));
+    let ready = JobReadiness::new(
+        "route-reflector",
+        vec![configs.health(), nodes.health(), peers.health()],
     );
-    let (nodes, s2) = watched(
-        Api::<Node>::all(client.clone()),
-        wake.clone(),
-        node_fingerprint,
-        None,
-    );
-    let ar = bgp_peer_resource();
-    let peers_writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
-    let peers_reader = peers_writer.as_reader();
-    let calico = has_calico(&client).await;
-    let mut peers_writer = Some(peers_writer);
-    let mut peers_task = None;
-    if calico {
-        peers_task = watch_peers(&client, &wake, &mut peers_writer);
-    }
-    let drive = tokio::spawn(futures::stream::select_all([s1, s2]).for_each(|()| async {}));
-    let synced = async {
-        configs.wait_until_ready().await?;
-        nodes.wait_until_ready().await?;
-        if calico {
-            peers_reader.wait_until_ready().await?;
-        }
-        Ok::<(), reflector::store::WriterDropped>(())
-    };
-    tokio::select! {
-        r = synced => r?,
-        _ = stop.changed() => {
-            drive.abort();
-            if let Some(t) = peers_task { t.abort(); }
-            return Ok(());
-        }
-    }
-    info!(calico, "caches synced: route-reflector controller running");
-    let mut job = Job {
-        client,
-        shared: Arc::clone(&shared),
-        configs,
-        nodes,
-        peers: peers_reader,
-        calico,
+    shared.register(Arc::clone(&ready) as Arc<dyn crate::telemetry::Waiting>);
+    let store = configs.store();
+    let job = Job {
+        client: client.clone(),
+        recorder: crate::k8s::recorder(client),
+        shared: Arc::clone(shared),
+        configs: configs.store(),
+        nodes: nodes.store(),
+        peers: peers.store(),
+        peers_health: peers.health(),
         last_step: None,
         started: None,
         etcd: None,
         etcd_seen: None,
         calico_names: BTreeMap::new(),
+        reported: None,
     };
-    loop {
-        let _ = wake.take();
-        // Calico installed after the operator started: start following its BGPPeers.
-        if !job.calico && has_calico(&job.client).await {
-            peers_task = watch_peers(&job.client, &wake, &mut peers_writer);
-            if job.peers.wait_until_ready().await.is_ok() {
-                info!("Calico's BGPPeer is served now: route reflectors managed");
-                job.calico = true;
-            }
-        }
-        let start = Instant::now();
-        let result = job.pass().await;
-        debug!(?result, took = ?start.elapsed(), "route reflectors: pass");
-        let wait = match &result {
-            Ok(Some(w)) => *w,
-            Ok(None) => resync,
-            Err(e) => {
-                warn!(error = %crate::error::Chain(e), "route reflectors: pass failed; retrying");
-                if let Failed::Etcd(e) = e {
-                    job.datastore_failed(e).await;
-                }
-                Duration::from_secs(2)
-            }
-        };
-        shared
-            .metrics
-            .reconciled("route-reflector", start.elapsed(), result.is_ok());
-        tokio::select! {
-            _ = stop.changed() => break,
-            () = wake.notified() => {}
-            () = tokio::time::sleep(wait) => {}
-            () = job.etcd_changed() => {}
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    drive.abort();
-    if let Some(t) = peers_task {
-        t.abort();
-    }
-    info!("route-reflector controller stopped");
-    Ok(())
-}
-
-/// Starts following Calico's `BGPPeer`s into the store behind `writer` (taken: once).
-fn watch_peers(
-    client: &Client,
-    wake: &Wake,
-    writer: &mut Option<reflector::store::Writer<DynamicObject>>,
-) -> Option<tokio::task::JoinHandle<()>> {
-    let writer = writer.take()?;
-    let wake = wake.clone();
-    let kind: Arc<str> = Arc::from("BGPPeer");
-    let stream = reflector::reflector(
-        writer,
-        kube::runtime::watcher(
-            Api::<DynamicObject>::all_with(client.clone(), &bgp_peer_resource()),
-            kube::runtime::watcher::Config::default(),
-        )
-        .default_backoff(),
-    )
-    .map(move |ev| match &ev {
-        Ok(kube::runtime::watcher::Event::Apply(o) | kube::runtime::watcher::Event::Delete(o)) => {
-            wake.changed(&kind, o.name_any())
-        }
-        Ok(kube::runtime::watcher::Event::InitDone) => wake.relisted(&kind),
-        Ok(_) => {}
-        Err(e) => warn!(error = %e, "BGPPeer watch error (retrying)"),
+    let ctx = Arc::new(Ctx {
+        job: tokio::sync::Mutex::new(job),
+        backoff: std::sync::Mutex::new(None),
+        resync,
+        etcd_poll: tokio::sync::Notify::new(),
     });
-    Some(tokio::spawn(stream.for_each(|()| async {})))
+    async move {
+        let mut stop2 = stop.clone();
+        tokio::select! {
+            () = ready.wait_synced() => {}
+            _ = stop2.changed() => return,
+        }
+        info!("caches synced: route-reflector controller running");
+        if store.state().is_empty() {
+            ready.passed();
+        }
+        let stopped = async move {
+            let mut s = stop;
+            let _ = s.changed().await;
+        };
+        // Calico's etcd (datastore.etcdv3) is polled: a change there reconciles too.
+        let poll = Arc::clone(&ctx);
+        let etcd_changes = futures::stream::unfold(poll, |ctx| async move {
+            ctx.etcd_changed().await;
+            Some(((), ctx))
+        });
+        let wakes = futures::stream::select_all([
+            node_trigger.map(|_| ()).boxed(),
+            peer_trigger.map(|_| ()).boxed(),
+            etcd_changes.boxed(),
+        ]);
+        Controller::for_stream(config_trigger, store)
+            .reconcile_all_on(wakes)
+            .graceful_shutdown_on(stopped)
+            .run(reconcile, error_policy, Arc::clone(&ctx))
+            .for_each(|r| {
+                if matches!(
+                    &r,
+                    Ok(_) | Err(kube::runtime::controller::Error::ReconcilerFailed(..))
+                ) {
+                    ready.passed();
+                }
+                futures::future::ready(())
+            })
+            .await;
+        info!("route-reflector controller stopped");
+    }
 }
 
-/// Whether Calico's `BGPPeer` kind is served.
-async fn has_calico(client: &Client) -> bool {
-    Api::<DynamicObject>::all_with(client.clone(), &bgp_peer_resource())
-        .list(&kube::api::ListParams::default().limit(1))
-        .await
-        .is_ok()
+/// What the reconciles share: the job's state (one object: one reconcile at a time),
+/// its backoff, and the etcd poll.
+struct Ctx {
+    job: tokio::sync::Mutex<Job>,
+    backoff: std::sync::Mutex<Option<(ErrorClass, Backoff)>>,
+    resync: Duration,
+    etcd_poll: tokio::sync::Notify,
+}
+
+impl Ctx {
+    /// Returns once Calico's etcd holds something the last pass did not read (waits
+    /// while no pass has set etcd up).
+    async fn etcd_changed(&self) {
+        loop {
+            let notified = self.etcd_poll.notified();
+            let target = {
+                let job = self.job.lock().await;
+                match (&job.etcd, &job.etcd_seen) {
+                    (Some((_, etcd)), Some(seen)) => Some((etcd.clone(), seen.clone())),
+                    _ => None,
+                }
+            };
+            let Some((etcd, seen)) = target else {
+                notified.await;
+                continue;
+            };
+            tokio::time::sleep(ETCD_POLL).await;
+            match etcd.fingerprint().await {
+                Ok(now) if now != seen => return,
+                Ok(_) => {}
+                // The pass reports it.
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+async fn reconcile(rrc: Arc<RouteReflectorConfig>, ctx: Arc<Ctx>) -> Result<Action, Failed> {
+    if rrc.name_any() != ROUTE_REFLECTOR_CONFIG_NAME {
+        // The schema allows only `default`; anything else is not ours to act on.
+        return Ok(Action::await_change());
+    }
+    let start = Instant::now();
+    let mut job = ctx.job.lock().await;
+    let result = job.pass().await;
+    let shared = Arc::clone(&job.shared);
+    let etcd = job.etcd.is_some();
+    drop(job);
+    if etcd {
+        ctx.etcd_poll.notify_waiters();
+    }
+    debug!(?result, took = ?start.elapsed(), "route reflectors: pass");
+    let wait = result?;
+    *ctx.backoff
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    shared
+        .metrics
+        .reconciled("route-reflector", start.elapsed(), None);
+    Ok(Action::requeue(wait.unwrap_or(ctx.resync)))
+}
+
+fn error_policy(_: Arc<RouteReflectorConfig>, e: &Failed, ctx: Arc<Ctx>) -> Action {
+    let class = match e {
+        Failed::Kube(k) => ErrorClass::of(k),
+        Failed::Etcd(_) => ErrorClass::Transient,
+    };
+    let delay = {
+        let mut b = ctx
+            .backoff
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &mut *b {
+            Some((c, b)) if *c == class => b.next_delay(),
+            _ => b.insert((class, class.backoff())).1.next_delay(),
+        }
+    };
+    warn!(error = %crate::error::Chain(e), class = class.as_str(), retry_in = ?delay, "route reflectors: pass failed");
+    let message = crate::error::Chain(e).to_string();
+    let etcd = matches!(e, Failed::Etcd(_));
+    tokio::spawn(async move {
+        let mut job = ctx.job.lock().await;
+        job.shared
+            .metrics
+            .reconciled("route-reflector", Duration::ZERO, Some(class.as_str()));
+        if etcd {
+            job.datastore_failed(message).await;
+        }
+    });
+    Action::requeue(delay)
 }
 
 struct Job {
     client: Client,
+    recorder: Recorder,
     shared: Arc<Shared>,
     configs: Store<RouteReflectorConfig>,
     nodes: Store<Node>,
     peers: Store<DynamicObject>,
-    calico: bool,
+    /// Whether Calico's BGPPeer is served.
+    peers_health: Arc<KindHealth>,
+    /// The last `Ready` reason reported by an Event (one Event per change).
+    reported: Option<String>,
     /// When the last step was applied (pacing).
     last_step: Option<Instant>,
     /// The transition in progress: when it started, steps done, steps planned then.
@@ -318,7 +362,7 @@ impl Job {
                 }
             },
         };
-        if etcd.is_none() && !self.calico {
+        if etcd.is_none() && self.peers_health.state() != KindState::Synced {
             self.not_ready(
                 &cur,
                 rc::NO_CALICO,
@@ -414,7 +458,17 @@ impl Job {
         }
         self.shared.metrics.reflector_clients(target.loads());
         if steps.is_empty() {
-            self.started = None;
+            if let Some((_, done, _)) = self.started.take() {
+                self.event(
+                    EventType::Normal,
+                    events::SETTLED,
+                    format!("transition done after {done} step(s): {reflectors} reflector(s)"),
+                )
+                .await;
+            }
+            if self.reported.as_deref() != Some(rc::SETTLED) && target.warnings.is_empty() {
+                self.reported = Some(rc::SETTLED.to_owned());
+            }
             // Every node has its reflector sessions only when the topology has no warning (a
             // zone without reflectors, no reflector at all).
             let mesh = self
@@ -484,14 +538,20 @@ impl Job {
         {
             return Ok(Some(delay - at.elapsed()));
         }
-        let (started, done, of) = self.started.clone().unwrap_or_else(|| {
-            self.shared.metrics.rr_transition();
-            (
-                now.clone(),
-                0,
-                u32::try_from(steps.len()).unwrap_or(u32::MAX),
-            )
-        });
+        let (started, done, of) = match self.started.clone() {
+            Some(s) => s,
+            None => {
+                self.shared.metrics.rr_transition();
+                let of = u32::try_from(steps.len()).unwrap_or(u32::MAX);
+                self.event(
+                    EventType::Normal,
+                    events::TRANSITION_STARTED,
+                    format!("{of} step(s) to {reflectors} reflector(s)"),
+                )
+                .await;
+                (now.clone(), 0, of)
+            }
+        };
         let step = &steps[0];
         let st = RouteReflectorConfigStatus {
             reflectors: Some(reflectors),
@@ -544,6 +604,18 @@ impl Job {
             self.wait_seen(&step.ops).await;
         }
         self.shared.metrics.rr_step();
+        self.event(
+            EventType::Normal,
+            events::STEP_APPLIED,
+            format!(
+                "step {} of {} ({}): {} operation(s)",
+                done + 1,
+                of.max(done + 1),
+                step.phase.as_str(),
+                step.ops.len()
+            ),
+        )
+        .await;
         self.last_step = Some(Instant::now());
         self.started = Some((started, done + 1, of));
         Ok(Some(delay.max(Duration::from_millis(500))))
@@ -732,6 +804,13 @@ impl Job {
             )
             .await?;
             info!("every node has its reflector sessions: Calico's node-to-node mesh turned off");
+            self.event(
+                EventType::Normal,
+                events::MESH_DISABLED,
+                "every node has its reflector sessions: Calico's node-to-node mesh turned off"
+                    .into(),
+            )
+            .await;
             return Ok(None);
         }
         Ok(Some(MESH_ON.into()))
@@ -824,7 +903,7 @@ impl Job {
 
     /// Reports an etcd failure in the status (the pass is retried) and drops the client,
     /// so the next pass reads the TLS Secret again.
-    async fn datastore_failed(&mut self, e: &etcd::Error) {
+    async fn datastore_failed(&mut self, message: String) {
         self.etcd = None;
         let Some(rrc) = self
             .configs
@@ -840,7 +919,7 @@ impl Job {
             conditions::READY,
             false,
             rc::DATASTORE_UNREACHABLE,
-            crate::error::Chain(e).to_string(),
+            message,
             rrc.metadata.generation,
             &now,
         );
@@ -851,32 +930,41 @@ impl Job {
         }
     }
 
-    /// Returns once Calico's etcd holds something the last pass did not read (never
-    /// without `datastore.etcdv3`).
-    async fn etcd_changed(&self) {
-        let (Some((_, etcd)), Some(seen)) = (&self.etcd, &self.etcd_seen) else {
-            return std::future::pending().await;
+    /// An Event on the RouteReflectorConfig `default`.
+    async fn event(&self, type_: EventType, reason: &str, note: String) {
+        let Some(rrc) = self
+            .configs
+            .get(&ObjectRef::new(ROUTE_REFLECTOR_CONFIG_NAME))
+        else {
+            return;
         };
-        loop {
-            tokio::time::sleep(ETCD_POLL).await;
-            match etcd.fingerprint().await {
-                Ok(now) if &now != seen => return,
-                Ok(_) => {}
-                // The pass reports it.
-                Err(_) => return,
-            }
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Reflect".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &rrc.object_ref(&())).await {
+            warn!(error = %e, "could not record a route-reflector Event");
         }
     }
 
-    /// Reports the config not Ready for `reason`: the only condition it then has.
+    /// Reports the config not Ready for `reason`: the only condition it then has (and
+    /// a Warning Event when the reason is new).
     async fn not_ready(
-        &self,
+        &mut self,
         cur: &RouteReflectorConfigStatus,
         reason: &str,
         message: String,
         generation: Option<i64>,
         now: &Time,
     ) -> Result<(), kube::Error> {
+        if self.reported.as_deref() != Some(reason) {
+            self.reported = Some(reason.to_owned());
+            self.event(EventType::Warning, reason, message.clone())
+                .await;
+        }
         let mut st = cur.clone();
         st.conditions = vec![condition(
             &cur.conditions,

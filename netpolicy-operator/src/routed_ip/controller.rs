@@ -32,7 +32,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
-    sync::Arc,
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -46,17 +46,18 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{Patch, PatchParams},
     runtime::{
-        events::{Event, EventType, Recorder, Reporter},
-        reflector::{self, ObjectRef, Store},
+        Controller,
+        controller::Action,
+        events::{Event, EventType, Recorder},
+        finalizer::{Event as Finalizer, finalizer},
+        reflector::{ObjectRef, Store},
     },
 };
 use netpolicy_issuers::{
-    Candidate, Desired, Error as ProviderError, Issuer, Observed, Step, Tags,
+    Candidate, Desired, Error as ProviderError, Issuer, Step, Tags,
     digitalocean::DigitalOceanIssuer, hetzner::HetznerIssuer, memory::MemoryIssuer, plan,
 };
-use serde_json::json;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
@@ -64,9 +65,10 @@ use super::{candidate, cooldown, elect, endpoint_nodes, port_status, service_por
 use crate::{
     api::{
         ReclaimPolicy, RoutedIP, RoutedIPIssuer, RoutedIPIssuerStatus, RoutedIPStatus,
-        conditions::{self, routed_ip as rc},
+        conditions::{self, events, routed_ip as rc},
     },
-    k8s::{FIELD_MANAGER, NodeFacts, Wake, apply_status, condition, spec_fingerprint, watched},
+    k8s::{FIELD_MANAGER, NodeFacts, apply_status, condition, spec_fingerprint},
+    runtime::{Backoff, ErrorClass, Informers, JobReadiness, informer::lock},
     telemetry::Shared,
 };
 
@@ -124,7 +126,7 @@ enum Provider {
 
 /// Why one RoutedIP could not be driven.
 #[derive(Debug, thiserror::Error)]
-enum Failed {
+pub(crate) enum Failed {
     #[error(transparent)]
     Kube(#[from] kube::Error),
     #[error("{0}")]
@@ -132,116 +134,291 @@ enum Failed {
     /// The issuer or its token is unusable (the message says which field).
     #[error("{0}")]
     Issuer(String),
+    /// Adding or removing the finalizer failed.
+    #[error("finalizer: {0}")]
+    Finalizer(String),
 }
 
-/// Runs the routed-IP controller until `stop` turns true.
-///
-/// # Errors
-/// Only when a watch's cache was dropped before it synced.
-pub async fn run(
-    client: Client,
-    shared: Arc<Shared>,
-    mut stop: watch::Receiver<bool>,
-    resync: Duration,
-) -> Result<(), reflector::store::WriterDropped> {
-    let wake = Wake::new();
-    let (issuers, s1) = watched(
-        Api::<RoutedIPIssuer>::all(client.clone()),
-        wake.clone(),
-        generation_fingerprint,
-        None,
-    );
-    let (rips, s2) = watched(
-        Api::<RoutedIP>::all(client.clone()),
-        wake.clone(),
-        generation_fingerprint,
-        None,
-    );
-    let (nodes, s3) = watched(
-        Api::<Node>::all(client.clone()),
-        wake.clone(),
-        node_fingerprint,
-        None,
-    );
-    let (slices, s4) = watched(
-        Api::<EndpointSlice>::all(client.clone()),
-        wake.clone(),
-        slice_fingerprint,
-        None,
-    );
-    let (services, s5) = watched(
-        Api::<Service>::all(client.clone()),
-        wake.clone(),
-        service_fingerprint,
-        None,
-    );
-    let drive =
-        tokio::spawn(futures::stream::select_all([s1, s2, s3, s4, s5]).for_each(|()| async {}));
-    let synced = async {
-        issuers.wait_until_ready().await?;
-        rips.wait_until_ready().await?;
-        nodes.wait_until_ready().await?;
-        slices.wait_until_ready().await?;
-        services.wait_until_ready().await
-    };
-    tokio::select! {
-        r = synced => r?,
-        _ = stop.changed() => { drive.abort(); return Ok(()); }
+impl Failed {
+    /// The class that decides the retry, and the condition reason.
+    fn class(&self) -> (ErrorClass, &'static str) {
+        match self {
+            Self::Provider(ProviderError::RateLimited { .. }) => {
+                (ErrorClass::Transient, rc::RATE_LIMITED)
+            }
+            Self::Provider(ProviderError::NotFound(_)) => (ErrorClass::Permanent, rc::NOT_FOUND),
+            Self::Provider(ProviderError::Unauthorized(_)) | Self::Issuer(_) => {
+                (ErrorClass::Permanent, rc::ISSUER_UNAVAILABLE)
+            }
+            Self::Provider(ProviderError::Conflict(_)) => {
+                (ErrorClass::Conflict, rc::PROVIDER_ERROR)
+            }
+            Self::Provider(ProviderError::Provider(_)) => {
+                (ErrorClass::Transient, rc::PROVIDER_ERROR)
+            }
+            Self::Kube(e) => (ErrorClass::of(e), rc::PROVIDER_ERROR),
+            Self::Finalizer(_) => (ErrorClass::Transient, rc::PROVIDER_ERROR),
+        }
     }
-    // The cluster's identity for the provider-side labels: the kube-system Namespace's
-    // UID (stable for the cluster's life, the same in every operator replica).
-    let cluster = Api::<Namespace>::all(client.clone())
-        .get("kube-system")
-        .await
-        .ok()
-        .and_then(|n| n.metadata.uid)
-        .unwrap_or_else(|| "netpolicy".into());
-    info!(%cluster, "caches synced: routed-IP controller running");
-    let mut job = Job {
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "netpolicy-operator".into(),
-                instance: None,
-            },
-        ),
-        client,
-        shared: Arc::clone(&shared),
-        cluster,
-        issuers,
-        rips,
-        nodes,
-        slices,
-        services,
-        providers: HashMap::new(),
-        memory: HashMap::new(),
-        not_before: HashMap::new(),
-        backoff: HashMap::new(),
-        last_error: HashMap::new(),
-        checked: HashMap::new(),
-        issuers_checked: HashMap::new(),
+}
+
+/// The provider's delay of a rate-limited call, capped at the transient backoff's cap.
+const MAX_RATE_LIMIT_WAIT: Duration = Duration::from_secs(300);
+
+/// The routed-IP job on kube-runtime's `Controller`: each RoutedIP is reconciled on its
+/// own (one RoutedIP's provider trouble, backoff or rate limit never delays another's
+/// failover), fed by the shared informers; a second `Controller` checks each issuer
+/// (token, orphans). Runs until `stop`.
+pub(crate) fn run(
+    informers: &Informers,
+    client: &Client,
+    shared: &Arc<Shared>,
+    resync: Duration,
+    stop: watch::Receiver<bool>,
+) -> impl Future<Output = ()> + Send + 'static + use<> {
+    let rips = informers.get::<RoutedIP>();
+    let issuers = informers.get::<RoutedIPIssuer>();
+    let nodes = informers.get::<Node>();
+    let slices = informers.get::<EndpointSlice>();
+    let services = informers.get::<Service>();
+    // The finalizer helper adds its finalizer and waits for the change: finalizers are
+    // part of what wakes a RoutedIP.
+    let rip_trigger = rips.trigger(|r: &RoutedIP| {
+        format!("{}|{:?}", generation_fingerprint(r), r.metadata.finalizers)
+    });
+    let issuer_rips = issuers.trigger(generation_fingerprint);
+    let issuer_trigger = issuers.trigger(generation_fingerprint);
+    let node_trigger = nodes.trigger(node_fingerprint);
+    let slice_trigger = slices.trigger(slice_fingerprint);
+    let service_trigger = services.trigger(service_fingerprint);
+    let ready = JobReadiness::new(
+        "routed-ip",
+        vec![
+            rips.health(),
+            issuers.health(),
+            nodes.health(),
+            slices.health(),
+            services.health(),
+        ],
+    );
+    shared.register(Arc::clone(&ready) as Arc<dyn crate::telemetry::Waiting>);
+    let ctx = Context {
+        recorder: crate::k8s::recorder(client),
+        client: client.clone(),
+        shared: Arc::clone(shared),
+        cluster: String::new(),
+        issuers: issuers.store(),
+        rips: rips.store(),
+        nodes: nodes.store(),
+        slices: slices.store(),
+        services: services.store(),
+        providers: Mutex::new(HashMap::new()),
+        memory: Mutex::new(HashMap::new()),
+        backoff: Mutex::new(HashMap::new()),
+        last_error: Mutex::new(HashMap::new()),
+        checked: Mutex::new(HashMap::new()),
+        orphans: Mutex::new(HashMap::new()),
         resync,
     };
-    loop {
-        let _ = wake.take();
-        let start = Instant::now();
-        let wait = job.pass().await;
-        shared
-            .metrics
-            .reconciled("routed-ip", start.elapsed(), true);
+    async move {
+        let mut stop2 = stop.clone();
         tokio::select! {
-            _ = stop.changed() => break,
-            () = wake.notified() => {}
-            () = tokio::time::sleep(wait.min(resync)) => {}
+            () = ready.wait_synced() => {}
+            _ = stop2.changed() => return,
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The cluster's identity for the provider-side labels: the kube-system
+        // Namespace's UID (stable for the cluster's life, the same in every replica).
+        let cluster = Api::<Namespace>::all(ctx.client.clone())
+            .get("kube-system")
+            .await
+            .ok()
+            .and_then(|n| n.metadata.uid)
+            .unwrap_or_else(|| "netpolicy".into());
+        info!(%cluster, "caches synced: routed-IP controller running");
+        let ctx = Arc::new(Context { cluster, ..ctx });
+        // Readiness: the first reconcile of every RoutedIP there was at start.
+        let first: Arc<Mutex<BTreeSet<String>>> = Arc::new(Mutex::new(
+            ctx.rips.state().iter().map(|r| r.name_any()).collect(),
+        ));
+        if lock(&first).is_empty() {
+            ready.passed();
+        }
+        let stopped = {
+            let mut s = stop.clone();
+            async move {
+                let _ = s.changed().await;
+            }
+        };
+        let for_nodes = ctx.rips.clone();
+        let for_slices = ctx.rips.clone();
+        let for_services = ctx.rips.clone();
+        let for_issuers = ctx.rips.clone();
+        let rip_controller = Controller::for_stream(rip_trigger, ctx.rips.clone())
+            // Election reads every Node: any change that matters re-checks every RoutedIP
+            // (each is cheap while settled: no provider call).
+            .watches_stream(node_trigger, move |_: Node| all(&for_nodes))
+            .watches_stream(slice_trigger, move |s: EndpointSlice| {
+                let ns = s.namespace().unwrap_or_default();
+                let svc = s.labels().get("kubernetes.io/service-name").cloned();
+                serving(&for_slices, &ns, svc.as_deref())
+            })
+            .watches_stream(service_trigger, move |s: Service| {
+                serving(
+                    &for_services,
+                    &s.namespace().unwrap_or_default(),
+                    Some(&s.name_any()),
+                )
+            })
+            .watches_stream(issuer_rips, move |i: RoutedIPIssuer| {
+                let name = i.name_any();
+                for_issuers
+                    .state()
+                    .iter()
+                    .filter(|r| r.spec.issuer_ref.name == name)
+                    .map(|r| ObjectRef::from_obj(r.as_ref()))
+                    .collect::<Vec<_>>()
+            })
+            .graceful_shutdown_on(stopped)
+            .run(reconcile, error_policy, Arc::clone(&ctx))
+            .for_each(move |r| {
+                let name = match &r {
+                    Ok((o, _)) => Some(o.name.clone()),
+                    Err(kube::runtime::controller::Error::ReconcilerFailed(_, o)) => {
+                        Some(o.name.clone())
+                    }
+                    Err(e) => {
+                        debug!(error = %e, "routed IP: controller");
+                        None
+                    }
+                };
+                if let Some(n) = name {
+                    let mut f = lock(&first);
+                    if f.remove(&n) && f.is_empty() {
+                        ready.passed();
+                    }
+                }
+                futures::future::ready(())
+            });
+        let stopped = {
+            let mut s = stop.clone();
+            async move {
+                let _ = s.changed().await;
+            }
+        };
+        let issuer_controller = Controller::for_stream(issuer_trigger, ctx.issuers.clone())
+            .graceful_shutdown_on(stopped)
+            .run(reconcile_issuer, issuer_error_policy, Arc::clone(&ctx))
+            .for_each(|_| futures::future::ready(()));
+        tokio::join!(rip_controller, issuer_controller);
+        info!("routed-IP controller stopped");
     }
-    drive.abort();
-    info!("routed-IP controller stopped");
-    Ok(())
 }
 
-struct Job {
+/// Every RoutedIP.
+fn all(rips: &Store<RoutedIP>) -> Vec<ObjectRef<RoutedIP>> {
+    rips.state()
+        .iter()
+        .map(|r| ObjectRef::from_obj(r.as_ref()))
+        .collect()
+}
+
+/// The RoutedIPs whose `serviceRef` names Service `namespace/name`.
+fn serving(
+    rips: &Store<RoutedIP>,
+    namespace: &str,
+    name: Option<&str>,
+) -> Vec<ObjectRef<RoutedIP>> {
+    let Some(name) = name else { return Vec::new() };
+    rips.state()
+        .iter()
+        .filter(|r| {
+            r.spec
+                .service_ref
+                .as_ref()
+                .is_some_and(|s| s.namespace == namespace && s.name == name)
+        })
+        .map(|r| ObjectRef::from_obj(r.as_ref()))
+        .collect()
+}
+
+/// Reconciles one RoutedIP behind the finalizer (kube-runtime's `finalizer()`: its
+/// patches carry a `test` of the finalizer list, so another writer's finalizer is never
+/// lost).
+async fn reconcile(rip: Arc<RoutedIP>, ctx: Arc<Context>) -> Result<Action, Failed> {
+    let api = Api::<RoutedIP>::all(ctx.client.clone());
+    let name = rip.name_any();
+    let r = finalizer(&api, FINALIZER, rip, |event| async {
+        match event {
+            Finalizer::Apply(rip) => ctx.apply(&rip).await,
+            Finalizer::Cleanup(rip) => ctx.cleanup(&rip).await,
+        }
+    })
+    .await;
+    let r = r.map_err(|e| match e {
+        kube::runtime::finalizer::Error::ApplyFailed(e)
+        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+        kube::runtime::finalizer::Error::AddFinalizer(e)
+        | kube::runtime::finalizer::Error::RemoveFinalizer(e) => Failed::Kube(e),
+        e => Failed::Finalizer(e.to_string()),
+    });
+    if r.is_ok() {
+        lock(&ctx.backoff).remove(&name);
+        lock(&ctx.last_error).remove(&name);
+    }
+    r
+}
+
+/// Backs one RoutedIP off by its error's class (its own backoff: the others go on),
+/// honours a provider's `Retry-After`, and reports the failure in its status and an
+/// Event (when the message changed).
+fn error_policy(rip: Arc<RoutedIP>, e: &Failed, ctx: Arc<Context>) -> Action {
+    let name = rip.name_any();
+    let (class, reason) = e.class();
+    let delay = if let Failed::Provider(ProviderError::RateLimited { retry_after }) = e {
+        ctx.shared.metrics.routed_ip_rate_limited();
+        Duration::from_secs((*retry_after).max(1)).min(MAX_RATE_LIMIT_WAIT)
+    } else {
+        let mut b = lock(&ctx.backoff);
+        let entry = b
+            .entry(name.clone())
+            .or_insert_with(|| (class, class.backoff()));
+        if entry.0 != class {
+            *entry = (class, class.backoff());
+        }
+        entry.1.next_delay()
+    };
+    if let Failed::Provider(p) = e {
+        ctx.shared.metrics.routed_ip_provider_error(kind_of(p));
+        if matches!(p, ProviderError::Unauthorized(_)) {
+            // Read the token again next time.
+            lock(&ctx.providers).remove(&rip.spec.issuer_ref.name);
+        }
+    }
+    ctx.shared
+        .metrics
+        .reconciled("routed-ip", Duration::ZERO, Some(class.as_str()));
+    let message = e.to_string();
+    tokio::spawn(async move { ctx.report(&rip, reason, message, delay).await });
+    Action::requeue(delay)
+}
+
+async fn reconcile_issuer(
+    issuer: Arc<RoutedIPIssuer>,
+    ctx: Arc<Context>,
+) -> Result<Action, kube::Error> {
+    let names: BTreeSet<String> = ctx.rips.state().iter().map(|r| r.name_any()).collect();
+    ctx.check_issuer(&issuer, &names).await;
+    Ok(Action::requeue(ctx.resync))
+}
+
+fn issuer_error_policy(_: Arc<RoutedIPIssuer>, e: &kube::Error, _: Arc<Context>) -> Action {
+    let mut b = ErrorClass::of(e).backoff();
+    Action::requeue(b.next_delay())
+}
+
+/// What every reconcile shares: the client, the caches, provider clients, and the
+/// per-RoutedIP backoff and provider-check times.
+pub(crate) struct Context {
     client: Client,
     recorder: Recorder,
     shared: Arc<Shared>,
@@ -252,70 +429,24 @@ struct Job {
     slices: Store<EndpointSlice>,
     services: Store<Service>,
     /// Provider clients by issuer name, with the issuer generation they were made for.
-    providers: HashMap<String, (Option<i64>, Arc<Provider>)>,
+    providers: Mutex<HashMap<String, Made>>,
     /// `memory` issuers' state (kept while the process lives).
-    memory: HashMap<String, Arc<MemoryIssuer>>,
-    /// RoutedIPs not to call the provider for before this time (rate limit, backoff).
-    not_before: HashMap<String, Instant>,
-    /// The current backoff per RoutedIP.
-    backoff: HashMap<String, Duration>,
+    memory: Mutex<HashMap<String, Arc<MemoryIssuer>>>,
+    /// The backoff per RoutedIP, with the class it is for.
+    backoff: Mutex<HashMap<String, (ErrorClass, Backoff)>>,
     /// The last error reported per RoutedIP (an Event only when it changes).
-    last_error: HashMap<String, String>,
+    last_error: Mutex<HashMap<String, String>>,
     /// When each RoutedIP was last checked at the provider (the resync).
-    checked: HashMap<String, Instant>,
-    /// When each issuer was last checked (token, orphans), and the orphans found.
-    issuers_checked: HashMap<String, (Instant, Vec<String>)>,
+    checked: Mutex<HashMap<String, Instant>>,
+    /// The orphans each issuer had at its last check.
+    orphans: Mutex<HashMap<String, Vec<String>>>,
     resync: Duration,
 }
 
-impl Job {
-    /// One pass over every RoutedIP; returns when to look again.
-    async fn pass(&mut self) -> Duration {
-        let mut wait = self.resync;
-        let rips = self.rips.state();
-        let names: BTreeSet<String> = rips.iter().map(|r| r.name_any()).collect();
-        self.not_before.retain(|k, _| names.contains(k));
-        self.backoff.retain(|k, _| names.contains(k));
-        self.checked.retain(|k, _| names.contains(k));
-        self.last_error.retain(|k, _| names.contains(k));
-        for rip in rips {
-            let name = rip.name_any();
-            if let Some(t) = self.not_before.get(&name)
-                && *t > Instant::now()
-            {
-                wait = wait.min(*t - Instant::now());
-                continue;
-            }
-            match self.one(&rip).await {
-                Ok(()) => {
-                    self.backoff.remove(&name);
-                    self.not_before.remove(&name);
-                    self.last_error.remove(&name);
-                }
-                Err(e) => {
-                    let d = self.failed(&rip, &e).await;
-                    wait = wait.min(d);
-                }
-            }
-        }
-        let issuers = self.issuers.state();
-        let live: BTreeSet<String> = issuers.iter().map(|i| i.name_any()).collect();
-        self.issuers_checked.retain(|k, _| live.contains(k));
-        for issuer in issuers {
-            let due = self
-                .issuers_checked
-                .get(&issuer.name_any())
-                .is_none_or(|(t, _)| t.elapsed() >= self.resync);
-            if due {
-                self.check_issuer(&issuer, &names).await;
-            }
-        }
-        wait
-    }
-
+impl Context {
     /// The issuer's status: `Ready` (its token was read and the provider answered a
     /// listing) and `Orphans` (IPs tagged for this cluster whose RoutedIP is gone).
-    async fn check_issuer(&mut self, issuer: &RoutedIPIssuer, routed_ips: &BTreeSet<String>) {
+    async fn check_issuer(&self, issuer: &RoutedIPIssuer, routed_ips: &BTreeSet<String>) {
         let name = issuer.name_any();
         let listed = match self.provider(issuer).await {
             Ok(p) => match &*p {
@@ -336,11 +467,7 @@ impl Job {
                     .filter(|(_, rip)| !routed_ips.contains(rip))
                     .map(|(ip, rip)| format!("{} (RoutedIP {rip})", ip.address))
                     .collect();
-                let before = self
-                    .issuers_checked
-                    .get(&name)
-                    .map(|(_, o)| o.clone())
-                    .unwrap_or_default();
+                let before = lock(&self.orphans).get(&name).cloned().unwrap_or_default();
                 let new: Vec<&String> = orphans.iter().filter(|o| !before.contains(o)).collect();
                 if !new.is_empty() {
                     let note = format!(
@@ -388,8 +515,7 @@ impl Job {
                         &now,
                     )
                 };
-                self.issuers_checked
-                    .insert(name.clone(), (Instant::now(), orphans));
+                lock(&self.orphans).insert(name.clone(), orphans);
                 RoutedIPIssuerStatus {
                     conditions: vec![
                         condition(
@@ -406,16 +532,6 @@ impl Job {
                 }
             }
             Err(message) => {
-                self.issuers_checked.insert(
-                    name.clone(),
-                    (
-                        Instant::now(),
-                        self.issuers_checked
-                            .get(&name)
-                            .map(|(_, o)| o.clone())
-                            .unwrap_or_default(),
-                    ),
-                );
                 let mut st = cur.clone();
                 st.conditions.retain(|c| c.type_ != conditions::READY);
                 st.conditions.insert(
@@ -442,39 +558,23 @@ impl Job {
         }
     }
 
-    /// Reports a failure (status condition; Event and log when it changed) and returns
-    /// when to try this RoutedIP again.
-    async fn failed(&mut self, rip: &RoutedIP, e: &Failed) -> Duration {
+    /// Reports a failure: the `Ready` condition (False, with the reason), and a log
+    /// line and an Event when the message changed.
+    async fn report(&self, rip: &RoutedIP, reason: &'static str, message: String, delay: Duration) {
         let name = rip.name_any();
-        let (reason, delay) = match e {
-            Failed::Provider(ProviderError::RateLimited { retry_after }) => {
-                self.shared.metrics.routed_ip_rate_limited();
-                (rc::RATE_LIMITED, Duration::from_secs((*retry_after).max(1)))
-            }
-            Failed::Provider(ProviderError::NotFound(_))
-                if rip.status.as_ref().is_none_or(|s| s.address.is_none()) =>
-            {
-                (rc::NOT_FOUND, self.next_backoff(&name))
-            }
-            Failed::Issuer(_) => (rc::ISSUER_UNAVAILABLE, self.next_backoff(&name)),
-            _ => (rc::PROVIDER_ERROR, self.next_backoff(&name)),
-        };
-        if let Failed::Provider(p) = e {
-            self.shared.metrics.routed_ip_provider_error(kind_of(p));
-            if matches!(p, ProviderError::Unauthorized(_)) {
-                // Read the token again next time.
-                self.providers.remove(&rip.spec.issuer_ref.name);
-            }
-        }
-        self.not_before.insert(name.clone(), Instant::now() + delay);
-        let message = format!("{e}");
-        if self.last_error.get(&name) != Some(&message) {
+        let changed =
+            lock(&self.last_error).insert(name.clone(), message.clone()) != Some(message.clone());
+        if changed {
             warn!(routed_ip = %name, error = %message, "routed IP: retrying in {delay:?}");
             self.event(rip, EventType::Warning, reason, message.clone())
                 .await;
-            self.last_error.insert(name.clone(), message.clone());
         }
-        let cur = rip.status.clone().unwrap_or_default();
+        // The latest status (the reconcile may have written since `rip` was read).
+        let latest = self
+            .rips
+            .get(&ObjectRef::from_obj(rip))
+            .map_or_else(|| rip.status.clone(), |r| r.status.clone());
+        let cur = latest.unwrap_or_default();
         let mut st = cur.clone();
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         st.conditions = vec![condition(
@@ -489,100 +589,63 @@ impl Job {
         if let Err(e) = self.write_status(&name, &cur, &st).await {
             warn!(routed_ip = %name, error = %e, "routed IP: status not written");
         }
-        delay
     }
 
-    fn next_backoff(&mut self, name: &str) -> Duration {
-        let d = self.backoff.get(name).map_or(Duration::from_secs(2), |d| {
-            (*d * 2).min(Duration::from_secs(60))
-        });
-        self.backoff.insert(name.to_owned(), d);
-        d
-    }
-
-    /// One RoutedIP.
-    async fn one(&mut self, rip: &RoutedIP) -> Result<(), Failed> {
+    /// Deletion, behind the finalizer: `Retain` unassigns, `Delete` deletes; an issuer
+    /// that is gone lets the RoutedIP go with a Warning Event.
+    async fn cleanup(&self, rip: &RoutedIP) -> Result<Action, Failed> {
         let name = rip.name_any();
-        let api = Api::<RoutedIP>::all(self.client.clone());
-        let issuer = self.issuers.get(&ObjectRef::new(&rip.spec.issuer_ref.name));
-        if rip.metadata.deletion_timestamp.is_some() {
-            if !rip.finalizers().iter().any(|f| f == FINALIZER) {
-                return Ok(());
-            }
-            match &issuer {
-                Some(issuer) => {
-                    let provider = self.provider(issuer).await?;
-                    let tags = self.tags(&name);
-                    let address = rip
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.address.clone())
-                        .or_else(|| rip.spec.address.clone());
-                    let policy = match rip.spec.reclaim_policy {
-                        ReclaimPolicy::Retain => netpolicy_issuers::ReclaimPolicy::Retain,
-                        ReclaimPolicy::Delete => netpolicy_issuers::ReclaimPolicy::Delete,
-                    };
-                    match &*provider {
-                        Provider::Hetzner(i) => {
-                            netpolicy_issuers::release(i, &tags, address.as_deref(), policy)
-                                .await?;
-                        }
-                        Provider::DigitalOcean(i) => {
-                            netpolicy_issuers::release(i, &tags, address.as_deref(), policy)
-                                .await?;
-                        }
-                        Provider::Memory(i) => {
-                            netpolicy_issuers::release(&**i, &tags, address.as_deref(), policy)
-                                .await?;
-                        }
-                    }
-                    info!(routed_ip = %name, ?policy, ?address, "routed IP released");
-                }
-                None => {
-                    self.event(
-                        rip,
-                        EventType::Warning,
-                        rc::ISSUER_UNAVAILABLE,
-                        format!(
-                            "issuer {} is gone: the IP {:?} is left at the provider as it is",
-                            rip.spec.issuer_ref.name,
-                            rip.status.as_ref().and_then(|s| s.address.clone())
-                        ),
-                    )
-                    .await;
-                }
-            }
-            let rest: Vec<String> = rip
-                .finalizers()
-                .iter()
-                .filter(|f| *f != FINALIZER)
-                .cloned()
-                .collect();
-            api.patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": rest}})),
+        let Some(issuer) = self.issuers.get(&ObjectRef::new(&rip.spec.issuer_ref.name)) else {
+            self.event(
+                rip,
+                EventType::Warning,
+                rc::ISSUER_UNAVAILABLE,
+                format!(
+                    "issuer {} is gone: the IP {:?} is left at the provider as it is",
+                    rip.spec.issuer_ref.name,
+                    rip.status.as_ref().and_then(|s| s.address.clone())
+                ),
             )
-            .await?;
-            return Ok(());
+            .await;
+            return Ok(Action::await_change());
+        };
+        let provider = self.provider(&issuer).await?;
+        let tags = self.tags(&name);
+        let address = rip
+            .status
+            .as_ref()
+            .and_then(|s| s.address.clone())
+            .or_else(|| rip.spec.address.clone());
+        let policy = match rip.spec.reclaim_policy {
+            ReclaimPolicy::Retain => netpolicy_issuers::ReclaimPolicy::Retain,
+            ReclaimPolicy::Delete => netpolicy_issuers::ReclaimPolicy::Delete,
+        };
+        match &*provider {
+            Provider::Hetzner(i) => {
+                netpolicy_issuers::release(i, &tags, address.as_deref(), policy).await?;
+            }
+            Provider::DigitalOcean(i) => {
+                netpolicy_issuers::release(i, &tags, address.as_deref(), policy).await?;
+            }
+            Provider::Memory(i) => {
+                netpolicy_issuers::release(&**i, &tags, address.as_deref(), policy).await?;
+            }
         }
-        let Some(issuer) = issuer else {
+        info!(routed_ip = %name, ?policy, ?address, "routed IP released");
+        lock(&self.checked).remove(&name);
+        Ok(Action::await_change())
+    }
+
+    /// One RoutedIP: elect, then bring the provider to the plan (netpolicy-issuers'
+    /// driver), recording each step in the status before it runs.
+    async fn apply(&self, rip: &RoutedIP) -> Result<Action, Failed> {
+        let name = rip.name_any();
+        let Some(issuer) = self.issuers.get(&ObjectRef::new(&rip.spec.issuer_ref.name)) else {
             return Err(Failed::Issuer(format!(
                 "spec.issuerRef.name: RoutedIPIssuer {} does not exist",
                 rip.spec.issuer_ref.name
             )));
         };
-        if !rip.finalizers().iter().any(|f| f == FINALIZER) {
-            let mut all: Vec<String> = rip.finalizers().to_vec();
-            all.push(FINALIZER.into());
-            api.patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": all}})),
-            )
-            .await?;
-        }
-        // Election, ports and firewall from the caches.
         let now = k8s_openapi::jiff::Timestamp::now();
         let cur = rip.status.clone().unwrap_or_default();
         let selector = rip
@@ -612,6 +675,9 @@ impl Job {
                 candidate(&f, &selector, has)
             })
             .collect();
+        let firewall = issuer.spec.firewall.as_ref().map(|f| f.name.clone());
+        // Settled as the status says, and checked at the provider within the resync:
+        // no provider call.
         let lost = cooldown(&cur.cooldown_until, rip.spec.cooldown_seconds);
         let elected = elect(
             &candidates,
@@ -621,7 +687,6 @@ impl Job {
             rip.spec.cooldown_seconds,
         )
         .cloned();
-        let firewall = issuer.spec.firewall.as_ref().map(|f| f.name.clone());
         let ready = cur.conditions.iter().any(|c| {
             c.type_ == conditions::READY
                 && c.status == "True"
@@ -633,46 +698,39 @@ impl Job {
             && cur.node == elected.as_ref().map(|c| c.name.clone())
             && cur.firewall == firewall
             && cur.ports == port_status(&ports);
-        let fresh = self
-            .checked
-            .get(&name)
-            .is_some_and(|t| t.elapsed() < self.resync);
-        if settled && fresh {
-            return Ok(());
+        let checked = lock(&self.checked).get(&name).copied();
+        if settled && let Some(t) = checked.filter(|t| t.elapsed() < self.resync) {
+            return Ok(Action::requeue(self.resync - t.elapsed()));
         }
-        // To the provider.
         let provider = self.provider(&issuer).await?;
-        let desired = Desired {
-            node: elected.as_ref().and_then(|c| c.provider_id.clone()),
-            firewall: firewall.clone(),
-            ports: ports.clone(),
-        };
         let by_provider_id: BTreeMap<String, String> = candidates
             .iter()
             .filter_map(|c| Some((c.provider_id.clone()?, c.name.clone())))
             .collect();
-        let r = match &*provider {
-            Provider::Hetzner(i) => self.drive(i, rip, &desired, &by_provider_id).await,
-            Provider::DigitalOcean(i) => self.drive(i, rip, &desired, &by_provider_id).await,
-            Provider::Memory(i) => self.drive(&**i, rip, &desired, &by_provider_id).await,
+        let ctx = Drive {
+            rip,
+            candidates: &candidates,
+            by_provider_id: &by_provider_id,
+            firewall: firewall.clone(),
+            ports: ports.clone(),
+        };
+        let (mut st, elected) = match &*provider {
+            Provider::Hetzner(i) => self.drive(i, &ctx).await,
+            Provider::DigitalOcean(i) => self.drive(i, &ctx).await,
+            Provider::Memory(i) => self.drive(&**i, &ctx).await,
         }?;
-        self.checked.insert(name.clone(), Instant::now());
-        let mut st = r;
+        lock(&self.checked).insert(name.clone(), Instant::now());
         st.firewall = firewall;
         st.ports = port_status(&ports);
         st.step = None;
-        let t = Time(now);
+        let t = Time(k8s_openapi::jiff::Timestamp::now());
         st.conditions = vec![match &elected {
             Some(c) => condition(
                 &cur.conditions,
                 conditions::READY,
                 true,
                 rc::SETTLED,
-                format!(
-                    "{} on {}",
-                    st.address.as_deref().unwrap_or_default(),
-                    c.name
-                ),
+                format!("{} on {}", st.address.as_deref().unwrap_or_default(), c),
                 rip.metadata.generation,
                 &t,
             ),
@@ -689,51 +747,100 @@ impl Job {
             ),
         }];
         self.write_status(&name, &cur, &st).await?;
-        Ok(())
+        self.shared
+            .metrics
+            .reconciled("routed-ip", Duration::ZERO, None);
+        Ok(Action::requeue(self.resync))
     }
 
-    /// Finds or creates the IP (recording its address first), then carries out the
-    /// failover plan step by step, each shown in the status before it runs. Returns the
-    /// status as it stands after the last step.
+    /// Finds or creates the IP (recording its address first), takes the provider's
+    /// holder as the truth (a status written before a kill may name the old one), elects
+    /// from it, then carries out netpolicy-issuers' plan step by step, each shown in the
+    /// status before it runs. Returns the status after the last step and the elected
+    /// node's name.
     async fn drive<I: Issuer>(
         &self,
         issuer: &I,
-        rip: &RoutedIP,
-        desired: &Desired,
-        by_provider_id: &BTreeMap<String, String>,
-    ) -> Result<RoutedIPStatus, Failed> {
+        d: &Drive<'_>,
+    ) -> Result<(RoutedIPStatus, Option<String>), Failed> {
+        let rip = d.rip;
         let name = rip.name_any();
         let tags = self.tags(&name);
         let mut st = rip.status.clone().unwrap_or_default();
         let known = st.address.clone().or_else(|| rip.spec.address.clone());
-        let ip = match issuer.find_ip(known.as_deref(), &tags).await? {
-            Some(ip) => ip,
-            None if known.is_some() => {
+        let observed = match netpolicy_issuers::observe(
+            issuer,
+            &tags,
+            known.as_deref(),
+            d.firewall.as_deref(),
+        )
+        .await
+        {
+            Err(ProviderError::NotFound(_)) if known.is_some() => {
                 return Err(ProviderError::NotFound(format!(
                     "the IP {} (spec.address or status.address) is not at the provider",
                     known.unwrap_or_default()
                 ))
                 .into());
             }
-            None => {
-                let ip = issuer.create_ip(&tags).await?;
-                info!(routed_ip = %name, address = %ip.address, "routed IP created");
-                ip
-            }
+            r => r?,
         };
-        if st.address.as_deref() != Some(ip.address.as_str()) {
-            // Recorded before it is assigned anywhere.
+        if known.is_none() {
+            info!(routed_ip = %name, address = %observed.ip.address, "routed IP found or created");
+        }
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let node_name = |p: &String| {
+            d.by_provider_id
+                .get(p)
+                .cloned()
+                .unwrap_or_else(|| p.clone())
+        };
+        // The provider's holder is the truth: an operator killed after the provider
+        // moved the IP but before the status said so left the old node in the status.
+        let holder = observed.ip.assigned_to.as_ref().map(node_name);
+        if st.address.as_deref() != Some(observed.ip.address.as_str())
+            || (holder.is_some() && holder != st.node)
+        {
             let before = st.clone();
-            st.address = Some(ip.address.clone());
+            st.address = Some(observed.ip.address.clone());
+            if let (Some(old), Some(new)) = (&st.node, &holder)
+                && old != new
+            {
+                let until = now
+                    + k8s_openapi::jiff::SignedDuration::from_secs(i64::from(
+                        rip.spec.cooldown_seconds,
+                    ));
+                st.cooldown_until.insert(old.clone(), until.to_string());
+                let note = format!(
+                    "{} is on {new} at the provider, not on {old} as the status said (a move \
+                     finished while no operator watched): the status follows, {old} cools down",
+                    observed.ip.address
+                );
+                info!(routed_ip = %name, "{note}");
+                self.event(rip, EventType::Normal, events::HOLDER_CORRECTED, note)
+                    .await;
+            }
+            if holder.is_some() {
+                st.node.clone_from(&holder);
+            }
+            // Recorded before it is assigned anywhere.
             self.write_status(&name, &before, &st).await?;
         }
-        let firewall = match &desired.firewall {
-            Some(f) => issuer.find_firewall(f).await?,
-            None => None,
+        let lost = cooldown(&st.cooldown_until, rip.spec.cooldown_seconds);
+        let elected = elect(
+            d.candidates,
+            holder.as_deref(),
+            &lost,
+            now.as_second(),
+            rip.spec.cooldown_seconds,
+        )
+        .cloned();
+        let desired = Desired {
+            node: elected.as_ref().and_then(|c| c.provider_id.clone()),
+            firewall: d.firewall.clone(),
+            ports: d.ports.clone(),
         };
-        let holder_before = ip.assigned_to.clone();
-        let observed = Observed { ip, firewall };
-        let steps = plan(&observed, desired);
+        let steps = plan(&observed, &desired);
         let fw = desired.firewall.clone().unwrap_or_default();
         let address = observed.ip.address.clone();
         for step in &steps {
@@ -741,51 +848,35 @@ impl Job {
             st.step = Some(step_name(step));
             self.write_status(&name, &before, &st).await?;
             let started = Instant::now();
-            match step {
-                Step::CreateFirewall => issuer.create_firewall(&fw).await?,
-                Step::AddPort(p) => issuer.add_port(&fw, p).await?,
-                Step::AddNode(n) => issuer.add_node(&fw, n).await?,
-                Step::Assign(n) => issuer.assign(&address, n).await?,
-                Step::RemovePort(p) => issuer.remove_port(&fw, p).await?,
-                Step::RemoveNode(n) => issuer.remove_node(&fw, n).await?,
-            }
+            netpolicy_issuers::execute(issuer, &address, &fw, step).await?;
             self.shared
                 .metrics
                 .routed_ip_step(step_kind(step), started.elapsed());
             if let Step::Assign(n) = step {
-                let node = by_provider_id.get(n).cloned().unwrap_or_else(|| n.clone());
-                if let Some(old) = &holder_before
-                    && old != n
+                let node = node_name(n);
+                if let Some(old) = &holder
+                    && *old != node
                 {
-                    let old_name = by_provider_id
-                        .get(old)
-                        .cloned()
-                        .unwrap_or_else(|| old.clone());
                     let until = k8s_openapi::jiff::Timestamp::now()
                         + k8s_openapi::jiff::SignedDuration::from_secs(i64::from(
                             rip.spec.cooldown_seconds,
                         ));
-                    st.cooldown_until
-                        .insert(old_name.clone(), until.to_string());
+                    st.cooldown_until.insert(old.clone(), until.to_string());
                     self.shared.metrics.routed_ip_failover();
-                    info!(routed_ip = %name, from = %old_name, to = %node, %address, "routed IP moved");
+                    info!(routed_ip = %name, from = %old, to = %node, %address, "routed IP moved");
                 }
                 st.node = Some(node);
             }
             self.event(
                 rip,
                 EventType::Normal,
-                "FailoverStep",
+                events::FAILOVER_STEP,
                 format!("{} ({address})", step_name(step)),
             )
             .await;
         }
         if steps.is_empty() {
-            st.node = observed
-                .ip
-                .assigned_to
-                .as_ref()
-                .map(|p| by_provider_id.get(p).cloned().unwrap_or_else(|| p.clone()));
+            st.node.clone_from(&holder);
         }
         // Cooldowns that are over are dropped.
         let now = k8s_openapi::jiff::Timestamp::now();
@@ -793,7 +884,7 @@ impl Job {
             t.parse::<k8s_openapi::jiff::Timestamp>()
                 .is_ok_and(|t| t > now)
         });
-        Ok(st)
+        Ok((st, elected.map(|c| c.name)))
     }
 
     fn tags(&self, name: &str) -> Tags {
@@ -804,9 +895,9 @@ impl Job {
     }
 
     /// The provider client of `issuer`, made (its token read) when the issuer changed.
-    async fn provider(&mut self, issuer: &RoutedIPIssuer) -> Result<Arc<Provider>, Failed> {
+    async fn provider(&self, issuer: &RoutedIPIssuer) -> Result<Arc<Provider>, Failed> {
         let name = issuer.name_any();
-        if let Some((g, p)) = self.providers.get(&name)
+        if let Some((g, p)) = lock(&self.providers).get(&name)
             && *g == issuer.metadata.generation
         {
             return Ok(Arc::clone(p));
@@ -853,7 +944,7 @@ impl Job {
             Provider::DigitalOcean(DigitalOceanIssuer::with_base_url(base, t, &d.region)?)
         } else if issuer.spec.memory.is_some() {
             Provider::Memory(Arc::clone(
-                self.memory
+                lock(&self.memory)
                     .entry(name.clone())
                     .or_insert_with(|| Arc::new(MemoryIssuer::new())),
             ))
@@ -863,8 +954,7 @@ impl Job {
             ));
         };
         let p = Arc::new(provider);
-        self.providers
-            .insert(name, (issuer.metadata.generation, Arc::clone(&p)));
+        lock(&self.providers).insert(name, (issuer.metadata.generation, Arc::clone(&p)));
         Ok(p)
     }
 
@@ -896,6 +986,18 @@ impl Job {
             warn!(error = %e, "could not record an Event");
         }
     }
+}
+
+/// A provider client and the issuer generation it was made for.
+type Made = (Option<i64>, Arc<Provider>);
+
+/// What [`Context::drive`] needs of one RoutedIP.
+struct Drive<'a> {
+    rip: &'a RoutedIP,
+    candidates: &'a [Candidate],
+    by_provider_id: &'a BTreeMap<String, String>,
+    firewall: Option<String>,
+    ports: BTreeSet<netpolicy_issuers::PortRule>,
 }
 
 fn kind_of(e: &ProviderError) -> &'static str {

@@ -22,25 +22,21 @@
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     sync::Arc,
-    time::{Duration, Instant},
 };
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
-    runtime::{reflector, reflector::ObjectRef, reflector::Store},
+    runtime::{
+        events::{Event, EventType, Recorder},
+        reflector::{ObjectRef, Store},
+    },
 };
 use netpolicy_core::{merge::NodeOutcome, render::RenderedSpec};
 use serde_json::json;
-use tokio::sync::watch;
 use tracing::{debug, info, warn};
-
-use kube::{
-    Resource,
-    runtime::events::{Event, EventType, Recorder, Reporter},
-};
 
 use super::rollout::{self, NodeState};
 use super::{
@@ -50,186 +46,175 @@ use crate::k8s::traffic::{TRAFFIC_KINDS, TrafficStores};
 use crate::{
     api::{
         ClusterConfig, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec, PolicyStatus,
-        RoutedIP, RoutedIPIssuer,
+        RoutedIP, RoutedIPIssuer, conditions::events,
     },
-    k8s::{Changes, Wake, labels_fingerprint, spec_fingerprint, watched},
-    telemetry::Shared,
+    k8s::{labels_fingerprint, spec_fingerprint},
+    runtime::{Changes, Informers, Job, JobError, Next, Setup, Wake},
 };
 
 pub use crate::k8s::{FIELD_MANAGER, MANAGED_BY};
 
-/// Runs the routing controller until `stop` turns true.
+/// The pseudo-kind under which an agent's progress (a NodeNetworkConfig's applied or
+/// failed revision) reaches the job: it updates the policies' status, and starts a render
+/// only while nodes wait for their rollout wave.
+const APPLIED: &str = "NodeNetworkConfig/status";
+
+/// The routing job under the shared runner ([`crate::runtime::Runner`]): a global job,
+/// because a node's rendering merges every policy that selects it.
 ///
-/// Each pass takes the objects that changed since the last one (names from the
-/// watches), brings them into [`Routing`] (netpolicy-core's incremental engine), and
+/// Each pass takes the objects that changed since the last one (keys from the shared
+/// informers), brings them into [`Routing`] (netpolicy-core's incremental engine), and
 /// compares and writes only the NodeNetworkConfigs of the nodes whose outcome changed
-/// or whose object changed. The first pass, a relist, a failed pass and every
-/// `resync` compare everything (and write nothing when nothing differs).
-///
-/// # Errors
-/// Only when the controllers cannot start (a watch's cache was dropped).
-pub async fn run(
-    client: Client,
-    shared: Arc<Shared>,
-    mut stop: watch::Receiver<bool>,
-    resync: Duration,
-) -> Result<(), reflector::store::WriterDropped> {
+/// or whose object changed. Full passes (the first, a resync, after a failure) compare
+/// everything and write nothing when nothing differs.
+pub(crate) struct RoutingJob {
+    stores: Stores,
+    nnc_api: Api<NodeNetworkConfig>,
+    status: StatusWriter,
+    routing: Routing,
+    job_addresses: BTreeMap<String, Vec<(netpolicy_core::spec::AddressSpec, String)>>,
+    pending: BTreeSet<String>,
+    /// Nodes whose rendering is over the size limit: bytes, and the revision it was
+    /// measured at (measured again only when the rendering changes).
+    too_large: BTreeMap<String, (usize, String)>,
+    max_object_bytes: usize,
+}
+
+/// The routing job and what wakes it.
+pub(crate) fn setup(
+    informers: &Informers,
+    client: &Client,
+    max_object_bytes: usize,
+) -> Setup<RoutingJob> {
     let wake = Wake::new();
-    let status_wake = Wake::new();
-    let (ccs, s1) = watched(
-        Api::<ClusterConfig>::all(client.clone()),
-        wake.clone(),
-        spec_fingerprint,
-        None,
-    );
-    let (ncs, s2) = watched(
-        Api::<NodeConfig>::all(client.clone()),
-        wake.clone(),
-        spec_fingerprint,
-        None,
-    );
-    let (nodes, s3) = watched(
-        Api::<Node>::all(client.clone()),
-        wake.clone(),
-        labels_fingerprint,
-        None,
-    );
+    let ccs = informers.get::<ClusterConfig>();
+    ccs.subscribe(&wake, spec_fingerprint);
+    let ncs = informers.get::<NodeConfig>();
+    ncs.subscribe(&wake, spec_fingerprint);
+    let nodes = informers.get::<Node>();
+    nodes.subscribe(&wake, labels_fingerprint);
     // Agents write NodeNetworkConfig status: a spec change or a deletion (someone
     // else's) is compared again; a new applied revision only updates the policies'
     // status.
-    let (nncs, s4) = watched(
-        Api::<NodeNetworkConfig>::all(client.clone()),
-        wake.clone(),
-        spec_fingerprint,
-        Some((status_wake.clone(), applied_fingerprint)),
-    );
+    let nncs = informers.get::<NodeNetworkConfig>();
+    nncs.subscribe(&wake, spec_fingerprint);
+    nncs.subscribe_as(&wake, APPLIED, applied_fingerprint);
     // RoutedIPs: only where their address is held matters here.
-    let (rips, s5) = watched(
-        Api::<RoutedIP>::all(client.clone()),
-        wake.clone(),
-        holder_fingerprint,
-        None,
-    );
-    let (issuers, s6) = watched(
-        Api::<RoutedIPIssuer>::all(client.clone()),
-        wake.clone(),
-        spec_fingerprint,
-        None,
-    );
+    let rips = informers.get::<RoutedIP>();
+    rips.subscribe(&wake, holder_fingerprint);
+    let issuers = informers.get::<RoutedIPIssuer>();
+    issuers.subscribe(&wake, spec_fingerprint);
     // Traffic domains: their objects, and what the trench job handed out (the
     // Trenches' status), compiled by crate::trench.
-    let (traffic, streams) = TrafficStores::watch(&client, &wake);
-    let mut all = vec![s1, s2, s3, s4, s5, s6];
-    all.extend(streams);
-    let drive = tokio::spawn(futures::stream::select_all(all).for_each(|()| async {}));
-    let synced = async {
-        ccs.wait_until_ready().await?;
-        ncs.wait_until_ready().await?;
-        nodes.wait_until_ready().await?;
-        nncs.wait_until_ready().await?;
-        rips.wait_until_ready().await?;
-        issuers.wait_until_ready().await?;
-        traffic.wait_until_ready().await
+    let (traffic, mut kinds) = TrafficStores::subscribe(informers, &wake);
+    kinds.extend([
+        ccs.health(),
+        ncs.health(),
+        nodes.health(),
+        nncs.health(),
+        rips.health(),
+        issuers.health(),
+    ]);
+    let job = RoutingJob {
+        stores: Stores {
+            ccs: ccs.store(),
+            ncs: ncs.store(),
+            nodes: nodes.store(),
+            nncs: nncs.store(),
+            rips: rips.store(),
+            issuers: issuers.store(),
+            traffic,
+        },
+        nnc_api: Api::all(client.clone()),
+        status: StatusWriter {
+            ccs: Api::all(client.clone()),
+            ncs: Api::all(client.clone()),
+            trench_conflicts: BTreeMap::new(),
+            recorder: crate::k8s::recorder(client),
+        },
+        routing: Routing::new(),
+        job_addresses: BTreeMap::new(),
+        pending: BTreeSet::new(),
+        too_large: BTreeMap::new(),
+        max_object_bytes,
     };
-    tokio::select! {
-        r = synced => r?,
-        _ = stop.changed() => { drive.abort(); return Ok(()); }
+    Setup { job, wake, kinds }
+}
+
+impl Job for RoutingJob {
+    fn name(&self) -> &'static str {
+        "routing"
     }
-    shared
-        .synced
-        .store(true, std::sync::atomic::Ordering::Release);
-    info!("caches synced: routing controller running");
-    let stores = Stores {
-        ccs,
-        ncs,
-        nodes,
-        nncs,
-        rips,
-        issuers,
-        traffic,
-    };
-    let nnc_api = Api::<NodeNetworkConfig>::all(client.clone());
-    let mut status = StatusWriter {
-        ccs: Api::all(client.clone()),
-        ncs: Api::all(client.clone()),
-        trench_conflicts: BTreeMap::new(),
-        recorder: Recorder::new(
-            client,
-            Reporter {
-                controller: "netpolicy-operator".into(),
-                instance: None,
-            },
-        ),
-    };
-    let mut routing = Routing::new();
-    let mut job_addresses = BTreeMap::new();
-    let mut pending: BTreeSet<String> = BTreeSet::new();
-    let mut full = true;
-    let mut status_due = true;
-    loop {
-        let changes = wake.take();
-        let mut ok = true;
-        if full || !changes.is_empty() || (status_due && !pending.is_empty()) {
-            let start = Instant::now();
-            debug!(full, "routing: render pass");
-            match render(
-                &mut routing,
-                &mut job_addresses,
-                &mut pending,
-                &changes,
-                full,
-                &stores,
-                &nnc_api,
+
+    async fn pass(&mut self, changes: &Changes) -> Result<Next, JobError> {
+        let inputs = changes.full
+            || [
+                "ClusterConfig",
+                "NodeConfig",
+                "Node",
+                "NodeNetworkConfig",
+                "RoutedIP",
+                "RoutedIPIssuer",
+            ]
+            .iter()
+            .chain(TRAFFIC_KINDS.iter())
+            .any(|k| changes.touched(k));
+        // Nodes waiting for their wave move on when an agent reports progress.
+        let waves = changes.touched(APPLIED) && !self.pending.is_empty();
+        let mut failed = None;
+        if inputs || waves {
+            debug!(full = changes.full, "routing: render pass");
+            match self.render(changes).await {
+                Ok(changed) if changed > 0 => {
+                    info!(changed, "routing: NodeNetworkConfigs updated");
+                }
+                Ok(_) => {}
+                Err(e) => failed = Some(e),
+            }
+        }
+        let mut facts = self.routing.facts();
+        rollout_facts(&mut facts, &self.pending, &self.stores.nncs);
+        self.too_large_facts(&mut facts);
+        self.status
+            .write_all(
+                &self.stores.ccs,
+                &self.stores.ncs,
+                &self.stores.nncs,
+                &facts,
             )
-            .await
-            {
-                Ok(changed) => {
-                    if changed > 0 {
-                        info!(changed, "routing: NodeNetworkConfigs updated");
-                    }
-                    full = false;
-                }
-                Err(e) => {
-                    warn!(error = %e, "routing: render failed; retrying everything");
-                    ok = false;
-                    full = true;
-                }
-            }
-            shared.metrics.reconciled("routing", start.elapsed(), ok);
-            status_due = true;
+            .await?;
+        self.status
+            .trench_events(&self.stores.traffic.trenches, &facts)
+            .await;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(Next::Resync),
         }
-        let _ = status_wake.take();
-        if status_due {
-            debug!("routing: status pass");
-            let start = Instant::now();
-            let mut facts = routing.facts();
-            rollout_facts(&mut facts, &pending, &stores.nncs);
-            let written = status
-                .write_all(&stores.ccs, &stores.ncs, &stores.nncs, &facts)
-                .await;
-            status.trench_events(&stores.traffic.trenches, &facts).await;
-            if let Err(e) = &written {
-                warn!(error = %e, "routing: writing policy status failed; retrying");
-                ok = false;
-            }
-            status_due = written.is_err();
-            shared
-                .metrics
-                .reconciled("routing-status", start.elapsed(), written.is_ok());
-        }
-        // Wait for a change (or retry a failure); coalesce bursts of events.
-        let wait = if ok { resync } else { Duration::from_secs(2) };
-        tokio::select! {
-            _ = stop.changed() => break,
-            () = wake.notified() => {}
-            () = status_wake.notified() => status_due = true,
-            () = tokio::time::sleep(wait) => full = true,
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    drive.abort();
-    info!("routing controller stopped");
-    Ok(())
+}
+
+impl RoutingJob {
+    /// Adds the nodes over the size limit to the facts of every policy that selects
+    /// them.
+    fn too_large_facts(&self, facts: &mut BTreeMap<String, PolicyFacts>) {
+        if self.too_large.is_empty() {
+            return;
+        }
+        for f in facts.values_mut() {
+            f.too_large = f
+                .matched
+                .iter()
+                .filter_map(|n| {
+                    self.too_large.get(n).map(|(bytes, _)| {
+                        format!(
+                            "node {n}: {bytes} bytes (limit {}, --max-object-bytes)",
+                            self.max_object_bytes
+                        )
+                    })
+                })
+                .collect();
+        }
+    }
 }
 
 /// The caches the routing job reads.
@@ -255,11 +240,10 @@ fn holder_fingerprint(r: &RoutedIP) -> String {
     )
 }
 
-/// The names to look at for one kind: the changed ones, or on a full pass every name in
-/// the cache and every name known before (so deletions are seen).
+/// The names to look at for one (cluster-scoped) kind: the changed ones, or on a full
+/// pass every name in the cache and every name known before (so deletions are seen).
 fn names<'a, K>(
     changes: &'a Changes,
-    full: bool,
     kind: &str,
     store: &Store<K>,
     known: impl IntoIterator<Item = &'a str>,
@@ -267,8 +251,8 @@ fn names<'a, K>(
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
-    let mut out: BTreeSet<String> = changes.of(kind).map(str::to_owned).collect();
-    if full || changes.relisted(kind) {
+    let mut out: BTreeSet<String> = changes.of(kind).map(|k| k.name.clone()).collect();
+    if changes.full {
         out.extend(store.state().iter().map(|o| o.name_any()));
         out.extend(known.into_iter().map(str::to_owned));
     }
@@ -457,6 +441,27 @@ impl StatusWriter {
                 .find(|c| c.type_ == crate::api::conditions::DEGRADED && c.status == "True")
                 .map(|c| c.message.clone())
         };
+        // Too large to store (a node it selects): one Event per change of the list.
+        let too_large = |st: &PolicyStatus| {
+            st.conditions
+                .iter()
+                .find(|c| c.type_ == crate::api::conditions::TOO_LARGE && c.status == "True")
+                .map(|c| c.message.clone())
+        };
+        if let Some(message) = too_large(&next)
+            && too_large(current).as_ref() != Some(&message)
+        {
+            let event = Event {
+                type_: EventType::Warning,
+                reason: events::TOO_LARGE.into(),
+                note: Some(format!("NodeNetworkConfig not written: {message}")),
+                action: "Render".into(),
+                secondary: None,
+            };
+            if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
+                warn!(error = %e, name, "could not record a TooLarge Event");
+            }
+        }
         if let (None, Some(message)) = (halted(current), halted(&next)) {
             let event = Event {
                 type_: EventType::Warning,
@@ -479,7 +484,7 @@ impl StatusWriter {
 fn conflict_event(c: &crate::api::PolicyConflict) -> Event {
     Event {
         type_: EventType::Warning,
-        reason: "Conflict".into(),
+        reason: events::CONFLICT.into(),
         note: Some(format!(
             "node {}: {} is defined differently by {} (the node keeps its last good config)",
             c.node,
@@ -491,243 +496,293 @@ fn conflict_event(c: &crate::api::PolicyConflict) -> Event {
     }
 }
 
-/// Brings the changed objects into `routing`, then compares and writes the
-/// NodeNetworkConfigs of the nodes that may differ. Returns how many objects it wrote or
-/// deleted.
-async fn render(
-    routing: &mut Routing,
-    job_addresses: &mut BTreeMap<String, Vec<(netpolicy_core::spec::AddressSpec, String)>>,
-    pending: &mut BTreeSet<String>,
-    changes: &Changes,
-    full: bool,
-    stores: &Stores,
-    api: &Api<NodeNetworkConfig>,
-) -> Result<usize, kube::Error> {
-    // Nodes whose change waited for its wave are looked at again.
-    let mut dirty: BTreeSet<String> = pending.clone();
-    let known_policies: Vec<String> = routing
-        .policy_keys()
-        .into_iter()
-        .map(str::to_owned)
-        .collect();
-    let known = |prefix: &str| -> Vec<String> {
-        known_policies
-            .iter()
-            .filter_map(|k| k.strip_prefix(prefix).map(str::to_owned))
-            .collect()
-    };
-    let cc_known = known("ClusterConfig/");
-    for name in names(
-        changes,
-        full,
-        "ClusterConfig",
-        &stores.ccs,
-        cc_known.iter().map(String::as_str),
-    ) {
-        let obj = get(&stores.ccs, &name);
-        dirty.extend(routing.cluster_config(&name, obj.as_deref()));
-        log_problems(routing.errors(&format!("ClusterConfig/{name}")));
-    }
-    let nc_known = known("NodeConfig/");
-    for name in names(
-        changes,
-        full,
-        "NodeConfig",
-        &stores.ncs,
-        nc_known.iter().map(String::as_str),
-    ) {
-        let obj = get(&stores.ncs, &name);
-        dirty.extend(routing.node_config(&name, obj.as_deref()));
-        log_problems(routing.errors(&format!("NodeConfig/{name}")));
-    }
-    // Traffic domains: when any of their objects changed, compile every trench from
-    // its objects and the allocation its job recorded (unchanged policies cost a
-    // comparison in the engine).
-    if full
-        || TRAFFIC_KINDS
-            .iter()
-            .any(|k| changes.of(k).next().is_some() || changes.relisted(k))
-    {
-        let snap = stores.traffic.snapshot();
-        let mut errors = Vec::new();
-        let domains = crate::trench::domains(snap.objects(), &mut errors);
-        let valid: BTreeSet<String> = domains
-            .iter()
-            .filter(|d| d.trench.is_some() && crate::trench::validate(d).errors.is_empty())
-            .map(crate::trench::Domain::key)
-            .collect();
-        let status: BTreeMap<String, crate::api::TrenchStatus> = domains
-            .iter()
-            .filter_map(|d| Some((d.key(), d.trench?.status.clone()?)))
-            .collect();
-        let policies = crate::trench::policies(&domains, &valid, &status, &mut errors);
-        log_problems(&errors);
-        dirty.extend(routing.traffic(policies));
-    }
-    let known_nodes: Vec<String> = routing.nodes().into_iter().map(str::to_owned).collect();
-    for name in names(
-        changes,
-        full,
-        "Node",
-        &stores.nodes,
-        known_nodes.iter().map(String::as_str),
-    ) {
-        let obj = get(&stores.nodes, &name);
-        dirty.extend(routing.node(&name, obj.as_ref().map(|n| n.labels())));
-        // Gone: its NodeNetworkConfig goes too.
-        dirty.insert(name);
-    }
-    dirty.extend(names(changes, full, "NodeNetworkConfig", &stores.nncs, []));
-    // Addresses RoutedIPs need on their holders: the nodes whose set changed.
-    let issuers = stores.issuers.state();
-    let rips = stores.rips.state();
-    let now = crate::k8s::host_addresses(rips.iter().map(AsRef::as_ref), |n| {
-        issuers
-            .iter()
-            .find(|i| i.name_any() == n)
-            .map(AsRef::as_ref)
-    });
-    for node in job_addresses.keys().chain(now.keys()) {
-        if job_addresses.get(node) != now.get(node) {
-            dirty.insert(node.clone());
-        }
-    }
-    *job_addresses = now;
-    if full {
-        dirty.extend(routing.nodes().into_iter().map(str::to_owned));
-    }
-    let unselectable = routing.unselectable();
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
-    // Nodes with the same outcome (`LayeredConfig::memo_key`), probes and rollback
-    // time share one rendering.
-    type Same = ((usize, usize), Vec<crate::api::ProbeSpec>, Option<u32>);
-    let mut rendered: HashMap<Same, NodeNetworkConfigSpec> = HashMap::new();
-    let mut writes: Vec<(String, serde_json::Value)> = Vec::new();
-    let mut deletes: Vec<String> = Vec::new();
-    for node in &dirty {
-        let existing = get(&stores.nncs, node);
-        let Some(outcome) = routing.outcome(node) else {
-            let ours = existing.as_ref().is_some_and(|o| {
-                o.labels().get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1)
-            });
-            if ours {
-                deletes.push(node.clone());
-            }
-            continue;
-        };
-        match outcome {
-            NodeOutcome::Rendered(cfg) => {
-                if let Some(o) = &existing
-                    && let Some(held_by) = carried_from(&o.spec, &unselectable)
-                {
-                    warn!(
-                        node,
-                        "held at its last good config: NodeConfig/{held_by} has an invalid \
-                         nodeSelector"
-                    );
-                    continue;
-                }
-                // Nodes with the same outcome and probes share one spec (and one
-                // revision hash); job addresses make a node's own.
-                let (probes, rollback) = routing.node_probes(node);
-                let own;
-                let spec = match job_addresses.get(node) {
-                    None => &*rendered
-                        .entry((cfg.memo_key(), probes.clone(), rollback))
-                        .or_insert_with(|| {
-                            node_spec(RenderedSpec::from_config(cfg), probes, rollback)
-                        }),
-                    Some(extra) => {
-                        own = node_spec(
-                            with_job_addresses(&RenderedSpec::from_config(cfg), extra),
-                            probes,
-                            rollback,
-                        );
-                        &own
-                    }
-                };
-                if existing.as_ref().is_some_and(|o| o.spec == *spec) {
-                    continue;
-                }
-                let uid = get(&stores.nodes, node)
-                    .and_then(|n| n.uid())
-                    .unwrap_or_default();
-                let obj = json!({
-                    "apiVersion": "netpolicy.io/v1alpha1",
-                    "kind": "NodeNetworkConfig",
-                    "metadata": {
-                        "name": node,
-                        "labels": {MANAGED_BY.0: MANAGED_BY.1},
-                        "ownerReferences": [{
-                            "apiVersion": "v1",
-                            "kind": "Node",
-                            "name": node,
-                            "uid": uid,
-                        }],
-                    },
-                    "spec": spec,
-                });
-                writes.push((node.clone(), obj));
-            }
-            NodeOutcome::Held(problems) => {
-                for p in problems.iter() {
-                    warn!(node, "held at its last good config: {p}");
-                }
-            }
-        }
-    }
-    // Safe rollout: a changed config reaches a node only when every policy that
-    // selects it has room under its maxUnavailable (and is not halted by a Degraded
-    // node); the others wait for a later pass (an agent reporting Applied wakes one).
-    let changed_nodes: Vec<(String, Vec<String>)> = writes
-        .iter()
-        .filter(|(node, _)| get(&stores.nncs, node).is_some())
-        .map(|(node, _)| (node.clone(), routing.policies_of(node)))
-        .collect();
-    pending.clear();
-    if !changed_nodes.is_empty() {
-        let state = |n: &str| NodeState::of(get(&stores.nncs, n).as_deref());
-        let (go, _) = rollout::gate(
-            &changed_nodes,
-            &|p| routing.members(p),
-            &|p| routing.rollout(p),
-            &state,
-        );
-        let held: BTreeSet<String> = changed_nodes
-            .iter()
-            .map(|(n, _)| n.as_str())
-            .filter(|n| !go.contains(n))
+impl RoutingJob {
+    /// Brings the changed objects into `routing`, then compares and writes the
+    /// NodeNetworkConfigs of the nodes that may differ. Returns how many objects it wrote or
+    /// deleted.
+    ///
+    /// # Errors
+    /// The first write that failed (the others are still made); a NodeNetworkConfig over
+    /// the size limit is not an error: it is not written, and its policies say so.
+    async fn render(&mut self, changes: &Changes) -> Result<usize, JobError> {
+        let Self {
+            stores,
+            nnc_api: api,
+            routing,
+            job_addresses,
+            pending,
+            too_large,
+            max_object_bytes,
+            ..
+        } = self;
+        let full = changes.full;
+        let api = &*api;
+        // Nodes whose change waited for its wave are looked at again.
+        let mut dirty: BTreeSet<String> = pending.clone();
+        let known_policies: Vec<String> = routing
+            .policy_keys()
+            .into_iter()
             .map(str::to_owned)
             .collect();
-        if !held.is_empty() {
-            debug!(waiting = held.len(), "rollout: nodes wait for their wave");
-            writes.retain(|(n, _)| !held.contains(n));
+        let known = |prefix: &str| -> Vec<String> {
+            known_policies
+                .iter()
+                .filter_map(|k| k.strip_prefix(prefix).map(str::to_owned))
+                .collect()
+        };
+        let cc_known = known("ClusterConfig/");
+        for name in names(
+            changes,
+            "ClusterConfig",
+            &stores.ccs,
+            cc_known.iter().map(String::as_str),
+        ) {
+            let obj = get(&stores.ccs, &name);
+            dirty.extend(routing.cluster_config(&name, obj.as_deref()));
+            log_problems(routing.errors(&format!("ClusterConfig/{name}")));
         }
-        *pending = held;
-    }
-    // Independent objects: written WRITE_CONCURRENCY at a time, not one round trip
-    // after another.
-    let written: Vec<()> = futures::stream::iter(writes)
-        .map(|(node, obj)| {
-            let pp = &pp;
-            async move {
-                api.patch(&node, pp, &Patch::Apply(&obj)).await?;
-                debug!(node, "NodeNetworkConfig applied");
-                Ok::<(), kube::Error>(())
+        let nc_known = known("NodeConfig/");
+        for name in names(
+            changes,
+            "NodeConfig",
+            &stores.ncs,
+            nc_known.iter().map(String::as_str),
+        ) {
+            let obj = get(&stores.ncs, &name);
+            dirty.extend(routing.node_config(&name, obj.as_deref()));
+            log_problems(routing.errors(&format!("NodeConfig/{name}")));
+        }
+        // Traffic domains: when any of their objects changed, compile every trench from
+        // its objects and the allocation its job recorded (unchanged policies cost a
+        // comparison in the engine).
+        if full || TRAFFIC_KINDS.iter().any(|k| changes.touched(k)) {
+            let snap = stores.traffic.snapshot();
+            let mut errors = Vec::new();
+            let domains = crate::trench::domains(snap.objects(), &mut errors);
+            let valid: BTreeSet<String> = domains
+                .iter()
+                .filter(|d| d.trench.is_some() && crate::trench::validate(d).errors.is_empty())
+                .map(crate::trench::Domain::key)
+                .collect();
+            let status: BTreeMap<String, crate::api::TrenchStatus> = domains
+                .iter()
+                .filter_map(|d| Some((d.key(), d.trench?.status.clone()?)))
+                .collect();
+            let policies = crate::trench::policies(&domains, &valid, &status, &mut errors);
+            log_problems(&errors);
+            dirty.extend(routing.traffic(policies));
+        }
+        let known_nodes: Vec<String> = routing.nodes().into_iter().map(str::to_owned).collect();
+        for name in names(
+            changes,
+            "Node",
+            &stores.nodes,
+            known_nodes.iter().map(String::as_str),
+        ) {
+            let obj = get(&stores.nodes, &name);
+            dirty.extend(routing.node(&name, obj.as_ref().map(|n| n.labels())));
+            // Gone: its NodeNetworkConfig goes too.
+            dirty.insert(name);
+        }
+        dirty.extend(names(changes, "NodeNetworkConfig", &stores.nncs, []));
+        // Addresses RoutedIPs need on their holders: the nodes whose set changed.
+        let issuers = stores.issuers.state();
+        let rips = stores.rips.state();
+        let now = crate::k8s::host_addresses(rips.iter().map(AsRef::as_ref), |n| {
+            issuers
+                .iter()
+                .find(|i| i.name_any() == n)
+                .map(AsRef::as_ref)
+        });
+        for node in job_addresses.keys().chain(now.keys()) {
+            if job_addresses.get(node) != now.get(node) {
+                dirty.insert(node.clone());
             }
-        })
-        .buffer_unordered(WRITE_CONCURRENCY)
-        .try_collect()
-        .await?;
-    let mut changed = written.len();
-    for name in deletes {
-        match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => changed += 1,
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e),
+        }
+        *job_addresses = now;
+        if full {
+            dirty.extend(routing.nodes().into_iter().map(str::to_owned));
+        }
+        let unselectable = routing.unselectable();
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        // Nodes with the same outcome (`LayeredConfig::memo_key`), probes and rollback
+        // time share one rendering.
+        type Same = ((usize, usize), Vec<crate::api::ProbeSpec>, Option<u32>);
+        let mut rendered: HashMap<Same, NodeNetworkConfigSpec> = HashMap::new();
+        let mut writes: Vec<(String, serde_json::Value)> = Vec::new();
+        let mut deletes: Vec<String> = Vec::new();
+        for node in &dirty {
+            let existing = get(&stores.nncs, node);
+            let Some(outcome) = routing.outcome(node) else {
+                too_large.remove(node);
+                let ours = existing.as_ref().is_some_and(|o| {
+                    o.labels().get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1)
+                });
+                if ours {
+                    deletes.push(node.clone());
+                }
+                continue;
+            };
+            match outcome {
+                NodeOutcome::Rendered(cfg) => {
+                    if let Some(o) = &existing
+                        && let Some(held_by) = carried_from(&o.spec, &unselectable)
+                    {
+                        warn!(
+                            node,
+                            "held at its last good config: NodeConfig/{held_by} has an invalid \
+                         nodeSelector"
+                        );
+                        continue;
+                    }
+                    // Nodes with the same outcome and probes share one spec (and one
+                    // revision hash); job addresses make a node's own.
+                    let (probes, rollback) = routing.node_probes(node);
+                    let own;
+                    let spec = match job_addresses.get(node) {
+                        None => &*rendered
+                            .entry((cfg.memo_key(), probes.clone(), rollback))
+                            .or_insert_with(|| {
+                                node_spec(RenderedSpec::from_config(cfg), probes, rollback)
+                            }),
+                        Some(extra) => {
+                            own = node_spec(
+                                with_job_addresses(&RenderedSpec::from_config(cfg), extra),
+                                probes,
+                                rollback,
+                            );
+                            &own
+                        }
+                    };
+                    if existing.as_ref().is_some_and(|o| o.spec == *spec) {
+                        too_large.remove(node);
+                        continue;
+                    }
+                    let uid = get(&stores.nodes, node)
+                        .and_then(|n| n.uid())
+                        .unwrap_or_default();
+                    let obj = json!({
+                        "apiVersion": "netpolicy.io/v1alpha1",
+                        "kind": "NodeNetworkConfig",
+                        "metadata": {
+                            "name": node,
+                            "labels": {MANAGED_BY.0: MANAGED_BY.1},
+                            "ownerReferences": [{
+                                "apiVersion": "v1",
+                                "kind": "Node",
+                                "name": node,
+                                "uid": uid,
+                            }],
+                        },
+                        "spec": spec,
+                    });
+                    // Larger than the API server stores: not sent (it would be refused
+                    // with 413 on every pass); the node keeps its last config and the
+                    // policies that select it say why.
+                    let bytes = serde_json::to_vec(&obj).map_or(0, |v| v.len());
+                    if bytes > *max_object_bytes {
+                        if too_large.get(node).map(|(b, _)| *b) != Some(bytes) {
+                            warn!(
+                                node,
+                                bytes,
+                                limit = *max_object_bytes,
+                                "NodeNetworkConfig too large: not written"
+                            );
+                        }
+                        too_large.insert(node.clone(), (bytes, spec.revision.clone()));
+                        continue;
+                    }
+                    too_large.remove(node);
+                    writes.push((node.clone(), obj));
+                }
+                NodeOutcome::Held(problems) => {
+                    for p in problems.iter() {
+                        warn!(node, "held at its last good config: {p}");
+                    }
+                }
+            }
+        }
+        // Safe rollout: a changed config reaches a node only when every policy that
+        // selects it has room under its maxUnavailable (and is not halted by a Degraded
+        // node); the others wait for a later pass (an agent reporting Applied wakes one).
+        let changed_nodes: Vec<(String, Vec<String>)> = writes
+            .iter()
+            .filter(|(node, _)| get(&stores.nncs, node).is_some())
+            .map(|(node, _)| (node.clone(), routing.policies_of(node)))
+            .collect();
+        pending.clear();
+        if !changed_nodes.is_empty() {
+            let state = |n: &str| NodeState::of(get(&stores.nncs, n).as_deref());
+            let (go, _) = rollout::gate(
+                &changed_nodes,
+                &|p| routing.members(p),
+                &|p| routing.rollout(p),
+                &state,
+            );
+            let held: BTreeSet<String> = changed_nodes
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .filter(|n| !go.contains(n))
+                .map(str::to_owned)
+                .collect();
+            if !held.is_empty() {
+                debug!(waiting = held.len(), "rollout: nodes wait for their wave");
+                writes.retain(|(n, _)| !held.contains(n));
+            }
+            *pending = held;
+        }
+        // Independent objects: written WRITE_CONCURRENCY at a time, not one round trip
+        // after another; one that fails holds up no other.
+        let results: Vec<(String, usize, Result<(), kube::Error>)> = futures::stream::iter(writes)
+            .map(|(node, obj)| {
+                let pp = &pp;
+                async move {
+                    let bytes = serde_json::to_vec(&obj).map_or(0, |v| v.len());
+                    let r = api.patch(&node, pp, &Patch::Apply(&obj)).await.map(|_| ());
+                    (node, bytes, r)
+                }
+            })
+            .buffer_unordered(WRITE_CONCURRENCY)
+            .collect()
+            .await;
+        let mut changed = 0;
+        let mut first_error: Option<kube::Error> = None;
+        for (node, bytes, r) in results {
+            match r {
+                Ok(()) => {
+                    debug!(node, "NodeNetworkConfig applied");
+                    changed += 1;
+                }
+                // The API server's own limit is lower than ours: the same as too large.
+                Err(kube::Error::Api(e)) if e.code == 413 => {
+                    warn!(
+                        node,
+                        bytes,
+                        "NodeNetworkConfig refused as too large (413): not retried until it changes"
+                    );
+                    too_large.insert(node, (bytes, String::new()));
+                }
+                Err(e) => {
+                    warn!(node, error = %e, "NodeNetworkConfig not written");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        for name in deletes {
+            too_large.remove(&name);
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => changed += 1,
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e.into()),
+            None => Ok(changed),
         }
     }
-    Ok(changed)
 }
 
 /// Logs a policy's problems (once per change of the policy, and on full passes).

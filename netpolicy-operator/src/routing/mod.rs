@@ -39,6 +39,9 @@ pub struct PolicyFacts {
     /// Selected nodes that rolled their current revision back (`node: why`): the
     /// rollout is halted until the spec changes.
     pub degraded: Vec<String>,
+    /// Selected nodes whose NodeNetworkConfig would exceed the size limit
+    /// (`node <name>: <bytes> bytes`): not written, the node keeps its last config.
+    pub too_large: Vec<String>,
 }
 
 /// Adds the conflicts of held nodes to the facts of every source they name.
@@ -112,6 +115,16 @@ pub fn policy_status(
             format!(
                 "the spec does not validate, so it changes no node: {}",
                 first_of(&facts.problems, facts.problems.len())
+            ),
+        )
+    } else if !facts.too_large.is_empty() {
+        (
+            false,
+            policy::TOO_LARGE,
+            format!(
+                "NodeNetworkConfigs too large to store, not written (those nodes keep their \
+                 last config): {}",
+                first_of(&facts.too_large, facts.too_large.len())
             ),
         )
     } else if !facts.conflicts.is_empty() {
@@ -201,6 +214,32 @@ pub fn policy_status(
             false,
             conditions::degraded::HEALTHY,
             "no selected node reports Degraded".into(),
+            generation,
+            now,
+        ));
+    }
+    // `TooLarge`: absent until it happens, then kept (False) once it is over.
+    let was_too_large = current
+        .conditions
+        .iter()
+        .any(|c| c.type_ == conditions::TOO_LARGE);
+    if !facts.too_large.is_empty() {
+        conditions.push(condition(
+            &current.conditions,
+            conditions::TOO_LARGE,
+            true,
+            policy::TOO_LARGE,
+            first_of(&facts.too_large, facts.too_large.len()),
+            generation,
+            now,
+        ));
+    } else if was_too_large {
+        conditions.push(condition(
+            &current.conditions,
+            conditions::TOO_LARGE,
+            false,
+            policy::FITS,
+            "every selected node's NodeNetworkConfig fits".into(),
             generation,
             now,
         ));

@@ -5,14 +5,26 @@
 //!   that loses the lease stops its controllers and exits (status 1) so that it restarts
 //!   from a clean cache; on SIGTERM/SIGINT it stops its controllers, releases the lease
 //!   (the standby takes over at once instead of after the lease expires) and exits 0.
+//! - **Jobs**: one shared informer per kind ([`informer`]: one WATCH per resource
+//!   whatever the number of jobs), the global jobs (routing, floating IPs, traffic
+//!   domains) under one [`Runner`] ([`runner`]), the per-object jobs (routed IPs, route
+//!   reflectors) on kube-runtime's `Controller` fed by the same informers.
 //! - **Endpoints** (`--listen`, default `0.0.0.0:8080`): `/metrics` (Prometheus text:
 //!   `netpolicy_reconciles_total`, `netpolicy_reconcile_errors_total`,
-//!   `netpolicy_reconcile_duration_seconds` per controller, `netpolicy_leader`),
-//!   `/healthz` (the process runs), `/readyz` (the API server answered and, on the
-//!   leader, every controller's cache has synced).
+//!   `netpolicy_reconcile_errors_by_class_total`,
+//!   `netpolicy_reconcile_duration_seconds` per job, `netpolicy_leader`),
+//!   `/healthz` (the process runs), `/readyz` (200 when the API server answered and, on
+//!   the leader, every job synced every kind it reads and finished its first pass; 503
+//!   otherwise, the body naming what each waiting job waits for).
 //! - **Logs**: `tracing`, human-readable or `--log-format json`; `RUST_LOG` filters.
 //! - **Configuration**: `--kubeconfig`, else `KUBECONFIG` / `~/.kube/config`, else the
 //!   in-cluster service account.
+
+pub mod informer;
+pub mod runner;
+
+pub use informer::{Changes, Informer, Informers, KindHealth, KindState, ObjectKey, Wake};
+pub use runner::{Backoff, ErrorClass, Job, JobError, JobReadiness, Next, Runner, Setup};
 
 use std::{
     net::SocketAddr,
@@ -29,7 +41,7 @@ use tracing::{error, info, warn};
 
 pub use crate::telemetry::{ControllerLabel, Metrics, Shared};
 use crate::{
-    error::{Chain, Error, Result},
+    error::{Error, Result},
     floating_ip, route_reflector, routed_ip, routing, trench,
 };
 
@@ -56,6 +68,11 @@ pub struct Options {
     /// nothing differs; events start passes at once).
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
     pub resync_seconds: u64,
+    /// Largest NodeNetworkConfig the operator writes, in bytes of JSON. A larger one is
+    /// not written (the API server would refuse it: etcd's request limit is ~1.5 MiB):
+    /// the node keeps its last config and the policies selecting it report `TooLarge`.
+    #[arg(long, default_value_t = DEFAULT_MAX_OBJECT_BYTES)]
+    pub max_object_bytes: usize,
     /// Address for `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
@@ -63,6 +80,9 @@ pub struct Options {
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 }
+
+/// Default of `--max-object-bytes`.
+pub const DEFAULT_MAX_OBJECT_BYTES: usize = 1_400_000;
 
 /// Log formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -136,10 +156,16 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route(
             "/readyz",
             get(|State(s): State<Arc<Shared>>| async move {
-                if s.ready() {
-                    (StatusCode::OK, "ok")
+                let waiting = s.waiting();
+                if waiting.is_empty() {
+                    (StatusCode::OK, "ok".to_owned())
                 } else {
-                    (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+                    let mut body = String::from("not ready:\n");
+                    for w in waiting {
+                        body.push_str(&w);
+                        body.push('\n');
+                    }
+                    (StatusCode::SERVICE_UNAVAILABLE, body)
                 }
             }),
         )
@@ -196,6 +222,37 @@ pub(crate) async fn serve_probes(
     Ok(server)
 }
 
+/// Every job of the operator, on one set of shared informers: registered for
+/// readiness at once, running when the returned future is polled, until `stop`.
+fn jobs(
+    client: &Client,
+    shared: &Arc<Shared>,
+    opts: &Options,
+    stop: watch::Receiver<bool>,
+) -> impl Future<Output = ()> + Send + 'static {
+    let resync = Duration::from_secs(opts.resync_seconds);
+    let informers = Arc::new(Informers::new(client.clone()));
+    let runner = Runner::new(Arc::clone(shared), resync);
+    let routing = runner.run(
+        routing::controller::setup(&informers, client, opts.max_object_bytes),
+        stop.clone(),
+    );
+    let floating_ip = runner.run(
+        floating_ip::controller::setup(&informers, client, shared),
+        stop.clone(),
+    );
+    let trench = runner.run(trench::controller::setup(&informers, client), stop.clone());
+    let routed_ip = routed_ip::controller::run(&informers, client, shared, resync, stop.clone());
+    let route_reflector =
+        route_reflector::controller::run(&informers, client, shared, resync, stop.clone());
+    shared.started.store(true, Ordering::Release);
+    informers.start();
+    async move {
+        tokio::join!(routing, floating_ip, trench, routed_ip, route_reflector);
+        informers.stop();
+    }
+}
+
 /// Runs the operator until a signal or the loss of the lease.
 ///
 /// # Errors
@@ -245,20 +302,8 @@ pub async fn run(opts: Options) -> Result<Exit> {
                 shared.metrics.leader.set(i64::from(now));
                 if now && controllers.is_none() {
                     info!(%identity, "acquired the lease: starting controllers");
-                    let (c, sh, st) = (client.clone(), Arc::clone(&shared), stop_rx.clone());
-                    let resync = Duration::from_secs(opts.resync_seconds);
-                    controllers = Some(tokio::spawn(async move {
-                        // Every job's controller, side by side; one that cannot start
-                        // stops the others.
-                        tokio::try_join!(
-                            routing::controller::run(c.clone(), Arc::clone(&sh), st.clone(), resync),
-                            floating_ip::controller::run(c.clone(), Arc::clone(&sh), st.clone(), resync),
-                            route_reflector::controller::run(c.clone(), Arc::clone(&sh), st.clone(), resync),
-                            routed_ip::controller::run(c.clone(), Arc::clone(&sh), st.clone(), resync),
-                            trench::controller::run(c, sh, st, resync),
-                        )
-                        .map(|_| ())
-                    }));
+                    let jobs = jobs(&client, &shared, &opts, stop_rx.clone());
+                    controllers = Some(tokio::spawn(jobs));
                 } else if !now && controllers.is_some() {
                     warn!(%identity, "lost the lease: stopping");
                     break Exit::LostLease;
@@ -267,14 +312,16 @@ pub async fn run(opts: Options) -> Result<Exit> {
         }
     };
     let _ = stop_tx.send(true);
-    if let Some(c) = controllers {
-        match tokio::time::timeout(Duration::from_secs(10), c).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => warn!(error = %Chain(&e), "a controller ended with an error"),
-            _ => warn!("controllers did not stop within 10 s"),
-        }
+    if let Some(c) = controllers
+        && tokio::time::timeout(Duration::from_secs(10), c)
+            .await
+            .is_err()
+    {
+        warn!("controllers did not stop within 10 s");
     }
     shared.leading.store(false, Ordering::Release);
+    shared.started.store(false, Ordering::Release);
+    shared.clear_jobs();
     shared.metrics.leader.set(0);
     // Closing the channel makes the lease task release the lease and end.
     drop(leading);

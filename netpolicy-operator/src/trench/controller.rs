@@ -15,113 +15,68 @@
 //! - Statuses are compared before they are written: a pass that found nothing new
 //!   writes nothing.
 
-use std::{
-    collections::BTreeMap,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::collections::BTreeMap;
 
-use futures::StreamExt;
 use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time};
 use kube::{
     Api, Client, Resource, ResourceExt,
     runtime::{
-        events::{Event, EventType, Recorder, Reporter},
-        reflector::{self, Store},
+        events::{Event, EventType, Recorder},
+        reflector::Store,
     },
 };
-use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::{Domain, Outcome};
 use crate::{
     api::{
         Attractor, Conduit, Flow, Gateway, Stream, TrafficStatus, Trench, TrenchStatus, Vip,
-        conditions::{READY, traffic as reason},
+        conditions::{READY, events, traffic as reason},
     },
     k8s::{
-        FIELD_MANAGER, InputError, Wake, apply_status, condition, labels_fingerprint,
-        traffic::TrafficStores, watched,
+        FIELD_MANAGER, InputError, apply_status, condition, labels_fingerprint,
+        traffic::TrafficStores,
     },
-    telemetry::Shared,
+    runtime::{Changes, Informers, Job, JobError, Next, Setup, Wake},
 };
 
-/// Runs the trench controller until `stop` turns true.
-///
-/// # Errors
-/// Only when a watch's cache was dropped before it synced.
-pub async fn run(
-    client: Client,
-    shared: Arc<Shared>,
-    mut stop: watch::Receiver<bool>,
-    resync: Duration,
-) -> Result<(), reflector::store::WriterDropped> {
+/// The trench job and what wakes it: a global job under the shared runner (a trench's
+/// allocation needs all its objects and every node).
+pub(crate) fn setup(informers: &Informers, client: &Client) -> Setup<TrenchJob> {
     let wake = Wake::new();
-    let (stores, mut streams) = TrafficStores::watch(&client, &wake);
-    let (nodes, s) = watched(
-        Api::<Node>::all(client.clone()),
-        wake.clone(),
-        labels_fingerprint,
-        None,
-    );
-    streams.push(s);
-    let drive = tokio::spawn(futures::stream::select_all(streams).for_each(|()| async {}));
-    let synced = async {
-        stores.wait_until_ready().await?;
-        nodes.wait_until_ready().await
-    };
-    tokio::select! {
-        r = synced => r?,
-        _ = stop.changed() => { drive.abort(); return Ok(()); }
-    }
-    info!("caches synced: trench controller running");
-    let job = Job {
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "netpolicy-operator".into(),
-                instance: None,
-            },
-        ),
-        client,
+    let (stores, mut kinds) = TrafficStores::subscribe(informers, &wake);
+    let nodes = informers.get::<Node>();
+    nodes.subscribe(&wake, labels_fingerprint);
+    kinds.push(nodes.health());
+    let job = TrenchJob {
+        recorder: crate::k8s::recorder(client),
+        client: client.clone(),
         stores,
-        nodes,
+        nodes: nodes.store(),
     };
-    loop {
-        let _ = wake.take();
-        let start = Instant::now();
-        let ok = match job.pass().await {
-            Ok(written) => {
-                if written > 0 {
-                    info!(written, "trenches: statuses updated");
-                }
-                true
-            }
-            Err(e) => {
-                warn!(error = %e, "trenches: pass failed; retrying");
-                false
-            }
-        };
-        shared.metrics.reconciled("trench", start.elapsed(), ok);
-        let wait = if ok { resync } else { Duration::from_secs(2) };
-        tokio::select! {
-            _ = stop.changed() => break,
-            () = wake.notified() => {}
-            () = tokio::time::sleep(wait) => {}
-        }
-        // Coalesce bursts of events.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    drive.abort();
-    info!("trench controller stopped");
-    Ok(())
+    Setup { job, wake, kinds }
 }
 
-struct Job {
+/// The trench job.
+pub(crate) struct TrenchJob {
     client: Client,
     recorder: Recorder,
     stores: TrafficStores,
     nodes: Store<Node>,
+}
+
+impl Job for TrenchJob {
+    fn name(&self) -> &'static str {
+        "trench"
+    }
+
+    async fn pass(&mut self, _changes: &Changes) -> Result<Next, JobError> {
+        let written = self.run_pass().await?;
+        if written > 0 {
+            info!(written, "trenches: statuses updated");
+        }
+        Ok(Next::Resync)
+    }
 }
 
 /// The problems reported about one object (`Kind`, `namespace/name`).
@@ -145,10 +100,10 @@ fn key_of<K: Resource>(o: &K) -> String {
     )
 }
 
-impl Job {
+impl TrenchJob {
     /// One pass over every trench: validate, allocate from the current statuses, write
     /// the statuses and conditions that differ. Returns how many were written.
-    async fn pass(&self) -> Result<usize, kube::Error> {
+    async fn run_pass(&self) -> Result<usize, kube::Error> {
         let snap = self.stores.snapshot();
         let mut errors = Vec::new();
         let domains = super::domains(snap.objects(), &mut errors);
@@ -242,7 +197,7 @@ impl Job {
             .find(|c| c.type_ == READY)
             .map(|c| c.status == "True");
         if was_ok != Some(ok) {
-            self.event(t, ok, if ok { "Compiled" } else { why }, message)
+            self.event(t, ok, if ok { events::COMPILED } else { why }, message)
                 .await;
         }
         let before = previous.get(&key).cloned().unwrap_or_default();
@@ -257,7 +212,7 @@ impl Job {
                     self.event(
                         t,
                         true,
-                        "AddressAssigned",
+                        events::ADDRESS_ASSIGNED,
                         format!("node {node} on attractor {attractor}: {}", addrs.join(", ")),
                     )
                     .await;
@@ -275,7 +230,7 @@ impl Job {
                     self.event(
                         t,
                         true,
-                        "AddressFreed",
+                        events::ADDRESS_FREED,
                         format!(
                             "node {node} left attractor {attractor}: {} freed",
                             addrs.join(", ")

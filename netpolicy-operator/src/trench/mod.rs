@@ -59,7 +59,7 @@ pub const MAX_FLOWS: usize = (VIP_RULE_PRIORITY - FLOW_RULE_FIRST) as usize;
 
 impl crate::k8s::traffic::TrafficSnapshot {
     /// As [`crate::trench::Objects`].
-    pub fn objects(&self) -> crate::trench::Objects<'_> {
+    pub(crate) fn objects(&self) -> crate::trench::Objects<'_> {
         crate::trench::Objects {
             trenches: &self.trenches,
             attractors: &self.attractors,

@@ -1,0 +1,398 @@
+//! One runner for the global jobs (routing, floating IPs, traffic domains): jobs whose
+//! rules need every object at once implement [`Job`]; [`run`] owns everything about how
+//! they are driven — waiting for their caches, the debounce, the resync timer, metrics,
+//! readiness, and backoff by [`ErrorClass`].
+//!
+//! # Guarantees
+//! - No pass runs before every kind the job reads has synced.
+//! - The first pass, every resync and the pass after a failure are full
+//!   ([`Changes::full`]); other passes get the keys that changed.
+//! - A failed pass is retried by its class, never at a fixed short interval:
+//!   transient (timeouts, 5xx, 429) with exponential backoff and jitter from 1 s to
+//!   5 min; conflict (409) at once, then backing off like a transient error if it
+//!   repeats; permanent for this input (400, 403, 404, 413, 422) after the long backoff
+//!   (10 s doubling to 90 s) or as soon as something the job reads changes.
+//! - The job counts as ready (`/readyz`) once its kinds synced and its first pass ended
+//!   without error.
+//!
+//! # Examples
+//! ```no_run
+//! use std::{sync::Arc, time::Duration};
+//!
+//! use k8s_openapi::api::core::v1::Node;
+//! use netpolicy_operator::runtime::{Changes, Informers, Job, JobError, Next, Runner, Setup, Wake};
+//!
+//! /// Counts labelled nodes whenever a label changes.
+//! struct Census { nodes: kube::runtime::reflector::Store<Node> }
+//!
+//! impl Job for Census {
+//!     fn name(&self) -> &'static str { "census" }
+//!     async fn pass(&mut self, changes: &Changes) -> Result<Next, JobError> {
+//!         let labelled = self.nodes.state().iter().filter(|n| n.metadata.labels.is_some()).count();
+//!         println!("{labelled} labelled nodes (full pass: {})", changes.full);
+//!         Ok(Next::Resync)
+//!     }
+//! }
+//!
+//! # async fn demo(client: kube::Client) {
+//! let informers = Informers::new(client);
+//! let wake = Wake::new();
+//! let nodes = informers.get::<Node>();
+//! nodes.subscribe(&wake, |n| format!("{:?}", n.metadata.labels));
+//! let runner = Runner::new(Arc::default(), Duration::from_secs(300));
+//! let setup = Setup { job: Census { nodes: nodes.store() }, wake, kinds: vec![nodes.health()] };
+//! let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+//! let census = runner.run(setup, stop);
+//! informers.start();
+//! census.await;
+//! # }
+//! ```
+
+use std::{
+    hash::{BuildHasher, Hasher},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use super::informer::{Changes, KindHealth, Wake};
+use crate::{error::Chain, telemetry::Shared};
+
+/// How a failure is retried (docs/architecture.md, runtime).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ErrorClass {
+    /// Timeouts, connection failures, 5xx, 429: exponential backoff with jitter.
+    Transient,
+    /// 409: someone else wrote first; re-read and retry at once.
+    Conflict,
+    /// 400, 403, 404, 413, 422: the same input fails the same way; retried when the
+    /// input changes or after the long backoff.
+    Permanent,
+}
+
+impl ErrorClass {
+    /// The class of a Kubernetes API error.
+    pub fn of(e: &kube::Error) -> Self {
+        match e {
+            kube::Error::Api(s) => Self::of_status(s.code),
+            _ => Self::Transient,
+        }
+    }
+
+    /// The class of an HTTP status code.
+    pub fn of_status(code: u16) -> Self {
+        match code {
+            409 => Self::Conflict,
+            429 => Self::Transient,
+            400..=499 => Self::Permanent,
+            _ => Self::Transient,
+        }
+    }
+
+    /// The metric label (`transient`, `conflict`, `permanent`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Transient => "transient",
+            Self::Conflict => "conflict",
+            Self::Permanent => "permanent",
+        }
+    }
+
+    /// The backoff policy of this class.
+    pub fn backoff(self) -> Backoff {
+        match self {
+            Self::Transient => Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
+            Self::Conflict => Backoff::new(Duration::from_millis(100), Duration::from_secs(300)),
+            Self::Permanent => Backoff::new(Duration::from_secs(10), Duration::from_secs(90)),
+        }
+    }
+}
+
+/// A failed pass: its class and cause.
+#[derive(Debug, thiserror::Error)]
+#[error("{source}")]
+pub struct JobError {
+    /// How it is retried.
+    pub class: ErrorClass,
+    /// What failed.
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl JobError {
+    /// A failure of class `class`.
+    pub fn new(
+        class: ErrorClass,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self {
+            class,
+            source: source.into(),
+        }
+    }
+}
+
+impl From<kube::Error> for JobError {
+    fn from(e: kube::Error) -> Self {
+        Self::new(ErrorClass::of(&e), e)
+    }
+}
+
+/// What a pass asks of the runner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing pending: the next pass comes with a change or the resync.
+    Resync,
+    /// Something is due at a time the job knows (a backoff of one of its items, a
+    /// rollout wave): pass again after this long (or earlier, on a change).
+    After(Duration),
+}
+
+/// A global job: a pass over everything it reads, given what changed.
+pub trait Job: Send {
+    /// The job's name in logs, metrics (`controller` label) and readiness.
+    fn name(&self) -> &'static str;
+
+    /// One pass. It writes only what differs from what the caches show.
+    ///
+    /// # Errors
+    /// A failure the runner retries by its [`ErrorClass`]; the next pass is full.
+    fn pass(&mut self, changes: &Changes) -> impl Future<Output = Result<Next, JobError>> + Send;
+}
+
+/// Exponential backoff with jitter: each delay doubles up to `cap`, and is spread over
+/// ±20 % so that many failing items (or operators) do not retry in step.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    base: Duration,
+    cap: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    /// From `base`, doubling up to `cap`.
+    pub fn new(base: Duration, cap: Duration) -> Self {
+        Self {
+            base,
+            cap,
+            next: base,
+        }
+    }
+
+    /// The next delay (jittered), doubling the one after.
+    pub fn next_delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.cap);
+        jitter(d)
+    }
+
+    /// Back to the first delay.
+    pub fn reset(&mut self) {
+        self.next = self.base;
+    }
+}
+
+/// `d` spread uniformly over [0.8 d, 1.2 d).
+pub fn jitter(d: Duration) -> Duration {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(SEQ.fetch_add(1, Ordering::Relaxed));
+    let unit = (h.finish() >> 11) as f64 / (1u64 << 53) as f64;
+    d.mul_f64(0.8 + 0.4 * unit)
+}
+
+/// A job's readiness: its kinds synced and its first pass done.
+#[derive(Debug)]
+pub struct JobReadiness {
+    name: &'static str,
+    kinds: Vec<Arc<KindHealth>>,
+    first_pass: AtomicBool,
+    last_error: std::sync::Mutex<Option<String>>,
+}
+
+impl JobReadiness {
+    /// Readiness of job `name`, which reads `kinds`.
+    pub fn new(name: &'static str, kinds: Vec<Arc<KindHealth>>) -> Arc<Self> {
+        Arc::new(Self {
+            name,
+            kinds,
+            first_pass: AtomicBool::new(false),
+            last_error: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// Why the job is not ready yet (`None` when it is): the kinds it waits for and the
+    /// API server's answer, or its first pass.
+    pub fn waiting_for(&self) -> Option<String> {
+        let kinds: Vec<String> = self.kinds.iter().filter_map(|k| k.waiting_for()).collect();
+        if !kinds.is_empty() {
+            return Some(format!("{}: {}", self.name, kinds.join("; ")));
+        }
+        if self.first_pass.load(Ordering::Acquire) {
+            return None;
+        }
+        match &*super::informer::lock(&self.last_error) {
+            Some(e) => Some(format!("{}: first pass failed: {e}", self.name)),
+            None => Some(format!("{}: first pass not finished", self.name)),
+        }
+    }
+
+    /// Whether every kind is usable.
+    pub fn synced(&self) -> bool {
+        self.kinds.iter().all(|k| k.usable())
+    }
+
+    /// Waits until every kind is usable.
+    pub async fn wait_synced(&self) {
+        for k in &self.kinds {
+            k.usable_now().await;
+        }
+    }
+
+    /// The first pass ended (successfully).
+    pub fn passed(&self) {
+        self.first_pass.store(true, Ordering::Release);
+    }
+
+    /// The first pass failed with `e` (shown until a pass succeeds).
+    pub fn failed(&self, e: String) {
+        *super::informer::lock(&self.last_error) = Some(e);
+    }
+}
+
+/// A job with what wakes it and the kinds it reads (their health is what readiness
+/// waits for).
+pub struct Setup<J> {
+    /// The job.
+    pub job: J,
+    /// Its wake-up, subscribed to the informers of the kinds it reads.
+    pub wake: Wake,
+    /// The health of those kinds.
+    pub kinds: Vec<Arc<KindHealth>>,
+}
+
+/// Runs [`Job`]s: see the module docs.
+#[derive(Debug, Clone)]
+pub struct Runner {
+    shared: Arc<Shared>,
+    resync: Duration,
+    debounce: Duration,
+}
+
+impl Runner {
+    /// A runner reporting to `shared` (metrics, readiness), with full passes every
+    /// `resync`.
+    pub fn new(shared: Arc<Shared>, resync: Duration) -> Self {
+        Self {
+            shared,
+            resync,
+            debounce: Duration::from_millis(100),
+        }
+    }
+
+    /// How long to gather a burst of changes into one pass (default 100 ms).
+    #[must_use]
+    pub fn debounce(mut self, d: Duration) -> Self {
+        self.debounce = d;
+        self
+    }
+
+    /// Runs a job until `stop` turns true: waits for its kinds to sync, then passes on
+    /// changes (from its wake), on the resync timer, and on the job's own schedule.
+    /// The job counts for readiness from this call on (before the future is polled).
+    pub fn run<J: Job + 'static>(
+        &self,
+        setup: Setup<J>,
+        stop: watch::Receiver<bool>,
+    ) -> impl Future<Output = ()> + Send + 'static + use<J> {
+        let ready = JobReadiness::new(setup.job.name(), setup.kinds);
+        self.shared
+            .register(Arc::clone(&ready) as Arc<dyn crate::telemetry::Waiting>);
+        let this = self.clone();
+        async move { this.drive(setup.job, setup.wake, ready, stop).await }
+    }
+
+    async fn drive<J: Job>(
+        &self,
+        mut job: J,
+        wake: Wake,
+        ready: Arc<JobReadiness>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let name = job.name();
+        tokio::select! {
+            () = ready.wait_synced() => {}
+            _ = stop.changed() => return,
+        }
+        info!(job = name, "caches synced: running");
+        let mut full = true;
+        let mut last_full = Instant::now();
+        let mut backoff: Option<(ErrorClass, Backoff)> = None;
+        loop {
+            let mut changes = wake.take();
+            changes.full |= full;
+            if changes.full {
+                last_full = Instant::now();
+            }
+            let start = Instant::now();
+            let result = job.pass(&changes).await;
+            let took = start.elapsed();
+            self.shared.metrics.reconciled(
+                name,
+                took,
+                result.as_ref().err().map(|e| e.class.as_str()),
+            );
+            // How long to wait, and whether a change may cut the wait short.
+            let (wait, on_change) = match result {
+                Ok(next) => {
+                    full = false;
+                    backoff = None;
+                    ready.passed();
+                    let until_resync = self.resync.saturating_sub(last_full.elapsed());
+                    match next {
+                        Next::Resync => (until_resync, true),
+                        Next::After(d) => (d.min(until_resync), true),
+                    }
+                }
+                Err(e) => {
+                    full = true;
+                    if !ready.synced() {
+                        // A kind was lost (say, its permission revoked): say so.
+                        debug!(job = name, "a kind is not usable");
+                    }
+                    ready.failed(Chain(&e).to_string());
+                    let b = match &mut backoff {
+                        Some((class, b)) if *class == e.class => b,
+                        _ => &mut backoff.insert((e.class, e.class.backoff())).1,
+                    };
+                    let d = b.next_delay();
+                    warn!(job = name, class = e.class.as_str(), error = %Chain(&e), retry_in = ?d, "pass failed");
+                    (d, e.class == ErrorClass::Permanent)
+                }
+            };
+            if wait.is_zero() {
+                full = true;
+                continue;
+            }
+            tokio::select! {
+                _ = stop.changed() => {
+                    info!(job = name, "stopped");
+                    return;
+                }
+                () = tokio::time::sleep(wait) => {
+                    if last_full.elapsed() >= self.resync {
+                        full = true;
+                    }
+                }
+                () = wake.notified(), if on_change => {}
+            }
+            // Gather a burst into one pass.
+            tokio::time::sleep(self.debounce).await;
+        }
+    }
+}
