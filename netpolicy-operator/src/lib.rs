@@ -22,7 +22,12 @@
 //! lease.
 //! - [`k8s`]: shared Kubernetes plumbing (watches, field managers, the problem type,
 //!   the Node facts every job reads);
-//! - [`runtime`]: the operator process (leader election, health and metrics endpoints);
+//! - [`runtime`]: how a job runs — one shared informer per kind
+//!   ([`runtime::Informers`]), one runner for global jobs ([`runtime::Runner`],
+//!   [`runtime::Job`]), error classes and backoff ([`runtime::ErrorClass`]) — and the
+//!   operator process (leader election, health and metrics endpoints). Other operators
+//!   may reuse the informers and the runner for their own jobs: see [`runtime::runner`]'s
+//!   example;
 //! - [`telemetry`]: the metrics and health flags controllers and the agent update;
 //! - [`plan`]: `netpolicy plan`, reading manifests from disk ([`manifest`]) and calling
 //!   each job's pure functions;

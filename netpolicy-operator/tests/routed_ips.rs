@@ -705,20 +705,145 @@ async fn digitalocean_ips_are_found_again_by_their_recorded_address_after_a_rest
     // second one is created. The holder goes NotReady: it moves.
     drop(op);
     let op = operator(cp, &ns, &log);
+    // Another RoutedIP whose provider does not answer (connection refused: the client
+    // retries with backoff inside each call, then the RoutedIP backs off): it must not
+    // delay this one's failover.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let broken: RoutedIPIssuer = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIPIssuer",
+        "metadata": {"name": "do-broken"},
+        "spec": {"digitalocean": {"tokenSecretRef": {"namespace": ns, "name": "do", "key": "api-token"},
+                                  "region": "fra1", "endpoint": format!("http://127.0.0.1:{dead}/v2")}}
+    }))
+    .unwrap();
+    Api::<RoutedIPIssuer>::all(client.clone())
+        .create(&PostParams::default(), &broken)
+        .await
+        .unwrap();
+    let stuck: RoutedIP = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIP",
+        "metadata": {"name": "do-stuck"},
+        "spec": {"issuerRef": {"name": "do-broken"},
+                 "nodeSelector": {"matchLabels": {"pool": "do"}}}
+    }))
+    .unwrap();
+    rips.create(&PostParams::default(), &stuck).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await; // do-stuck is in its retries now
+    let t = Instant::now();
     set_ready(&nodes, "do-a", false).await;
     until(&client, "do-web", "on do-b", &log, settled_on("do-b")).await;
+    assert!(
+        t.elapsed() < Duration::from_secs(8),
+        "the failover waited {:?} behind another RoutedIP's provider trouble",
+        t.elapsed()
+    );
     {
         let c = cloud.lock().unwrap();
         assert_eq!(c.ips.len(), 1, "{:?}", c.ips);
         assert_eq!(c.ips[0]["droplet"]["id"], 8_219_223);
     }
-    // Delete: the IP goes.
+    let stuck_status = status(&client, "do-stuck").await.unwrap_or_default();
+    assert!(
+        stuck_status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "False"),
+        "{stuck_status:?}"
+    );
+    // Killed while an assignment was in flight, restarted after the provider completed
+    // it: the status still names do-b, the provider says do-a. The provider is the
+    // truth: the status follows (do-b cools down) and the IP is not moved back.
+    drop(op);
+    set_ready(&nodes, "do-a", true).await;
+    cloud.lock().unwrap().ips[0]["droplet"] = json!({"id": 8_219_222});
+    let mark = cloud.lock().unwrap().log.len();
+    let op = operator(cp, &ns, &log);
+    let s = until(
+        &client,
+        "do-web",
+        "the status follows the provider",
+        &log,
+        settled_on("do-a"),
+    )
+    .await;
+    assert!(s.cooldown_until.contains_key("do-b"), "{s:?}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(cloud.lock().unwrap().ips[0]["droplet"]["id"], 8_219_222);
+    let c = calls(&cloud, mark);
+    assert!(
+        !c.iter().any(|call| call.contains("\"type\":\"assign\"")),
+        "moved after the restart: {c:#?}"
+    );
+    assert_eq!(
+        status(&client, "do-web")
+            .await
+            .and_then(|s| s.node)
+            .as_deref(),
+        Some("do-a")
+    );
+    // Delete, with someone else's finalizer on the RoutedIP: the IP goes, our
+    // finalizer goes, theirs stays (the release patch tests the list it changes).
+    let mut fins = rips
+        .get("do-web")
+        .await
+        .unwrap()
+        .metadata
+        .finalizers
+        .unwrap_or_default();
+    assert_eq!(fins, ["netpolicy.io/routed-ip"]);
+    fins.push("example.com/keep".into());
+    rips.patch(
+        "do-web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": fins}})),
+    )
+    .await
+    .unwrap();
     rips.delete("do-web", &DeleteParams::default())
         .await
         .unwrap();
     let t = Instant::now();
-    while !cloud.lock().unwrap().ips.is_empty() || rips.get_opt("do-web").await.unwrap().is_some() {
-        assert!(t.elapsed() < Duration::from_secs(30), "not deleted");
+    loop {
+        let fins = rips
+            .get_opt("do-web")
+            .await
+            .unwrap()
+            .map(|r| r.metadata.finalizers.unwrap_or_default());
+        if cloud.lock().unwrap().ips.is_empty()
+            && fins.as_deref() == Some(&["example.com/keep".to_owned()][..])
+        {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "not released: {fins:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    rips.patch(
+        "do-web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    // The broken issuer goes first: its RoutedIP is then let go without a provider call.
+    Api::<RoutedIPIssuer>::all(client.clone())
+        .delete("do-broken", &DeleteParams::default())
+        .await
+        .unwrap();
+    rips.delete("do-stuck", &DeleteParams::default())
+        .await
+        .unwrap();
+    let t = Instant::now();
+    while rips.get_opt("do-web").await.unwrap().is_some()
+        || rips.get_opt("do-stuck").await.unwrap().is_some()
+    {
+        assert!(t.elapsed() < Duration::from_secs(60), "not deleted");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     drop(op);

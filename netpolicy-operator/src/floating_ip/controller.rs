@@ -2,6 +2,12 @@
 //! FloatingIPClaims → claims, statuses, auto-allocated FloatingIPs and kube-vip's
 //! ConfigMaps (the rules are [`super::pass`]).
 //!
+//! Shape: a global [`Job`] under the shared runner, because an allocation must know
+//! every claim of its range and a kube-vip ConfigMap gathers a whole namespace's
+//! addresses. Items that fail on their own (a kube-vip ConfigMap refused by an admission
+//! policy, a guest cluster that does not answer) back off on their own, and their
+//! FloatingIPs say `Published=False` meanwhile; the rest of the pass goes on.
+//!
 //! # Guarantees
 //! - Nothing is allocated before every cache has synced: the claims in the API server
 //!   are the record of what is allocated, and all of them are known first.

@@ -2,6 +2,11 @@
 //! Calico's `BGPPeer`s → reflector labels and cluster-ID annotations on Nodes and our
 //! `BGPPeer` objects (docs/architecture.md, RouteReflectorConfig; the rules are netpolicy-rr's).
 //!
+//! Shape: kube-runtime's `Controller` on the one RouteReflectorConfig `default`, woken by
+//! Node and BGPPeer changes (`reconcile_all_on`); `Action::requeue` paces the transition
+//! steps (`stepDelaySeconds`) and `error_policy` backs off by error class. Transitions,
+//! steps, settling, the mesh switch and not-ready reasons are Events on the config.
+//!
 //! # Guarantees
 //! - Nothing is written before every cache has synced, and nothing without a
 //!   RouteReflectorConfig `default`.

@@ -2,6 +2,12 @@
 //! EndpointSlices → cloud IPs on elected nodes, with the cloud firewall kept in step
 //! (docs/architecture.md, RoutedIP; election and the failover plan are netpolicy-issuers').
 //!
+//! Shape: kube-runtime's `Controller`, one reconcile per RoutedIP, because each IP is
+//! independent and a provider call can be slow or rate-limited: one RoutedIP must never
+//! wait behind another. It runs netpolicy-issuers' driver (`observe`, `plan`,
+//! `execute`: what its property tests exercise), one step at a time so each is in the
+//! status before it runs.
+//!
 //! # Guarantees
 //! - The address is recorded in `status.address` before the IP is assigned anywhere
 //!   (DigitalOcean IPs carry no tags: an unrecorded one would be orphaned). A restarted
@@ -24,8 +30,13 @@
 //! - Deletion follows `reclaimPolicy` behind the finalizer `netpolicy.io/routed-ip`:
 //!   `Retain` unassigns, `Delete` deletes. A RoutedIP whose issuer is gone is let go
 //!   with a Warning Event (nothing can be called).
-//! - A 429 waits the provider's `Retry-After` for that RoutedIP only; other errors back
-//!   off per RoutedIP (2 s doubling to 60 s) and show in the `Ready` condition.
+//! - A 429 waits the provider's delay (`Retry-After`, else `RateLimit-Reset`, capped
+//!   at 5 min) for that RoutedIP only; other errors back off per RoutedIP by their class
+//!   (transient from 1 s to 5 min, permanent from 10 s to 90 s) and show in the `Ready`
+//!   condition and an Event.
+//! - After a restart the provider's holder is the truth: an operator killed after the
+//!   provider moved the IP but before the status said so corrects `status.node`, records
+//!   the cooldown of the node that lost it, and does not move the IP back.
 //! - Every resync, each issuer's IPs tagged for this cluster (Hetzner labels) are
 //!   listed: one whose RoutedIP is gone is an orphan, shown in the issuer's `Orphans`
 //!   condition and a Warning Event, and never deleted (a `Retain`ed IP is one).

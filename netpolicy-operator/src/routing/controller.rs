@@ -1,6 +1,10 @@
 //! The routing controller: ClusterConfig + NodeConfigs + Nodes → one
 //! NodeNetworkConfig per node (docs/architecture.md, node agent model), and the policies' status.
 //!
+//! Shape: a global [`Job`] under the shared runner, because a node's rendering merges
+//! every policy that selects it; it uses the change set (netpolicy-core's incremental
+//! engine) instead of recomputing the cluster.
+//!
 //! # Guarantees
 //! - Nothing is written before every watched cache has synced (a partial cache would
 //!   render nodes without some of their policies).

@@ -4,6 +4,9 @@
 //! the transitions that matter. The routing job compiles the trenches into
 //! NodeNetworkConfigs from those statuses.
 //!
+//! Shape: a global [`Job`] under the shared runner: a trench's allocation reads all of
+//! its objects and every node at once.
+//!
 //! # Guarantees
 //! - What a Trench's status hands out stays while it fits: a node keeps its address
 //!   while its attractor selects it; a node that leaves frees its own (and nothing
