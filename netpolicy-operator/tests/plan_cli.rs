@@ -1147,8 +1147,9 @@ spec:
     );
 }
 
-/// A NodeConfig with 50,000 routes is legitimate; an alias bomb is not, and the error
-/// names the object, the file and the limit.
+/// A NodeConfig with 50,000 routes parses and renders (and is reported as too large for
+/// one NodeNetworkConfig); an alias bomb is refused, and the error names the object, the
+/// file and the limit.
 #[test]
 fn realistic_sizes_parse_and_alias_bombs_are_refused_by_name() {
     let mut text = format!(
@@ -1169,8 +1170,19 @@ spec:
         ));
     }
     let (code, v, stderr) = plan_json(&text);
-    assert_eq!(code, 0, "{stderr}");
     assert_eq!(v["nodes"]["n1"]["routes"].as_array().unwrap().len(), 50_000);
+    // It parses and renders; the rendering is more than the operator writes into one
+    // NodeNetworkConfig (--max-object-bytes), and that is the only problem reported.
+    assert_eq!(code, 1, "{stderr}");
+    let errors = v["errors"].as_array().unwrap();
+    assert!(!errors.is_empty());
+    for e in errors {
+        assert_eq!(e["kind"], "NodeNetworkConfig", "{e}");
+        assert!(
+            e["message"].as_str().unwrap().starts_with("TooLarge: "),
+            "{e}"
+        );
+    }
 
     let mut bomb = String::from(
         "apiVersion: netpolicy.io/v1alpha1\nkind: NodeConfig\nmetadata:\n  name: bomb\nspec:\n  a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n",
@@ -1590,4 +1602,44 @@ fn plan_shows_each_policys_rollout_waves_and_refuses_a_bad_rollout() {
             .any(|e| e["kind"] == "NodeConfig" && e["field"] == "spec.rollout.maxUnavailable"),
         "{errs:#?}"
     );
+}
+
+#[test]
+fn a_node_config_too_large_to_store_is_an_error_naming_the_node_and_its_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: big\n  labels:\n    kubernetes.io/hostname: big\n",
+    );
+    for p in 0..3u32 {
+        text.push_str(&format!(
+            "---\napiVersion: netpolicy.io/v1alpha1\nkind: NodeConfig\nmetadata:\n  name: huge{p}\nspec:\n  nodeSelector:\n    matchLabels:\n      kubernetes.io/hostname: big\n  routes:\n"
+        ));
+        for i in 0..12_000u32 {
+            let a = p * 12_000 + i;
+            text.push_str(&format!(
+                "  - {{to: 10.{}.{}.{}/32, via: 192.0.2.1}}\n",
+                100 + (a >> 16),
+                (a >> 8) & 255,
+                a & 255
+            ));
+        }
+    }
+    let path = dir.path().join("big.yaml");
+    std::fs::write(&path, text).unwrap();
+    let out = netpolicy()
+        .args(["plan", "-o", "json", "-f"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let e = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "NodeNetworkConfig")
+        .unwrap_or_else(|| panic!("no size error: {}", v["errors"]));
+    assert_eq!(e["name"], "big");
+    let m = e["message"].as_str().unwrap();
+    assert!(m.starts_with("TooLarge: ") && m.contains("bytes"), "{m}");
 }

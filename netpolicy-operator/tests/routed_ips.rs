@@ -746,14 +746,19 @@ async fn digitalocean_ips_are_found_again_by_their_recorded_address_after_a_rest
         assert_eq!(c.ips.len(), 1, "{:?}", c.ips);
         assert_eq!(c.ips[0]["droplet"]["id"], 8_219_223);
     }
-    let stuck_status = status(&client, "do-stuck").await.unwrap_or_default();
-    assert!(
-        stuck_status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "False"),
-        "{stuck_status:?}"
-    );
+    // The other one says why it has no IP (once its first call gave up).
+    until(
+        &client,
+        "do-stuck",
+        "do-stuck reports its provider",
+        &log,
+        |s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == "ProviderError")
+        },
+    )
+    .await;
     // Killed while an assignment was in flight, restarted after the provider completed
     // it: the status still names do-b, the provider says do-a. The provider is the
     // truth: the status follows (do-b cools down) and the IP is not moved back.

@@ -86,6 +86,57 @@ fn operator(cp: &ControlPlane, ns: &str, name: &str) -> (Killed, u16, std::path:
     (op, port, log)
 }
 
+/// WATCH requests the API server is serving now, per resource (its own metric
+/// `apiserver_longrunning_requests`).
+async fn watches(client: &Client) -> std::collections::BTreeMap<String, i64> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    let mut out = std::collections::BTreeMap::new();
+    for l in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_longrunning_requests{"))
+    {
+        if !l.contains("verb=\"WATCH\"") {
+            continue;
+        }
+        let resource = l
+            .split("resource=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_default()
+            .to_owned();
+        let n: f64 = l.rsplit(' ').next().unwrap().parse().unwrap();
+        *out.entry(resource).or_default() += n as i64;
+    }
+    out
+}
+
+/// The resources the operator's jobs read (Calico's BGPPeer is not installed here).
+const READ: [&str; 20] = [
+    "nodes",
+    "namespaces",
+    "services",
+    "endpointslices",
+    "clusterconfigs",
+    "nodeconfigs",
+    "nodenetworkconfigs",
+    "floatingipranges",
+    "floatingips",
+    "floatingipclaims",
+    "routedips",
+    "routedipissuers",
+    "routereflectorconfigs",
+    "trenches",
+    "attractors",
+    "gateways",
+    "vips",
+    "conduits",
+    "streams",
+    "flows",
+];
+
 #[tokio::test(flavor = "multi_thread")]
 async fn readiness_waits_for_every_kind_and_names_the_one_it_cannot_list() {
     let _serial = SERIAL.lock().await;
@@ -113,6 +164,8 @@ async fn readiness_waits_for_every_kind_and_names_the_one_it_cannot_list() {
     )
     .await;
     let ns = cp.namespace("ready").await;
+    tokio::time::sleep(Duration::from_secs(2)).await; // earlier operators' watches closed
+    let before = watches(&client).await;
     let (_op, port, log) = operator(cp, &ns, "ready");
     eventually("the operator leads", 60, || async { leading(port) }).await;
     // Leading, one kind unlistable: not ready, and the body says who waits for what.
@@ -143,6 +196,17 @@ async fn readiness_waits_for_every_kind_and_names_the_one_it_cannot_list() {
     .await;
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("cannot list"), "{text}");
+    // One WATCH per resource, whatever the number of jobs reading it (Nodes are read by
+    // four jobs), from the API server's own metrics.
+    let after = watches(&client).await;
+    let mut total = 0;
+    for r in READ {
+        let n = after.get(r).copied().unwrap_or(0) - before.get(r).copied().unwrap_or(0);
+        println!("WATCH {r}: {n}");
+        total += n;
+        assert_eq!(n, 1, "{r}: {n} WATCH streams from the operator");
+    }
+    println!("{total} WATCH streams for {} resources", READ.len());
 }
 
 /// A ValidatingAdmissionPolicy refusing writes of ConfigMap `name` in `ns`; returns a
@@ -417,7 +481,7 @@ async fn a_node_network_config_too_large_to_store_is_not_sent_and_its_policies_s
             .await
             .ok()
             .flatten()
-            .is_some_and(|o| !o.spec.routes.is_empty())
+            .is_some_and(|o| !o.spec.rendered.routes.is_empty())
     })
     .await;
     // Every policy selecting the big node says TooLarge, naming node and size.
@@ -448,7 +512,17 @@ async fn a_node_network_config_too_large_to_store_is_not_sent_and_its_policies_s
     );
     assert!(nncs.get_opt(&big).await.unwrap().is_none());
     println!("no write in {:?}", start.elapsed());
-    // One policy goes: the rest fits, is written, and the condition clears.
+    // One policy shrinks and the others go: the rest fits, is written, and the
+    // condition clears.
+    let mut small_again = big_node_config(&names[0], &big, 0);
+    small_again.spec.routing.routes.truncate(100);
+    ncs.patch(
+        &names[0],
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"routes": small_again.spec.routing.routes}})),
+    )
+    .await
+    .unwrap();
     ncs.delete(&names[2], &DeleteParams::default())
         .await
         .unwrap();
@@ -463,7 +537,7 @@ async fn a_node_network_config_too_large_to_store_is_not_sent_and_its_policies_s
                 .await
                 .ok()
                 .flatten()
-                .is_some_and(|o| o.spec.routes.len() == 12_000)
+                .is_some_and(|o| o.spec.rendered.routes.len() == 100)
         },
     )
     .await;

@@ -438,6 +438,27 @@ pub fn plan(m: &Manifests) -> PlanReport {
             }),
         }
     }
+    // What the operator would not write: a node's NodeNetworkConfig over the default
+    // `--max-object-bytes` (measured once per distinct rendering, on the same object).
+    let mut sizes: HashMap<*const RenderedSpec, usize> = HashMap::new();
+    for (node, spec) in &report.nodes {
+        let bytes = *sizes.entry(Arc::as_ptr(spec)).or_insert_with(|| {
+            let nnc = crate::routing::node_spec((**spec).clone(), Vec::new(), None);
+            crate::routing::object_bytes(&crate::routing::node_object(node, "", &nnc))
+        });
+        if bytes > crate::runtime::DEFAULT_MAX_OBJECT_BYTES {
+            errors.push(InputError {
+                kind: "NodeNetworkConfig".into(),
+                name: node.clone(),
+                field: "spec".into(),
+                message: format!(
+                    "TooLarge: {bytes} bytes, over the {} the operator writes \
+                     (--max-object-bytes); the node would keep its last config",
+                    crate::runtime::DEFAULT_MAX_OBJECT_BYTES
+                ),
+            });
+        }
+    }
     let (ranges, fips, kube_vip) = plan_floating_ips(m, &mut errors, &mut report.warnings);
     report.floating_ip_ranges = ranges;
     report.floating_ips = fips;

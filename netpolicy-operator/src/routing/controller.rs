@@ -39,7 +39,6 @@ use kube::{
     },
 };
 use netpolicy_core::{merge::NodeOutcome, render::RenderedSpec};
-use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::rollout::{self, NodeState};
@@ -665,25 +664,11 @@ impl RoutingJob {
                     let uid = get(&stores.nodes, node)
                         .and_then(|n| n.uid())
                         .unwrap_or_default();
-                    let obj = json!({
-                        "apiVersion": "netpolicy.io/v1alpha1",
-                        "kind": "NodeNetworkConfig",
-                        "metadata": {
-                            "name": node,
-                            "labels": {MANAGED_BY.0: MANAGED_BY.1},
-                            "ownerReferences": [{
-                                "apiVersion": "v1",
-                                "kind": "Node",
-                                "name": node,
-                                "uid": uid,
-                            }],
-                        },
-                        "spec": spec,
-                    });
+                    let obj = super::node_object(node, &uid, spec);
                     // Larger than the API server stores: not sent (it would be refused
                     // with 413 on every pass); the node keeps its last config and the
                     // policies that select it say why.
-                    let bytes = serde_json::to_vec(&obj).map_or(0, |v| v.len());
+                    let bytes = super::object_bytes(&obj);
                     if bytes > *max_object_bytes {
                         if too_large.get(node).map(|(b, _)| *b) != Some(bytes) {
                             warn!(
@@ -741,7 +726,7 @@ impl RoutingJob {
             .map(|(node, obj)| {
                 let pp = &pp;
                 async move {
-                    let bytes = serde_json::to_vec(&obj).map_or(0, |v| v.len());
+                    let bytes = super::object_bytes(&obj);
                     let r = api.patch(&node, pp, &Patch::Apply(&obj)).await.map(|_| ());
                     (node, bytes, r)
                 }

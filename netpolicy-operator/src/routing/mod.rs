@@ -310,6 +310,32 @@ pub fn with_job_addresses(spec: &RenderedSpec, extra: &[(AddressSpec, String)]) 
     out
 }
 
+/// The NodeNetworkConfig the operator applies for `node` (owned by its Node, uid
+/// `node_uid`): one definition for the write and for the size check (`plan` measures
+/// the same object).
+pub fn node_object(node: &str, node_uid: &str, spec: &NodeNetworkConfigSpec) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "netpolicy.io/v1alpha1",
+        "kind": "NodeNetworkConfig",
+        "metadata": {
+            "name": node,
+            "labels": {crate::k8s::MANAGED_BY.0: crate::k8s::MANAGED_BY.1},
+            "ownerReferences": [{
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": node,
+                "uid": node_uid,
+            }],
+        },
+        "spec": spec,
+    })
+}
+
+/// The size of an object as sent (bytes of JSON): what `--max-object-bytes` limits.
+pub fn object_bytes(o: &serde_json::Value) -> usize {
+    serde_json::to_vec(o).map_or(0, |v| v.len())
+}
+
 /// The NodeNetworkConfig spec of a node: its rendering, its probes and
 /// `rollbackSeconds`, and the revision of all that (without probes and a rollback
 /// setting the revision is [`revision`]'s, as before probes existed).
