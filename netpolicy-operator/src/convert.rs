@@ -12,22 +12,22 @@ use serde_json::{Map, Value, json};
 
 /// The result of a conversion.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Converted {
+pub(crate) struct Converted {
     /// netpolicy objects, in input order (the merged ClusterConfig first).
-    pub objects: Vec<Value>,
+    pub(crate) objects: Vec<Value>,
     /// What a person should check (choices made, fields dropped).
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
     /// Inputs that could not be converted (`<where>: why`).
-    pub errors: Vec<String>,
+    pub(crate) errors: Vec<String>,
     /// Documents of other kinds, passed through unchanged.
-    pub passed: usize,
+    pub(crate) passed: usize,
 }
 
 const IPRULER: &str = "ipruler.pegah.tech/v1";
 const KUBEFIP: &str = "kubefip.k8s.binbash.org/v1";
 const OURS: &str = "netpolicy.io/v1alpha1";
 /// First priority given to ipruler rules (which have none).
-pub const FIRST_RULE_PRIORITY: u32 = 1000;
+pub(crate) const FIRST_RULE_PRIORITY: u32 = 1000;
 
 fn name_of(v: &Value) -> String {
     v["metadata"]["name"]
@@ -126,7 +126,7 @@ fn routing(
 }
 
 /// Converts `docs` (each with where it came from, for messages).
-pub fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Converted {
+pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Converted {
     let mut out = Converted::default();
     let mut next_priority = FIRST_RULE_PRIORITY;
     let mut cluster: Option<Map<String, Value>> = None;

@@ -31,8 +31,8 @@ use kube::{
     api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
 };
 use netpolicy_operator::{
+    NodeFacts,
     api::{RouteReflectorConfig, crds},
-    k8s::NodeFacts,
     route_reflector::{self as rr, CalicoBgpPeer, controller::bgp_peer_resource},
 };
 use netpolicy_rr::sim::{self, Tie};

@@ -7,7 +7,7 @@
 //! [`netpolicy_ipam::assign`], shared by `netpolicy plan` and the controller
 //! ([`controller`], the only part that awaits).
 
-pub mod controller;
+pub(crate) mod controller;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -32,43 +32,43 @@ use crate::{
 };
 
 /// Kind names, as in errors.
-pub const RANGE_KIND: &str = "FloatingIPRange";
+pub(crate) const RANGE_KIND: &str = "FloatingIPRange";
 /// Kind names, as in errors.
-pub const FIP_KIND: &str = "FloatingIP";
+pub(crate) const FIP_KIND: &str = "FloatingIP";
 
 /// A FloatingIP to serve: an object, or one a range's `autoAllocate` creates.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claim {
+pub(crate) struct Claim {
     /// Namespace.
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// Name.
-    pub name: String,
+    pub(crate) name: String,
     /// FloatingIPRange name.
-    pub range: String,
+    pub(crate) range: String,
     /// The static request (`spec.address`), as written.
-    pub address: Option<String>,
+    pub(crate) address: Option<String>,
     /// Whether `autoAllocate` creates it.
-    pub auto: bool,
+    pub(crate) auto: bool,
 }
 
 impl Claim {
     /// The owner name in the pools: `namespace/name`.
-    pub fn owner(&self) -> String {
+    pub(crate) fn owner(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
 }
 
 /// One Claim's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
+pub(crate) struct Answer {
     /// The claim.
-    pub claim: Claim,
+    pub(crate) claim: Claim,
     /// Its address, or the problem (field and message) that kept it from one.
-    pub result: Result<IpAddr, (&'static str, String)>,
+    pub(crate) result: Result<IpAddr, (&'static str, String)>,
 }
 
 /// An error about FloatingIP `namespace/name`.
-pub fn fip_error(namespace: &str, name: &str, field: &str, message: String) -> InputError {
+pub(crate) fn fip_error(namespace: &str, name: &str, field: &str, message: String) -> InputError {
     InputError {
         kind: FIP_KIND.into(),
         name: format!("{namespace}/{name}"),
@@ -79,7 +79,7 @@ pub fn fip_error(namespace: &str, name: &str, field: &str, message: String) -> I
 
 /// Pools from the ranges (sorted by name by the caller); invalid ranges are reported and
 /// left out, so nothing is allocated from them.
-pub fn pools(ranges: &[&FloatingIPRange], errors: &mut Vec<InputError>) -> Pools {
+pub(crate) fn pools(ranges: &[&FloatingIPRange], errors: &mut Vec<InputError>) -> Pools {
     let mut pools = Pools::new();
     for r in ranges {
         let name = r.metadata.name.clone().unwrap_or_default();
@@ -109,7 +109,7 @@ pub fn pools(ranges: &[&FloatingIPRange], errors: &mut Vec<InputError>) -> Pools
 /// The FloatingIPs a range's `autoAllocate` creates: one per Namespace that matches its
 /// selector and name prefix. An invalid selector or generated name is reported and
 /// creates none.
-pub fn auto_claims<'a>(
+pub(crate) fn auto_claims<'a>(
     range: &FloatingIPRange,
     namespaces: impl IntoIterator<Item = &'a Namespace>,
     errors: &mut Vec<InputError>,
@@ -159,7 +159,7 @@ pub fn auto_claims<'a>(
 /// matching Namespace (not being deleted) that has no FloatingIP from that range yet
 /// and no FloatingIP of the generated name. `existing` is every FloatingIP as
 /// (namespace, name, range).
-pub fn missing_auto(
+pub(crate) fn missing_auto(
     ranges: &[&FloatingIPRange],
     namespaces: &[&Namespace],
     existing: &[(String, String, String)],
@@ -197,7 +197,7 @@ pub fn missing_auto(
 }
 
 /// The claim of a FloatingIP object (namespace defaults to `default`, as in manifests).
-pub fn claim(f: &FloatingIP) -> Claim {
+pub(crate) fn claim(f: &FloatingIP) -> Claim {
     Claim {
         namespace: f
             .metadata
@@ -215,7 +215,7 @@ pub fn claim(f: &FloatingIP) -> Claim {
 /// FloatingIPs' status (`(range, owner, address text)`), with [`assign::assign`]'s rule.
 /// `known_ranges` tells a range that does not exist from one that is invalid.
 /// Problems with records are reported on their range; answers come in `claims` order.
-pub fn serve(
+pub(crate) fn serve(
     pools: &mut Pools,
     recorded: &[(String, String, String)],
     claims: Vec<Claim>,
@@ -321,76 +321,76 @@ fn refusal(range: &str, r: Refusal, known_ranges: &BTreeSet<String>) -> (&'stati
 
 /// Finalizer on every FloatingIPRange: a range with allocations is not deleted until
 /// they are gone.
-pub const RANGE_FINALIZER: &str = "netpolicy.io/allocations";
+pub(crate) const RANGE_FINALIZER: &str = "netpolicy.io/allocations";
 /// Label on the FloatingIPs `autoAllocate` creates: the range that made them.
-pub const AUTO_RANGE_LABEL: &str = "netpolicy.io/auto-allocated-from";
+pub(crate) const AUTO_RANGE_LABEL: &str = "netpolicy.io/auto-allocated-from";
 
 /// What the controller reads.
 #[derive(Debug, Clone, Copy)]
-pub struct World<'a> {
+pub(crate) struct World<'a> {
     /// Every FloatingIPRange.
-    pub ranges: &'a [Arc<FloatingIPRange>],
+    pub(crate) ranges: &'a [Arc<FloatingIPRange>],
     /// Every FloatingIP.
-    pub fips: &'a [Arc<FloatingIP>],
+    pub(crate) fips: &'a [Arc<FloatingIP>],
     /// Every Namespace.
-    pub namespaces: &'a [Arc<Namespace>],
+    pub(crate) namespaces: &'a [Arc<Namespace>],
     /// Every FloatingIPClaim.
-    pub claims: &'a [Arc<FloatingIPClaim>],
+    pub(crate) claims: &'a [Arc<FloatingIPClaim>],
     /// What the last publication to each guest cluster (`<namespace>/<secret>`) gave:
     /// `Ok`, or why it failed. Absent: not tried yet.
-    pub guests: &'a BTreeMap<String, Result<(), String>>,
+    pub(crate) guests: &'a BTreeMap<String, Result<(), String>>,
     /// The last write of each kube-vip ConfigMap in this cluster (`<namespace>/<name>`):
     /// `Ok`, or the API server's refusal. `None` (`netpolicy plan`, no cluster): every
     /// publication is taken as made. With `Some`, a FloatingIP says `Published=True` only
     /// once its ConfigMap was written.
-    pub published: Option<&'a BTreeMap<String, Result<(), String>>>,
+    pub(crate) published: Option<&'a BTreeMap<String, Result<(), String>>>,
 }
 
 /// A claim released, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Release {
+pub(crate) struct Release {
     /// Claim name.
-    pub claim: String,
+    pub(crate) claim: String,
     /// Its range.
-    pub range: String,
+    pub(crate) range: String,
     /// Its address.
-    pub address: String,
+    pub(crate) address: String,
     /// Why (for the Event).
-    pub why: String,
+    pub(crate) why: String,
     /// The claim's uid: the delete is made on exactly this object.
-    pub claim_uid: Option<String>,
+    pub(crate) claim_uid: Option<String>,
     /// Set when the owner is gone from the cache: the controller reads the owner from
     /// the API server before it releases (a cache may lag behind the claims' watch).
-    pub owner_gone: Option<ClaimOwner>,
+    pub(crate) owner_gone: Option<ClaimOwner>,
 }
 
 /// A kube-vip-cloud-provider ConfigMap as the operator keeps it: only its own keys.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct KubeVipConfigMap {
+pub(crate) struct KubeVipConfigMap {
     /// Namespace.
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// Name.
-    pub name: String,
+    pub(crate) name: String,
     /// `cidr-<namespace>` → `<ip>/32,<ip>/32` (sorted). Empty: the operator owns no key
     /// there any more.
-    pub data: BTreeMap<String, String>,
+    pub(crate) data: BTreeMap<String, String>,
 }
 
 /// An allocated address: who holds it, from which range.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Holding {
+pub(crate) struct Holding {
     /// FloatingIP namespace.
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// FloatingIP name.
-    pub name: String,
+    pub(crate) name: String,
     /// Its range.
-    pub range: String,
+    pub(crate) range: String,
     /// Its address.
-    pub address: IpAddr,
+    pub(crate) address: IpAddr,
 }
 
 /// `cluster` of a ConfigMap in the operator's own cluster.
-pub const LOCAL: &str = "local";
+pub(crate) const LOCAL: &str = "local";
 
 /// A kube-vip-cloud-provider ConfigMap as the operator keeps it, in this cluster or a
 /// guest (`netpolicy plan`'s `kubeVip` entries).
@@ -415,7 +415,7 @@ pub struct KubeVipPublication {
 /// - In a guest (`guestKubeconfigSecret`): per FloatingIP namespace, `cidr-global` in
 ///   the guest's ConfigMap of the same namespace and name.
 /// - Addresses kube-vip never hands out ([`publishable`]) are left out.
-pub fn kube_vip(ranges: &[&FloatingIPRange], held: &[Holding]) -> Vec<KubeVipPublication> {
+pub(crate) fn kube_vip(ranges: &[&FloatingIPRange], held: &[Holding]) -> Vec<KubeVipPublication> {
     let mut maps: BTreeMap<(String, String, String), BTreeMap<String, Vec<IpAddr>>> =
         BTreeMap::new();
     for r in ranges {
@@ -484,30 +484,30 @@ pub fn kube_vip(ranges: &[&FloatingIPRange], held: &[Holding]) -> Vec<KubeVipPub
 
 /// What one pass wants done. The controller writes only what differs from the world.
 #[derive(Debug, Clone, Default)]
-pub struct Pass {
+pub(crate) struct Pass {
     /// FloatingIPs `autoAllocate` wants that do not exist.
-    pub create_fips: Vec<FloatingIP>,
+    pub(crate) create_fips: Vec<FloatingIP>,
     /// New claims (one per newly allocated address).
-    pub create_claims: Vec<FloatingIPClaim>,
+    pub(crate) create_claims: Vec<FloatingIPClaim>,
     /// Claims to delete: their owner is gone, or moved to its new address.
-    pub releases: Vec<Release>,
+    pub(crate) releases: Vec<Release>,
     /// Every live FloatingIP's status: (namespace, name, status).
-    pub fip_status: Vec<(String, String, FloatingIPStatus)>,
+    pub(crate) fip_status: Vec<(String, String, FloatingIPStatus)>,
     /// Every range's status.
-    pub range_status: Vec<(String, FloatingIPRangeStatus)>,
+    pub(crate) range_status: Vec<(String, FloatingIPRangeStatus)>,
     /// Ranges whose finalizer is to be added (true) or removed (false).
-    pub range_finalizers: Vec<(String, bool)>,
+    pub(crate) range_finalizers: Vec<(String, bool)>,
     /// kube-vip ConfigMaps named by any range, in this cluster.
-    pub kube_vip: Vec<KubeVipConfigMap>,
+    pub(crate) kube_vip: Vec<KubeVipConfigMap>,
     /// kube-vip ConfigMaps in guest clusters (`cluster` is `<namespace>/<secret>`).
-    pub guests: Vec<KubeVipPublication>,
+    pub(crate) guests: Vec<KubeVipPublication>,
     /// Problems with the input (logged once per change).
-    pub problems: Vec<InputError>,
+    pub(crate) problems: Vec<InputError>,
 }
 
 /// Whether kube-vip-cloud-provider ever hands out this address (it skips IPv4
 /// addresses ending in .0 or .255).
-pub fn publishable(a: IpAddr) -> bool {
+pub(crate) fn publishable(a: IpAddr) -> bool {
     match a {
         IpAddr::V4(v4) => !matches!(v4.octets()[3], 0 | 255),
         IpAddr::V6(_) => true,
@@ -532,7 +532,7 @@ fn owner_key(namespace: &str, name: &str) -> String {
 ///   the new address is claimed first; the old claim is released in the pass after
 ///   the new one exists.
 /// - New allocations follow [`netpolicy_ipam::assign`] (static first, lowest free).
-pub fn pass(world: World<'_>, now: &Time) -> Pass {
+pub(crate) fn pass(world: World<'_>, now: &Time) -> Pass {
     let mut out = Pass::default();
     let mut ranges: Vec<&FloatingIPRange> = world.ranges.iter().map(AsRef::as_ref).collect();
     ranges.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));

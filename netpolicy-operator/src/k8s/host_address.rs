@@ -15,7 +15,7 @@ use crate::api::{RoutedIP, RoutedIPIssuer};
 /// the holder `node` and the item, `address/32` (`/128`) on the issuer's `hostDevice`
 /// (default `lo`). `None` when the provider needs nothing, or the holder or the address
 /// is not known yet.
-pub fn host_address(
+pub(crate) fn host_address(
     node: Option<&str>,
     address: Option<&str>,
     issuer: &RoutedIPIssuer,
@@ -34,7 +34,7 @@ pub fn host_address(
 
 /// Every address RoutedIPs need on their holders now (from their status), by node:
 /// `(item, RoutedIP name)`.
-pub fn host_addresses<'a>(
+pub(crate) fn host_addresses<'a>(
     rips: impl IntoIterator<Item = &'a RoutedIP>,
     issuers: impl Fn(&str) -> Option<&'a RoutedIPIssuer>,
 ) -> BTreeMap<String, Vec<(AddressSpec, String)>> {

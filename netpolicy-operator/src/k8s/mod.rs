@@ -5,7 +5,7 @@
 
 mod host_address;
 pub(crate) mod traffic;
-pub use host_address::{host_address, host_addresses};
+pub(crate) use host_address::{host_address, host_addresses};
 
 use k8s_openapi::{
     api::core::v1::Node,
@@ -15,9 +15,9 @@ use kube::{Api, Resource, ResourceExt};
 use netpolicy_core::error::FieldError;
 
 /// Label on every object the operator creates.
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "netpolicy");
+pub(crate) const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "netpolicy");
 /// Field manager of the operator's server-side applies.
-pub const FIELD_MANAGER: &str = "netpolicy-operator";
+pub(crate) const FIELD_MANAGER: &str = "netpolicy-operator";
 
 /// A problem with the input: one entry of `errors` in `netpolicy plan` output.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -104,7 +104,7 @@ impl NodeFacts {
 ///
 /// # Errors
 /// The API server's, except 404.
-pub async fn apply_status<K>(
+pub(crate) async fn apply_status<K>(
     api: &Api<K>,
     manager: &str,
     name: &str,
@@ -134,7 +134,7 @@ where
 
 /// A condition of type `type_`, keeping its `lastTransitionTime` from `current` while its
 /// status stays the same (so an unchanged status compares equal and is not written).
-pub fn condition(
+pub(crate) fn condition(
     current: &[Condition],
     type_: &str,
     ok: bool,
@@ -160,7 +160,7 @@ pub fn condition(
 
 /// What of an object the routing job reads: a change of anything else (a status
 /// written by an agent, a Node's heartbeat) must not start a pass.
-pub fn spec_fingerprint<K: Resource>(o: &K) -> String {
+pub(crate) fn spec_fingerprint<K: Resource>(o: &K) -> String {
     format!(
         "{}/{}",
         o.meta().uid.as_deref().unwrap_or_default(),
@@ -170,7 +170,7 @@ pub fn spec_fingerprint<K: Resource>(o: &K) -> String {
 
 /// A Node's uid and labels: all the routing job reads of it (and its uid, for owner
 /// references).
-pub fn labels_fingerprint(n: &Node) -> String {
+pub(crate) fn labels_fingerprint(n: &Node) -> String {
     let mut s = n.meta().uid.clone().unwrap_or_default();
     for (k, v) in n.labels() {
         s.push('\n');
@@ -183,7 +183,7 @@ pub fn labels_fingerprint(n: &Node) -> String {
 
 /// The Event recorder of the operator's jobs (reporting controller
 /// `netpolicy-operator`).
-pub fn recorder(client: &kube::Client) -> kube::runtime::events::Recorder {
+pub(crate) fn recorder(client: &kube::Client) -> kube::runtime::events::Recorder {
     kube::runtime::events::Recorder::new(
         client.clone(),
         kube::runtime::events::Reporter {

@@ -15,19 +15,19 @@ use crate::{
 /// The traffic-domain caches (crate::trench's input).
 pub(crate) struct TrafficStores {
     /// Trenches.
-    pub trenches: Store<Trench>,
+    pub(crate) trenches: Store<Trench>,
     /// Attractors.
-    pub attractors: Store<Attractor>,
+    pub(crate) attractors: Store<Attractor>,
     /// Gateways.
-    pub gateways: Store<Gateway>,
+    pub(crate) gateways: Store<Gateway>,
     /// Vips.
-    pub vips: Store<Vip>,
+    pub(crate) vips: Store<Vip>,
     /// Conduits.
-    pub conduits: Store<Conduit>,
+    pub(crate) conduits: Store<Conduit>,
     /// Streams.
-    pub streams: Store<Stream>,
+    pub(crate) streams: Store<Stream>,
     /// Flows.
-    pub flows: Store<Flow>,
+    pub(crate) flows: Store<Flow>,
 }
 
 /// The kinds of [`TrafficStores`], as their watches name them.
@@ -126,17 +126,17 @@ impl TrafficStores {
 #[derive(Debug, Default)]
 pub(crate) struct TrafficSnapshot {
     /// Trenches.
-    pub trenches: Vec<Trench>,
+    pub(crate) trenches: Vec<Trench>,
     /// Attractors.
-    pub attractors: Vec<Attractor>,
+    pub(crate) attractors: Vec<Attractor>,
     /// Gateways.
-    pub gateways: Vec<Gateway>,
+    pub(crate) gateways: Vec<Gateway>,
     /// Vips.
-    pub vips: Vec<Vip>,
+    pub(crate) vips: Vec<Vip>,
     /// Conduits.
-    pub conduits: Vec<Conduit>,
+    pub(crate) conduits: Vec<Conduit>,
     /// Streams.
-    pub streams: Vec<Stream>,
+    pub(crate) streams: Vec<Stream>,
     /// Flows.
-    pub flows: Vec<Flow>,
+    pub(crate) flows: Vec<Flow>,
 }

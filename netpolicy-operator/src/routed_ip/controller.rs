@@ -84,7 +84,7 @@ use crate::{
 };
 
 /// The finalizer that holds a RoutedIP until its IP is released.
-pub const FINALIZER: &str = "netpolicy.io/routed-ip";
+pub(crate) const FINALIZER: &str = "netpolicy.io/routed-ip";
 
 /// The spec's generation and whether deletion began (the finalizer's cue).
 fn generation_fingerprint<K: Resource>(o: &K) -> String {

@@ -5,7 +5,7 @@
 //! Service's ports and ready endpoints, and says what a failover step is called. The
 //! provider calls are in [`controller`].
 
-pub mod controller;
+pub(crate) mod controller;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,7 +17,7 @@ use crate::{api::RoutedIPPort, k8s::NodeFacts};
 
 /// The ports a Service exposes, as firewall rules (`TCP` and `UDP`; cloud firewalls
 /// have no SCTP rules, so SCTP ports are left out).
-pub fn service_ports(service: &Service) -> BTreeSet<PortRule> {
+pub(crate) fn service_ports(service: &Service) -> BTreeSet<PortRule> {
     service
         .spec
         .iter()
@@ -33,7 +33,7 @@ pub fn service_ports(service: &Service) -> BTreeSet<PortRule> {
 /// Nodes with a ready endpoint of Service `namespace/name` (EndpointSlices labelled
 /// `kubernetes.io/service-name`; an endpoint whose `ready` is unset counts as ready, as
 /// the API documents).
-pub fn endpoint_nodes<'a>(
+pub(crate) fn endpoint_nodes<'a>(
     slices: impl IntoIterator<Item = &'a EndpointSlice>,
     namespace: &str,
     name: &str,
@@ -55,7 +55,7 @@ pub fn endpoint_nodes<'a>(
 }
 
 /// The ports as the status shows them.
-pub fn port_status(ports: &BTreeSet<PortRule>) -> Vec<RoutedIPPort> {
+pub(crate) fn port_status(ports: &BTreeSet<PortRule>) -> Vec<RoutedIPPort> {
     ports
         .iter()
         .map(|p| RoutedIPPort {
@@ -67,7 +67,10 @@ pub fn port_status(ports: &BTreeSet<PortRule>) -> Vec<RoutedIPPort> {
 
 /// `status.cooldownUntil` (node → RFC 3339) as election's `(node, lost at)`: lost at =
 /// until − `cooldown_seconds`. Unparsable times are dropped.
-pub fn cooldown(until: &BTreeMap<String, String>, cooldown_seconds: u32) -> Vec<(String, i64)> {
+pub(crate) fn cooldown(
+    until: &BTreeMap<String, String>,
+    cooldown_seconds: u32,
+) -> Vec<(String, i64)> {
     until
         .iter()
         .filter_map(|(n, t)| {
@@ -78,7 +81,7 @@ pub fn cooldown(until: &BTreeMap<String, String>, cooldown_seconds: u32) -> Vec<
 }
 
 /// A failover step as the status and Events name it (`addNode hcloud://2`).
-pub fn step_name(step: &Step) -> String {
+pub(crate) fn step_name(step: &Step) -> String {
     match step {
         Step::CreateFirewall => "createFirewall".into(),
         Step::AddPort(p) => format!("addPort {}/{}", p.protocol, p.port),
@@ -91,7 +94,7 @@ pub fn step_name(step: &Step) -> String {
 
 /// A node as a candidate to hold a RoutedIP. `has_endpoint` says whether it hosts a
 /// ready endpoint of the RoutedIP's `serviceRef` (true when it has none).
-pub fn candidate(node: &NodeFacts, selector: &Selector, has_endpoint: bool) -> Candidate {
+pub(crate) fn candidate(node: &NodeFacts, selector: &Selector, has_endpoint: bool) -> Candidate {
     Candidate {
         name: node.name.clone(),
         provider_id: node.provider_id.clone(),
@@ -106,7 +109,7 @@ pub fn candidate(node: &NodeFacts, selector: &Selector, has_endpoint: bool) -> C
 
 /// The node that should hold the IP: the current `holder` while it stays eligible,
 /// else the oldest eligible node out of cooldown (see [`netpolicy_issuers::elect`]).
-pub fn elect<'a>(
+pub(crate) fn elect<'a>(
     candidates: &'a [Candidate],
     holder: Option<&'a str>,
     cooldown: &'a [(String, i64)],

@@ -55,7 +55,7 @@ use crate::{
     runtime::{Changes, Informers, Job, JobError, Next, Setup, Wake},
 };
 
-pub use crate::k8s::{FIELD_MANAGER, MANAGED_BY};
+pub(crate) use crate::k8s::{FIELD_MANAGER, MANAGED_BY};
 
 /// The pseudo-kind under which an agent's progress (a NodeNetworkConfig's applied or
 /// failed revision) reaches the job: it updates the policies' status, and starts a render

@@ -3,8 +3,8 @@
 //! object, the revision of a rendering, which nodes an invalid policy holds. The
 //! controller ([`controller`]) is the only part that awaits.
 
-pub mod controller;
-pub mod rollout;
+pub(crate) mod controller;
+pub(crate) mod rollout;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -27,21 +27,21 @@ use crate::{
 
 /// What a render pass found about one policy (key: `Kind/name`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PolicyFacts {
+pub(crate) struct PolicyFacts {
     /// Nodes it selects.
-    pub matched: BTreeSet<String>,
+    pub(crate) matched: BTreeSet<String>,
     /// Conflicts it is part of, sorted.
-    pub conflicts: Vec<PolicyConflict>,
+    pub(crate) conflicts: Vec<PolicyConflict>,
     /// Validation problems (`field: message`); any make the policy invalid.
-    pub problems: Vec<String>,
+    pub(crate) problems: Vec<String>,
     /// Selected nodes whose change waits for its rollout wave.
-    pub pending: BTreeSet<String>,
+    pub(crate) pending: BTreeSet<String>,
     /// Selected nodes that rolled their current revision back (`node: why`): the
     /// rollout is halted until the spec changes.
-    pub degraded: Vec<String>,
+    pub(crate) degraded: Vec<String>,
     /// Selected nodes whose NodeNetworkConfig would exceed the size limit
     /// (`node <name>: <bytes> bytes`): not written, the node keeps its last config.
-    pub too_large: Vec<String>,
+    pub(crate) too_large: Vec<String>,
 }
 
 /// Adds the conflicts of held nodes to the facts of every source they name.
@@ -88,7 +88,7 @@ fn first_of(items: &[String], total: usize) -> String {
 /// their current rendering. Pure; `lastTransitionTime` comes from `current` unless a
 /// condition flips, so a pass that found nothing new computes `current` again (and
 /// nothing is written).
-pub fn policy_status(
+pub(crate) fn policy_status(
     current: &PolicyStatus,
     generation: Option<i64>,
     facts: &PolicyFacts,
@@ -260,7 +260,7 @@ pub fn policy_status(
 }
 
 /// Conflicts in `next` that `current` did not list: each becomes an Event.
-pub fn new_conflicts<'a>(
+pub(crate) fn new_conflicts<'a>(
     current: &PolicyStatus,
     next: &'a PolicyStatus,
 ) -> Vec<&'a PolicyConflict> {
@@ -274,7 +274,10 @@ pub fn new_conflicts<'a>(
 /// address on its holder: `(item, RoutedIP name)`), each with its source
 /// (`RoutedIP/<name>`). An address the policies already give gains the source; the
 /// list stays sorted by link and address.
-pub fn with_job_addresses(spec: &RenderedSpec, extra: &[(AddressSpec, String)]) -> RenderedSpec {
+pub(crate) fn with_job_addresses(
+    spec: &RenderedSpec,
+    extra: &[(AddressSpec, String)],
+) -> RenderedSpec {
     let mut out = spec.clone();
     for (item, name) in extra {
         let source = SourceRef {
@@ -313,7 +316,11 @@ pub fn with_job_addresses(spec: &RenderedSpec, extra: &[(AddressSpec, String)]) 
 /// The NodeNetworkConfig the operator applies for `node` (owned by its Node, uid
 /// `node_uid`): one definition for the write and for the size check (`plan` measures
 /// the same object).
-pub fn node_object(node: &str, node_uid: &str, spec: &NodeNetworkConfigSpec) -> serde_json::Value {
+pub(crate) fn node_object(
+    node: &str,
+    node_uid: &str,
+    spec: &NodeNetworkConfigSpec,
+) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "netpolicy.io/v1alpha1",
         "kind": "NodeNetworkConfig",
@@ -332,14 +339,14 @@ pub fn node_object(node: &str, node_uid: &str, spec: &NodeNetworkConfigSpec) -> 
 }
 
 /// The size of an object as sent (bytes of JSON): what `--max-object-bytes` limits.
-pub fn object_bytes(o: &serde_json::Value) -> usize {
+pub(crate) fn object_bytes(o: &serde_json::Value) -> usize {
     serde_json::to_vec(o).map_or(0, |v| v.len())
 }
 
 /// The NodeNetworkConfig spec of a node: its rendering, its probes and
 /// `rollbackSeconds`, and the revision of all that (without probes and a rollback
 /// setting the revision is [`revision`]'s, as before probes existed).
-pub fn node_spec(
+pub(crate) fn node_spec(
     rendered: RenderedSpec,
     probes: Vec<crate::api::ProbeSpec>,
     rollback_seconds: Option<u32>,
@@ -360,7 +367,7 @@ pub fn node_spec(
 }
 
 /// A stable short hash of the rendered spec: the NodeNetworkConfig's `revision`.
-pub fn revision(spec: &RenderedSpec) -> String {
+pub(crate) fn revision(spec: &RenderedSpec) -> String {
     let text = serde_json::to_string(spec).unwrap_or_default();
     format!("{:016x}", netpolicy_core::hash::fnv1a(&[&text]))
 }
@@ -368,7 +375,7 @@ pub fn revision(spec: &RenderedSpec) -> String {
 /// The first NodeConfig of `names` that an item of `spec` came from: a node whose
 /// current rendering carries items of a NodeConfig whose selector became invalid keeps
 /// that rendering (its last good config).
-pub fn carried_from<'a>(
+pub(crate) fn carried_from<'a>(
     spec: &NodeNetworkConfigSpec,
     names: &'a BTreeSet<String>,
 ) -> Option<&'a str> {
@@ -388,7 +395,10 @@ pub fn carried_from<'a>(
 /// The merge policy of a ClusterConfig, or `None` (and an error) when it is not named
 /// `default`. An invalid one becomes a policy that holds every node (see
 /// [`Policy::invalid`]), its problems in `errors`.
-pub fn cluster_config_policy(cc: &ClusterConfig, errors: &mut Vec<InputError>) -> Option<Policy> {
+pub(crate) fn cluster_config_policy(
+    cc: &ClusterConfig,
+    errors: &mut Vec<InputError>,
+) -> Option<Policy> {
     let name = cc.metadata.name.clone().unwrap_or_default();
     if name != CLUSTER_CONFIG_NAME {
         errors.push(InputError {
@@ -425,7 +435,7 @@ pub fn cluster_config_policy(cc: &ClusterConfig, errors: &mut Vec<InputError>) -
 /// one whose selector itself is broken selects nothing (its items land nowhere; the
 /// operator keeps the nodes that still carry its items at their last good config). Its
 /// problems go to `errors`.
-pub fn node_config_policy(nc: &NodeConfig, errors: &mut Vec<InputError>) -> Policy {
+pub(crate) fn node_config_policy(nc: &NodeConfig, errors: &mut Vec<InputError>) -> Policy {
     let name = nc.metadata.name.clone().unwrap_or_default();
     let selector = nc.spec.node_selector.validate("spec.nodeSelector");
     let routing = nc.spec.routing.validate("spec");
@@ -463,7 +473,7 @@ pub fn node_config_policy(nc: &NodeConfig, errors: &mut Vec<InputError>) -> Poli
 /// NodeNetworkConfig may need a write. A node seen for the first time is reported too
 /// (it needs its first NodeNetworkConfig, even an empty one).
 #[derive(Debug, Default)]
-pub struct Routing {
+pub(crate) struct Routing {
     engine: Engine,
     /// Per policy (`Kind/name`): what it was built from and what was wrong with it.
     policies: HashMap<String, PolicyEntry>,
@@ -487,13 +497,13 @@ struct PolicyEntry {
 
 impl Routing {
     /// No nodes, no policies.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Brings ClusterConfig `name` in (`None`: it is gone). Returns the nodes whose
     /// outcome changed; an unchanged object (same uid and generation) costs nothing.
-    pub fn cluster_config(&mut self, name: &str, cc: Option<&ClusterConfig>) -> Vec<String> {
+    pub(crate) fn cluster_config(&mut self, name: &str, cc: Option<&ClusterConfig>) -> Vec<String> {
         let key = format!("ClusterConfig/{name}");
         let source = Source::cluster(name);
         let Some(cc) = cc else {
@@ -535,7 +545,7 @@ impl Routing {
     }
 
     /// Brings NodeConfig `name` in (`None`: it is gone). As [`Routing::cluster_config`].
-    pub fn node_config(&mut self, name: &str, nc: Option<&NodeConfig>) -> Vec<String> {
+    pub(crate) fn node_config(&mut self, name: &str, nc: Option<&NodeConfig>) -> Vec<String> {
         let key = format!("NodeConfig/{name}");
         let Some(nc) = nc else {
             self.policies.remove(&key);
@@ -575,7 +585,7 @@ impl Routing {
 
     /// Brings Node `name` in with its labels (`None`: it is gone). Returns the nodes
     /// whose outcome changed (this one, or none); a new node is always returned.
-    pub fn node(&mut self, name: &str, labels: Option<&Labels>) -> Vec<String> {
+    pub(crate) fn node(&mut self, name: &str, labels: Option<&Labels>) -> Vec<String> {
         let Some(labels) = labels else {
             self.engine.remove_node(name);
             self.held.remove(name);
@@ -598,7 +608,7 @@ impl Routing {
     /// [`crate::trench::policies`]): new and changed ones are upserted, those no longer
     /// given removed. Returns the nodes whose outcome changed; unchanged policies cost a
     /// comparison each.
-    pub fn traffic(&mut self, policies: BTreeMap<String, Vec<Policy>>) -> Vec<String> {
+    pub(crate) fn traffic(&mut self, policies: BTreeMap<String, Vec<Policy>>) -> Vec<String> {
         let mut changed = Vec::new();
         let mut now: BTreeSet<Source> = BTreeSet::new();
         for ps in policies.into_values() {
@@ -634,7 +644,7 @@ impl Routing {
 
     /// The ClusterConfig and NodeConfig that select `node` (`Kind/name`, sorted): the
     /// policies whose rollout budgets gate its changes.
-    pub fn policies_of(&self, node: &str) -> Vec<String> {
+    pub(crate) fn policies_of(&self, node: &str) -> Vec<String> {
         let mut v: Vec<String> = self
             .engine
             .policies_for(node)
@@ -649,7 +659,7 @@ impl Routing {
     }
 
     /// The nodes policy `Kind/name` selects.
-    pub fn members(&self, key: &str) -> Vec<String> {
+    pub(crate) fn members(&self, key: &str) -> Vec<String> {
         let source = match key.split_once('/') {
             Some(("ClusterConfig", n)) => Source::cluster(n),
             Some(("NodeConfig", n)) => Source::node_config(n),
@@ -663,7 +673,7 @@ impl Routing {
     }
 
     /// The rollout settings of policy `Kind/name` (defaults when unknown).
-    pub fn rollout(&self, key: &str) -> rollout::Rollout {
+    pub(crate) fn rollout(&self, key: &str) -> rollout::Rollout {
         self.policies
             .get(key)
             .map(|e| e.rollout.clone())
@@ -671,7 +681,7 @@ impl Routing {
     }
 
     /// The probes and `rollbackSeconds` a node's NodeNetworkConfig carries.
-    pub fn node_probes(&self, node: &str) -> (Vec<crate::api::ProbeSpec>, Option<u32>) {
+    pub(crate) fn node_probes(&self, node: &str) -> (Vec<crate::api::ProbeSpec>, Option<u32>) {
         let keys = self.policies_of(node);
         let entries: Vec<&rollout::Rollout> = keys
             .iter()
@@ -681,28 +691,23 @@ impl Routing {
     }
 
     /// The merge outcome of a node, when the node is known.
-    pub fn outcome(&self, node: &str) -> Option<&NodeOutcome> {
+    pub(crate) fn outcome(&self, node: &str) -> Option<&NodeOutcome> {
         self.engine.outcome(node)
     }
 
-    /// Whether the node is known.
-    pub fn has_node(&self, node: &str) -> bool {
-        self.engine.labels(node).is_some()
-    }
-
     /// Every known node, sorted.
-    pub fn nodes(&self) -> Vec<&str> {
+    pub(crate) fn nodes(&self) -> Vec<&str> {
         self.engine.outcomes().into_keys().collect()
     }
 
     /// The names of the policies brought in (`Kind/name`), sorted.
-    pub fn policy_keys(&self) -> BTreeSet<&str> {
+    pub(crate) fn policy_keys(&self) -> BTreeSet<&str> {
         self.policies.keys().map(String::as_str).collect()
     }
 
     /// NodeConfigs whose selector is invalid (they select nothing; the nodes that still
     /// carry their items keep their last good config, see [`carried_from`]).
-    pub fn unselectable(&self) -> BTreeSet<String> {
+    pub(crate) fn unselectable(&self) -> BTreeSet<String> {
         self.policies
             .iter()
             .filter(|(_, e)| e.unselectable)
@@ -711,14 +716,14 @@ impl Routing {
     }
 
     /// Problems of the policy `Kind/name`.
-    pub fn errors(&self, key: &str) -> &[InputError] {
+    pub(crate) fn errors(&self, key: &str) -> &[InputError] {
         self.policies.get(key).map_or(&[], |e| &e.errors)
     }
 
     /// What the status pass reports about every policy brought in: the nodes it selects
     /// (from the engine's label index), the conflicts it is part of (from the held
     /// nodes only), its problems.
-    pub fn facts(&self) -> BTreeMap<String, PolicyFacts> {
+    pub(crate) fn facts(&self) -> BTreeMap<String, PolicyFacts> {
         let mut out: BTreeMap<String, PolicyFacts> = BTreeMap::new();
         for (key, entry) in &self.policies {
             let f = out.entry(key.clone()).or_default();

@@ -15,13 +15,13 @@ use crate::{
 
 /// A policy's rollout settings, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rollout {
+pub(crate) struct Rollout {
     /// At most this many of its nodes unavailable at once.
-    pub max_unavailable: MaxUnavailable,
+    pub(crate) max_unavailable: MaxUnavailable,
     /// Seconds a node has to pass the probes (`None`: the default).
-    pub rollback_seconds: Option<u32>,
+    pub(crate) rollback_seconds: Option<u32>,
     /// The probes the agents run after applying a change.
-    pub probes: Vec<ProbeSpec>,
+    pub(crate) probes: Vec<ProbeSpec>,
 }
 
 impl Default for Rollout {
@@ -36,7 +36,7 @@ impl Default for Rollout {
 
 /// A policy's `rollout` and `probes`, checked (what the CRD schema says, for `plan`):
 /// problems go to `errors` under `kind`/`name` and the defaults stand in.
-pub fn settings(
+pub(crate) fn settings(
     kind: &str,
     name: &str,
     rollout: Option<&RolloutSpec>,
@@ -112,7 +112,7 @@ pub fn settings(
 /// What a node's NodeNetworkConfig carries for the policies that select it: every probe
 /// once (sorted), and the smallest `rollbackSeconds` set (none set: absent, the agent's
 /// default).
-pub fn node_probes<'a>(
+pub(crate) fn node_probes<'a>(
     policies: impl IntoIterator<Item = &'a Rollout>,
 ) -> (Vec<ProbeSpec>, Option<u32>) {
     let mut probes = BTreeSet::new();
@@ -128,19 +128,19 @@ pub fn node_probes<'a>(
 
 /// A node's rollout state, from its NodeNetworkConfig.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct NodeState {
+pub(crate) struct NodeState {
     /// An agent reports on it (a node without one is never gated: nothing applies
     /// there, nothing can break).
-    pub has_agent: bool,
+    pub(crate) has_agent: bool,
     /// Given a revision it has not reported applied (with its probes passed).
-    pub in_flight: bool,
+    pub(crate) in_flight: bool,
     /// Its current revision failed its probes and was rolled back.
-    pub degraded: bool,
+    pub(crate) degraded: bool,
 }
 
 impl NodeState {
     /// From the node's NodeNetworkConfig (`None`: none yet).
-    pub fn of(nnc: Option<&NodeNetworkConfig>) -> Self {
+    pub(crate) fn of(nnc: Option<&NodeNetworkConfig>) -> Self {
         let Some(o) = nnc else {
             return Self::default();
         };
@@ -159,7 +159,7 @@ impl NodeState {
     }
 
     /// Counts against `maxUnavailable`.
-    pub fn unavailable(self) -> bool {
+    pub(crate) fn unavailable(self) -> bool {
         self.has_agent && (self.in_flight || self.degraded)
     }
 }
@@ -167,7 +167,7 @@ impl NodeState {
 /// The nodes of `candidates` (each with a change waiting, and the policies that select
 /// it) that may take it now. `members` gives each policy's selected nodes, `settings`
 /// its rollout, `state` each node's state. Nodes without an agent always go.
-pub fn gate<'a>(
+pub(crate) fn gate<'a>(
     candidates: &'a [(String, Vec<String>)],
     members: &dyn Fn(&str) -> Vec<String>,
     settings: &dyn Fn(&str) -> Rollout,

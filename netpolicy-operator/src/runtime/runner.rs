@@ -1,5 +1,5 @@
 //! One runner for the global jobs (routing, floating IPs, traffic domains): jobs whose
-//! rules need every object at once implement [`Job`]; [`run`] owns everything about how
+//! rules need every object at once implement [`Job`]; [`Runner::run`] owns everything about how
 //! they are driven — waiting for their caches, the debounce, the resync timer, metrics,
 //! readiness, and backoff by [`ErrorClass`].
 //!

@@ -23,7 +23,7 @@
 //!   <stream table>`, at priority [`FLOW_RULE_FIRST`] + the flow's rank (higher
 //!   `priority` first, then name), so a higher-priority flow matches first.
 
-pub mod controller;
+pub(crate) mod controller;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -47,15 +47,15 @@ use crate::{
 };
 
 /// First routing table number a trench or stream gets.
-pub const TABLE_FIRST: u32 = 20000;
+pub(crate) const TABLE_FIRST: u32 = 20000;
 /// Last routing table number a trench or stream gets.
-pub const TABLE_LAST: u32 = 29999;
+pub(crate) const TABLE_LAST: u32 = 29999;
 /// Priority of the VIP source rules (`from <vip> lookup <trench table>`).
-pub const VIP_RULE_PRIORITY: u32 = 29000;
+pub(crate) const VIP_RULE_PRIORITY: u32 = 29000;
 /// Priority of the first (highest-priority) flow's rules; each next flow gets one more.
-pub const FLOW_RULE_FIRST: u32 = 20000;
+pub(crate) const FLOW_RULE_FIRST: u32 = 20000;
 /// Most flows in one trench (their rules stay below [`VIP_RULE_PRIORITY`]).
-pub const MAX_FLOWS: usize = (VIP_RULE_PRIORITY - FLOW_RULE_FIRST) as usize;
+pub(crate) const MAX_FLOWS: usize = (VIP_RULE_PRIORITY - FLOW_RULE_FIRST) as usize;
 
 impl crate::k8s::traffic::TrafficSnapshot {
     /// As [`crate::trench::Objects`].
@@ -74,50 +74,50 @@ impl crate::k8s::traffic::TrafficSnapshot {
 
 /// Every traffic-domain object, as lists.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Objects<'a> {
+pub(crate) struct Objects<'a> {
     /// Trenches.
-    pub trenches: &'a [Trench],
+    pub(crate) trenches: &'a [Trench],
     /// Attractors.
-    pub attractors: &'a [Attractor],
+    pub(crate) attractors: &'a [Attractor],
     /// Gateways.
-    pub gateways: &'a [Gateway],
+    pub(crate) gateways: &'a [Gateway],
     /// Vips.
-    pub vips: &'a [Vip],
+    pub(crate) vips: &'a [Vip],
     /// Conduits.
-    pub conduits: &'a [Conduit],
+    pub(crate) conduits: &'a [Conduit],
     /// Streams.
-    pub streams: &'a [Stream],
+    pub(crate) streams: &'a [Stream],
     /// Flows.
-    pub flows: &'a [Flow],
+    pub(crate) flows: &'a [Flow],
 }
 
 /// One trench and its children (by the `trench` label, same namespace), each sorted by
 /// name.
 #[derive(Debug, Clone, Default)]
-pub struct Domain<'a> {
+pub(crate) struct Domain<'a> {
     /// Namespace.
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// Trench name.
-    pub name: String,
+    pub(crate) name: String,
     /// The Trench (absent: children name a trench that does not exist).
-    pub trench: Option<&'a Trench>,
+    pub(crate) trench: Option<&'a Trench>,
     /// Attractors.
-    pub attractors: Vec<&'a Attractor>,
+    pub(crate) attractors: Vec<&'a Attractor>,
     /// Gateways.
-    pub gateways: Vec<&'a Gateway>,
+    pub(crate) gateways: Vec<&'a Gateway>,
     /// Vips.
-    pub vips: Vec<&'a Vip>,
+    pub(crate) vips: Vec<&'a Vip>,
     /// Conduits.
-    pub conduits: Vec<&'a Conduit>,
+    pub(crate) conduits: Vec<&'a Conduit>,
     /// Streams.
-    pub streams: Vec<&'a Stream>,
+    pub(crate) streams: Vec<&'a Stream>,
     /// Flows.
-    pub flows: Vec<&'a Flow>,
+    pub(crate) flows: Vec<&'a Flow>,
 }
 
 impl Domain<'_> {
     /// `namespace/name`.
-    pub fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
 }
@@ -142,7 +142,7 @@ fn err(kind: &str, ns: &str, name: &str, field: &str, message: impl Into<String>
 
 /// Groups the objects into trenches (sorted by namespace and name). A child without
 /// the `trench` label is an error here and belongs to no trench.
-pub fn domains<'a>(o: Objects<'a>, errors: &mut Vec<InputError>) -> Vec<Domain<'a>> {
+pub(crate) fn domains<'a>(o: Objects<'a>, errors: &mut Vec<InputError>) -> Vec<Domain<'a>> {
     let mut out: BTreeMap<(String, String), Domain<'a>> = BTreeMap::new();
     for t in o.trenches {
         let (ns, name) = meta_ns_name(&t.metadata);
@@ -212,7 +212,7 @@ fn parse_prefix(s: &str) -> Result<IpNetwork, String> {
 }
 
 /// A port range: `any` (`None`), `N` or `N-M` within 0..=65535.
-pub fn parse_ports(s: &str) -> Result<Option<(u16, u16)>, String> {
+pub(crate) fn parse_ports(s: &str) -> Result<Option<(u16, u16)>, String> {
     if s == "any" {
         return Ok(None);
     }
@@ -288,18 +288,18 @@ fn duration_ms(s: &str) -> Option<u64> {
 
 /// What [`validate`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Checked {
+pub(crate) struct Checked {
     /// Errors: the trench is not compiled while any remains (its nodes keep their last
     /// good config).
-    pub errors: Vec<InputError>,
+    pub(crate) errors: Vec<InputError>,
     /// Things reported but not errors (a BGP gateway is not programmable; a VIP no
     /// attractor serves).
-    pub notes: Vec<InputError>,
+    pub(crate) notes: Vec<InputError>,
 }
 
 /// Meridio's rules for one trench, those the schema states included (so that `plan`,
 /// which has no API server, reports them too), and the references between objects.
-pub fn validate(d: &Domain<'_>) -> Checked {
+pub(crate) fn validate(d: &Domain<'_>) -> Checked {
     let mut c = Checked::default();
     let ns = d.namespace.as_str();
     let Some(trench) = d.trench else {
@@ -838,7 +838,7 @@ pub fn validate(d: &Domain<'_>) -> Checked {
 }
 
 /// The nodes an attractor selects (by labels), sorted.
-pub fn attractor_nodes<'n>(a: &Attractor, nodes: &'n [(String, Labels)]) -> Vec<&'n str> {
+pub(crate) fn attractor_nodes<'n>(a: &Attractor, nodes: &'n [(String, Labels)]) -> Vec<&'n str> {
     let Ok(sel) = a.spec.node_selector.validate("spec.nodeSelector") else {
         return Vec::new();
     };
@@ -859,7 +859,7 @@ pub fn attractor_nodes<'n>(a: &Attractor, nodes: &'n [(String, Labels)]) -> Vec<
 /// prefix per attractor node inside them. An invalid trench keeps its previous
 /// allocation untouched (nothing is freed or moved until it is fixed). Returns the
 /// allocation by `namespace/name`, and the problems (exhausted ranges) as errors.
-pub fn allocate(
+pub(crate) fn allocate(
     domains: &[Domain<'_>],
     valid: &BTreeSet<String>,
     nodes: &[(String, Labels)],
@@ -1164,7 +1164,7 @@ fn default_route(to: &str, table: u32, dev: &str, via: &[IpAddr]) -> RouteSpec {
 /// The routing items of one valid trench per node, from its objects and its
 /// allocation (the Trench's status): only nodes that have their addresses are
 /// compiled. Pure and deterministic.
-pub fn compile(d: &Domain<'_>, alloc: &TrenchStatus) -> BTreeMap<String, RoutingSpec> {
+pub(crate) fn compile(d: &Domain<'_>, alloc: &TrenchStatus) -> BTreeMap<String, RoutingSpec> {
     let mut out: BTreeMap<String, RoutingSpec> = BTreeMap::new();
     let Some(table) = alloc.table else { return out };
     let vips: BTreeMap<&str, IpNetwork> = d
@@ -1335,7 +1335,7 @@ pub fn compile(d: &Domain<'_>, alloc: &TrenchStatus) -> BTreeMap<String, Routing
 /// invalid one's nodes (those its allocation lists) are held at their last good config
 /// ([`Policy::invalid`]). Items that fail validation (they cannot, unless the
 /// allocation was edited by hand) make the trench invalid too and are reported.
-pub fn policies(
+pub(crate) fn policies(
     domains: &[Domain<'_>],
     valid: &BTreeSet<String>,
     status: &BTreeMap<String, TrenchStatus>,
@@ -1399,19 +1399,19 @@ pub fn policies(
 /// `previous`) and compiles. `plan` calls it with no previous allocation; the
 /// controller with the Trenches' statuses.
 #[derive(Debug, Clone, Default)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// Trenches that validate (`namespace/name`).
-    pub valid: BTreeSet<String>,
+    pub(crate) valid: BTreeSet<String>,
     /// Each trench's allocation (its status fields).
-    pub allocations: BTreeMap<String, TrenchStatus>,
+    pub(crate) allocations: BTreeMap<String, TrenchStatus>,
     /// Errors (invalid objects, exhausted ranges).
-    pub errors: Vec<InputError>,
+    pub(crate) errors: Vec<InputError>,
     /// Notes (BGP gateways not programmable, VIPs no attractor serves).
-    pub notes: Vec<InputError>,
+    pub(crate) notes: Vec<InputError>,
 }
 
 /// Validates and allocates every trench.
-pub fn evaluate(
+pub(crate) fn evaluate(
     domains: &[Domain<'_>],
     nodes: &[(String, Labels)],
     previous: &BTreeMap<String, TrenchStatus>,
