@@ -1,0 +1,436 @@
+//! A reported run, not a timed test (it is `#[ignore]`d; numbers go to stdout and
+//! benches/README.md): every job at once, as `netpolicy operator` runs them, on the real
+//! API server.
+//!
+//! ```sh
+//! cargo test --release -p netpolicy-operator --test runtime_scale -- --ignored --nocapture
+//! # the same workload against another build of the binary (say, the one before a change):
+//! NETPOLICY_BIN=/path/to/netpolicy cargo test --release ... --test runtime_scale -- --ignored --nocapture
+//! ```
+//!
+//! Workload (the runtime issue's): 10,000 Nodes in 3 zones, 100 NodeConfigs and the
+//! ClusterConfig, 10,000 FloatingIPs over 5 ranges publishing to kube-vip, the
+//! route-reflector job with Calico's CRDs, 50 RoutedIPs on the `memory` provider.
+//! Measures: start until everything is converged; WATCH streams per resource (the API
+//! server's own `apiserver_longrunning_requests`); the operator's resident memory; a
+//! cluster-wide ClusterConfig edit until every NodeNetworkConfig has it; one new
+//! FloatingIP until it has its address; API writes over the quiet period
+//! (`NETPOLICY_QUIET_SECS`, default 600).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::Node;
+use kube::{
+    Api, Client,
+    api::{ListParams, Patch, PatchParams, PostParams},
+};
+use netpolicy_operator::api::{ClusterConfig, FloatingIP, NodeNetworkConfig, RoutedIP, crds};
+use serde_json::json;
+
+const NODES: usize = 10_000;
+const NODE_CONFIGS: usize = 100;
+const FIPS: usize = 10_000;
+const RANGES: usize = 5;
+const NAMESPACES: usize = 10;
+const ROUTED_IPS: usize = 50;
+const CONCURRENCY: usize = 48;
+const ZONES: [&str; 3] = ["a", "b", "c"];
+
+/// WATCH requests the API server serves now, per resource.
+async fn watches(client: &Client) -> BTreeMap<String, i64> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    let mut out = BTreeMap::new();
+    for l in text.lines().filter(|l| {
+        l.starts_with("apiserver_longrunning_requests{") && l.contains("verb=\"WATCH\"")
+    }) {
+        let resource = l
+            .split("resource=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_default()
+            .to_owned();
+        let n: f64 = l.rsplit(' ').next().unwrap().parse().unwrap();
+        *out.entry(resource).or_default() += n as i64;
+    }
+    out
+}
+
+async fn apply(client: &Client, objects: Vec<serde_json::Value>) {
+    stream::iter(objects)
+        .for_each_concurrent(CONCURRENCY, |o| {
+            let client = client.clone();
+            async move {
+                let gvk = kube::core::GroupVersionKind::try_from(&kube::core::TypeMeta {
+                    api_version: o["apiVersion"].as_str().unwrap().into(),
+                    kind: o["kind"].as_str().unwrap().into(),
+                })
+                .unwrap();
+                let plural = match gvk.kind.as_str() {
+                    "FloatingIP" => "floatingips".to_owned(),
+                    "RoutedIP" => "routedips".to_owned(),
+                    k => format!("{}s", k.to_lowercase()),
+                };
+                let ar = kube::core::ApiResource::from_gvk_with_plural(&gvk, &plural);
+                let name = o["metadata"]["name"].as_str().unwrap().to_owned();
+                let obj: kube::core::DynamicObject = serde_json::from_value(o.clone()).unwrap();
+                let api: Api<kube::core::DynamicObject> = match o["metadata"]["namespace"].as_str()
+                {
+                    Some(ns) => Api::namespaced_with(client, ns, &ar),
+                    None => Api::all_with(client, &ar),
+                };
+                api.patch(
+                    &name,
+                    &PatchParams::apply("scale-test").force(),
+                    &Patch::Apply(&obj),
+                )
+                .await
+                .unwrap();
+            }
+        })
+        .await;
+}
+
+/// Whether `/readyz` answers 200.
+fn ready(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = write!(
+        s,
+        "GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    );
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text.starts_with("HTTP/1.1 200")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a reported run (many minutes): cargo test --release -p netpolicy-operator --test runtime_scale -- --ignored --nocapture"]
+async fn every_job_at_ten_thousand_nodes() {
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    let mut all_crds = crds();
+    all_crds.extend(common::calico_crds());
+    netpolicy_testenv::install_crds(&client, all_crds).await;
+    let system = cp.namespace("scale-system").await;
+    let vip_ns = cp.namespace("scale-kube-vip").await;
+    let mut namespaces = Vec::new();
+    for _ in 0..NAMESPACES {
+        namespaces.push(cp.namespace("scale").await);
+    }
+    let t = Instant::now();
+    // Nodes: created, then Ready and untainted as a kubelet and the node lifecycle
+    // controller would make them.
+    let nodes: Api<Node> = Api::all(client.clone());
+    stream::iter(0..NODES)
+        .for_each_concurrent(CONCURRENCY, |i| {
+            let nodes = nodes.clone();
+            async move {
+                let name = format!("node-{i:05}");
+                let n: Node = serde_json::from_value(json!({
+                    "metadata": {"name": name, "labels": {
+                        "kubernetes.io/hostname": name,
+                        "topology.kubernetes.io/zone": ZONES[i % 3],
+                        "pool": format!("p{:02}", i % NODE_CONFIGS),
+                    }},
+                    "spec": {"providerID": format!("memory://{i}")},
+                }))
+                .unwrap();
+                nodes.create(&PostParams::default(), &n).await.unwrap();
+                nodes
+                    .patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"status": {"conditions": [
+                            {"type": "Ready", "status": "True"}]}})),
+                    )
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+    let mut objects = vec![json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "ClusterConfig",
+        "metadata": {"name": "default"},
+        "spec": {"routes": [{"to": "10.200.0.0/16", "via": "192.0.2.1"}]},
+    })];
+    for p in 0..NODE_CONFIGS {
+        objects.push(json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "NodeConfig",
+            "metadata": {"name": format!("pool-{p:02}")},
+            "spec": {"nodeSelector": {"matchLabels": {"pool": format!("p{p:02}")}},
+                     "routes": [{"to": format!("10.{}.0.0/16", 100 + p), "via": "192.0.2.1"}]},
+        }));
+    }
+    for r in 0..RANGES {
+        objects.push(json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "FloatingIPRange",
+            "metadata": {"name": format!("scale-{r}")},
+            "spec": {"cidrs": [format!("10.{}.0.0/18", 96 + r)],
+                     "kubeVip": {"publish": true, "namespace": vip_ns, "configMap": "kubevip"}},
+        }));
+    }
+    objects.push(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RouteReflectorConfig",
+        "metadata": {"name": "default"}, "spec": {"min": 3, "max": 10},
+    }));
+    objects.push(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIPIssuer",
+        "metadata": {"name": "mem"}, "spec": {"memory": {}},
+    }));
+    for i in 0..ROUTED_IPS {
+        objects.push(json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIP",
+            "metadata": {"name": format!("rip-{i:02}")},
+            "spec": {"issuerRef": {"name": "mem"},
+                     "nodeSelector": {"matchLabels": {"pool": format!("p{:02}", i % NODE_CONFIGS)}}},
+        }));
+    }
+    for i in 0..FIPS {
+        objects.push(json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "FloatingIP",
+            "metadata": {"name": format!("ip-{i:05}"), "namespace": namespaces[i % NAMESPACES]},
+            "spec": {"range": format!("scale-{}", i % RANGES)},
+        }));
+    }
+    apply(&client, objects).await;
+    println!("workload created in {:?}", t.elapsed());
+
+    let before_watches = watches(&client).await;
+    let bin =
+        std::env::var("NETPOLICY_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_netpolicy").into());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log = cp.dir.join("operator-runtime-scale.log");
+    let started = Instant::now();
+    let op = common::Killed(
+        std::process::Command::new(&bin)
+            .args(["operator", "--kubeconfig"])
+            .arg(&cp.kubeconfig)
+            .args(["--lease-namespace", &system, "--lease-seconds", "15"])
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--resync-seconds",
+                "300",
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = op.0.id();
+    println!("binary: {bin}");
+
+    // Converged: every node's NodeNetworkConfig, every FloatingIP's address, every
+    // RoutedIP Ready, the route reflectors settled.
+    let nncs: Api<NodeNetworkConfig> = Api::all(client.clone());
+    let fips: Api<FloatingIP> = Api::all(client.clone());
+    let rips: Api<RoutedIP> = Api::all(client.clone());
+    let mut seen = BTreeMap::new();
+    loop {
+        let n = nncs
+            .list_metadata(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len();
+        let f = fips
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|f| f.status.as_ref().and_then(|s| s.address.as_ref()).is_some())
+            .count();
+        let r = rips
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|r| {
+                r.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
+                })
+            })
+            .count();
+        let rr = common::rrc_status(&client).await.is_some_and(|s| {
+            s.transition.is_none()
+                && s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.reason == "Settled")
+        });
+        for (what, done) in [
+            ("NodeNetworkConfigs", n),
+            ("FloatingIPs", f),
+            ("RoutedIPs", r),
+            ("reflectors settled", usize::from(rr)),
+        ] {
+            let target = match what {
+                "NodeNetworkConfigs" => NODES,
+                "FloatingIPs" => FIPS,
+                "RoutedIPs" => ROUTED_IPS,
+                _ => 1,
+            };
+            if done >= target && !seen.contains_key(what) {
+                println!("{what}: all {target} after {:?}", started.elapsed());
+                seen.insert(what, started.elapsed());
+            }
+        }
+        if seen.len() == 4 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(1800),
+            "not converged: {n} NodeNetworkConfigs, {f} FloatingIPs, {r} RoutedIPs, reflectors {rr}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    println!(
+        "converged {:?} after the operator started",
+        started.elapsed()
+    );
+    println!("/readyz 200: {}", ready(port));
+    let after_watches = watches(&client).await;
+    let mut streams = 0;
+    for (r, n) in &after_watches {
+        let d = n - before_watches.get(r).copied().unwrap_or(0);
+        if d != 0 {
+            println!("WATCH {r}: {d}");
+            streams += d;
+        }
+    }
+    println!("{streams} WATCH streams from the operator");
+    println!(
+        "operator resident memory: {} MiB",
+        common::rss_kib(pid) / 1024
+    );
+
+    // A cluster-wide edit.
+    let edit = Instant::now();
+    Api::<ClusterConfig>::all(client.clone())
+        .patch(
+            "default",
+            &PatchParams::apply("scale-test").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "netpolicy.io/v1alpha1", "kind": "ClusterConfig",
+                "metadata": {"name": "default"},
+                "spec": {"routes": [{"to": "10.201.0.0/16", "via": "192.0.2.1"}]},
+            })),
+        )
+        .await
+        .unwrap();
+    loop {
+        let current = nncs
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|o| {
+                o.spec
+                    .rendered
+                    .routes
+                    .iter()
+                    .any(|r| r.item.to == "10.201.0.0/16")
+            })
+            .count();
+        if current >= NODES {
+            break;
+        }
+        assert!(
+            edit.elapsed() < Duration::from_secs(900),
+            "{current} of {NODES}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    println!(
+        "cluster-wide edit: every NodeNetworkConfig current after {:?}",
+        edit.elapsed()
+    );
+
+    // One new FloatingIP.
+    let one = Api::<FloatingIP>::namespaced(client.clone(), &namespaces[0]);
+    let new = Instant::now();
+    one.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "FloatingIP",
+            "metadata": {"name": "one-more"}, "spec": {"range": "scale-0"},
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    loop {
+        if one
+            .get("one-more")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.address)
+            .is_some()
+        {
+            break;
+        }
+        assert!(new.elapsed() < Duration::from_secs(300));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!("a new FloatingIP had its address after {:?}", new.elapsed());
+
+    // Quiet.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let quiet: u64 = std::env::var("NETPOLICY_QUIET_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(600);
+    let count = || {
+        [
+            "nodenetworkconfigs",
+            "clusterconfigs",
+            "nodeconfigs",
+            "floatingips",
+            "floatingipclaims",
+            "floatingipranges",
+            "configmaps",
+            "routedips",
+            "routedipissuers",
+            "routereflectorconfigs",
+            "bgppeers",
+            "nodes",
+            "events",
+        ]
+        .iter()
+        .map(|r| cp.writes_where(r, |_| true).len())
+        .sum::<usize>()
+    };
+    let before = count();
+    tokio::time::sleep(Duration::from_secs(quiet)).await;
+    let writes = count() - before;
+    println!("API writes over {quiet} quiet seconds: {writes}");
+    println!(
+        "operator resident memory at the end: {} MiB",
+        common::rss_kib(pid) / 1024
+    );
+    drop(op);
+}
