@@ -360,6 +360,13 @@ async fn a_refused_kube_vip_write_backs_off_and_the_floating_ip_says_so_until_it
         message.contains(&cm) && message.contains("frozen"),
         "{message}"
     );
+    // The range that publishes there says so too.
+    eventually("a PublishFailed Event on the range", 30, || async {
+        !events_about(&client, None, "PublishFailed", "FloatingIPRange", &range)
+            .await
+            .is_empty()
+    })
+    .await;
     // A minute of refusals: backed off (no fixed short retry), never Published=True.
     let before = cp.writes("configmaps", &cm).len();
     let start = Instant::now();
@@ -406,6 +413,19 @@ async fn a_refused_kube_vip_write_backs_off_and_the_floating_ip_says_so_until_it
     })
     .await;
     println!("written {:?} after the policy went", allowed.elapsed());
+    eventually("a Published Event on the range", 30, || async {
+        !events_about(&client, None, "Published", "FloatingIPRange", &range)
+            .await
+            .is_empty()
+    })
+    .await;
+    assert_eq!(
+        events_about(&client, None, "PublishFailed", "FloatingIPRange", &range)
+            .await
+            .len(),
+        1,
+        "one Event for the failure, not one per attempt"
+    );
     assert!(allowed.elapsed() < Duration::from_secs(120));
 }
 

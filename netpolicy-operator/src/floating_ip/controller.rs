@@ -533,7 +533,38 @@ impl Writer {
                     })
                 }
             };
-            if self.published.get(&key) != Some(&state) {
+            let before = self.published.get(&key).cloned();
+            if before.as_ref() != Some(&state) {
+                // An Event on each range publishing there, when the write starts failing
+                // (or fails differently) and when it goes through again.
+                let event = match (&before, &state) {
+                    (_, Err(why)) => Some((
+                        EventType::Warning,
+                        events::PUBLISH_FAILED,
+                        format!(
+                            "kube-vip ConfigMap {key} cannot be written: {why} (retrying with backoff)"
+                        ),
+                    )),
+                    (Some(Err(_)), Ok(())) => Some((
+                        EventType::Normal,
+                        events::PUBLISHED,
+                        format!("kube-vip ConfigMap {key} written again"),
+                    )),
+                    _ => None,
+                };
+                if let Some((type_, reason, note)) = event {
+                    for r in self.stores.ranges.state() {
+                        let publishes_here = r.spec.kube_vip.as_ref().is_some_and(|kv| {
+                            kv.guest_kubeconfig_secret.is_none() && {
+                                let (ns, name) = kv.config_map();
+                                format!("{ns}/{name}") == key
+                            }
+                        });
+                        if publishes_here {
+                            self.event(r.as_ref(), type_, reason, note.clone()).await;
+                        }
+                    }
+                }
                 self.published.insert(key, state);
                 changed = true;
             }
