@@ -376,7 +376,9 @@ impl Runner {
                 }
             };
             if wait.is_zero() {
-                full = true;
+                // Due at once (a resync, an item's backoff ending): still gather a
+                // burst, never spin.
+                tokio::time::sleep(self.debounce).await;
                 continue;
             }
             tokio::select! {
