@@ -379,6 +379,9 @@ impl Runner {
                 // Due at once (a resync, an item's backoff ending): still gather a
                 // burst, never spin.
                 tokio::time::sleep(self.debounce).await;
+                if last_full.elapsed() >= self.resync {
+                    full = true;
+                }
                 continue;
             }
             tokio::select! {
