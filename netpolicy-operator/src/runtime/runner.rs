@@ -54,10 +54,10 @@ use std::{
         Arc,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use tokio::sync::watch;
+use tokio::{sync::watch, time::Instant};
 use tracing::{debug, info, warn};
 
 use super::informer::{Changes, KindHealth, Wake};
@@ -399,5 +399,153 @@ impl Runner {
             // Gather a burst into one pass.
             tokio::time::sleep(self.debounce).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// Fails with the given classes (last first), then passes; records each pass.
+    struct Flaky {
+        fails: Vec<ErrorClass>,
+        passes: Arc<Mutex<Vec<(Instant, bool)>>>,
+    }
+
+    impl Job for Flaky {
+        fn name(&self) -> &'static str {
+            "flaky"
+        }
+
+        async fn pass(&mut self, changes: &Changes) -> Result<Next, JobError> {
+            self.passes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push((Instant::now(), changes.full));
+            match self.fails.pop() {
+                Some(class) => Err(JobError::new(class, "refused")),
+                None => Ok(Next::Resync),
+            }
+        }
+    }
+
+    fn flaky(fails: Vec<ErrorClass>) -> (Setup<Flaky>, Arc<Mutex<Vec<(Instant, bool)>>>) {
+        let passes = Arc::new(Mutex::new(Vec::new()));
+        let job = Flaky {
+            fails,
+            passes: Arc::clone(&passes),
+        };
+        let setup = Setup {
+            job,
+            wake: Wake::new(),
+            kinds: Vec::new(),
+        };
+        (setup, passes)
+    }
+
+    fn gaps(passes: &Mutex<Vec<(Instant, bool)>>) -> Vec<f64> {
+        let p = passes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        p.windows(2)
+            .map(|w| (w[1].0 - w[0].0).as_secs_f64())
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_failures_back_off_exponentially_with_jitter_and_the_next_pass_is_full() {
+        let (setup, passes) = flaky(vec![ErrorClass::Transient; 6]);
+        let shared = Arc::new(Shared::default());
+        let runner = Runner::new(Arc::clone(&shared), Duration::from_secs(3600));
+        let (stop_tx, stop) = watch::channel(false);
+        let task = tokio::spawn(runner.run(setup, stop));
+        tokio::time::sleep(Duration::from_secs(200)).await;
+        let _ = stop_tx.send(true);
+        task.await.unwrap_or_default();
+        let g = gaps(&passes);
+        // 1, 2, 4, 8, 16, 32 s (each ±20 %, plus the 100 ms debounce); then it passed.
+        assert_eq!(g.len(), 6, "{g:?}");
+        for (i, gap) in g.iter().enumerate() {
+            let base = f64::from(1u32 << i);
+            assert!(
+                (base * 0.8..=base * 1.2 + 0.2).contains(gap),
+                "gap {i}: {gap} s, expected about {base} s ({g:?})"
+            );
+        }
+        let p = passes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        assert!(
+            p.iter().all(|(_, full)| *full),
+            "every pass after a failure is full"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_permanent_failure_waits_for_the_long_backoff_or_a_change() {
+        let (setup, passes) = flaky(vec![ErrorClass::Permanent; 3]);
+        let wake = setup.wake.clone();
+        let runner = Runner::new(Arc::default(), Duration::from_secs(3600));
+        let (stop_tx, stop) = watch::channel(false);
+        let task = tokio::spawn(runner.run(setup, stop));
+        // First pass, then the long backoff (10 s ± 20 %): nothing before 8 s.
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        assert_eq!(passes.lock().map(|p| p.len()).unwrap_or(0), 1);
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert_eq!(passes.lock().map(|p| p.len()).unwrap_or(0), 2);
+        // Now backing off ~20 s; a change of the input retries at once.
+        wake.changed("Thing", super::super::ObjectKey::cluster("x"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(passes.lock().map(|p| p.len()).unwrap_or(0), 3);
+        let _ = stop_tx.send(true);
+        task.await.unwrap_or_default();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_job_is_ready_after_its_first_successful_pass_and_says_why_before() {
+        let (setup, _passes) = flaky(vec![ErrorClass::Transient]);
+        let shared = Arc::new(Shared::default());
+        shared.connected.store(true, Ordering::Release);
+        shared.leading.store(true, Ordering::Release);
+        shared.started.store(true, Ordering::Release);
+        let runner = Runner::new(Arc::clone(&shared), Duration::from_secs(3600));
+        let (stop_tx, stop) = watch::channel(false);
+        let run = runner.run(setup, stop);
+        // Registered before it is polled: readiness never says ready too early.
+        assert_eq!(shared.waiting(), ["flaky: first pass not finished"]);
+        let task = tokio::spawn(run);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let waiting = shared.waiting();
+        assert!(
+            waiting.len() == 1 && waiting[0].starts_with("flaky: first pass failed: refused"),
+            "{waiting:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(shared.waiting().is_empty(), "{:?}", shared.waiting());
+        let _ = stop_tx.send(true);
+        task.await.unwrap_or_default();
+    }
+
+    #[test]
+    fn error_classes_follow_the_status_code() {
+        assert_eq!(ErrorClass::of_status(409), ErrorClass::Conflict);
+        assert_eq!(ErrorClass::of_status(429), ErrorClass::Transient);
+        assert_eq!(ErrorClass::of_status(503), ErrorClass::Transient);
+        for code in [400, 403, 404, 413, 422] {
+            assert_eq!(ErrorClass::of_status(code), ErrorClass::Permanent, "{code}");
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap_and_resets() {
+        let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(5));
+        let d: Vec<f64> = (0..5).map(|_| b.next_delay().as_secs_f64()).collect();
+        for (got, want) in d.iter().zip([1.0, 2.0, 4.0, 5.0, 5.0]) {
+            assert!((want * 0.8..want * 1.2).contains(got), "{d:?}");
+        }
+        b.reset();
+        assert!(b.next_delay() < Duration::from_millis(1200));
     }
 }
