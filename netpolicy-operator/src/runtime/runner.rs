@@ -408,10 +408,13 @@ mod tests {
 
     use super::*;
 
+    /// When each pass ran, and whether it was full.
+    type Passes = Arc<Mutex<Vec<(Instant, bool)>>>;
+
     /// Fails with the given classes (last first), then passes; records each pass.
     struct Flaky {
         fails: Vec<ErrorClass>,
-        passes: Arc<Mutex<Vec<(Instant, bool)>>>,
+        passes: Passes,
     }
 
     impl Job for Flaky {
@@ -431,7 +434,7 @@ mod tests {
         }
     }
 
-    fn flaky(fails: Vec<ErrorClass>) -> (Setup<Flaky>, Arc<Mutex<Vec<(Instant, bool)>>>) {
+    fn flaky(fails: Vec<ErrorClass>) -> (Setup<Flaky>, Passes) {
         let passes = Arc::new(Mutex::new(Vec::new()));
         let job = Flaky {
             fails,
