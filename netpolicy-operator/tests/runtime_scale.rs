@@ -150,6 +150,16 @@ async fn every_job_at_ten_thousand_nodes() {
                 }))
                 .unwrap();
                 nodes.create(&PostParams::default(), &n).await.unwrap();
+                // The API server taints a new Node not-ready; the node lifecycle
+                // controller (not running here) lifts it once the kubelet reports Ready.
+                nodes
+                    .patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"spec": {"taints": null}})),
+                    )
+                    .await
+                    .unwrap();
                 nodes
                     .patch_status(
                         &name,
@@ -185,7 +195,7 @@ async fn every_job_at_ten_thousand_nodes() {
     }
     objects.push(json!({
         "apiVersion": "netpolicy.io/v1alpha1", "kind": "RouteReflectorConfig",
-        "metadata": {"name": "default"}, "spec": {"min": 3, "max": 10},
+        "metadata": {"name": "default"}, "spec": {"min": 3, "max": 10, "stepDelaySeconds": 0},
     }));
     objects.push(json!({
         "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIPIssuer",

@@ -148,6 +148,10 @@ pub(crate) enum Failed {
     /// Adding or removing the finalizer failed.
     #[error("finalizer: {0}")]
     Finalizer(String),
+    /// The finalizer patch's test found the list changed (the cache was behind):
+    /// re-read and retry at once.
+    #[error("finalizer: the object changed meanwhile ({0})")]
+    Changed(String),
 }
 
 impl Failed {
@@ -169,6 +173,7 @@ impl Failed {
             }
             Self::Kube(e) => (ErrorClass::of(e), rc::PROVIDER_ERROR),
             Self::Finalizer(_) => (ErrorClass::Transient, rc::PROVIDER_ERROR),
+            Self::Changed(_) => (ErrorClass::Conflict, rc::PROVIDER_ERROR),
         }
     }
 }
@@ -368,6 +373,14 @@ async fn reconcile(rip: Arc<RoutedIP>, ctx: Arc<Context>) -> Result<Action, Fail
     let r = r.map_err(|e| match e {
         kube::runtime::finalizer::Error::ApplyFailed(e)
         | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+        // The finalizer helper's JSON patch tests the list it read; a cache that is
+        // behind fails that test (422) or the object moved on (409): a conflict.
+        kube::runtime::finalizer::Error::AddFinalizer(kube::Error::Api(e))
+        | kube::runtime::finalizer::Error::RemoveFinalizer(kube::Error::Api(e))
+            if e.code == 422 || e.code == 409 =>
+        {
+            Failed::Changed(e.message)
+        }
         kube::runtime::finalizer::Error::AddFinalizer(e)
         | kube::runtime::finalizer::Error::RemoveFinalizer(e) => Failed::Kube(e),
         e => Failed::Finalizer(e.to_string()),
@@ -408,6 +421,11 @@ fn error_policy(rip: Arc<RoutedIP>, e: &Failed, ctx: Arc<Context>) -> Action {
     ctx.shared
         .metrics
         .reconciled("routed-ip", Duration::ZERO, Some(class.as_str()));
+    if class == ErrorClass::Conflict {
+        // Not a failure to report: the next reconcile reads the object again.
+        debug!(routed_ip = %name, error = %e, retry_in = ?delay, "routed IP: conflict");
+        return Action::requeue(delay);
+    }
     let message = e.to_string();
     tokio::spawn(async move { ctx.report(&rip, reason, message, delay).await });
     Action::requeue(delay)
