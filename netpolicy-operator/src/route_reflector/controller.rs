@@ -195,6 +195,7 @@ pub(crate) fn run(
             etcd_changes.boxed(),
         ]);
         Controller::for_stream(config_trigger, store)
+            .with_config(crate::runtime::controller_config())
             .reconcile_all_on(wakes)
             .graceful_shutdown_on(stopped)
             .run(reconcile, error_policy, Arc::clone(&ctx))

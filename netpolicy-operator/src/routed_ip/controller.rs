@@ -270,6 +270,7 @@ pub(crate) fn run(
         let for_services = ctx.rips.clone();
         let for_issuers = ctx.rips.clone();
         let rip_controller = Controller::for_stream(rip_trigger, ctx.rips.clone())
+            .with_config(crate::runtime::controller_config())
             // Election reads every Node: any change that matters re-checks every RoutedIP
             // (each is cheap while settled: no provider call).
             .watches_stream(node_trigger, move |_: Node| all(&for_nodes))

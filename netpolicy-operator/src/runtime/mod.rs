@@ -222,6 +222,13 @@ pub(crate) async fn serve_probes(
     Ok(server)
 }
 
+/// The configuration of the per-object jobs' kube-runtime `Controller`s: the same
+/// debounce as the [`Runner`]'s (a burst of related changes, such as 10,000 Nodes listed
+/// at start, is one reconcile per object, not one per event).
+pub fn controller_config() -> kube::runtime::controller::Config {
+    kube::runtime::controller::Config::default().debounce(runner::DEBOUNCE)
+}
+
 /// Every job of the operator, on one set of shared informers: registered for
 /// readiness at once, running when the returned future is polled, until `stop`.
 fn jobs(

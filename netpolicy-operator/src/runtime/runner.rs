@@ -265,6 +265,9 @@ impl JobReadiness {
     }
 }
 
+/// How long a burst of changes is gathered into one pass (or one reconcile per object).
+pub const DEBOUNCE: Duration = Duration::from_millis(100);
+
 /// A job with what wakes it and the kinds it reads (their health is what readiness
 /// waits for).
 pub struct Setup<J> {
@@ -291,7 +294,7 @@ impl Runner {
         Self {
             shared,
             resync,
-            debounce: Duration::from_millis(100),
+            debounce: DEBOUNCE,
         }
     }
 
