@@ -15,6 +15,8 @@
 //! - A relist (the watch restarted after a disconnect) tells subscribers about objects
 //!   deleted meanwhile: every key a subscriber had seen that the relist no longer holds
 //!   is reported as changed (deleted).
+//! - Changes found in a (re)list are told once the store holds the new list (the
+//!   reflector swaps it in at `InitDone`): a job woken by a change reads that change.
 //! - [`KindHealth`] says whether the kind has synced, and why not (the API server's
 //!   answer to the LIST, such as `forbidden`): readiness reports it.
 //! - `managedFields` are dropped before objects enter the store (nothing in the operator
@@ -289,6 +291,11 @@ struct Subscriber<K> {
     fingerprint: Fingerprint<K>,
     seen: HashMap<ObjectKey, String>,
     target: Target<K>,
+    /// Changes found while a relist of a synced cache is under way: told at `InitDone`,
+    /// once the store holds the new list (the reflector swaps it in then), so a job woken
+    /// by them reads what woke it. (The first list needs no such care: nothing reads a
+    /// cache before it synced.) The object is kept for triggers only.
+    pending: Vec<(ObjectKey, Option<K>)>,
 }
 
 impl<K: Clone> Subscriber<K> {
@@ -429,6 +436,7 @@ where
             fingerprint,
             seen: HashMap::new(),
             target,
+            pending: Vec::new(),
         };
         // Under the subscribers' lock: the reflector writes the store before it
         // dispatches, so an event is either in the store now or dispatched after this.
@@ -482,12 +490,13 @@ where
             Ok(watcher::Event::Init) => *relist = Some(HashSet::new()),
             Ok(watcher::Event::InitApply(o)) => {
                 let key = ObjectKey::of(o);
-                self.applied(&key, o);
+                let relisting = self.health.state() == KindState::Synced;
+                self.applied(&key, o, relisting);
                 if let Some(r) = relist {
                     r.insert(key);
                 }
             }
-            Ok(watcher::Event::Apply(o)) => self.applied(&ObjectKey::of(o), o),
+            Ok(watcher::Event::Apply(o)) => self.applied(&ObjectKey::of(o), o, false),
             Ok(watcher::Event::Delete(o)) => {
                 let key = ObjectKey::of(o);
                 let mut subs = lock(&self.subscribers);
@@ -500,6 +509,15 @@ where
                 let present = relist.take().unwrap_or_default();
                 let mut subs = lock(&self.subscribers);
                 subs.retain_mut(|s| {
+                    // The store holds the new list now: tell what changed in it.
+                    let mut open = true;
+                    for (key, o) in std::mem::take(&mut s.pending) {
+                        match (&s.target, o) {
+                            (Target::Wake(w), _) => w.changed(&s.kind, key),
+                            (Target::Trigger(tx), Some(o)) => open &= tx.send(o).is_ok(),
+                            (Target::Trigger(_), None) => {}
+                        }
+                    }
                     // Deleted while the watch was down: no Delete event came.
                     let gone: Vec<ObjectKey> = s
                         .seen
@@ -513,7 +531,7 @@ where
                             w.changed(&s.kind, key);
                         }
                     }
-                    !matches!(&s.target, Target::Trigger(tx) if tx.is_closed())
+                    open && !matches!(&s.target, Target::Trigger(tx) if tx.is_closed())
                 });
                 drop(subs);
                 self.health.set(KindState::Synced);
@@ -521,7 +539,10 @@ where
         }
     }
 
-    fn applied(&self, key: &ObjectKey, o: &K) {
+    /// An object appeared or changed; `relisting`: it came in a relist of a synced
+    /// cache, whose objects reach the store only at `InitDone` (subscribers are told
+    /// then).
+    fn applied(&self, key: &ObjectKey, o: &K, relisting: bool) {
         let mut subs = lock(&self.subscribers);
         subs.retain_mut(|s| {
             let f = (s.fingerprint)(o);
@@ -529,6 +550,11 @@ where
                 return true;
             }
             s.seen.insert(key.clone(), f);
+            if relisting {
+                let keep = matches!(s.target, Target::Trigger(_)).then(|| o.clone());
+                s.pending.push((key.clone(), keep));
+                return true;
+            }
             s.tell(key, o)
         });
     }
@@ -692,5 +718,143 @@ fn resource_name(plural: &str, group: &str) -> String {
         plural.to_owned()
     } else {
         format!("{plural}.{group}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::watcher::Event;
+
+    use super::*;
+
+    fn cm(ns: &str, name: &str, v: &str) -> ConfigMap {
+        let mut c = ConfigMap::default();
+        c.metadata.namespace = Some(ns.into());
+        c.metadata.name = Some(name.into());
+        c.data = Some([("k".to_owned(), v.to_owned())].into());
+        c
+    }
+
+    /// An informer fed by hand: each event goes to the store first, then to
+    /// `dispatch`, as the reflector does.
+    struct Fed {
+        informer: Informer<ConfigMap>,
+        writer: Writer<ConfigMap>,
+        relist: Option<HashSet<ObjectKey>>,
+    }
+
+    impl Fed {
+        fn new() -> Self {
+            let config = kube::Config::new(
+                "http://127.0.0.1:9"
+                    .parse()
+                    .unwrap_or_else(|_| unreachable!("a valid URI")),
+            );
+            let client = Client::try_from(config).unwrap_or_else(|e| panic!("{e}"));
+            let informers = Informers::new(client);
+            let informer = informers.get::<ConfigMap>();
+            let writer = lock(&informer.inner.writer)
+                .take()
+                .unwrap_or_else(|| unreachable!("not started"));
+            Self {
+                informer,
+                writer,
+                relist: None,
+            }
+        }
+
+        fn feed(&mut self, ev: Event<ConfigMap>) {
+            self.writer.apply_watcher_event(&ev);
+            self.informer.inner.dispatch(&Ok(ev), &mut self.relist);
+        }
+
+        fn list(&mut self, objects: Vec<ConfigMap>) {
+            self.feed(Event::Init);
+            for o in objects {
+                self.feed(Event::InitApply(o));
+            }
+            self.feed(Event::InitDone);
+        }
+    }
+
+    fn keys(c: &Changes) -> Vec<String> {
+        c.of("ConfigMap").map(ToString::to_string).collect()
+    }
+
+    #[tokio::test]
+    async fn same_named_objects_in_two_namespaces_are_two_changes() {
+        let mut fed = Fed::new();
+        let wake = Wake::new();
+        fed.informer
+            .subscribe(&wake, |c: &ConfigMap| format!("{:?}", c.data));
+        fed.list(vec![cm("a", "web", "1"), cm("b", "web", "1")]);
+        assert_eq!(keys(&wake.take()), ["a/web", "b/web"]);
+        assert!(fed.informer.health().usable());
+        fed.feed(Event::Apply(cm("b", "web", "2")));
+        assert_eq!(keys(&wake.take()), ["b/web"]);
+        // A change outside the fingerprint wakes nobody.
+        let mut same = cm("a", "web", "1");
+        same.metadata.labels = Some([("x".to_owned(), "y".to_owned())].into());
+        fed.feed(Event::Apply(same));
+        assert!(wake.take().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_relist_tells_its_changes_once_the_store_holds_them_and_reports_deletions() {
+        let mut fed = Fed::new();
+        let wake = Wake::new();
+        fed.informer
+            .subscribe(&wake, |c: &ConfigMap| format!("{:?}", c.data));
+        fed.list(vec![cm("a", "one", "1"), cm("a", "two", "1")]);
+        let _ = wake.take();
+        // The watch restarts: `one` changed and `two` was deleted while it was down.
+        fed.feed(Event::Init);
+        fed.feed(Event::InitApply(cm("a", "one", "2")));
+        assert!(
+            wake.take().is_empty(),
+            "told before the store holds the new list"
+        );
+        fed.feed(Event::InitDone);
+        assert_eq!(keys(&wake.take()), ["a/one", "a/two"]);
+        let store = fed.informer.store();
+        let one = store
+            .get(&kube::runtime::reflector::ObjectRef::new("one").within("a"))
+            .and_then(|c| c.data.clone())
+            .unwrap_or_default();
+        assert_eq!(one.get("k").map(String::as_str), Some("2"));
+        assert!(
+            store
+                .get(&kube::runtime::reflector::ObjectRef::new("two").within("a"))
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_kind_that_cannot_be_listed_says_why_and_an_optional_absent_one_is_usable() {
+        let fed = Fed::new();
+        let h = fed.informer.health();
+        assert_eq!(h.waiting_for().as_deref(), Some("listing configmaps"));
+        let status = |code: u16, reason: &str, message: &str| -> kube::core::Status {
+            serde_json::from_value(serde_json::json!({
+                "status": "Failure", "code": code, "reason": reason, "message": message,
+            }))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let refused = status(403, "Forbidden", "configmaps is forbidden");
+        h.failed(&watcher::Error::InitialListFailed(kube::Error::Api(
+            refused.into(),
+        )));
+        assert_eq!(
+            h.waiting_for().as_deref(),
+            Some("cannot list configmaps: Forbidden (configmaps is forbidden)")
+        );
+        let optional = KindHealth::new(Arc::from("BGPPeer"), "bgppeers".into(), true);
+        let missing = status(404, "NotFound", "not found");
+        optional.failed(&watcher::Error::InitialListFailed(kube::Error::Api(
+            missing.into(),
+        )));
+        assert!(optional.usable());
+        assert_eq!(optional.state(), KindState::Absent);
     }
 }
