@@ -9,13 +9,9 @@
 
 mod common;
 
-use std::{
-    io::{Read, Write},
-    net::TcpStream,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
-use common::{Killed, events_about, operator_on};
+use common::{Killed, events_about, http_get, operator_on, watches};
 use k8s_openapi::{
     api::core::v1::{ConfigMap, Namespace, Node},
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
@@ -26,7 +22,9 @@ use kube::{
         ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
     },
 };
-use netpolicy_operator::api::{FloatingIP, NodeConfig, NodeNetworkConfig, crds};
+use netpolicy_operator::api::{
+    FloatingIP, FloatingIPClaim, FloatingIPRange, NodeConfig, NodeNetworkConfig, crds,
+};
 use netpolicy_testenv::{ControlPlane, eventually};
 use serde_json::json;
 
@@ -42,24 +40,8 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// `GET path` on 127.0.0.1:`port`: (status, body), or None while nothing answers.
-fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
-    Some((status, body))
-}
-
 fn leading(port: u16) -> bool {
-    get(port, "/metrics").is_some_and(|(_, b)| b.lines().any(|l| l == "netpolicy_leader 1"))
+    http_get(port, "/metrics").is_some_and(|(_, b)| b.lines().any(|l| l == "netpolicy_leader 1"))
 }
 
 async fn install(client: &Client, crds: Vec<CustomResourceDefinition>) {
@@ -68,6 +50,19 @@ async fn install(client: &Client, crds: Vec<CustomResourceDefinition>) {
 
 async fn all_crds(client: &Client) {
     install(client, crds()).await;
+}
+
+/// A FloatingIPRange `name` with `spec`.
+async fn create_range(client: &Client, name: &str, spec: serde_json::Value) {
+    let r: FloatingIPRange = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "FloatingIPRange",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap();
+    Api::<FloatingIPRange>::all(client.clone())
+        .create(&PostParams::default(), &r)
+        .await
+        .unwrap();
 }
 
 async fn namespace(client: &Client, name: &str) {
@@ -84,33 +79,6 @@ fn operator(cp: &ControlPlane, ns: &str, name: &str) -> (Killed, u16, std::path:
     let log = cp.dir.join(format!("runtime-{name}.log"));
     let op = operator_on(cp, ns, &log, "info", &format!("127.0.0.1:{port}"));
     (op, port, log)
-}
-
-/// WATCH requests the API server is serving now, per resource (its own metric
-/// `apiserver_longrunning_requests`).
-async fn watches(client: &Client) -> std::collections::BTreeMap<String, i64> {
-    let text = client
-        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
-        .await
-        .unwrap();
-    let mut out = std::collections::BTreeMap::new();
-    for l in text
-        .lines()
-        .filter(|l| l.starts_with("apiserver_longrunning_requests{"))
-    {
-        if !l.contains("verb=\"WATCH\"") {
-            continue;
-        }
-        let resource = l
-            .split("resource=\"")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-            .unwrap_or_default()
-            .to_owned();
-        let n: f64 = l.rsplit(' ').next().unwrap().parse().unwrap();
-        *out.entry(resource).or_default() += n as i64;
-    }
-    out
 }
 
 /// The resources the operator's jobs read (Calico's BGPPeer is not installed here).
@@ -171,11 +139,11 @@ async fn readiness_waits_for_every_kind_and_names_the_one_it_cannot_list() {
     // Leading, one kind unlistable: not ready, and the body says who waits for what.
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
-        let (code, body) = get(port, "/readyz").unwrap();
+        let (code, body) = http_get(port, "/readyz").unwrap();
         assert_eq!(code, 503, "ready with RoutedIP unlistable: {body}");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let (_, body) = get(port, "/readyz").unwrap();
+    let (_, body) = http_get(port, "/readyz").unwrap();
     println!("{body}");
     for job in ["routing", "routed-ip"] {
         assert!(
@@ -191,7 +159,7 @@ async fn readiness_waits_for_every_kind_and_names_the_one_it_cannot_list() {
     // The kind appears: the informers list it on their next try, and every job passes.
     all_crds(&client).await;
     eventually("ready once RoutedIP is served", 120, || async {
-        get(port, "/readyz").is_some_and(|(c, _)| c == 200)
+        http_get(port, "/readyz").is_some_and(|(c, _)| c == 200)
     })
     .await;
     let text = std::fs::read_to_string(&log).unwrap();
@@ -309,26 +277,13 @@ async fn a_refused_kube_vip_write_backs_off_and_the_floating_ip_says_so_until_it
     let cm = cp.unique("kubevip");
     let allow = deny_configmap(&client, &ns, &cm).await;
     let range = cp.unique("deny");
-    let ranges: Api<DynamicObject> = Api::all_with(
-        client.clone(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("netpolicy.io", "v1alpha1", "FloatingIPRange"),
-            "floatingipranges",
-        ),
-    );
-    ranges
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "netpolicy.io/v1alpha1", "kind": "FloatingIPRange",
-                "metadata": {"name": range},
-                "spec": {"cidrs": ["198.18.40.0/29"],
-                         "kubeVip": {"publish": true, "namespace": ns, "configMap": cm}},
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    create_range(
+        &client,
+        &range,
+        json!({"cidrs": ["198.18.40.0/29"],
+                         "kubeVip": {"publish": true, "namespace": ns, "configMap": cm}}),
+    )
+    .await;
     let fips: Api<FloatingIP> = Api::namespaced(client.clone(), &ns);
     fips.create(
         &PostParams::default(),
@@ -587,24 +542,7 @@ async fn same_named_floating_ips_in_two_namespaces_are_independent() {
     namespace(&client, &a).await;
     namespace(&client, &b).await;
     let range = cp.unique("twins");
-    let ranges: Api<DynamicObject> = Api::all_with(
-        client.clone(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("netpolicy.io", "v1alpha1", "FloatingIPRange"),
-            "floatingipranges",
-        ),
-    );
-    ranges
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "netpolicy.io/v1alpha1", "kind": "FloatingIPRange",
-                "metadata": {"name": range}, "spec": {"cidrs": ["198.18.41.0/29"]},
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    create_range(&client, &range, json!({"cidrs": ["198.18.41.0/29"]})).await;
     let fip = |ns: &str| Api::<FloatingIP>::namespaced(client.clone(), ns);
     for ns in [&a, &b] {
         fip(ns)
@@ -639,14 +577,8 @@ async fn same_named_floating_ips_in_two_namespaces_are_independent() {
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
-    let claims: Api<DynamicObject> = Api::all_with(
-        client.clone(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("netpolicy.io", "v1alpha1", "FloatingIPClaim"),
-            "floatingipclaims",
-        ),
-    );
-    let claim = netpolicy_operator::api::FloatingIPClaim::name_for(addr_a.parse().unwrap());
+    let claims: Api<FloatingIPClaim> = Api::all(client.clone());
+    let claim = FloatingIPClaim::name_for(addr_a.parse().unwrap());
     eventually("a/web's address released", 60, || async {
         claims.get_opt(&claim).await.unwrap().is_none()
     })

@@ -44,28 +44,6 @@ const ROUTED_IPS: usize = 50;
 const CONCURRENCY: usize = 48;
 const ZONES: [&str; 3] = ["a", "b", "c"];
 
-/// WATCH requests the API server serves now, per resource.
-async fn watches(client: &Client) -> BTreeMap<String, i64> {
-    let text = client
-        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
-        .await
-        .unwrap();
-    let mut out = BTreeMap::new();
-    for l in text.lines().filter(|l| {
-        l.starts_with("apiserver_longrunning_requests{") && l.contains("verb=\"WATCH\"")
-    }) {
-        let resource = l
-            .split("resource=\"")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-            .unwrap_or_default()
-            .to_owned();
-        let n: f64 = l.rsplit(' ').next().unwrap().parse().unwrap();
-        *out.entry(resource).or_default() += n as i64;
-    }
-    out
-}
-
 async fn apply(client: &Client, objects: Vec<serde_json::Value>) {
     stream::iter(objects)
         .for_each_concurrent(CONCURRENCY, |o| {
@@ -99,22 +77,6 @@ async fn apply(client: &Client, objects: Vec<serde_json::Value>) {
             }
         })
         .await;
-}
-
-/// Whether `/readyz` answers 200.
-fn ready(port: u16) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let _ = write!(
-        s,
-        "GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    );
-    let mut text = String::new();
-    let _ = s.read_to_string(&mut text);
-    text.starts_with("HTTP/1.1 200")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -219,7 +181,7 @@ async fn every_job_at_ten_thousand_nodes() {
     apply(&client, objects).await;
     println!("workload created in {:?}", t.elapsed());
 
-    let before_watches = watches(&client).await;
+    let before_watches = common::watches(&client).await;
     let bin =
         std::env::var("NETPOLICY_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_netpolicy").into());
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -320,8 +282,11 @@ async fn every_job_at_ten_thousand_nodes() {
         "converged {:?} after the operator started",
         started.elapsed()
     );
-    println!("/readyz 200: {}", ready(port));
-    let after_watches = watches(&client).await;
+    println!(
+        "/readyz 200: {}",
+        common::http_get(port, "/readyz").is_some_and(|(c, _)| c == 200)
+    );
+    let after_watches = common::watches(&client).await;
     let mut streams = 0;
     for (r, n) in &after_watches {
         let d = n - before_watches.get(r).copied().unwrap_or(0);

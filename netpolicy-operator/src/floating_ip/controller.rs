@@ -219,34 +219,29 @@ impl Writer {
         let namespaces = self.stores.namespaces.state();
         let claims = self.stores.claims.state();
         let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let mut p: Pass = pass(
-            World {
-                ranges: &ranges,
-                fips: &fips,
-                namespaces: &namespaces,
-                claims: &claims,
-                guests: &self.guests,
-                published: Some(&self.published),
-            },
-            &now,
-        );
+        // The rules over the caches, with what the guests and kube-vip last answered.
+        let plan = |guests: &BTreeMap<String, Result<(), String>>,
+                    published: &BTreeMap<String, Result<(), String>>| {
+            pass(
+                World {
+                    ranges: &ranges,
+                    fips: &fips,
+                    namespaces: &namespaces,
+                    claims: &claims,
+                    guests,
+                    published: Some(published),
+                },
+                &now,
+            )
+        };
+        let mut p: Pass = plan(&self.guests, &self.published);
         // kube-vip in this cluster first: a FloatingIP says Published only once its
         // ConfigMap holds it. One ConfigMap that cannot be written (an admission policy,
         // a namespace the chart gives no access to) holds up no other; it is tried
         // again after its backoff, and its FloatingIPs say why meanwhile.
         let (mut writes, changed) = self.publish_local(&p.kube_vip).await;
         if changed {
-            p = pass(
-                World {
-                    ranges: &ranges,
-                    fips: &fips,
-                    namespaces: &namespaces,
-                    claims: &claims,
-                    guests: &self.guests,
-                    published: Some(&self.published),
-                },
-                &now,
-            );
+            p = plan(&self.guests, &self.published);
         }
         self.log_problems(&p);
         let s = &self.stores;

@@ -135,14 +135,6 @@ impl Changes {
     pub fn insert(&mut self, kind: &str, key: ObjectKey) {
         self.keys.entry(Arc::from(kind)).or_default().insert(key);
     }
-
-    /// Adds `other`'s changes to these.
-    pub fn merge(&mut self, other: Self) {
-        self.full |= other.full;
-        for (k, v) in other.keys {
-            self.keys.entry(k).or_default().extend(v);
-        }
-    }
 }
 
 /// Wakes a job and tells it which objects changed. Clones share one set of changes; a

@@ -58,7 +58,7 @@ use std::{
 };
 
 use tokio::{sync::watch, time::Instant};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use super::informer::{Changes, KindHealth, Wake};
 use crate::{error::Chain, telemetry::Shared};
@@ -364,10 +364,6 @@ impl Runner {
                 }
                 Err(e) => {
                     full = true;
-                    if !ready.synced() {
-                        // A kind was lost (say, its permission revoked): say so.
-                        debug!(job = name, "a kind is not usable");
-                    }
                     ready.failed(Chain(&e).to_string());
                     let b = match &mut backoff {
                         Some((class, b)) if *class == e.class => b,

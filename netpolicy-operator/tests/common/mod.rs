@@ -305,3 +305,45 @@ pub(crate) fn skip(why: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "SKIP {why}");
 }
+
+/// `GET path` on 127.0.0.1:`port` (an operator's metrics and health endpoints):
+/// (status, body), or None while nothing answers.
+pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
+    Some((status, body))
+}
+
+/// WATCH requests the API server is serving now, per resource (its own metric
+/// `apiserver_longrunning_requests`).
+pub(crate) async fn watches(client: &Client) -> std::collections::BTreeMap<String, i64> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    let mut out = std::collections::BTreeMap::new();
+    for l in text.lines().filter(|l| {
+        l.starts_with("apiserver_longrunning_requests{") && l.contains("verb=\"WATCH\"")
+    }) {
+        let resource = l
+            .split("resource=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_default()
+            .to_owned();
+        let n: f64 = l.rsplit(' ').next().unwrap().parse().unwrap();
+        *out.entry(resource).or_default() += n as i64;
+    }
+    out
+}
