@@ -11,6 +11,7 @@
 //! visibly rather than passing without one.
 
 pub mod cloud;
+pub mod node;
 
 use std::{
     fmt::Write as _,

@@ -120,9 +120,22 @@ where
     H: Handler<T, Shared>,
     T: 'static,
 {
+    serve_on("127.0.0.1", api, version).await
+}
+
+/// [`serve`] on a free port of `ip` (a pod reaches the machine on
+/// [`crate::node::HOST_IP`]).
+///
+/// # Panics
+/// When no port of `ip` can be bound.
+pub async fn serve_on<H, T>(ip: &str, api: H, version: &str) -> (String, Shared)
+where
+    H: Handler<T, Shared>,
+    T: 'static,
+{
     let state: Shared = Arc::default();
     let app = Router::new().fallback(api).with_state(Arc::clone(&state));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (format!("http://{addr}{version}"), state)
