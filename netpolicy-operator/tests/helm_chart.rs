@@ -309,7 +309,10 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
     assert!(forbidden(
         agent_nc.create(&pp, &nc(&cp.unique("agent-nc"))).await
     ));
-    assert!(agent_nnc.get(&name).await.is_ok());
+    // It watches (list + watch) by field selector; it never reads one object by name.
+    let own = kube::api::ListParams::default().fields(&format!("metadata.name={name}"));
+    assert_eq!(agent_nnc.list(&own).await.unwrap().items.len(), 1);
+    assert!(forbidden(agent_nnc.get(&name).await));
     assert!(forbidden(
         agent_nnc
             .patch(
@@ -339,6 +342,9 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
     ));
     assert!(forbidden(agent_ds.get("other").await));
     assert!(forbidden(agent_ds.list(&Default::default()).await));
+    // ...and watches it from the start (a list or watch of that one name).
+    let own_ds = kube::api::ListParams::default().fields("metadata.name=t-agent");
+    assert!(agent_ds.list(&own_ds).await.is_ok());
 
     // Calico's etcd TLS Secret: that one, read-only (404: allowed, not there).
     let secrets =

@@ -70,8 +70,9 @@ pub struct AgentOptions {
     /// Seconds between resyncs that repair drift.
     #[arg(long, default_value_t = 60)]
     pub resync_seconds: u64,
-    /// Address for `/metrics`, `/healthz` and `/readyz`.
-    #[arg(long, default_value = "127.0.0.1:8081")]
+    /// Address for `/metrics`, `/healthz` and `/readyz` (`IP:PORT`; an IPv6 address
+    /// with or without brackets, as the downward API's `status.hostIP` gives it).
+    #[arg(long, default_value = "127.0.0.1:8081", value_parser = listen_address)]
     pub listen: SocketAddr,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
@@ -91,6 +92,18 @@ pub struct AgentOptions {
     /// chart keeps it on the node (`/var/lib/netpolicy`).
     #[arg(long, env = "NETPOLICY_STATE_FILE", value_name = "PATH")]
     pub state_file: Option<PathBuf>,
+}
+
+/// `IP:PORT`, `[IPv6]:PORT` or `IPv6:PORT` (the last colon parts the port).
+fn listen_address(s: &str) -> std::result::Result<SocketAddr, String> {
+    if let Ok(a) = s.parse() {
+        return Ok(a);
+    }
+    let bad = || format!("{s:?}: want IP:PORT (e.g. 10.0.0.5:8081 or fd00::5:8081)");
+    let (ip, port) = s.rsplit_once(':').ok_or_else(bad)?;
+    let ip: std::net::IpAddr = ip.parse().map_err(|_| bad())?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    Ok(SocketAddr::new(ip, port))
 }
 
 /// Field manager of the agent's status writes.
@@ -128,6 +141,13 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
         },
         state_file: opts.state_file.clone(),
     };
+    // The agent's own DaemonSet, watched from the start: when the chart is uninstalled,
+    // its RBAC and service account go in the same breath as the DaemonSet, so by the
+    // time the stop signal arrives the agent may no longer be allowed to ask.
+    let mut owner = opts
+        .cleanup_on_uninstall
+        .as_deref()
+        .and_then(|ds| watch_owner(&ctx.client, ds));
     let cfg = watcher::Config::default().fields(&format!("metadata.name={}", opts.node));
     let mut events = watcher(api.clone(), cfg).default_backoff().boxed();
     let mut tick = tokio::time::interval(Duration::from_secs(opts.resync_seconds.max(1)));
@@ -197,7 +217,7 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
     }
     server.abort();
     if let Some(ds) = &opts.cleanup_on_uninstall
-        && uninstalled(&api.clone().into_client(), ds).await
+        && uninstalled(&api.clone().into_client(), ds, owner.as_mut()).await
     {
         info!(daemonset = %ds, "the agent's DaemonSet is gone: removing what netpolicy made");
         return cleanup(&adapter).await;
@@ -224,14 +244,86 @@ async fn cleanup(adapter: &Arc<Mutex<Adapter>>) -> Result<()> {
     Ok(())
 }
 
-/// Whether the DaemonSet `namespace/name` is gone or being deleted. When the API
-/// server cannot say, the answer is no: a node is never cleaned up on a guess.
-async fn uninstalled(client: &kube::Client, ds: &str) -> bool {
+/// What the agent last saw of its own DaemonSet (`--cleanup-on-uninstall`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// Not known yet (the first list has not answered).
+    Unknown,
+    /// There, not being deleted: a stop is a rolling update or a node drain.
+    Present,
+    /// Gone or being deleted: a stop is the uninstall.
+    Leaving,
+}
+
+/// Watches the DaemonSet `namespace/name` (a watch of one name, which the chart's
+/// Role allows by `resourceNames`); `None` when `ds` is not `NAMESPACE/NAME`.
+fn watch_owner(client: &kube::Client, ds: &str) -> Option<tokio::sync::watch::Receiver<Owner>> {
     let Some((namespace, name)) = ds.split_once('/') else {
         warn!(
             daemonset = ds,
-            "--cleanup-on-uninstall wants NAMESPACE/NAME; not cleaning up"
+            "--cleanup-on-uninstall wants NAMESPACE/NAME; the node will not be cleaned up"
         );
+        return None;
+    };
+    let api: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+        Api::namespaced(client.clone(), namespace);
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let (tx, rx) = tokio::sync::watch::channel(Owner::Unknown);
+    tokio::spawn(async move {
+        let of = |d: &k8s_openapi::api::apps::v1::DaemonSet| {
+            if d.metadata.deletion_timestamp.is_some() {
+                Owner::Leaving
+            } else {
+                Owner::Present
+            }
+        };
+        let mut events = watcher(api, cfg).default_backoff().boxed();
+        let mut listed = false;
+        while let Some(ev) = events.next().await {
+            let now = match ev {
+                Ok(Event::Apply(d)) => of(&d),
+                Ok(Event::Delete(_)) => Owner::Leaving,
+                Ok(Event::Init) => {
+                    listed = false;
+                    continue;
+                }
+                Ok(Event::InitApply(d)) => {
+                    listed = true;
+                    of(&d)
+                }
+                Ok(Event::InitDone) if !listed => Owner::Leaving,
+                Ok(Event::InitDone) => continue,
+                // Not allowed or not reachable: what was last seen stands.
+                Err(e) => {
+                    warn!(error = %e, "watching the agent's DaemonSet (retrying)");
+                    continue;
+                }
+            };
+            tx.send_if_modified(|o| std::mem::replace(o, now) != now);
+        }
+    });
+    Some(rx)
+}
+
+/// Whether the DaemonSet `namespace/name` is gone or being deleted: as the watch last
+/// saw it (waiting up to 3 s for a deletion in flight), else as the API server says
+/// now. When neither can say, the answer is no: a node is never cleaned up on a guess.
+async fn uninstalled(
+    client: &kube::Client,
+    ds: &str,
+    owner: Option<&mut tokio::sync::watch::Receiver<Owner>>,
+) -> bool {
+    if let Some(rx) = owner {
+        let seen = tokio::time::timeout(
+            Duration::from_secs(3),
+            rx.wait_for(|o| *o == Owner::Leaving),
+        )
+        .await;
+        if matches!(seen, Ok(Ok(_))) {
+            return true;
+        }
+    }
+    let Some((namespace, name)) = ds.split_once('/') else {
         return false;
     };
     let api: Api<k8s_openapi::api::apps::v1::DaemonSet> =
@@ -861,6 +953,33 @@ mod tests {
             reason: item::REFUSED.into(),
             errno: Some(101),
             message: "unreachable".into(),
+        }
+    }
+
+    #[test]
+    fn the_listen_address_takes_what_the_downward_api_gives_for_either_family() {
+        assert_eq!(
+            listen_address("10.0.0.5:8081"),
+            Ok("10.0.0.5:8081".parse().unwrap())
+        );
+        assert_eq!(
+            listen_address("[fd00::5]:8081"),
+            Ok("[fd00::5]:8081".parse().unwrap())
+        );
+        assert_eq!(
+            listen_address("fd00::5:8081"),
+            Ok("[fd00::5]:8081".parse().unwrap())
+        );
+        for bad in [
+            "",
+            "8081",
+            "10.0.0.5",
+            "10.0.0.5:http",
+            "node:8081",
+            "fd00::5:70000",
+        ] {
+            let e = listen_address(bad).unwrap_err();
+            assert!(e.contains("want IP:PORT"), "{bad}: {e}");
         }
     }
 

@@ -254,9 +254,11 @@ impl JobReadiness {
         }
     }
 
-    /// The first pass ended (successfully).
+    /// The first pass ended (successfully); logged once, when the job turns ready.
     pub fn passed(&self) {
-        self.first_pass.store(true, Ordering::Release);
+        if !self.first_pass.swap(true, Ordering::AcqRel) {
+            tracing::info!(job = self.name, "first pass done: the job is ready");
+        }
     }
 
     /// The first pass failed with `e` (shown until a pass succeeds).
