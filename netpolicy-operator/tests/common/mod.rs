@@ -309,8 +309,13 @@ pub(crate) fn skip(why: &str) {
 /// `GET path` on 127.0.0.1:`port` (an operator's metrics and health endpoints):
 /// (status, body), or None while nothing answers.
 pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    http_get_at("127.0.0.1", port, path)
+}
+
+/// `GET path` on `host`:`port`: (status, body), or None while nothing answers.
+pub(crate) fn http_get_at(host: &str, port: u16, path: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let mut s = std::net::TcpStream::connect((host, port)).ok()?;
     s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
         .ok()?;
     write!(

@@ -1,0 +1,1314 @@
+//! The product as deployed: a real one-node Kubernetes cluster (`scripts/node-cluster`:
+//! kubelet, containerd, kube-proxy, controller manager, scheduler; the node's host
+//! network a network namespace of its own), netpolicy's image imported into containerd,
+//! and the chart installed, upgraded and uninstalled with `helm` exactly as a user does.
+//! The operator and the agent run as pods: the chart's ServiceAccounts, RBAC,
+//! securityContexts, hostNetwork, hostPath state, probes and leader election are the
+//! ones under test.
+//!
+//! One cluster, one test, in the order a platform team meets the product: install,
+//! routing, the other jobs, the leader killed, an upgrade, an uninstall (with and
+//! without node cleanup), and RBAC as deployed (every request the pods made, from the
+//! API server's audit log, beside what the chart grants).
+//!
+//! Run by `scripts/test` after it built the image (`NETPOLICY_NODE_IMAGE`):
+//! `cargo test -p netpolicy-operator --test real_node -- --ignored --nocapture`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::{
+    api::{
+        apps::v1::{DaemonSet, Deployment},
+        coordination::v1::Lease,
+        core::v1::{ConfigMap, Node, Pod},
+    },
+    apimachinery::pkg::apis::meta::v1::Time,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams},
+    core::GroupVersionKind,
+    discovery,
+};
+use netpolicy_testenv::{
+    cloud,
+    node::{HOST_IP, NETNS, NODE, NODE_IP, NodeCluster},
+};
+use serde_json::{Value, json};
+
+const RELEASE_NS: &str = "netpolicy-system";
+const OPERATOR: &str = "netpolicy-operator";
+const AGENT: &str = "netpolicy-agent";
+/// Where the test's own objects live (FloatingIPs, the cloud token, the Trench).
+const APP_NS: &str = "e2e";
+
+fn chart() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../charts/netpolicy")
+        .display()
+        .to_string()
+}
+
+fn app_version() -> String {
+    let chart = std::fs::read_to_string(format!("{}/Chart.yaml", chart())).unwrap();
+    chart
+        .lines()
+        .find_map(|l| l.strip_prefix("appVersion: "))
+        .unwrap()
+        .trim_matches('"')
+        .to_owned()
+}
+
+/// Waits until `f` gives `Some`, checking every 500 ms; fails naming `what` after
+/// `secs`, with `why()` (logs, statuses) in the message.
+async fn until<T, F, Fut>(what: &str, secs: u64, why: impl Fn() -> String, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let t = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            eprintln!("  {what}: {:.1} s", t.elapsed().as_secs_f64());
+            return v;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "{what}: not within {secs} s\n{}",
+            why()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Server-side applies `obj` (any kind the API server serves).
+async fn apply(client: &Client, obj: Value) {
+    let (group, version) = obj["apiVersion"]
+        .as_str()
+        .unwrap()
+        .rsplit_once('/')
+        .map_or(("", obj["apiVersion"].as_str().unwrap()), |(g, v)| (g, v));
+    let gvk = GroupVersionKind::gvk(group, version, obj["kind"].as_str().unwrap());
+    let (ar, caps) = discovery::pinned_kind(client, &gvk).await.unwrap();
+    let name = obj["metadata"]["name"].as_str().unwrap().to_owned();
+    let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+        Some(ns) if caps.scope == discovery::Scope::Namespaced => {
+            Api::namespaced_with(client.clone(), ns, &ar)
+        }
+        _ => Api::all_with(client.clone(), &ar),
+    };
+    let o: DynamicObject = serde_json::from_value(obj).unwrap();
+    api.patch(&name, &PatchParams::apply("e2e").force(), &Patch::Apply(&o))
+        .await
+        .unwrap_or_else(|e| panic!("applying {gvk:?} {name}: {e}"));
+}
+
+/// The logs of every pod of the release (what the kubelet kept), for failure messages.
+fn pod_logs(cluster: &NodeCluster) -> String {
+    cluster
+        .run(&[
+            "kubectl",
+            "-n",
+            RELEASE_NS,
+            "logs",
+            "--all-containers",
+            "--prefix",
+            "--tail=40",
+            "-l",
+            "app.kubernetes.io/name=netpolicy",
+        ])
+        .unwrap_or_else(|e| e)
+}
+
+fn helm(cluster: &NodeCluster, args: &[&str]) {
+    let t = Instant::now();
+    let mut all = vec!["helm"];
+    all.extend_from_slice(args);
+    if let Err(e) = cluster.run(&all) {
+        panic!(
+            "{e}\npods:\n{}\nlogs:\n{}",
+            cluster
+                .run(&["kubectl", "get", "pods", "-A", "-o", "wide"])
+                .unwrap_or_default(),
+            pod_logs(cluster)
+        );
+    }
+    eprintln!("  helm {}: {:.1} s", args[0], t.elapsed().as_secs_f64());
+}
+
+/// `helm install` as a user does, with `values` (`key=value`).
+fn install(cluster: &NodeCluster, values: &[String]) {
+    let chart = chart();
+    let mut args = vec![
+        "install",
+        "netpolicy",
+        &chart,
+        "--namespace",
+        RELEASE_NS,
+        "--create-namespace",
+        "--wait",
+        "--timeout",
+        "5m",
+    ];
+    for v in values {
+        args.extend(["--set", v.as_str()]);
+    }
+    helm(cluster, &args);
+}
+
+/// The values every install here sets: the agent's hostPath state inside the cluster's
+/// directory (this node shares the machine's filesystem), the cloud token Secret.
+fn base_values(cluster: &NodeCluster) -> Vec<String> {
+    vec![
+        format!("agent.stateDir={}/agent-state", cluster.dir.display()),
+        format!("routedIPs.tokenSecrets[0].namespace={APP_NS}"),
+        "routedIPs.tokenSecrets[0].name=hcloud".into(),
+    ]
+}
+
+async fn pods(client: &Client, component: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), RELEASE_NS)
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/component={component}")))
+        .await
+        .unwrap()
+        .items
+}
+
+fn ready(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn leader(client: &Client) -> Option<String> {
+    Api::<Lease>::namespaced(client.clone(), RELEASE_NS)
+        .get_opt(OPERATOR)
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+}
+
+/// The node's kernel objects in its network namespace: routes (all tables), rules,
+/// addresses, as `ip` prints them.
+fn kernel(cluster: &NodeCluster) -> (String, String, String) {
+    (
+        cluster
+            .on_node("ip", &["route", "show", "table", "all"])
+            .unwrap(),
+        cluster.on_node("ip", &["rule", "show"]).unwrap(),
+        cluster.on_node("ip", &["-o", "addr", "show"]).unwrap(),
+    )
+}
+
+/// What netpolicy owns on the node once the routing policies below are applied.
+const OWNED_ROUTE: &str = "10.240.0.0/24 via 10.231.0.1";
+const OWNED_NODE_ROUTE: &str = "10.241.0.0/24 via 10.231.0.1";
+const OWNED_RULE: &str = "from 10.240.0.0/24 lookup 240";
+const OWNED_ADDRESS: &str = "192.0.2.10/32";
+/// What someone else put on the node: netpolicy never touches it.
+const FOREIGN_ROUTE: &str = "10.250.0.0/24 via 10.231.0.1";
+const FOREIGN_RULE: &str = "from 10.250.0.0/24 lookup 250";
+
+fn owned_present(cluster: &NodeCluster) -> Vec<&'static str> {
+    let (routes, rules, addrs) = kernel(cluster);
+    let mut here = Vec::new();
+    if routes.contains(OWNED_ROUTE) {
+        here.push(OWNED_ROUTE);
+    }
+    if routes.contains(OWNED_NODE_ROUTE) {
+        here.push(OWNED_NODE_ROUTE);
+    }
+    if rules.contains(OWNED_RULE) {
+        here.push(OWNED_RULE);
+    }
+    if addrs.contains(OWNED_ADDRESS) {
+        here.push(OWNED_ADDRESS);
+    }
+    here
+}
+
+fn foreign_present(cluster: &NodeCluster) -> bool {
+    let (routes, rules, _) = kernel(cluster);
+    routes.contains(FOREIGN_ROUTE) && rules.contains(FOREIGN_RULE)
+}
+
+async fn nnc(client: &Client) -> Option<Value> {
+    let ar = kube::api::ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("netpolicy.io", "v1alpha1", "NodeNetworkConfig"),
+        "nodenetworkconfigs",
+    );
+    let o = Api::<DynamicObject>::all_with(client.clone(), &ar)
+        .get_opt(NODE)
+        .await
+        .ok()??;
+    Some(serde_json::to_value(o).unwrap())
+}
+
+/// The NodeNetworkConfig says Applied for its current generation and revision.
+async fn applied(client: &Client) -> Option<Value> {
+    let o = nnc(client).await?;
+    let st = &o["status"];
+    let ok = st["observedGeneration"] == o["metadata"]["generation"]
+        && st["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "Applied" && c["status"] == "True");
+    ok.then_some(o)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a real node: scripts/test runs it after building the image (NETPOLICY_NODE_IMAGE)"]
+async fn the_chart_runs_on_a_real_node_as_users_install_it() {
+    if let Some(why) = NodeCluster::unavailable() {
+        common::skip(&format!("the chart on a real node: {why}"));
+        return;
+    }
+    let t0 = Instant::now();
+    let cluster = NodeCluster::up(2400).unwrap_or_else(|e| panic!("{e}"));
+    let client = cluster.client().await;
+    // Before netpolicy: a route and a rule that belong to someone else.
+    cluster
+        .on_node("ip", &["route", "add", "10.250.0.0/24", "via", HOST_IP])
+        .unwrap();
+    cluster
+        .on_node(
+            "ip",
+            &[
+                "rule",
+                "add",
+                "from",
+                "10.250.0.0/24",
+                "lookup",
+                "250",
+                "pref",
+                "30000",
+            ],
+        )
+        .unwrap();
+    apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": APP_NS}}),
+    )
+    .await;
+    netpolicy_testenv::install_crds(&client, common::calico_crds()).await;
+
+    eprintln!("== 1. helm install --wait");
+    let mut values = base_values(&cluster);
+    values.push("agent.cleanupOnUninstall=false".into());
+    install(&cluster, &values);
+    installed(&cluster, &client).await;
+
+    eprintln!("== 2. routing reaches the node's kernel through the agent pod");
+    routing(&cluster, &client).await;
+
+    eprintln!("== 3. floating IPs, route reflectors, a routed IP, a traffic domain");
+    let cloud = jobs(&cluster, &client).await;
+
+    eprintln!("== 4. the leader pod killed");
+    leader_killed(&cluster, &client, &cloud).await;
+
+    eprintln!("== 5. helm upgrade: a new image tag and changed values");
+    upgrade(&cluster, &client).await;
+
+    eprintln!("== 6. helm uninstall, with and without agent.cleanupOnUninstall");
+    let installed_requests = cluster.service_account_requests().len();
+    uninstall(&cluster, &client).await;
+
+    eprintln!("== 7. RBAC as deployed");
+    rbac(&cluster, installed_requests);
+
+    eprintln!("== the cluster's memory with the chart installed was measured in step 3");
+    eprintln!("all steps passed in {:.0} s", t0.elapsed().as_secs_f64());
+}
+
+/// 1: both operator replicas Ready, one leader; the agent Ready; the leader's /readyz
+/// says ok only once every job passed; the agent's metrics reachable from outside the
+/// node.
+async fn installed(cluster: &NodeCluster, client: &Client) {
+    let deploy = Api::<Deployment>::namespaced(client.clone(), RELEASE_NS)
+        .get(OPERATOR)
+        .await
+        .unwrap();
+    assert_eq!(
+        deploy.status.as_ref().and_then(|s| s.ready_replicas),
+        Some(2)
+    );
+    let ops = pods(client, "operator").await;
+    assert_eq!(ops.iter().filter(|p| ready(p)).count(), 2, "{ops:?}");
+    let holder = until(
+        "one operator holds the lease",
+        60,
+        || pod_logs(cluster),
+        || async { leader(client).await },
+    )
+    .await;
+    let names: Vec<String> = ops.iter().map(ResourceExt::name_any).collect();
+    assert!(
+        names.contains(&holder),
+        "lease held by {holder}, pods {names:?}"
+    );
+    // Helm's --wait counts a DaemonSet ready at desired - maxUnavailable (1 - 1 here).
+    until(
+        "the agent pod Ready",
+        60,
+        || pod_logs(cluster),
+        || async {
+            let ds = Api::<DaemonSet>::namespaced(client.clone(), RELEASE_NS)
+                .get(AGENT)
+                .await
+                .ok()?;
+            (ds.status?.number_ready == 1).then_some(())
+        },
+    )
+    .await;
+
+    // The leader's endpoints, from the machine (pods are routed through the node).
+    let leader_pod = ops.iter().find(|p| p.name_any() == holder).unwrap();
+    let ip = leader_pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .unwrap();
+    let (code, body) = common::http_get_at(&ip, 8080, "/readyz").unwrap();
+    assert_eq!((code, body.trim()), (200, "ok"));
+    let (_, metrics) = common::http_get_at(&ip, 8080, "/metrics").unwrap();
+    // The jobs that run one pass over everything have passed (the per-object ones,
+    // routed IPs and route reflectors, count passes per object: none exist yet).
+    for job in ["routing", "floating-ip", "trench"] {
+        assert!(
+            metrics.contains(&format!(
+                "netpolicy_reconciles_total{{controller=\"{job}\"}}"
+            )),
+            "the leader's metrics count no pass of {job}:\n{metrics}"
+        );
+    }
+    // Ready only after every job's first pass: the leader's Ready condition turned
+    // True no earlier than its log says the last job finished its first pass.
+    readiness_after_first_passes(cluster, leader_pod);
+
+    // The agent's metrics: on the node's InternalIP, reachable from outside the node.
+    let (code, metrics) = common::http_get_at(NODE_IP, 8081, "/metrics")
+        .expect("the agent's /metrics on the node's InternalIP");
+    assert_eq!(code, 200);
+    assert!(metrics.contains("netpolicy_"), "{metrics}");
+}
+
+fn readiness_after_first_passes(cluster: &NodeCluster, pod: &Pod) {
+    let ready_at = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .and_then(|c| c.last_transition_time.clone())
+        .unwrap()
+        .0;
+    let log = cluster
+        .run(&["kubectl", "-n", RELEASE_NS, "logs", &pod.name_any()])
+        .unwrap();
+    let firsts: Vec<_> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("first pass done"))
+        })
+        .filter_map(|l| serde_json::from_value::<Time>(l["timestamp"].clone()).ok())
+        .map(|t| t.0)
+        .collect();
+    assert_eq!(firsts.len(), 5, "one first pass per job:\n{log}");
+    assert!(
+        !firsts.is_empty(),
+        "the leader logged no first pass:\n{log}"
+    );
+    let last = firsts.iter().max().unwrap();
+    // The condition's time has whole seconds.
+    assert!(
+        ready_at.as_second() >= last.as_second(),
+        "Ready at {ready_at}, before the last job's first pass at {last}"
+    );
+}
+
+/// 2: a ClusterConfig and a NodeConfig reach the node's kernel; Applied; foreign
+/// objects untouched.
+async fn routing(cluster: &NodeCluster, client: &Client) {
+    apply(
+        client,
+        json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "ClusterConfig",
+            "metadata": {"name": "default"},
+            "spec": {
+                "routes": [
+                    {"to": "10.240.0.0/24", "via": HOST_IP},
+                    {"to": "10.240.0.0/24", "via": HOST_IP, "table": 240}
+                ],
+                "rules": [{"priority": 1000, "from": "10.240.0.0/24", "table": 240}]
+            }
+        }),
+    )
+    .await;
+    apply(
+        client,
+        json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "NodeConfig",
+            "metadata": {"name": "this-node"},
+            "spec": {
+                "nodeSelector": {"matchLabels": {"kubernetes.io/hostname": NODE}},
+                "routes": [{"to": "10.241.0.0/24", "via": HOST_IP}],
+                "addresses": [{"dev": "lo", "address": OWNED_ADDRESS}]
+            }
+        }),
+    )
+    .await;
+    until(
+        "the NodeNetworkConfig holds both policies and says Applied",
+        60,
+        || pod_logs(cluster),
+        || async {
+            let o = applied(client).await?;
+            (o["spec"]["routes"].as_array()?.len() == 3).then_some(())
+        },
+    )
+    .await;
+    let here = owned_present(cluster);
+    assert_eq!(
+        here,
+        [OWNED_ROUTE, OWNED_NODE_ROUTE, OWNED_RULE, OWNED_ADDRESS],
+        "kernel: {:?}",
+        kernel(cluster)
+    );
+    let (routes, rules, _) = kernel(cluster);
+    assert!(
+        routes.contains("10.240.0.0/24 via 10.231.0.1 dev eth0 table 240 proto 203"),
+        "{routes}"
+    );
+    assert!(
+        rules.contains("1000:\tfrom 10.240.0.0/24 lookup 240 proto 203"),
+        "{rules}"
+    );
+    assert!(
+        foreign_present(cluster),
+        "foreign objects touched:\n{routes}\n{rules}"
+    );
+}
+
+/// 3: each job in the pod does what it does in process tests. Returns the provider's
+/// state for step 4.
+async fn jobs(cluster: &NodeCluster, client: &Client) -> cloud::Shared {
+    // Floating IPs → kube-vip-cloud-provider's ConfigMap.
+    apply(
+        client,
+        json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "FloatingIPRange",
+            "metadata": {"name": "public"},
+            "spec": {"cidrs": ["203.0.113.0/28"], "kubeVip": {"publish": true}}
+        }),
+    )
+    .await;
+    apply(
+        client,
+        json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "FloatingIP",
+            "metadata": {"name": "web", "namespace": APP_NS},
+            "spec": {"range": "public"}
+        }),
+    )
+    .await;
+    let address = until(
+        "the FloatingIP has an address",
+        60,
+        || pod_logs(cluster),
+        || async {
+            let ar = kube::api::ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("netpolicy.io", "v1alpha1", "FloatingIP"),
+                "floatingips",
+            );
+            let o = Api::<DynamicObject>::namespaced_with(client.clone(), APP_NS, &ar)
+                .get("web")
+                .await
+                .ok()?;
+            o.data["status"]["address"].as_str().map(str::to_owned)
+        },
+    )
+    .await;
+    until(
+        "kube-vip's ConfigMap holds it",
+        60,
+        || pod_logs(cluster),
+        || async {
+            let cm = Api::<ConfigMap>::namespaced(client.clone(), "kube-system")
+                .get_opt("kubevip")
+                .await
+                .ok()??;
+            cm.data?
+                .values()
+                .any(|v| v.contains(&address))
+                .then_some(())
+        },
+    )
+    .await;
+
+    // Route reflectors with Calico's CRDs → the node labelled, BGPPeers written.
+    apply(
+        client,
+        json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "RouteReflectorConfig",
+            "metadata": {"name": "default"},
+            "spec": {"min": 1, "max": 1}
+        }),
+    )
+    .await;
+    until(
+        "the node is a route reflector",
+        60,
+        || pod_logs(cluster),
+        || async {
+            let n = Api::<Node>::all(client.clone()).get(NODE).await.ok()?;
+            n.labels()
+                .contains_key("calico-route-reflector")
+                .then_some(())
+        },
+    )
+    .await;
+    until(
+        "BGPPeers written",
+        60,
+        || pod_logs(cluster),
+        || async {
+            let ar = kube::api::ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("crd.projectcalico.org", "v1", "BGPPeer"),
+                "bgppeers",
+            );
+            let l = Api::<DynamicObject>::all_with(client.clone(), &ar)
+                .list(&ListParams::default())
+                .await
+                .ok()?;
+            (!l.items.is_empty()).then_some(())
+        },
+    )
+    .await;
+
+    common::rr_settled(
+        client,
+        "the route-reflector topology",
+        60,
+        &cluster.dir.join("logs/kubelet.log"),
+    )
+    .await;
+
+    // A RoutedIP on a provider API server the operator pod reaches on the machine.
+    let (base, cloud) = cloud::serve_on(HOST_IP, cloud::hetzner::api, "/v1").await;
+    apply(
+        client,
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "hcloud", "namespace": APP_NS},
+            "stringData": {"token": cloud::hetzner::TOKEN}
+        }),
+    )
+    .await;
+    Api::<Node>::all(client.clone())
+        .patch(
+            NODE,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"providerID": "hcloud://1"}})),
+        )
+        .await
+        .unwrap();
+    apply(client, json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIPIssuer",
+        "metadata": {"name": "hcloud"},
+        "spec": {"hetzner": {"tokenSecretRef": {"namespace": APP_NS, "name": "hcloud", "key": "token"},
+                             "location": "fsn1", "endpoint": base}}
+    }))
+    .await;
+    apply(
+        client,
+        json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIP",
+            "metadata": {"name": "ingress"},
+            "spec": {"issuerRef": {"name": "hcloud"}, "reclaimPolicy": "Delete",
+                     "nodeSelector": {"matchLabels": {"kubernetes.io/hostname": NODE}}}
+        }),
+    )
+    .await;
+    until(
+        "the RoutedIP is assigned to the node",
+        90,
+        || pod_logs(cluster),
+        || async {
+            let ar = kube::api::ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("netpolicy.io", "v1alpha1", "RoutedIP"),
+                "routedips",
+            );
+            let o = Api::<DynamicObject>::all_with(client.clone(), &ar)
+                .get("ingress")
+                .await
+                .ok()?;
+            (o.data["status"]["node"] == NODE && o.data["status"]["address"].is_string())
+                .then_some(())
+        },
+    )
+    .await;
+    {
+        let c = cloud.lock().unwrap();
+        assert_eq!(c.ips.len(), 1, "{:?}", c.ips);
+        assert_eq!(c.ips[0]["server"], 1, "{:?}", c.ips);
+    }
+
+    // A Meridio traffic domain: the trench job hands out its tables and addresses.
+    for (kind, name, spec) in [
+        ("Trench", "trench-a", json!({"ipFamily": "ipv4"})),
+        ("Vip", "vip-1", json!({"address": "20.0.0.1/32"})),
+        (
+            "Gateway",
+            "gw-a",
+            json!({"address": "169.254.100.150", "protocol": "static"}),
+        ),
+        ("Conduit", "c1", json!({})),
+        ("Stream", "s1", json!({"conduit": "c1"})),
+        (
+            "Flow",
+            "f1",
+            json!({"stream": "s1", "vips": ["vip-1"], "sourceSubnets": ["0.0.0.0/0"],
+                              "destinationPorts": ["80"], "protocols": ["tcp"], "priority": 1}),
+        ),
+        (
+            "Attractor",
+            "attr-a",
+            json!({
+            "nodeSelector": {"matchLabels": {"kubernetes.io/hostname": NODE}},
+            "interface": {"name": "eth0", "link": "eth0", "ipv4Prefix": "169.254.100.0/24"},
+            "gateways": ["gw-a"], "vips": ["vip-1"], "composites": ["c1"]}),
+        ),
+    ] {
+        let mut meta = json!({"name": name, "namespace": APP_NS});
+        if kind != "Trench" {
+            meta["labels"] = json!({"trench": "trench-a"});
+        }
+        apply(
+            client,
+            json!({"apiVersion": "netpolicy.io/v1alpha1", "kind": kind,
+                             "metadata": meta, "spec": spec}),
+        )
+        .await;
+    }
+    until(
+        "the Trench hands out tables and addresses",
+        60,
+        || pod_logs(cluster),
+        || async {
+            let ar = kube::api::ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("netpolicy.io", "v1alpha1", "Trench"),
+                "trenches",
+            );
+            let o = Api::<DynamicObject>::namespaced_with(client.clone(), APP_NS, &ar)
+                .get("trench-a")
+                .await
+                .ok()?;
+            (o.data["status"]["table"].is_number()
+                && o.data["status"]["nodeAddresses"]["attr-a"].is_object())
+            .then_some(())
+        },
+    )
+    .await;
+    until(
+        "the node applies the trench's routing too",
+        60,
+        || pod_logs(cluster),
+        || applied(client),
+    )
+    .await;
+    eprintln!(
+        "  memory of the whole cluster with the chart installed:\n{}",
+        memory(cluster)
+    );
+    cloud
+}
+
+/// Resident memory of the cluster's processes and pods, in MiB.
+fn memory(cluster: &NodeCluster) -> String {
+    let rss = |pid: &str| -> u64 {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let mut out = String::new();
+    let mut total = 0;
+    for name in [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "containerd",
+        "kubelet",
+        "kube-proxy",
+    ] {
+        let pid = std::fs::read_to_string(cluster.dir.join(format!("pids/{name}.pid")))
+            .unwrap_or_default();
+        // The pid file holds `timeout`'s pid; the process is its child.
+        let child =
+            std::fs::read_to_string(format!("/proc/{}/task/{}/children", pid.trim(), pid.trim()))
+                .unwrap_or_default();
+        let kib = rss(child.split_whitespace().next().unwrap_or_default());
+        total += kib;
+        out.push_str(&format!(
+            "    {name:<24} {:>6.0} MiB\n",
+            kib as f64 / 1024.0
+        ));
+    }
+    // Shims and pod processes: every process whose cgroup is under kubepods or that is
+    // a shim of this cluster's containerd.
+    let mut pods = 0;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let pid = e.file_name().to_string_lossy().into_owned();
+        if !pid.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        let cmd = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let shim =
+            cmd.contains("containerd-shim") && cmd.contains(&cluster.dir.display().to_string());
+        if cg.contains("/kubepods") || shim {
+            pods += rss(&pid);
+        }
+    }
+    total += pods;
+    out.push_str(&format!(
+        "    {:<24} {:>6.0} MiB\n",
+        "shims and pods",
+        pods as f64 / 1024.0
+    ));
+    out.push_str(&format!(
+        "    {:<24} {:>6.0} MiB",
+        "total",
+        total as f64 / 1024.0
+    ));
+    out
+}
+
+/// Writes by the operator's service account to the objects the jobs own, from the
+/// audit log: (verb, resource, name) per request.
+fn operator_writes(cluster: &NodeCluster) -> Vec<String> {
+    let user = format!("system:serviceaccount:{RELEASE_NS}:{OPERATOR}");
+    cluster
+        .service_account_requests()
+        .into_iter()
+        .filter(|r| r.user == user)
+        .filter(|r| matches!(r.verb.as_str(), "create" | "update" | "patch" | "delete"))
+        .filter(|r| r.resource != "leases" && r.resource != "events")
+        .map(|r| {
+            format!(
+                "{} {} {}/{} ({})",
+                r.verb, r.resource, r.namespace, r.name, r.code
+            )
+        })
+        .collect()
+}
+
+/// 4: the leader's pod killed (no grace: no lease release); the other replica leads
+/// within the lease time and writes nothing the first leader already wrote.
+async fn leader_killed(cluster: &NodeCluster, client: &Client, cloud: &cloud::Shared) {
+    let old = leader(client).await.unwrap();
+    let assigned_before = cloud
+        .lock()
+        .unwrap()
+        .log
+        .iter()
+        .filter(|r| r.method == "POST")
+        .count();
+    let before = operator_writes(cluster).len();
+    // SIGKILL to the leader's container (it cannot give the lease back), then its pod
+    // deleted at once (its restarted container would come back with the same identity).
+    let pods_api = Api::<Pod>::namespaced(client.clone(), RELEASE_NS);
+    let container = pods_api
+        .get(&old)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .container_statuses
+        .unwrap()[0]
+        .container_id
+        .clone()
+        .unwrap();
+    let id = container.trim_start_matches("containerd://");
+    cluster
+        .run(&["ctr", "tasks", "kill", "--signal", "SIGKILL", id])
+        .unwrap();
+    let killed = Instant::now();
+    pods_api
+        .delete(
+            &old,
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            },
+        )
+        .await
+        .unwrap();
+    // leaseSeconds 15 (the chart's default), plus one renew period of the standby.
+    let new = until(
+        "the other replica leads",
+        25,
+        || pod_logs(cluster),
+        || async { leader(client).await.filter(|h| *h != old) },
+    )
+    .await;
+    eprintln!(
+        "  {new} leads {:.1} s after {old} was killed",
+        killed.elapsed().as_secs_f64()
+    );
+    // The new leader synced and passed once (Ready), then a quiet while.
+    until(
+        "the new leader is Ready",
+        60,
+        || pod_logs(cluster),
+        || async {
+            let p = Api::<Pod>::namespaced(client.clone(), RELEASE_NS)
+                .get(&new)
+                .await
+                .ok()?;
+            ready(&p).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let after = operator_writes(cluster);
+    assert_eq!(
+        &after[before..],
+        &[] as &[String],
+        "the new leader rewrote what the old one had written"
+    );
+    let c = cloud.lock().unwrap();
+    let posts = c.log.iter().filter(|r| r.method == "POST").count();
+    assert_eq!(
+        posts, assigned_before,
+        "a second assignment at the provider: {:?}",
+        c.log
+    );
+    assert_eq!(c.ips.len(), 1, "a second cloud IP: {:?}", c.ips);
+}
+
+/// `ip monitor` in the node's namespace, until stopped.
+struct Monitor(Child, PathBuf);
+
+impl Monitor {
+    fn start(cluster: &NodeCluster) -> Self {
+        let path = cluster.dir.join("logs/ip-monitor.log");
+        let file = std::fs::File::create(&path).unwrap();
+        let child = Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{NETNS}"))
+            .args(["--", "ip", "monitor", "route", "rule", "address"])
+            .stdout(file)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Self(child, path)
+    }
+
+    fn stop(mut self) -> String {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        std::fs::read_to_string(&self.1).unwrap_or_default()
+    }
+}
+
+/// 5: a new image tag and changed values: the agent pod is replaced, and the node's
+/// kernel objects are neither removed nor re-added.
+async fn upgrade(cluster: &NodeCluster, client: &Client) {
+    let version = app_version();
+    let next = format!("{version}-e2e");
+    cluster
+        .run(&[
+            "ctr",
+            "images",
+            "tag",
+            "--force",
+            &format!("ghcr.io/netpolicy/netpolicy:{version}"),
+            &format!("ghcr.io/netpolicy/netpolicy:{next}"),
+        ])
+        .unwrap();
+    let old_agent: Vec<String> = pods(client, "agent")
+        .await
+        .iter()
+        .map(|p| p.uid().unwrap())
+        .collect();
+    let monitor = Monitor::start(cluster);
+    let chart = chart();
+    let mut args = vec![
+        "upgrade".to_owned(),
+        "netpolicy".into(),
+        chart,
+        "--namespace".into(),
+        RELEASE_NS.into(),
+        "--wait".into(),
+        "--timeout".into(),
+        "5m".into(),
+    ];
+    let mut values = base_values(cluster);
+    values.extend([
+        format!("image.tag={next}"),
+        "agent.logLevel=debug".into(),
+        "operator.logLevel=debug".into(),
+        "agent.cleanupOnUninstall=true".into(),
+    ]);
+    for v in values {
+        args.extend(["--set".into(), v]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    helm(cluster, &args);
+    let agents = until(
+        "the agent pod replaced and Ready",
+        120,
+        || pod_logs(cluster),
+        || async {
+            let now = pods(client, "agent").await;
+            (now.len() == 1 && ready(&now[0]) && !old_agent.contains(&now[0].uid().unwrap()))
+                .then_some(now)
+        },
+    )
+    .await;
+    let image = agents[0].spec.as_ref().unwrap().containers[0]
+        .image
+        .clone()
+        .unwrap();
+    assert!(image.ends_with(&next), "agent image {image}");
+    until(
+        "the new agent reports Applied",
+        60,
+        || pod_logs(cluster),
+        || applied(client),
+    )
+    .await;
+    // A resync of the new agent (its first pass compares, changes nothing).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let events = monitor.stop();
+    let touched: Vec<&str> = events
+        .lines()
+        .filter(|l| {
+            [
+                OWNED_ROUTE,
+                OWNED_NODE_ROUTE,
+                OWNED_RULE,
+                OWNED_ADDRESS,
+                "10.240.0.0/24",
+            ]
+            .iter()
+            .any(|o| l.contains(o))
+        })
+        .collect();
+    assert_eq!(
+        touched,
+        [] as [&str; 0],
+        "the upgrade removed or re-added owned objects"
+    );
+    assert_eq!(owned_present(cluster).len(), 4);
+}
+
+/// 6: uninstall with agent.cleanupOnUninstall (set by the upgrade): netpolicy's objects
+/// leave the node, foreign ones stay. Then installed again without it: everything stays.
+async fn uninstall(cluster: &NodeCluster, client: &Client) {
+    helm(
+        cluster,
+        &[
+            "uninstall",
+            "netpolicy",
+            "--namespace",
+            RELEASE_NS,
+            "--wait",
+            "--timeout",
+            "2m",
+        ],
+    );
+    until(
+        "the agent pod gone",
+        60,
+        || pod_logs(cluster),
+        || async { pods(client, "agent").await.is_empty().then_some(()) },
+    )
+    .await;
+    let left = owned_present(cluster);
+    assert_eq!(
+        left,
+        [] as [&str; 0],
+        "cleanupOnUninstall left netpolicy's objects on the node; kubelet's view of the agent:\n{}",
+        cluster
+            .log("kubelet")
+            .lines()
+            .filter(|l| l.contains("agent"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        foreign_present(cluster),
+        "the cleanup removed foreign objects: {:?}",
+        kernel(cluster)
+    );
+
+    let mut values = base_values(cluster);
+    values.push("agent.cleanupOnUninstall=false".into());
+    install(cluster, &values);
+    until(
+        "applied again after the reinstall",
+        60,
+        || pod_logs(cluster),
+        || applied(client),
+    )
+    .await;
+    until(
+        "netpolicy's objects back on the node",
+        30,
+        || format!("{:?}", kernel(cluster)),
+        || async { (owned_present(cluster).len() == 4).then_some(()) },
+    )
+    .await;
+    helm(
+        cluster,
+        &[
+            "uninstall",
+            "netpolicy",
+            "--namespace",
+            RELEASE_NS,
+            "--wait",
+            "--timeout",
+            "2m",
+        ],
+    );
+    until(
+        "the agent pod gone",
+        60,
+        || pod_logs(cluster),
+        || async { pods(client, "agent").await.is_empty().then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        owned_present(cluster).len(),
+        4,
+        "without cleanupOnUninstall the node keeps everything"
+    );
+    assert!(foreign_present(cluster));
+}
+
+/// 7: no request of the chart's pods was refused while the chart was installed (the
+/// first `installed` requests of the audit log), and every permission the chart grants
+/// was used by the tests above or is listed here with the reason it stays. At
+/// uninstall, Helm deletes the Roles in the same breath as the pods: the only request
+/// that may then be refused is the operator giving its Lease back (it expires anyway).
+fn rbac(cluster: &NodeCluster, installed: usize) {
+    let requests = cluster.service_account_requests();
+    let is_ours = |r: &netpolicy_testenv::node::Request| {
+        r.user == format!("system:serviceaccount:{RELEASE_NS}:{OPERATOR}")
+            || r.user == format!("system:serviceaccount:{RELEASE_NS}:{AGENT}")
+    };
+    let ours: Vec<_> = requests.iter().filter(|r| is_ours(r)).collect();
+    assert!(
+        !ours.is_empty(),
+        "no request of the chart's pods in the audit log"
+    );
+    let operator = format!("system:serviceaccount:{RELEASE_NS}:{OPERATOR}");
+    let refused: Vec<String> = requests
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| is_ours(r) && r.code == 403)
+        .filter(|(i, r)| *i < installed || !(r.user == operator && r.resource == "leases"))
+        .map(|(_, r)| format!("{} {} {} {}", r.user, r.verb, r.uri, r.code))
+        .collect();
+    assert_eq!(
+        refused,
+        [] as [String; 0],
+        "requests the chart's RBAC refused"
+    );
+    let at_uninstall = requests[installed..]
+        .iter()
+        .filter(|r| r.code == 403)
+        .count();
+    eprintln!("  refused at uninstall (the operator giving its Lease back): {at_uninstall}");
+
+    // Used: (service account, group, resource, verb).
+    let mut used: BTreeSet<(String, String, String, String)> = BTreeSet::new();
+    for r in &ours {
+        let sa = r.user.rsplit(':').next().unwrap().to_owned();
+        used.insert((sa, r.group.clone(), r.resource.clone(), r.verb.clone()));
+    }
+    // Granted, from the chart as rendered with the values the tests used.
+    let rendered = cluster
+        .run(&[
+            "helm",
+            "template",
+            "netpolicy",
+            &chart(),
+            "--namespace",
+            RELEASE_NS,
+            "--set",
+            &format!("routedIPs.tokenSecrets[0].namespace={APP_NS}"),
+            "--set",
+            "routedIPs.tokenSecrets[0].name=hcloud",
+        ])
+        .unwrap();
+    let mut granted: BTreeMap<(String, String, String, String), bool> = BTreeMap::new();
+    for (_, doc) in netpolicy_operator::manifest::split_documents(&rendered) {
+        let Ok(v) = serde_saphyr::from_str::<Value>(&doc) else {
+            continue;
+        };
+        let kind = v["kind"].as_str().unwrap_or_default();
+        if kind != "ClusterRole" && kind != "Role" {
+            continue;
+        }
+        let sa = if v["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .ends_with("-agent")
+        {
+            AGENT
+        } else {
+            OPERATOR
+        };
+        for rule in v["rules"].as_array().into_iter().flatten() {
+            for g in rule["apiGroups"].as_array().into_iter().flatten() {
+                for res in rule["resources"].as_array().into_iter().flatten() {
+                    for verb in rule["verbs"].as_array().into_iter().flatten() {
+                        granted.insert(
+                            (
+                                sa.to_owned(),
+                                g.as_str().unwrap().to_owned(),
+                                res.as_str().unwrap().to_owned(),
+                                verb.as_str().unwrap().to_owned(),
+                            ),
+                            false,
+                        );
+                    }
+                }
+            }
+        }
+    }
+    for u in &used {
+        if let Some(seen) = granted.get_mut(u) {
+            *seen = true;
+        }
+    }
+    eprintln!("  service account / group / resource: verbs the pods used [granted, unused]");
+    // (used, unused) verbs per (service account, group, resource).
+    type Verbs = (Vec<String>, Vec<String>);
+    let mut by: BTreeMap<(String, String, String), Verbs> = BTreeMap::new();
+    for ((sa, g, r, v), seen) in &granted {
+        let e = by.entry((sa.clone(), g.clone(), r.clone())).or_default();
+        if *seen {
+            e.0.push(v.clone())
+        } else {
+            e.1.push(v.clone())
+        }
+    }
+    for ((sa, g, r), (u, n)) in &by {
+        eprintln!(
+            "    {sa} {}/{r}: used {u:?}, unused {n:?}",
+            if g.is_empty() { "core" } else { g }
+        );
+    }
+    // Granted and not exercised here, each for a reason the tests above cannot show.
+    let justified: &[(&str, &str, &str, &str, &str)] = &[
+        (
+            AGENT,
+            "apps",
+            "daemonsets",
+            "get",
+            "the stop signal came before the watch of its DaemonSet answered: asked once",
+        ),
+        (
+            OPERATOR,
+            "",
+            "configmaps",
+            "create",
+            "server-side apply creating kube-vip's ConfigMap",
+        ),
+        (
+            OPERATOR,
+            "netpolicy.io",
+            "nodenetworkconfigs",
+            "create",
+            "server-side apply creating a node's NodeNetworkConfig",
+        ),
+        (
+            OPERATOR,
+            "crd.projectcalico.org",
+            "bgppeers",
+            "create",
+            "server-side apply creating a BGPPeer",
+        ),
+        (
+            OPERATOR,
+            "netpolicy.io",
+            "nodenetworkconfigs",
+            "delete",
+            "a Node deleted",
+        ),
+        (
+            OPERATOR,
+            "crd.projectcalico.org",
+            "bgppeers",
+            "delete",
+            "a transition retiring a reflector (one node here: none)",
+        ),
+        (
+            OPERATOR,
+            "crd.projectcalico.org",
+            "bgpconfigurations",
+            "patch",
+            "turning Calico's node-to-node mesh off (not asked here)",
+        ),
+        (
+            OPERATOR,
+            "netpolicy.io",
+            "floatingipclaims",
+            "delete",
+            "an address released",
+        ),
+        (
+            OPERATOR,
+            "netpolicy.io",
+            "floatingips",
+            "create",
+            "autoAllocate in a Namespace",
+        ),
+        (
+            OPERATOR,
+            "netpolicy.io",
+            "floatingips",
+            "get",
+            "a claim's owner confirmed gone before its address is released",
+        ),
+    ];
+    let unused: Vec<String> = granted
+        .iter()
+        .filter(|(_, seen)| !**seen)
+        .map(|((sa, g, r, v), _)| format!("{sa} {g}/{r} {v}"))
+        .filter(|k| {
+            !justified
+                .iter()
+                .any(|(sa, g, r, v, _)| *k == format!("{sa} {g}/{r} {v}"))
+        })
+        .collect();
+    for (sa, g, r, v, why) in justified {
+        eprintln!("    kept, unused here: {sa} {g}/{r} {v}: {why}");
+    }
+    assert_eq!(
+        unused,
+        [] as [String; 0],
+        "granted by the chart, used by no test and not justified"
+    );
+}
