@@ -862,10 +862,11 @@ async fn leader_killed(cluster: &NodeCluster, client: &Client, cloud: &cloud::Sh
         )
         .await
         .unwrap();
-    // leaseSeconds 15 (the chart's default), plus one renew period of the standby.
+    // leaseSeconds 15 (the chart's default), plus the standby's retry period (5 s) and
+    // slack for a loaded machine.
     let new = until(
         "the other replica leads",
-        25,
+        30,
         || pod_logs(cluster),
         || async { leader(client).await.filter(|h| *h != old) },
     )
