@@ -467,6 +467,11 @@ pub mod conditions {
         pub const CONFLICT: &str = "Conflict";
         /// The trench's IPAM or table range ran out.
         pub const EXHAUSTED: &str = "Exhausted";
+        /// `meridio` data plane: Meridio's workloads and configuration ConfigMap are
+        /// kept as Meridio's operator keeps them.
+        pub const DEPLOYED: &str = "Deployed";
+        /// A `resource-template` annotation names no template of some container.
+        pub const UNKNOWN_RESOURCE_TEMPLATE: &str = "UnknownResourceTemplate";
     }
 
     /// Condition types and reasons of the RouteReflectorConfig.

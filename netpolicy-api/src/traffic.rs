@@ -61,6 +61,20 @@ impl TrenchIpFamily {
     }
 }
 
+/// Where a trench's traffic is handled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DataPlane {
+    /// Meridio's own workloads, kept as Meridio's operator keeps them (the trench's
+    /// configuration ConfigMap, NSP and IPAM, per attractor the load-balancer front
+    /// ends, per conduit the proxies). The default, as in Meridio.
+    #[default]
+    Meridio,
+    /// Compiled into the attractor nodes' routing (VLAN, addresses, tables, rules),
+    /// applied by netpolicy's agent; no Meridio workload runs.
+    Node,
+}
+
 fn default_v4_root() -> String {
     "172.16.0.0/16".into()
 }
@@ -92,6 +106,7 @@ fn default_node_v6() -> u8 {
     derive = "PartialEq",
     derive = "Default",
     printcolumn = r#"{"name":"IP-Family","type":"string","jsonPath":".spec.ipFamily"}"#,
+    printcolumn = r#"{"name":"Data-Plane","type":"string","jsonPath":".spec.dataPlane"}"#,
     printcolumn = r#"{"name":"Table","type":"integer","jsonPath":".status.table"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#
 )]
@@ -103,6 +118,9 @@ pub struct TrenchSpec {
         "rule": "self == oldSelf", "message": "ipFamily is immutable"
     }]))]
     pub ip_family: TrenchIpFamily,
+    /// `meridio` (default): Meridio's own workloads; `node`: compiled into node routing.
+    #[serde(default)]
+    pub data_plane: DataPlane,
     /// The trench's IPAM roots and prefix lengths (Meridio's defaults). Immutable.
     #[serde(default)]
     #[schemars(extend("x-kubernetes-validations" = [{
@@ -231,6 +249,7 @@ const PREFIX_V6_RULE: &str =
     printcolumn = r#"{"name":"Gateways","type":"string","jsonPath":".spec.gateways"}"#,
     printcolumn = r#"{"name":"Vips","type":"string","jsonPath":".spec.vips"}"#,
     printcolumn = r#"{"name":"Composites","type":"string","jsonPath":".spec.composites"}"#,
+    printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".spec.replicas"}"#,
     printcolumn = r#"{"name":"Trench","type":"string","jsonPath":".metadata.labels.trench"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#
 )]
@@ -254,6 +273,11 @@ pub struct AttractorSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 1), extend("x-kubernetes-list-type" = "set"))]
     pub composites: Vec<String>,
+    /// Replicas of Meridio's load-balancer front end (`meridio` data plane; default 1).
+    /// The `node` data plane ignores it: `nodeSelector` picks the nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1000))]
+    pub replicas: Option<u32>,
 }
 
 /// An attractor's interface: a VLAN on `link` (or `link` itself when `vlanId` is 0)

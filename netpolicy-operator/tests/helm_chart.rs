@@ -262,6 +262,10 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
             &format!("routedIPs.tokenSecrets[0].namespace={calico_ns}"),
             "--set",
             "routedIPs.tokenSecrets[0].name=hcloud",
+            // Meridio's workloads need ConfigMaps (and workloads) in every namespace;
+            // without them, ConfigMaps are writable only where kube-vip's live.
+            "--set",
+            "meridio.enabled=false",
         ],
     );
     apply_all(&admin, &docs, &ns).await;

@@ -1643,3 +1643,54 @@ fn a_node_config_too_large_to_store_is_an_error_naming_the_node_and_its_size() {
     let m = e["message"].as_str().unwrap();
     assert!(m.starts_with("TooLarge: ") && m.contains("bytes"), "{m}");
 }
+
+#[test]
+fn a_meridio_trench_plans_its_configmap_and_workloads_not_node_routing() {
+    let (code, json, stderr) = traffic_plan(|t| t.replace("  dataPlane: node\n", ""));
+    assert_eq!(code, 0, "{stderr}\n{json:#}");
+    let t = &json["trenches"][0];
+    assert_eq!(t["dataPlane"], "meridio");
+    assert_eq!(t["configMap"]["name"], "meridio-configuration-trench-a");
+    let keys: Vec<&str> = t["configMap"]["data"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "attractors",
+            "conduits",
+            "flows",
+            "gateways",
+            "streams",
+            "trench",
+            "vips"
+        ]
+    );
+    let workloads: Vec<String> = t["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            format!(
+                "{}/{}",
+                w["kind"].as_str().unwrap(),
+                w["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert!(
+        workloads.contains(&"StatefulSet/nsp-trench-a".to_owned()),
+        "{workloads:?}"
+    );
+    assert!(
+        workloads.contains(&"Deployment/stateless-lb-frontend-attractor-a-1".to_owned()),
+        "{workloads:?}"
+    );
+    // Not compiled into node routing: no table, no trench items on the edge nodes.
+    assert!(t["table"].is_null(), "{t:#}");
+    let edge = json["nodes"]["edge-a1"].to_string();
+    assert!(!edge.contains("Trench/red/trench-a"), "{edge}");
+}

@@ -705,36 +705,98 @@ async fn jobs(cluster: &NodeCluster, client: &Client) -> cloud::Shared {
         )
         .await;
     }
+    // The default data plane, meridio: Meridio's own workloads, as its operator keeps
+    // them (their images need not run here).
+    let meridio = [
+        (
+            "v1",
+            "ConfigMap",
+            "configmaps",
+            "meridio-configuration-trench-a",
+        ),
+        ("apps/v1", "StatefulSet", "statefulsets", "nsp-trench-a"),
+        ("apps/v1", "StatefulSet", "statefulsets", "ipam-trench-a"),
+        ("v1", "Service", "services", "nsp-service-trench-a"),
+        ("v1", "Service", "services", "ipam-service-trench-a"),
+        (
+            "apps/v1",
+            "Deployment",
+            "deployments",
+            "stateless-lb-frontend-attr-a",
+        ),
+        (
+            "policy/v1",
+            "PodDisruptionBudget",
+            "poddisruptionbudgets",
+            "pdb-attr-a",
+        ),
+        ("apps/v1", "DaemonSet", "daemonsets", "proxy-c1"),
+    ];
+    let present = |client: Client| async move {
+        let mut here = Vec::new();
+        for (api_version, kind, plural, name) in meridio {
+            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+            let ar = kube::api::ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk(group, version, kind),
+                plural,
+            );
+            if Api::<DynamicObject>::namespaced_with(client.clone(), APP_NS, &ar)
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .is_some()
+            {
+                here.push(name);
+            }
+        }
+        here
+    };
     until(
-        "the Trench hands out tables and addresses",
+        "Meridio's workloads of the trench exist",
+        60,
+        || pod_logs(cluster),
+        || async { (present(client.clone()).await.len() == meridio.len()).then_some(()) },
+    )
+    .await;
+    let trenches = kube::api::ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("netpolicy.io", "v1alpha1", "Trench"),
+        "trenches",
+    );
+    until(
+        "the Trench says Deployed",
         60,
         || pod_logs(cluster),
         || async {
-            let ar = kube::api::ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk("netpolicy.io", "v1alpha1", "Trench"),
-                "trenches",
-            );
-            let o = Api::<DynamicObject>::namespaced_with(client.clone(), APP_NS, &ar)
+            let o = Api::<DynamicObject>::namespaced_with(client.clone(), APP_NS, &trenches)
                 .get("trench-a")
                 .await
                 .ok()?;
-            (o.data["status"]["table"].is_number()
-                && o.data["status"]["nodeAddresses"]["attr-a"].is_object())
-            .then_some(())
+            o.data["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["reason"] == "Deployed" && c["status"] == "True")
+                .then_some(())
         },
-    )
-    .await;
-    until(
-        "the node applies the trench's routing too",
-        60,
-        || pod_logs(cluster),
-        || applied(client),
     )
     .await;
     eprintln!(
         "  memory of the whole cluster with the chart installed:\n{}",
         memory(cluster)
     );
+    // Deleting the Trench removes everything of it (the garbage collector follows the
+    // ownerReferences: Trench → Attractor/Conduit → their workloads).
+    Api::<DynamicObject>::namespaced_with(client.clone(), APP_NS, &trenches)
+        .delete("trench-a", &DeleteParams::default())
+        .await
+        .unwrap();
+    until(
+        "the trench's workloads are gone with it",
+        60,
+        || pod_logs(cluster),
+        || async { present(client.clone()).await.is_empty().then_some(()) },
+    )
+    .await;
     cloud
 }
 
@@ -1285,6 +1347,41 @@ fn rbac(cluster: &NodeCluster, installed: usize) {
             "floatingips",
             "create",
             "autoAllocate in a Namespace",
+        ),
+        (
+            OPERATOR,
+            "",
+            "services",
+            "create",
+            "server-side apply creating Meridio's Services",
+        ),
+        (
+            OPERATOR,
+            "apps",
+            "statefulsets",
+            "create",
+            "server-side apply creating NSP and IPAM",
+        ),
+        (
+            OPERATOR,
+            "apps",
+            "deployments",
+            "create",
+            "server-side apply creating a front end",
+        ),
+        (
+            OPERATOR,
+            "apps",
+            "daemonsets",
+            "create",
+            "server-side apply creating a proxy",
+        ),
+        (
+            OPERATOR,
+            "policy",
+            "poddisruptionbudgets",
+            "create",
+            "server-side apply creating a front end's PodDisruptionBudget",
         ),
         (
             OPERATOR,

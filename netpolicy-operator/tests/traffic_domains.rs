@@ -206,7 +206,7 @@ async fn a_trench_is_compiled_into_node_routing_and_programmed_by_the_agents() {
         &ns,
         "Trench",
         "trench-a",
-        json!({"ipFamily": "ipv4"}),
+        json!({"ipFamily": "ipv4", "dataPlane": "node"}),
     )
     .await;
     create(

@@ -72,6 +72,14 @@ pub struct TrenchReport {
     pub namespace: String,
     /// Name.
     pub name: String,
+    /// `meridio` (Meridio's workloads) or `node` (compiled into node routing).
+    pub data_plane: String,
+    /// `meridio`: the configuration ConfigMap that would be kept (absent while invalid).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ConfigMapReport>,
+    /// `meridio`: every workload that would be kept, as applied (absent while invalid).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub workloads: Vec<WorkloadReport>,
     /// The trench's routing table (absent while invalid).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub table: Option<u32>,
@@ -80,6 +88,26 @@ pub struct TrenchReport {
     pub stream_tables: BTreeMap<String, u32>,
     /// Each attractor with its nodes.
     pub attractors: Vec<AttractorReport>,
+}
+
+/// The trench's configuration ConfigMap (`meridio` data plane).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ConfigMapReport {
+    /// `meridio-configuration-<trench>`.
+    pub name: String,
+    /// Its seven keys, as Meridio's components read them.
+    pub data: BTreeMap<String, String>,
+}
+
+/// One object of Meridio's the operator would keep (`meridio` data plane).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct WorkloadReport {
+    /// `StatefulSet`, `Deployment`, `DaemonSet`, `Service`, `PodDisruptionBudget`.
+    pub kind: String,
+    /// Its name.
+    pub name: String,
+    /// The whole object, as applied.
+    pub object: serde_json::Value,
 }
 
 /// One attractor in the plan.
@@ -303,9 +331,33 @@ pub fn plan(m: &Manifests) -> PlanReport {
                 .cloned()
                 .unwrap_or_default();
             let valid = traffic.valid.contains(&d.key());
+            let meridio = valid && !d.node_mode();
+            let mut problems = BTreeMap::new();
+            let objects = if meridio {
+                trench::meridio::workloads(d, &trench::meridio::Settings::default(), &mut problems)
+            } else {
+                Vec::new()
+            };
             TrenchReport {
                 namespace: d.namespace.clone(),
                 name: d.name.clone(),
+                data_plane: if d.node_mode() { "node" } else { "meridio" }.to_owned(),
+                config_map: meridio.then(|| ConfigMapReport {
+                    name: trench::meridio::config_map_name(&d.name),
+                    data: trench::meridio::config_map_data(d),
+                }),
+                workloads: objects
+                    .into_iter()
+                    .filter(|o| o["kind"] != "ConfigMap")
+                    .map(|o| WorkloadReport {
+                        kind: o["kind"].as_str().unwrap_or_default().to_owned(),
+                        name: o["metadata"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                        object: o,
+                    })
+                    .collect(),
                 table: alloc.table.filter(|_| valid),
                 stream_tables: if valid {
                     alloc.stream_tables.clone()

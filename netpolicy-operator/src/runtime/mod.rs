@@ -79,6 +79,13 @@ pub struct Options {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Images, service accounts and resource templates of Meridio's workloads (YAML:
+    /// `registry`, `repository`, `version`, `versions`, `nseVlanImage`, `nscImage`,
+    /// `initImage`, `imagePullSecrets`, `nspServiceAccount`, `feServiceAccount`,
+    /// `logLevel`, `resourceTemplates`, ...), for `dataPlane: meridio` trenches. The
+    /// chart writes it from its `meridio` values. Default: Meridio's own.
+    #[arg(long, value_name = "PATH")]
+    pub meridio_settings: Option<PathBuf>,
 }
 
 /// Default of `--max-object-bytes`.
@@ -235,6 +242,7 @@ fn jobs(
     client: &Client,
     shared: &Arc<Shared>,
     opts: &Options,
+    meridio: &crate::trench::meridio::Settings,
     stop: watch::Receiver<bool>,
 ) -> impl Future<Output = ()> + Send + 'static {
     let resync = Duration::from_secs(opts.resync_seconds);
@@ -248,7 +256,10 @@ fn jobs(
         floating_ip::controller::setup(&informers, client, shared),
         stop.clone(),
     );
-    let trench = runner.run(trench::controller::setup(&informers, client), stop.clone());
+    let trench = runner.run(
+        trench::controller::setup(&informers, client, meridio.clone()),
+        stop.clone(),
+    );
     let routed_ip = routed_ip::controller::run(&informers, client, shared, resync, stop.clone());
     let route_reflector =
         route_reflector::controller::run(&informers, client, shared, resync, stop.clone());
@@ -266,6 +277,19 @@ fn jobs(
 /// No configuration, the listen address taken, or the API server unreachable at start.
 pub async fn run(opts: Options) -> Result<Exit> {
     init_logs(opts.log_format);
+    let meridio = match &opts.meridio_settings {
+        None => crate::trench::meridio::Settings::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+                what: format!("reading --meridio-settings {}", path.display()),
+                source,
+            })?;
+            serde_saphyr::from_str(&text).map_err(|e| Error::Config {
+                what: format!("--meridio-settings {}: not valid", path.display()),
+                source: Box::new(e),
+            })?
+        }
+    };
     let client = client(&opts).await?;
     let shared = Arc::new(Shared::default());
     let server = serve_probes(opts.listen, &shared, &client).await?;
@@ -309,7 +333,7 @@ pub async fn run(opts: Options) -> Result<Exit> {
                 shared.metrics.leader.set(i64::from(now));
                 if now && controllers.is_none() {
                     info!(%identity, "acquired the lease: starting controllers");
-                    let jobs = jobs(&client, &shared, &opts, stop_rx.clone());
+                    let jobs = jobs(&client, &shared, &opts, &meridio, stop_rx.clone());
                     controllers = Some(tokio::spawn(jobs));
                 } else if !now && controllers.is_some() {
                     warn!(%identity, "lost the lease: stopping");

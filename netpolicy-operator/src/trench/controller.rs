@@ -45,7 +45,11 @@ use crate::{
 
 /// The trench job and what wakes it: a global job under the shared runner (a trench's
 /// allocation needs all its objects and every node).
-pub(crate) fn setup(informers: &Informers, client: &Client) -> Setup<TrenchJob> {
+pub(crate) fn setup(
+    informers: &Informers,
+    client: &Client,
+    settings: super::meridio::Settings,
+) -> Setup<TrenchJob> {
     let wake = Wake::new();
     let (stores, mut kinds) = TrafficStores::subscribe(informers, &wake);
     let nodes = informers.get::<Node>();
@@ -56,6 +60,8 @@ pub(crate) fn setup(informers: &Informers, client: &Client) -> Setup<TrenchJob> 
         client: client.clone(),
         stores,
         nodes: nodes.store(),
+        settings,
+        applied: std::sync::Mutex::new(BTreeMap::new()),
     };
     Setup { job, wake, kinds }
 }
@@ -66,6 +72,40 @@ pub(crate) struct TrenchJob {
     recorder: Recorder,
     stores: TrafficStores,
     nodes: Store<Node>,
+    /// Images and accounts of Meridio's workloads.
+    settings: super::meridio::Settings,
+    /// What was last applied of each Meridio object (`Kind/namespace/name` → the hash
+    /// of the object applied): a pass applies only what changed.
+    applied: std::sync::Mutex<BTreeMap<String, String>>,
+}
+
+/// The annotation holding the hash of what netpolicy last applied to a Meridio object
+/// (a restarted operator compares it instead of writing again).
+const APPLIED_HASH: &str = "netpolicy.io/applied-hash";
+
+/// The API resource of a Meridio workload kind.
+fn resource_of(kind: &str) -> Option<kube::api::ApiResource> {
+    let (group, version, plural) = match kind {
+        "ConfigMap" => ("", "v1", "configmaps"),
+        "Service" => ("", "v1", "services"),
+        "StatefulSet" => ("apps", "v1", "statefulsets"),
+        "Deployment" => ("apps", "v1", "deployments"),
+        "DaemonSet" => ("apps", "v1", "daemonsets"),
+        "PodDisruptionBudget" => ("policy", "v1", "poddisruptionbudgets"),
+        _ => return None,
+    };
+    Some(kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk(group, version, kind),
+        plural,
+    ))
+}
+
+/// A stable hash of a JSON object (keys are sorted by serde_json's map).
+fn hash_of(v: &serde_json::Value) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    v.to_string().hash(&mut h);
+    format!("{:016x}", h.finish())
 }
 
 impl Job for TrenchJob {
@@ -127,11 +167,117 @@ impl TrenchJob {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let mut written = 0;
         for d in &domains {
+            // Meridio's workloads before the statuses that report them.
+            let deployed = if !d.node_mode() && outcome.valid.contains(&d.key()) {
+                let (n, problems) = self.meridio(d).await?;
+                written += n;
+                Some(problems)
+            } else {
+                None
+            };
             // Children first: a Trench that reads Ready has children that say so too.
             written += self.children(d, &outcome, &errors, &notes, &now).await?;
-            written += self.trench(d, &outcome, &previous, &errors, &now).await?;
+            written += self
+                .trench(d, &outcome, &previous, &errors, deployed.as_ref(), &now)
+                .await?;
         }
         written += self.unlabelled(&snap, &errors, &now).await?;
+        Ok(written)
+    }
+
+    /// Keeps a `meridio` trench's workloads and ConfigMap (server-side apply, only
+    /// what changed since the last apply: a quiet pass writes nothing). Returns the
+    /// writes and what could not be honoured (unknown resource templates), by object.
+    async fn meridio(
+        &self,
+        d: &Domain<'_>,
+    ) -> Result<(usize, BTreeMap<String, Vec<String>>), kube::Error> {
+        let mut problems = BTreeMap::new();
+        let objects = super::meridio::workloads(d, &self.settings, &mut problems);
+        let mut written = self.owned_by_trench(d).await?;
+        for mut obj in objects {
+            let kind = obj["kind"].as_str().unwrap_or_default().to_owned();
+            let name = obj["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let Some(ar) = resource_of(&kind) else {
+                continue;
+            };
+            let key = format!("{kind}/{}/{name}", d.namespace);
+            let hash = hash_of(&obj);
+            obj["metadata"]["annotations"] = serde_json::json!({APPLIED_HASH: hash});
+            let known = super::super::runtime::informer::lock(&self.applied)
+                .get(&key)
+                .cloned();
+            if known.as_deref() == Some(hash.as_str()) {
+                continue;
+            }
+            let api: Api<kube::api::DynamicObject> =
+                Api::namespaced_with(self.client.clone(), &d.namespace, &ar);
+            if known.is_none()
+                && let Some(live) = api.get_opt(&name).await?
+                && live.annotations().get(APPLIED_HASH) == Some(&hash)
+            {
+                super::super::runtime::informer::lock(&self.applied).insert(key, hash);
+                continue;
+            }
+            let o: kube::api::DynamicObject =
+                serde_json::from_value(obj).map_err(kube::Error::SerdeError)?;
+            api.patch(
+                &name,
+                &kube::api::PatchParams::apply(FIELD_MANAGER).force(),
+                &kube::api::Patch::Apply(&o),
+            )
+            .await?;
+            debug!(object = key, "meridio: applied");
+            super::super::runtime::informer::lock(&self.applied).insert(key, hash);
+            written += 1;
+        }
+        Ok((written, problems))
+    }
+
+    /// As Meridio's operator: each Attractor and Conduit of a `meridio` trench gets a
+    /// (non-controller) ownerReference to its Trench, so that deleting the Trench
+    /// removes them and, through theirs, their workloads. Written once per object.
+    async fn owned_by_trench(&self, d: &Domain<'_>) -> Result<usize, kube::Error> {
+        let Some(uid) = d.trench.and_then(|t| t.metadata.uid.clone()) else {
+            return Ok(0);
+        };
+        let reference = serde_json::json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "Trench", "name": d.name, "uid": uid,
+        });
+        let pending =
+            |refs: &Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>| {
+                let mut list: Vec<serde_json::Value> = refs
+                    .iter()
+                    .flatten()
+                    .filter_map(|r| serde_json::to_value(r).ok())
+                    .collect();
+                if list.iter().any(|r| r["uid"] == uid.as_str()) {
+                    return None;
+                }
+                list.push(reference.clone());
+                Some(serde_json::json!({"metadata": {"ownerReferences": list}}))
+            };
+        let mut written = 0;
+        let pp = kube::api::PatchParams::default();
+        for a in &d.attractors {
+            if let Some(patch) = pending(&a.metadata.owner_references) {
+                Api::<Attractor>::namespaced(self.client.clone(), &d.namespace)
+                    .patch(&a.name_any(), &pp, &kube::api::Patch::Merge(&patch))
+                    .await?;
+                written += 1;
+            }
+        }
+        for c in &d.conduits {
+            if let Some(patch) = pending(&c.metadata.owner_references) {
+                Api::<Conduit>::namespaced(self.client.clone(), &d.namespace)
+                    .patch(&c.name_any(), &pp, &kube::api::Patch::Merge(&patch))
+                    .await?;
+                written += 1;
+            }
+        }
         Ok(written)
     }
 
@@ -143,6 +289,7 @@ impl TrenchJob {
         outcome: &Outcome,
         previous: &BTreeMap<String, TrenchStatus>,
         errors: &ByObject,
+        deployed: Option<&BTreeMap<String, Vec<String>>>,
         now: &Time,
     ) -> Result<usize, kube::Error> {
         let Some(t) = d.trench else { return Ok(0) };
@@ -160,7 +307,30 @@ impl TrenchJob {
             .flat_map(|((k, n), es)| es.iter().map(move |e| format!("{k} {n}: {e}")))
             .collect();
         let exhausted = mine.is_some_and(|es| es.iter().any(|e| e.contains("left")));
-        let (ok, why, message) = if outcome.valid.contains(&key) && !exhausted {
+        let (ok, why, message) = if let Some(problems) = deployed {
+            if problems.is_empty() {
+                (
+                    true,
+                    reason::DEPLOYED,
+                    format!(
+                        "Meridio's workloads kept: ConfigMap {}, nsp and ipam, {} attractor(s), {} conduit(s)",
+                        super::meridio::config_map_name(&d.name),
+                        d.attractors.len(),
+                        d.conduits.len()
+                    ),
+                )
+            } else {
+                (
+                    false,
+                    reason::UNKNOWN_RESOURCE_TEMPLATE,
+                    problems
+                        .iter()
+                        .map(|(o, ps)| format!("{o}: {}", ps.join("; ")))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                )
+            }
+        } else if outcome.valid.contains(&key) && !exhausted {
             (
                 true,
                 reason::COMPILED,

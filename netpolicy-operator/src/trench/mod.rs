@@ -1,5 +1,6 @@
-//! The traffic-domain job: Meridio's kinds compiled into node routing
-//! (docs/guides/traffic-domains.md). This module is pure: it groups the objects into
+//! The traffic-domain job: Meridio's kinds, handled by Meridio's own workloads
+//! ([`meridio`], `dataPlane: meridio`, the default) or compiled into node routing
+//! (`dataPlane: node`; docs/guides/traffic-domains.md). This module is pure: it groups the objects into
 //! trenches ([`domains`]), checks Meridio's rules that the schema cannot state
 //! ([`validate`]), hands out table numbers and node addresses and keeps them across
 //! passes ([`allocate`]), and compiles a trench into one routing policy per attractor
@@ -24,6 +25,7 @@
 //!   `priority` first, then name), so a higher-priority flow matches first.
 
 pub(crate) mod controller;
+pub(crate) mod meridio;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -119,6 +121,13 @@ impl Domain<'_> {
     /// `namespace/name`.
     pub(crate) fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// Whether the trench is compiled into node routing (`dataPlane: node`), not
+    /// handled by Meridio's own workloads.
+    pub(crate) fn node_mode(&self) -> bool {
+        self.trench
+            .is_some_and(|t| t.spec.data_plane == crate::api::DataPlane::Node)
     }
 }
 
@@ -730,13 +739,10 @@ pub(crate) fn validate(d: &Domain<'_>) -> Checked {
                         field,
                         format!("{p:?} is of the wrong family"),
                     )),
-                    Ok(_) if !needed => c.errors.push(err(
-                        "Attractor",
-                        ns,
-                        name,
-                        field,
-                        format!("{p:?} is not of the trench's ipFamily"),
-                    )),
+                    // Meridio's webhook validates both prefixes whatever the trench's
+                    // family, and its manifests carry both: the other family's prefix is
+                    // accepted (checked as a prefix of its family) and unused.
+                    Ok(_) if !needed => {}
                     Ok(n) => prefixes.push(n),
                     Err(e) => c.errors.push(err("Attractor", ns, name, field, e)),
                 },
@@ -961,9 +967,14 @@ pub(crate) fn allocate(
                 .map(|g| g.spec.address.clone())
                 .collect();
             let iface = &a.spec.interface;
-            for prefix in [&iface.ipv4_prefix, &iface.ipv6_prefix]
-                .into_iter()
-                .flatten()
+            let fam = trench.spec.ip_family;
+            // Only the trench's families: the other prefix is accepted and unused.
+            for prefix in [
+                iface.ipv4_prefix.as_ref().filter(|_| fam.v4()),
+                iface.ipv6_prefix.as_ref().filter(|_| fam.v6()),
+            ]
+            .into_iter()
+            .flatten()
             {
                 let Ok(net) = prefix.parse::<IpNetwork>() else {
                     continue;
@@ -1342,7 +1353,7 @@ pub(crate) fn policies(
     errors: &mut Vec<InputError>,
 ) -> BTreeMap<String, Vec<Policy>> {
     let mut out = BTreeMap::new();
-    for d in domains.iter().filter(|d| d.trench.is_some()) {
+    for d in domains.iter().filter(|d| d.node_mode()) {
         let key = d.key();
         let Some(alloc) = status.get(&key) else {
             continue;
@@ -1425,7 +1436,14 @@ pub(crate) fn evaluate(
         o.errors.extend(c.errors);
         o.notes.extend(c.notes);
     }
-    o.allocations = allocate(domains, &o.valid, nodes, previous, &mut o.errors);
+    // Only the `node` data plane hands out tables and node addresses.
+    let node_mode: BTreeSet<String> = domains
+        .iter()
+        .filter(|d| d.node_mode())
+        .map(Domain::key)
+        .filter(|k| o.valid.contains(k))
+        .collect();
+    o.allocations = allocate(domains, &node_mode, nodes, previous, &mut o.errors);
     o
 }
 

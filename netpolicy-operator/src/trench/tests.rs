@@ -44,8 +44,13 @@ impl Input {
 
     fn add(&mut self, ns: &str, t: &str) {
         let tr = Some(t);
-        self.trenches
-            .push(obj("Trench", ns, t, None, json!({"ipFamily": "dualstack"})));
+        self.trenches.push(obj(
+            "Trench",
+            ns,
+            t,
+            None,
+            json!({"ipFamily": "dualstack", "dataPlane": "node"}),
+        ));
         self.attractors.push(obj(
             "Attractor",
             ns,
@@ -432,5 +437,54 @@ fn ports_parse_as_meridio_writes_them() {
     assert_eq!(parse_ports("0-65535"), Ok(Some((0, 65535))));
     for bad in ["65536", "90-80", "http", "1-2-3", "-1", ""] {
         assert!(parse_ports(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn a_single_family_trench_accepts_both_prefixes_as_meridio_requires_and_uses_its_own() {
+    for (family, gw, vip, want) in [
+        ("ipv4", "169.254.100.1", "20.0.0.1/32", "169.254.100.2/24"),
+        ("ipv6", "100:100::1", "2000::1/128", "100:100::2/64"),
+    ] {
+        let tr = Some("trench-a");
+        let mut i = Input::default();
+        i.trenches.push(obj(
+            "Trench",
+            "red",
+            "trench-a",
+            None,
+            json!({"ipFamily": family, "dataPlane": "node"}),
+        ));
+        // Meridio's samples: the attractor carries both prefixes whatever the family.
+        i.attractors.push(obj(
+            "Attractor",
+            "red",
+            "attr",
+            tr,
+            json!({
+                "nodeSelector": {"matchLabels": {"role": "a"}},
+                "interface": {"name": "ext-vlan.100", "link": "eth0", "vlanId": 100,
+                              "ipv4Prefix": "169.254.100.0/24", "ipv6Prefix": "100:100::/64"},
+                "gateways": ["gw"], "vips": ["vip"]
+            }),
+        ));
+        i.gateways.push(obj(
+            "Gateway",
+            "red",
+            "gw",
+            tr,
+            json!({"address": gw, "protocol": "static"}),
+        ));
+        i.vips
+            .push(obj("Vip", "red", "vip", tr, json!({"address": vip})));
+        let n = nodes(&[("n1", "a")]);
+        let (out, _) = run(&i, &n, &BTreeMap::new());
+        assert!(out.errors.is_empty(), "{family}: {:?}", out.errors);
+        assert!(out.valid.contains("red/trench-a"), "{family}");
+        assert_eq!(
+            out.allocations["red/trench-a"].node_addresses["attr"]["n1"],
+            [want],
+            "{family}: only the trench's family gets an address"
+        );
     }
 }
