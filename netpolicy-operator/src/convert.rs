@@ -1,5 +1,6 @@
-//! `netpolicy convert`: ipruler's (`ipruler.pegah.tech/v1`) and kube-fip's
-//! (`kubefip.k8s.binbash.org/v1`) objects turned into netpolicy's, field by field, for
+//! `netpolicy convert`: ipruler's (`ipruler.pegah.tech/v1`), kube-fip's
+//! (`kubefip.k8s.binbash.org/v1`) and Meridio's (`meridio.nordix.org/v1` and `v1alpha1`:
+//! kebab-case fields, the nested interface) objects turned into netpolicy's, for
 //! manifests on disk (docs/migration.md has the table). Pure: documents in, documents
 //! and notes out.
 //!
@@ -26,6 +27,8 @@ pub(crate) struct Converted {
 const IPRULER: &str = "ipruler.pegah.tech/v1";
 const KUBEFIP: &str = "kubefip.k8s.binbash.org/v1";
 const OURS: &str = "netpolicy.io/v1alpha1";
+const MERIDIO: &str = "meridio.nordix.org/v1";
+const MERIDIO_ALPHA: &str = "meridio.nordix.org/v1alpha1";
 /// First priority given to ipruler rules (which have none).
 pub(crate) const FIRST_RULE_PRIORITY: u32 = 1000;
 
@@ -203,6 +206,17 @@ pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Conver
                 rest.push(json!({"apiVersion": OURS, "kind": "FloatingIP",
                                  "metadata": metadata, "spec": spec}));
             }
+            (
+                MERIDIO | MERIDIO_ALPHA,
+                "Trench" | "Attractor" | "Gateway" | "Vip" | "Conduit" | "Stream" | "Flow",
+            ) => match meridio_object(kind, &d, &at, &mut out) {
+                Some(o) => rest.push(o),
+                None => continue,
+            },
+            (MERIDIO | MERIDIO_ALPHA, k) => {
+                out.errors
+                    .push(format!("{at}: kind {k} has no netpolicy counterpart"));
+            }
             (IPRULER | KUBEFIP, k) => {
                 out.errors
                     .push(format!("{at}: kind {k} has no netpolicy counterpart"));
@@ -226,6 +240,108 @@ pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Conver
     }
     out.objects.extend(rest);
     out
+}
+
+/// `source-subnets` → `sourceSubnets`, recursively through objects and lists.
+fn camel_keys(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| {
+                    let mut out = String::new();
+                    let mut up = false;
+                    for c in k.chars() {
+                        if c == '-' {
+                            up = true;
+                        } else if up {
+                            out.extend(c.to_uppercase());
+                            up = false;
+                        } else {
+                            out.push(c);
+                        }
+                    }
+                    (out, camel_keys(v))
+                })
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(camel_keys).collect()),
+        other => other.clone(),
+    }
+}
+
+/// One of Meridio's objects (`meridio.nordix.org`, kebab-case fields) as ours
+/// (camelCase; the Attractor's interface flat). Metadata (name, namespace, labels with
+/// the `trench` label, annotations such as `resource-template`) is kept.
+fn meridio_object(kind: &str, d: &Value, at: &str, out: &mut Converted) -> Option<Value> {
+    let mut spec = camel_keys(&d["spec"]);
+    let mut metadata = Map::new();
+    for k in ["name", "namespace", "labels", "annotations"] {
+        if let Some(v) = d["metadata"].get(k).filter(|v| !v.is_null()) {
+            metadata.insert(k.into(), v.clone());
+        }
+    }
+    match kind {
+        "Attractor" => {
+            let i = d["spec"]["interface"].clone();
+            let ty = i["type"].as_str().unwrap_or("nsm-vlan");
+            if ty != "nsm-vlan" {
+                out.errors.push(format!(
+                    "{at}: interface type {ty} has no netpolicy counterpart (only nsm-vlan: a \
+                     VLAN on a base interface)"
+                ));
+                return None;
+            }
+            let mut iface = Map::new();
+            iface.insert("name".into(), i["name"].clone());
+            if let Some(b) = i["nsm-vlan"]["base-interface"].as_str() {
+                iface.insert("link".into(), json!(b));
+            }
+            if let Some(v) = i["nsm-vlan"]["vlan-id"].as_u64() {
+                iface.insert("vlanId".into(), json!(v));
+            }
+            for (theirs, ours) in [("ipv4-prefix", "ipv4Prefix"), ("ipv6-prefix", "ipv6Prefix")] {
+                let Some(p) = i[theirs].as_str() else {
+                    continue;
+                };
+                // Meridio also takes ranges (`a-b/len`, several joined by `;`): ours is
+                // the network they belong to.
+                let net = if p.contains('-') || p.contains(';') {
+                    let len = p.rsplit('/').next().unwrap_or_default();
+                    let first = p.split(['-', ';', '/']).next().unwrap_or_default();
+                    let network = format!("{first}/{len}")
+                        .parse::<ipnetwork::IpNetwork>()
+                        .ok()
+                        .and_then(|n| ipnetwork::IpNetwork::new(n.network(), n.prefix()).ok());
+                    let Some(n) = network else {
+                        out.errors
+                            .push(format!("{at}: interface.{theirs} {p:?} is not a range"));
+                        return None;
+                    };
+                    out.notes.push(format!(
+                        "{at}: interface.{theirs} {p:?} is a range: netpolicy takes its network \
+                         {n} (every address of it but the gateways' may be handed out)"
+                    ));
+                    n.to_string()
+                } else {
+                    p.to_owned()
+                };
+                iface.insert(ours.into(), json!(net));
+            }
+            spec["interface"] = Value::Object(iface);
+        }
+        "Flow" => {
+            if let Some(m) = spec.as_object_mut()
+                && m.remove("byteMatches")
+                    .is_some_and(|b| b.as_array().is_some_and(|a| !a.is_empty()))
+            {
+                out.notes.push(format!(
+                    "{at}: byte-matches has no netpolicy counterpart yet; dropped"
+                ));
+            }
+        }
+        _ => {}
+    }
+    Some(json!({"apiVersion": OURS, "kind": kind, "metadata": metadata, "spec": spec}))
 }
 
 #[cfg(test)]
@@ -304,5 +420,127 @@ mod tests {
         assert!(c.errors[0].contains("FloatingIP/lost"));
         assert!(c.notes.iter().any(|n| n.contains("cloudCredentialSecret")));
         assert!(c.notes.iter().any(|n| n.contains("kubeVip.publish")));
+    }
+
+    /// Meridio's own samples (`config/samples/meridio_v1_*`, kebab-case, the nested
+    /// interface), converted: our kinds accept them, and the trench's ConfigMap is the
+    /// one Meridio's writer produces for the originals, byte for byte.
+    #[test]
+    fn meridios_sample_manifests_convert_to_the_same_trench() {
+        let m = "meridio.nordix.org/v1";
+        let l = json!({"trench": "trench-a"});
+        let docs = vec![
+            json!({"apiVersion": m, "kind": "Trench", "metadata": {"name": "trench-a"},
+                   "spec": {"ip-family": "dualstack"}}),
+            json!({"apiVersion": m, "kind": "Vip", "metadata": {"name": "vip1", "labels": l},
+                   "spec": {"address": "20.0.0.0/32"}}),
+            json!({"apiVersion": m, "kind": "Vip", "metadata": {"name": "vip2", "labels": l},
+                   "spec": {"address": "10.0.0.1/32"}}),
+            json!({"apiVersion": m, "kind": "Attractor", "metadata": {"name": "attr1", "labels": l},
+                   "spec": {"replicas": 2, "composites": ["conduit-stateless"],
+                            "gateways": ["gateway1", "gateway2"], "vips": ["vip1", "vip2"],
+                            "interface": {"name": "ext-vlan.100", "type": "nsm-vlan",
+                                          "ipv4-prefix": "169.254.100.0/24",
+                                          "ipv6-prefix": "100:100::/64",
+                                          "nsm-vlan": {"vlan-id": 100, "base-interface": "eth0"}}}}),
+            json!({"apiVersion": m, "kind": "Gateway", "metadata": {"name": "gateway1", "labels": l},
+                   "spec": {"address": "2.3.4.5", "protocol": "bgp",
+                            "bgp": {"remote-asn": 2000, "local-asn": 2001, "hold-time": "24s"}}}),
+            json!({"apiVersion": m, "kind": "Gateway", "metadata": {"name": "gateway2", "labels": l},
+                   "spec": {"address": "1000::1", "protocol": "bgp",
+                            "bgp": {"remote-asn": 3000, "local-asn": 2001, "remote-port": 10179,
+                                    "local-port": 10179, "hold-time": "240s",
+                                    "bfd": {"switch": true, "min-tx": "300ms", "min-rx": "300ms",
+                                            "multiplier": 3}}}}),
+            json!({"apiVersion": m, "kind": "Gateway", "metadata": {"name": "gateway3", "labels": l},
+                   "spec": {"address": "1.2.3.4", "protocol": "static",
+                            "static": {"bfd": {"switch": true, "min-tx": "200ms", "min-rx": "200ms",
+                                               "multiplier": 5}}}}),
+            json!({"apiVersion": m, "kind": "Conduit", "metadata": {"name": "conduit-stateless", "labels": l},
+                   "spec": {"type": "stateless-lb"}}),
+            json!({"apiVersion": m, "kind": "Stream", "metadata": {"name": "stream-1", "labels": l},
+                   "spec": {"conduit": "conduit-stateless", "max-targets": 100}}),
+            json!({"apiVersion": m, "kind": "Flow", "metadata": {"name": "flow-1", "labels": l},
+                   "spec": {"stream": "stream-1", "vips": ["vip1"], "protocols": ["tcp", "udp"],
+                            "priority": 2, "byte-matches": ["tcp[16:2] = 80"]}}),
+        ];
+        let c = convert(docs.into_iter().map(|d| ("samples.yaml".to_owned(), d)));
+        assert!(c.errors.is_empty(), "{:?}", c.errors);
+        assert_eq!(c.objects.len(), 10);
+        assert!(
+            c.notes.iter().any(|n| n.contains("byte-matches")),
+            "{:?}",
+            c.notes
+        );
+        let a = &c.objects[3];
+        assert_eq!(
+            a["spec"]["interface"],
+            json!({"name": "ext-vlan.100", "link": "eth0", "vlanId": 100,
+                   "ipv4Prefix": "169.254.100.0/24", "ipv6Prefix": "100:100::/64"})
+        );
+        // Our kinds take them as they are, and the trench's ConfigMap is Meridio's.
+        let of = |k: &str| -> Vec<Value> {
+            c.objects
+                .iter()
+                .filter(|o| o["kind"] == k)
+                .cloned()
+                .collect()
+        };
+        let typed = |k: &str| -> Vec<Value> {
+            of(k)
+                .into_iter()
+                .map(|mut o| {
+                    o["metadata"]["namespace"] = json!("default");
+                    o
+                })
+                .collect()
+        };
+        let de = |k: &str| typed(k);
+        let trenches: Vec<crate::api::Trench> = de("Trench")
+            .into_iter()
+            .map(|o| serde_json::from_value(o).unwrap())
+            .collect();
+        let attractors: Vec<crate::api::Attractor> = de("Attractor")
+            .into_iter()
+            .map(|o| serde_json::from_value(o).unwrap())
+            .collect();
+        let gateways: Vec<crate::api::Gateway> = de("Gateway")
+            .into_iter()
+            .map(|o| serde_json::from_value(o).unwrap())
+            .collect();
+        let vips: Vec<crate::api::Vip> = de("Vip")
+            .into_iter()
+            .map(|o| serde_json::from_value(o).unwrap())
+            .collect();
+        let conduits: Vec<crate::api::Conduit> = de("Conduit")
+            .into_iter()
+            .map(|o| serde_json::from_value(o).unwrap())
+            .collect();
+        let streams: Vec<crate::api::Stream> = de("Stream")
+            .into_iter()
+            .map(|o| serde_json::from_value(o).unwrap())
+            .collect();
+        let flows: Vec<crate::api::Flow> = de("Flow")
+            .into_iter()
+            .map(|o| serde_json::from_value(o).unwrap())
+            .collect();
+        let mut errors = Vec::new();
+        let ds = crate::trench::domains(
+            crate::trench::Objects {
+                trenches: &trenches,
+                attractors: &attractors,
+                gateways: &gateways,
+                vips: &vips,
+                conduits: &conduits,
+                streams: &streams,
+                flows: &flows,
+            },
+            &mut errors,
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        let data = crate::trench::meridio::config_map_data(&ds[0]);
+        for (k, v) in crate::trench::meridio::tests::MERIDIO_SAMPLE {
+            assert_eq!(data.get(*k).map(String::as_str), Some(*v), "key {k}");
+        }
     }
 }

@@ -1114,4 +1114,4 @@ fn proxy(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

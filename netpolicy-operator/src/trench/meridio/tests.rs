@@ -112,7 +112,7 @@ impl Sample {
 /// The bytes Meridio v1.2.8's writer produces for its samples
 /// (../shared/meridio-workloads.md §2, checked there with Meridio's own reader:
 /// `UnmarshalConfig` + `ConvertAll`, no error, nothing dropped).
-const MERIDIO_SAMPLE: &[(&str, &str)] = &[
+pub(crate) const MERIDIO_SAMPLE: &[(&str, &str)] = &[
     ("trench", "name: trench-a\n"),
     (
         "conduits",

@@ -1,0 +1,352 @@
+//! The `meridio` data plane against the real API server: the operator keeps Meridio's
+//! own workloads for each trench (the objects Meridio's operator keeps, named as it
+//! names them, owned as it owns them), in the trench's namespace only, writes only what
+//! changed, and nothing at all on a quiet resync or after a restart.
+//!
+//! (The garbage collector that deletes them with their Trench does not run beside a
+//! bare API server: `tests/real_node.rs` checks that on a real cluster.)
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use std::{collections::BTreeMap, time::Duration};
+
+use kube::{
+    Api, Client,
+    api::{DynamicObject, Patch, PatchParams, PostParams},
+    core::{ApiResource, GroupVersionKind},
+};
+use netpolicy_operator::api::crds;
+use netpolicy_testenv::eventually;
+use serde_json::json;
+
+fn ours(client: &Client, kind: &str, ns: &str) -> Api<DynamicObject> {
+    let plural = if kind == "Trench" {
+        "trenches".to_owned()
+    } else {
+        format!("{}s", kind.to_lowercase())
+    };
+    let gvk = GroupVersionKind::gvk("netpolicy.io", "v1alpha1", kind);
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ApiResource::from_gvk_with_plural(&gvk, &plural),
+    )
+}
+
+/// Meridio's workloads: (group, version, kind, plural).
+const KINDS: [(&str, &str, &str, &str); 6] = [
+    ("", "v1", "ConfigMap", "configmaps"),
+    ("", "v1", "Service", "services"),
+    ("apps", "v1", "StatefulSet", "statefulsets"),
+    ("apps", "v1", "Deployment", "deployments"),
+    ("apps", "v1", "DaemonSet", "daemonsets"),
+    (
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+    ),
+];
+
+fn workload_api(client: &Client, kind: &str, ns: &str) -> Api<DynamicObject> {
+    let (g, v, k, p) = KINDS.iter().find(|k| k.2 == kind).unwrap();
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, k), p),
+    )
+}
+
+/// Every object netpolicy keeps for Meridio in `ns`: `Kind/name` → the object.
+async fn kept(client: &Client, ns: &str) -> BTreeMap<String, DynamicObject> {
+    let mut out = BTreeMap::new();
+    for (_, _, kind, _) in KINDS {
+        let lp = kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=netpolicy");
+        for o in workload_api(client, kind, ns)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+        {
+            out.insert(format!("{kind}/{}", o.metadata.name.clone().unwrap()), o);
+        }
+    }
+    out
+}
+
+async fn trench(client: &Client, ns: &str) {
+    let pp = PostParams::default();
+    let l = json!({"trench": "trench-a"});
+    for (kind, name, spec) in [
+        ("Trench", "trench-a", json!({"ipFamily": "dualstack"})),
+        ("Vip", "vip1", json!({"address": "20.0.0.0/32"})),
+        (
+            "Gateway",
+            "gateway1",
+            json!({"address": "169.254.100.1", "protocol": "static"}),
+        ),
+        (
+            "Attractor",
+            "attr1",
+            json!({
+            "interface": {"name": "ext-vlan.100", "link": "eth0", "vlanId": 100,
+                          "ipv4Prefix": "169.254.100.0/24", "ipv6Prefix": "100:100::/64"},
+            "gateways": ["gateway1"], "vips": ["vip1"], "composites": ["conduit-stateless"]}),
+        ),
+        ("Conduit", "conduit-stateless", json!({})),
+        (
+            "Stream",
+            "stream-1",
+            json!({"conduit": "conduit-stateless"}),
+        ),
+        (
+            "Flow",
+            "flow-1",
+            json!({"stream": "stream-1", "vips": ["vip1"],
+                                  "protocols": ["tcp"], "priority": 2}),
+        ),
+    ] {
+        let mut meta = json!({"name": name});
+        if kind != "Trench" {
+            meta["labels"] = l.clone();
+        }
+        let o: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": kind, "metadata": meta, "spec": spec
+        }))
+        .unwrap();
+        ours(client, kind, ns).create(&pp, &o).await.unwrap();
+    }
+}
+
+const EXPECTED: [&str; 9] = [
+    "ConfigMap/meridio-configuration-trench-a",
+    "DaemonSet/proxy-conduit-stateless",
+    "Deployment/nse-vlan-attr1",
+    "Deployment/stateless-lb-frontend-attr1",
+    "PodDisruptionBudget/pdb-attr1",
+    "Service/ipam-service-trench-a",
+    "Service/nsp-service-trench-a",
+    "StatefulSet/ipam-trench-a",
+    "StatefulSet/nsp-trench-a",
+];
+
+/// Writes (patches) by anyone to Meridio's workload kinds so far: `resource/name`.
+fn patches(cp: &netpolicy_testenv::ControlPlane) -> Vec<String> {
+    let mut out = Vec::new();
+    for (_, _, _, plural) in KINDS {
+        for w in cp.writes_where(plural, |_| true) {
+            if w.verb == "patch" {
+                out.push(format!("{}/{}", w.resource, w.name));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn meridio_trenches_get_meridios_workloads_in_their_namespace_and_only_changes_are_written() {
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let lease_ns = cp.namespace("mw-lease").await;
+    let (ns1, ns2) = (cp.namespace("mw-a").await, cp.namespace("mw-b").await);
+    trench(&client, &ns1).await;
+    trench(&client, &ns2).await;
+    let log = cp.dir.join("operator-meridio.log");
+    let mut op = common::operator(cp, &lease_ns, &log, "info,netpolicy_operator::trench=debug");
+    let why = || std::fs::read_to_string(&log).unwrap_or_default();
+    for ns in [&ns1, &ns2] {
+        let ns = ns.clone();
+        let client = client.clone();
+        tokio::time::timeout(Duration::from_secs(60), async move {
+            while kept(&client, &ns)
+                .await
+                .keys()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                != EXPECTED
+            {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("workloads not kept within 60 s:\n{}", why()));
+    }
+    // Owned as Meridio's operator owns them, each by an object of its own namespace.
+    for ns in [&ns1, &ns2] {
+        let uid = |kind: &str, name: &str| {
+            let api = ours(&client, kind, ns);
+            let name = name.to_owned();
+            async move { api.get(&name).await.unwrap().metadata.uid.unwrap() }
+        };
+        let trench_uid = uid("Trench", "trench-a").await;
+        let attractor_uid = uid("Attractor", "attr1").await;
+        let conduit_uid = uid("Conduit", "conduit-stateless").await;
+        let objects = kept(&client, ns).await;
+        let owner = |k: &str| {
+            let r = &objects[k].metadata.owner_references.as_ref().unwrap()[0];
+            (r.kind.clone(), r.uid.clone(), r.controller)
+        };
+        for k in [
+            "ConfigMap/meridio-configuration-trench-a",
+            "StatefulSet/nsp-trench-a",
+            "StatefulSet/ipam-trench-a",
+            "Service/nsp-service-trench-a",
+            "Service/ipam-service-trench-a",
+        ] {
+            assert_eq!(
+                owner(k),
+                ("Trench".into(), trench_uid.clone(), Some(true)),
+                "{k}"
+            );
+        }
+        for k in [
+            "Deployment/nse-vlan-attr1",
+            "Deployment/stateless-lb-frontend-attr1",
+            "PodDisruptionBudget/pdb-attr1",
+        ] {
+            assert_eq!(
+                owner(k),
+                ("Attractor".into(), attractor_uid.clone(), Some(true)),
+                "{k}"
+            );
+        }
+        assert_eq!(
+            owner("DaemonSet/proxy-conduit-stateless"),
+            ("Conduit".into(), conduit_uid.clone(), Some(true))
+        );
+        // As in Meridio, the Attractor and the Conduit are owned by their Trench.
+        for kind in ["Attractor", "Conduit"] {
+            let name = if kind == "Attractor" {
+                "attr1"
+            } else {
+                "conduit-stateless"
+            };
+            let o = ours(&client, kind, ns).get(name).await.unwrap();
+            let refs = o.metadata.owner_references.unwrap_or_default();
+            assert!(refs.iter().any(|r| r.uid == trench_uid), "{kind}: {refs:?}");
+        }
+        // The selectors match the pods' labels; the Services select their StatefulSets.
+        let sts = &objects["StatefulSet/nsp-trench-a"].data["spec"];
+        assert_eq!(sts["selector"]["matchLabels"]["app"], "nsp-trench-a");
+        assert_eq!(sts["template"]["metadata"]["labels"]["app"], "nsp-trench-a");
+        assert_eq!(
+            objects["Service/nsp-service-trench-a"].data["spec"]["selector"]["app"],
+            "nsp-trench-a"
+        );
+        let cm = &objects["ConfigMap/meridio-configuration-trench-a"].data["data"];
+        assert_eq!(cm.as_object().unwrap().len(), 7, "{cm}");
+        assert_eq!(cm["trench"], "name: trench-a\n");
+    }
+    let status = |ns: String| {
+        let client = client.clone();
+        async move {
+            let t = ours(&client, "Trench", &ns).get("trench-a").await.unwrap();
+            t.data["status"]["conditions"][0].clone()
+        }
+    };
+    eventually("both trenches say Deployed", 30, || async {
+        status(ns1.clone()).await["reason"] == "Deployed"
+            && status(ns2.clone()).await["reason"] == "Deployed"
+    })
+    .await;
+
+    // Quiet: resyncs every 2 s write nothing.
+    let before = patches(cp);
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert_eq!(patches(cp), before, "a quiet resync wrote\n{}", why());
+
+    // A Flow edited: the ConfigMap only (Meridio's NSP reads it live; nothing restarts).
+    ours(&client, "Flow", &ns1)
+        .patch(
+            "flow-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"priority": 5}})),
+        )
+        .await
+        .unwrap();
+    eventually("the ConfigMap follows the Flow", 30, || async {
+        kept(&client, &ns1).await["ConfigMap/meridio-configuration-trench-a"].data["data"]["flows"]
+            .as_str()
+            .is_some_and(|f| f.contains("priority: 5"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after: Vec<String> = patches(cp);
+    let mut new = after.clone();
+    for b in &before {
+        if let Some(i) = new.iter().position(|a| a == b) {
+            new.remove(i);
+        }
+    }
+    assert_eq!(
+        new,
+        ["configmaps/meridio-configuration-trench-a"],
+        "{}",
+        why()
+    );
+
+    // The Attractor's replicas: its front end only.
+    ours(&client, "Attractor", &ns1)
+        .patch(
+            "attr1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    eventually("the front end scales", 30, || async {
+        kept(&client, &ns1).await["Deployment/stateless-lb-frontend-attr1"].data["spec"]["replicas"]
+            == 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut new = patches(cp);
+    for b in &after {
+        if let Some(i) = new.iter().position(|a| a == b) {
+            new.remove(i);
+        }
+    }
+    assert_eq!(
+        new,
+        ["deployments/stateless-lb-frontend-attr1"],
+        "{}",
+        why()
+    );
+
+    // A restarted operator compares what it applied (the hash annotation): no write.
+    let settled = patches(cp);
+    op.0.kill().unwrap();
+    op.0.wait().unwrap();
+    op = common::operator(cp, &lease_ns, &log, "info,netpolicy_operator::trench=debug");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        patches(cp),
+        settled,
+        "the restarted operator rewrote:\n{}",
+        why()
+    );
+
+    // An unknown resource template is said on the Trench, not ignored.
+    ours(&client, "Trench", &ns2)
+        .patch(
+            "trench-a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"resource-template": "huge"}}})),
+        )
+        .await
+        .unwrap();
+    eventually("the Trench says which template is unknown", 30, || async {
+        let c = status(ns2.clone()).await;
+        c["status"] == "False"
+            && c["reason"] == "UnknownResourceTemplate"
+            && c["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("\"huge\""))
+    })
+    .await;
+    drop(op);
+}
