@@ -537,3 +537,73 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
     ));
     assert!(forbidden(cm(&kube_vip_ns).list(&Default::default()).await));
 }
+
+/// `operator.watchNamespace` (Meridio's operator's scope): a Role in that namespace
+/// and nothing cluster-wide; the operator's account can serve the traffic domains
+/// there and reads nothing elsewhere.
+#[tokio::test(flavor = "multi_thread")]
+async fn limited_to_one_namespace_the_operator_gets_a_role_there_and_nothing_cluster_wide() {
+    let cp = netpolicy_testenv::shared();
+    let admin = cp.client().await;
+    let ns = cp.namespace("np-ns-release").await;
+    let watch = cp.namespace("np-meridio").await;
+    let elsewhere = cp.namespace("np-elsewhere").await;
+    let docs = render(
+        &ns,
+        &[
+            "--set",
+            &format!("operator.watchNamespace={watch}"),
+            "--set",
+            "agent.enabled=false",
+        ],
+    );
+    assert!(of_kind(&docs, "ClusterRole").is_empty(), "a ClusterRole");
+    assert!(of_kind(&docs, "ClusterRoleBinding").is_empty());
+    let deploy = of_kind(&docs, "Deployment")[0];
+    let args = deploy["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+    assert!(
+        args.as_array()
+            .unwrap()
+            .contains(&json!(format!("--watch-namespace={watch}"))),
+        "{args}"
+    );
+    apply_all(&admin, &docs, &ns).await;
+    let groups = [
+        "system:serviceaccounts".to_owned(),
+        format!("system:serviceaccounts:{ns}"),
+    ];
+    let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+    let op = cp
+        .client_impersonating(&format!("system:serviceaccount:{ns}:t-operator"), &groups)
+        .await;
+    let (trench_ar, _) = discovery::pinned_kind(
+        &admin,
+        &GroupVersionKind::gvk("netpolicy.io", "v1alpha1", "Trench"),
+    )
+    .await
+    .unwrap();
+    let trenches = |n: &str| Api::<DynamicObject>::namespaced_with(op.clone(), n, &trench_ar);
+    let deployments =
+        |n: &str| Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(op.clone(), n);
+    // Its namespace: the traffic kinds, and Meridio's workloads by name (404: allowed).
+    assert!(trenches(&watch).list(&Default::default()).await.is_ok());
+    assert!(matches!(
+        deployments(&watch).get("stateless-lb-frontend-a").await,
+        Err(kube::Error::Api(ref s)) if s.code == 404
+    ));
+    // Anywhere else: nothing.
+    assert!(forbidden(
+        trenches(&elsewhere).list(&Default::default()).await
+    ));
+    assert!(forbidden(deployments(&elsewhere).get("x").await));
+    assert!(forbidden(
+        Api::<DynamicObject>::all_with(op.clone(), &trench_ar)
+            .list(&Default::default())
+            .await
+    ));
+    assert!(forbidden(
+        Api::<k8s_openapi::api::core::v1::Node>::all(op.clone())
+            .list(&Default::default())
+            .await
+    ));
+}

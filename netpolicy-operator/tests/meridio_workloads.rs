@@ -146,8 +146,12 @@ fn patches(cp: &netpolicy_testenv::ControlPlane) -> Vec<String> {
     out
 }
 
+/// One operator at a time: a cluster-wide one would serve the other test's trenches.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread")]
 async fn meridio_trenches_get_meridios_workloads_in_their_namespace_and_only_changes_are_written() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let cp = netpolicy_testenv::shared();
     let client = cp.client().await;
     netpolicy_testenv::install_crds(&client, crds()).await;
@@ -349,4 +353,55 @@ async fn meridio_trenches_get_meridios_workloads_in_their_namespace_and_only_cha
     })
     .await;
     drop(op);
+}
+
+/// `--watch-namespace`: Meridio's operator's scope. The operator serves the trenches of
+/// its namespace and never touches another's.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_limited_to_one_namespace_serves_only_the_trenches_there() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let (mine, other) = (
+        cp.namespace("mw-mine").await,
+        cp.namespace("mw-other").await,
+    );
+    trench(&client, &mine).await;
+    trench(&client, &other).await;
+    let log = cp.dir.join("operator-meridio-ns.log");
+    let _op = common::operator_with(cp, &mine, &log, "info", &["--watch-namespace", &mine]);
+    let why = || std::fs::read_to_string(&log).unwrap_or_default();
+    let c = client.clone();
+    let m = mine.clone();
+    tokio::time::timeout(Duration::from_secs(60), async move {
+        while kept(&c, &m)
+            .await
+            .keys()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            != EXPECTED
+        {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("workloads not kept within 60 s:\n{}", why()));
+    // Several resyncs later the other namespace has nothing of it.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(kept(&client, &other).await.is_empty(), "{}", why());
+    let t = ours(&client, "Trench", &other)
+        .get("trench-a")
+        .await
+        .unwrap();
+    assert!(
+        t.data["status"].is_null(),
+        "the other namespace's Trench got a status: {}",
+        t.data["status"]
+    );
+    let a = ours(&client, "Attractor", &other)
+        .get("attr1")
+        .await
+        .unwrap();
+    assert!(a.metadata.owner_references.is_none(), "{:?}", a.metadata);
 }

@@ -78,7 +78,7 @@ impl TrafficStores {
             kinds: &mut Vec<Arc<KindHealth>>,
         ) -> Store<K>
         where
-            K: Resource<DynamicType = ()>
+            K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
                 + Clone
                 + std::fmt::Debug
                 + serde::de::DeserializeOwned
@@ -86,7 +86,7 @@ impl TrafficStores {
                 + Sync
                 + 'static,
         {
-            let i = informers.get::<K>();
+            let i = informers.get_namespaced::<K>();
             i.subscribe(wake, fp);
             kinds.push(i.health());
             i.store()

@@ -585,6 +585,9 @@ where
 /// per kind.
 pub struct Informers {
     client: Client,
+    /// `--watch-namespace`: namespaced kinds taken with [`Informers::get_namespaced`]
+    /// are watched in this namespace only.
+    namespace: Option<String>,
     kinds: Mutex<BTreeMap<String, Box<dyn Startable>>>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     started: std::sync::atomic::AtomicBool,
@@ -601,8 +604,15 @@ impl fmt::Debug for Informers {
 impl Informers {
     /// No informers yet, reading through `client`.
     pub fn new(client: Client) -> Self {
+        Self::in_namespace(client, None)
+    }
+
+    /// No informers yet; namespaced kinds taken with [`Informers::get_namespaced`] are
+    /// watched in `namespace` only (all namespaces when `None`).
+    pub fn in_namespace(client: Client, namespace: Option<String>) -> Self {
         Self {
             client,
+            namespace,
             kinds: Mutex::new(BTreeMap::new()),
             tasks: Mutex::new(Vec::new()),
             started: std::sync::atomic::AtomicBool::new(false),
@@ -628,6 +638,41 @@ impl Informers {
                 Arc::from(&*K::kind(&dt)),
                 resource,
                 Api::<K>::all(self.client.clone()),
+                dt.clone(),
+                false,
+            )
+        })
+    }
+
+    /// The namespace the operator is limited to (`--watch-namespace`), if any.
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// The informer of the namespaced kind `K`: in [`Informers::namespace`] when the
+    /// operator is limited to one, across all namespaces otherwise.
+    pub fn get_namespaced<K>(&self) -> Informer<K>
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+        K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync + Unpin,
+    {
+        let Some(ns) = self.namespace.clone() else {
+            return self.get::<K>();
+        };
+        let dt = K::DynamicType::default();
+        let key = format!("{}/{}@{ns}", K::api_version(&dt), K::plural(&dt));
+        self.entry(key, || {
+            let resource = resource_name(&K::plural(&dt), &K::group(&dt));
+            Informer::new(
+                Arc::from(&*K::kind(&dt)),
+                resource,
+                Api::<K>::namespaced(self.client.clone(), &ns),
                 dt.clone(),
                 false,
             )

@@ -86,6 +86,11 @@ pub struct Options {
     /// chart writes it from its `meridio` values. Default: Meridio's own.
     #[arg(long, value_name = "PATH")]
     pub meridio_settings: Option<PathBuf>,
+    /// Serve only the traffic domains of this namespace, with Meridio's workloads (the
+    /// scope of Meridio's own operator, and a namespaced Role is enough). The other jobs
+    /// and `dataPlane: node` trenches need the cluster-wide operator.
+    #[arg(long, env = "WATCH_NAMESPACE", value_name = "NAMESPACE")]
+    pub watch_namespace: Option<String>,
 }
 
 /// Default of `--max-object-bytes`.
@@ -246,8 +251,24 @@ fn jobs(
     stop: watch::Receiver<bool>,
 ) -> impl Future<Output = ()> + Send + 'static {
     let resync = Duration::from_secs(opts.resync_seconds);
-    let informers = Arc::new(Informers::new(client.clone()));
+    let informers = Arc::new(Informers::in_namespace(
+        client.clone(),
+        opts.watch_namespace.clone(),
+    ));
     let runner = Runner::new(Arc::clone(shared), resync);
+    let trench = runner.run(
+        trench::controller::setup(&informers, client, meridio.clone()),
+        stop.clone(),
+    );
+    if let Some(ns) = &opts.watch_namespace {
+        info!(namespace = %ns, "limited to one namespace: traffic domains only");
+        shared.started.store(true, Ordering::Release);
+        informers.start();
+        return futures::future::Either::Left(async move {
+            trench.await;
+            informers.stop();
+        });
+    }
     let routing = runner.run(
         routing::controller::setup(&informers, client, opts.max_object_bytes),
         stop.clone(),
@@ -256,19 +277,15 @@ fn jobs(
         floating_ip::controller::setup(&informers, client, shared),
         stop.clone(),
     );
-    let trench = runner.run(
-        trench::controller::setup(&informers, client, meridio.clone()),
-        stop.clone(),
-    );
     let routed_ip = routed_ip::controller::run(&informers, client, shared, resync, stop.clone());
     let route_reflector =
         route_reflector::controller::run(&informers, client, shared, resync, stop.clone());
     shared.started.store(true, Ordering::Release);
     informers.start();
-    async move {
+    futures::future::Either::Right(async move {
         tokio::join!(routing, floating_ip, trench, routed_ip, route_reflector);
         informers.stop();
-    }
+    })
 }
 
 /// Runs the operator until a signal or the loss of the lease.

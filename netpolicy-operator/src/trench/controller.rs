@@ -52,14 +52,20 @@ pub(crate) fn setup(
 ) -> Setup<TrenchJob> {
     let wake = Wake::new();
     let (stores, mut kinds) = TrafficStores::subscribe(informers, &wake);
-    let nodes = informers.get::<Node>();
-    nodes.subscribe(&wake, labels_fingerprint);
-    kinds.push(nodes.health());
+    // Limited to one namespace (`--watch-namespace`, Meridio's operator's scope): no
+    // Node is read (a namespaced Role cannot list them); only `meridio` trenches are
+    // served, `node` trenches need the cluster-wide operator.
+    let nodes = informers.namespace().is_none().then(|| {
+        let nodes = informers.get::<Node>();
+        nodes.subscribe(&wake, labels_fingerprint);
+        kinds.push(nodes.health());
+        nodes.store()
+    });
     let job = TrenchJob {
         recorder: crate::k8s::recorder(client),
         client: client.clone(),
         stores,
-        nodes: nodes.store(),
+        nodes,
         settings,
         applied: std::sync::Mutex::new(BTreeMap::new()),
     };
@@ -71,7 +77,8 @@ pub(crate) struct TrenchJob {
     client: Client,
     recorder: Recorder,
     stores: TrafficStores,
-    nodes: Store<Node>,
+    /// Nodes (none when limited to one namespace).
+    nodes: Option<Store<Node>>,
     /// Images and accounts of Meridio's workloads.
     settings: super::meridio::Settings,
     /// What was last applied of each Meridio object (`Kind/namespace/name` → the hash
@@ -152,8 +159,8 @@ impl TrenchJob {
         let domains = super::domains(snap.objects(), &mut errors);
         let nodes: Vec<(String, netpolicy_core::selector::Labels)> = self
             .nodes
-            .state()
             .iter()
+            .flat_map(Store::state)
             .map(|n| (n.name_any(), n.labels().clone()))
             .collect();
         let previous: BTreeMap<String, TrenchStatus> = domains

@@ -224,12 +224,30 @@ pub(crate) fn operator_on(
     rust_log: &str,
     listen: &str,
 ) -> Killed {
+    operator_with(cp, lease_ns, log, rust_log, &["--listen", listen])
+}
+
+/// [`operator`] with more arguments (`--listen` among them, or 127.0.0.1:0).
+pub(crate) fn operator_with(
+    cp: &netpolicy_testenv::ControlPlane,
+    lease_ns: &str,
+    log: &std::path::Path,
+    rust_log: &str,
+    extra: &[&str],
+) -> Killed {
+    let listen: &[&str] = if extra.contains(&"--listen") {
+        &[]
+    } else {
+        &["--listen", "127.0.0.1:0"]
+    };
     Killed(
         std::process::Command::new(env!("CARGO_BIN_EXE_netpolicy"))
             .args(["operator", "--kubeconfig"])
             .arg(&cp.kubeconfig)
             .args(["--lease-namespace", lease_ns, "--lease-seconds", "2"])
-            .args(["--listen", listen, "--resync-seconds", "2"])
+            .args(["--resync-seconds", "2"])
+            .args(listen)
+            .args(extra)
             .env("RUST_LOG", rust_log)
             .stdout(std::process::Stdio::null())
             .stderr(
