@@ -97,6 +97,7 @@ fn v6_routes(n: u32) -> Vec<Route> {
 
 fn route(to: IpNetwork, via: &str) -> Route {
     Route {
+        kind: netpolicy_core::model::RouteKind::Unicast,
         table: 100,
         to,
         metric: 0,

@@ -218,6 +218,37 @@ impl RouteScope {
     }
 }
 
+/// Route type (`rtm_type`): what the kernel does with a packet the route matches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RouteKind {
+    /// Forward it (`via`, `dev`, `nexthops`): every route but the ones below.
+    #[default]
+    Unicast,
+    /// Deliver it to this host (`local <to> dev lo table N`): a destination accepted
+    /// only where this table is looked up (a policy rule picks it), not everywhere as
+    /// an address would be.
+    Local,
+    /// Drop it silently.
+    Blackhole,
+    /// Drop it, answering "host unreachable".
+    Unreachable,
+    /// Drop it, answering "administratively prohibited".
+    Prohibit,
+}
+
+impl RouteKind {
+    /// `ip route`'s word (`unicast` is not printed by `ip`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unicast => "unicast",
+            Self::Local => "local",
+            Self::Blackhole => "blackhole",
+            Self::Unreachable => "unreachable",
+            Self::Prohibit => "prohibit",
+        }
+    }
+}
+
 /// One next hop of a multipath (ECMP) route.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NextHop {
@@ -232,6 +263,8 @@ pub struct NextHop {
 /// A route. Identity: `(table, to, metric)`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Route {
+    /// Route type (unicast unless said).
+    pub kind: RouteKind,
     /// Routing table.
     pub table: u32,
     /// Destination prefix, host bits clear.
@@ -271,6 +304,9 @@ impl Route {
 impl fmt::Display for Route {
     /// `10.20.0.0/16 table 100 via 192.0.2.1 dev eth0`, in `ip route`'s words.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.kind != RouteKind::Unicast {
+            write!(f, "{} ", self.kind.as_str())?;
+        }
         self.key().fmt(f)?;
         if let Some(v) = self.via {
             write!(f, " via {v}")?;

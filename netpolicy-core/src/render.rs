@@ -53,6 +53,7 @@ impl From<&HostAddress> for AddressSpec {
 impl From<&Route> for RouteSpec {
     fn from(r: &Route) -> Self {
         Self {
+            type_: (r.kind != crate::model::RouteKind::Unicast).then(|| r.kind.as_str().to_owned()),
             to: r.to.to_string(),
             via: r.via.map(|a| a.to_string()),
             dev: r.dev.as_ref().map(ToString::to_string),

@@ -90,6 +90,11 @@ pub struct AddressSpec {
     "message": "via and dev are exclusive with nexthops: give each gateway as a nexthop"
 }]))]
 pub struct RouteSpec {
+    /// `unicast` (default), `local` (deliver to this host: `dev lo`, only where a rule
+    /// looks this table up), `blackhole`, `unreachable` or `prohibit` (drop; the last
+    /// two answer with ICMP). Only unicast routes take `via` or `nexthops`.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
     /// Destination prefix; `default` means `0.0.0.0/0` (write `::/0` for IPv6).
     pub to: String,
     /// Gateway. Exclusive with `nexthops`.

@@ -12,7 +12,7 @@ use crate::{
     error::{Error, FieldError, Result},
     model::{
         FwMark, HostAddress, IfName, IpFamily, IpProto, NextHop, PortRange, RULE_PRIORITY_MAX,
-        RULE_PRIORITY_MIN, Route, RouteScope, RoutingConfig, Rule, RuleAction, RuleKey,
+        RULE_PRIORITY_MIN, Route, RouteKind, RouteScope, RoutingConfig, Rule, RuleAction, RuleKey,
         TABLE_DEFAULT, TABLE_LOCAL, TABLE_MAIN, Vlan, VlanProtocol,
     },
     spec::{IntOrString, NextHopSpec, RouteSpec, RoutingSpec, RuleSpec, VlanSpec},
@@ -452,8 +452,49 @@ fn validate_route(r: &RouteSpec, path: &str, p: &mut Problems) -> Option<Route> 
         }
         (_, s) => s,
     };
+    let kind = match r.type_.as_deref() {
+        None | Some("unicast") => RouteKind::Unicast,
+        Some("local") => RouteKind::Local,
+        Some("blackhole") => RouteKind::Blackhole,
+        Some("unreachable") => RouteKind::Unreachable,
+        Some("prohibit") => RouteKind::Prohibit,
+        Some(t) => {
+            p.push(
+                format!("{path}.type"),
+                format!(
+                    "{t:?} is not a route type; use unicast, local, blackhole, unreachable or prohibit"
+                ),
+            );
+            RouteKind::Unicast
+        }
+    };
+    if kind != RouteKind::Unicast {
+        if r.via.is_some() || !r.nexthops.is_empty() {
+            p.push(
+                format!("{path}.type"),
+                format!(
+                    "a {} route has no gateway: leave out via and nexthops",
+                    kind.as_str()
+                ),
+            );
+        }
+        if kind == RouteKind::Local && r.dev.is_none() {
+            p.push(
+                format!("{path}.dev"),
+                "a local route names the device that receives the traffic (dev: lo)",
+            );
+        }
+        if kind != RouteKind::Local && r.dev.is_some() {
+            p.push(
+                format!("{path}.dev"),
+                format!("a {} route goes to no device: leave out dev", kind.as_str()),
+            );
+        }
+    }
     let mut nexthops = Vec::new();
-    if !r.nexthops.is_empty() {
+    if kind != RouteKind::Unicast {
+        // Checked above: no gateway, and dev where the type needs one.
+    } else if !r.nexthops.is_empty() {
         if r.via.is_some() || r.dev.is_some() {
             p.push(
                 format!("{path}.nexthops"),
@@ -496,6 +537,7 @@ fn validate_route(r: &RouteSpec, path: &str, p: &mut Problems) -> Option<Route> 
         return None;
     }
     Some(Route {
+        kind,
         table,
         to: to?,
         metric: r.metric.unwrap_or(0),
@@ -803,6 +845,63 @@ mod tests {
             ..Default::default()
         };
         assert!(ok.validate("spec").is_ok());
+    }
+
+    #[test]
+    fn route_types_take_only_the_fields_the_kernel_keeps() {
+        let ok = RoutingSpec {
+            routes: vec![
+                RouteSpec {
+                    type_: Some("local".into()),
+                    to: "20.0.0.1/32".into(),
+                    dev: Some("lo".into()),
+                    table: Some(100),
+                    ..Default::default()
+                },
+                RouteSpec {
+                    type_: Some("blackhole".into()),
+                    to: "10.66.0.0/16".into(),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let cfg = ok.validate("spec").unwrap();
+        let shown: Vec<String> = cfg.routes.iter().map(ToString::to_string).collect();
+        assert!(
+            shown.iter().any(|r| r.starts_with("local 20.0.0.1/32")),
+            "{shown:?}"
+        );
+        let e = errors(RoutingSpec {
+            routes: vec![
+                RouteSpec {
+                    type_: Some("anycast".into()),
+                    ..route("10.0.0.0/8")
+                },
+                RouteSpec {
+                    type_: Some("local".into()),
+                    to: "10.1.0.0/16".into(),
+                    ..Default::default()
+                },
+                RouteSpec {
+                    type_: Some("blackhole".into()),
+                    via: Some("192.0.2.1".into()),
+                    ..route("10.2.0.0/16")
+                },
+            ],
+            ..Default::default()
+        });
+        let paths: Vec<&str> = e.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "spec.routes[0].type",
+                "spec.routes[1].dev",
+                "spec.routes[2].dev",
+                "spec.routes[2].type"
+            ],
+            "{e:?}"
+        );
     }
 
     #[test]

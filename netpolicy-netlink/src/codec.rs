@@ -23,8 +23,8 @@ use netlink_packet_route::{
     rule::{RuleAction as NlAction, RuleAttribute, RuleFlags, RuleMessage, RulePortRange},
 };
 use netpolicy_core::model::{
-    FwMark, IfName, IpFamily, IpProto, NextHop, PortRange, Route, RouteScope, Rule, RuleAction,
-    RuleKey, Vlan, VlanProtocol,
+    FwMark, IfName, IpFamily, IpProto, NextHop, PortRange, Route, RouteKind, RouteScope, Rule,
+    RuleAction, RuleKey, Vlan, VlanProtocol,
 };
 
 /// Names of links by index, and back.
@@ -63,7 +63,12 @@ pub fn af(f: IpFamily) -> AddressFamily {
 
 fn default_scope(r: &Route) -> NlScope {
     // Linux keeps no scope for IPv6 routes: every one is dumped as universe.
-    if matches!(r.to, IpNetwork::V6(_)) || r.via.is_some() || !r.nexthops.is_empty() {
+    if matches!(r.to, IpNetwork::V6(_)) {
+        NlScope::Universe
+    } else if r.kind == RouteKind::Local {
+        // As `ip route add local`: host scope.
+        NlScope::Host
+    } else if r.via.is_some() || !r.nexthops.is_empty() || r.kind != RouteKind::Unicast {
         NlScope::Universe
     } else {
         NlScope::Link
@@ -83,6 +88,16 @@ fn scope_nl(s: RouteScope) -> NlScope {
     }
 }
 
+fn route_type(k: RouteKind) -> RouteType {
+    match k {
+        RouteKind::Unicast => RouteType::Unicast,
+        RouteKind::Local => RouteType::Local,
+        RouteKind::Blackhole => RouteType::BlackHole,
+        RouteKind::Unreachable => RouteType::Unreachable,
+        RouteKind::Prohibit => RouteType::Prohibit,
+    }
+}
+
 /// The message that creates, replaces or deletes `r` (the key fields suffice to delete).
 pub fn route_message(r: &Route, protocol: u8, links: &Links) -> Result<RouteMessage, String> {
     let mut m = RouteMessage::default();
@@ -92,7 +107,7 @@ pub fn route_message(r: &Route, protocol: u8, links: &Links) -> Result<RouteMess
     m.header.table = u8::try_from(r.table).unwrap_or(RouteHeader::RT_TABLE_UNSPEC);
     m.header.protocol = RouteProtocol::from(protocol);
     m.header.scope = r.scope.map_or_else(|| default_scope(r), scope_nl);
-    m.header.kind = RouteType::Unicast;
+    m.header.kind = route_type(r.kind);
     if r.onlink {
         m.header.flags |= netlink_packet_route::route::RouteFlags::Onlink;
     }
@@ -172,7 +187,7 @@ pub fn route_delete_message(r: &Route, protocol: u8, links: &Links) -> RouteMess
             m.header.destination_prefix_length = r.to.prefix();
             m.header.table = u8::try_from(r.table).unwrap_or(RouteHeader::RT_TABLE_UNSPEC);
             m.header.protocol = RouteProtocol::from(protocol);
-            m.header.kind = RouteType::Unicast;
+            m.header.kind = route_type(r.kind);
             m.attributes.push(RouteAttribute::Table(r.table));
             m.attributes
                 .push(RouteAttribute::Destination(RouteAddress::from(
@@ -192,9 +207,16 @@ pub fn route_delete_message(r: &Route, protocol: u8, links: &Links) -> RouteMess
 /// A dumped route as the model sees it, with its protocol; `None` for routes the model
 /// does not describe (local, broadcast, multicast, cloned).
 pub fn route_from(m: &RouteMessage, links: &Links) -> Option<(Route, u8)> {
-    if m.header.kind != RouteType::Unicast {
-        return None;
-    }
+    let kind = match m.header.kind {
+        RouteType::Unicast => RouteKind::Unicast,
+        // The local table is the kernel's own (every address's local route): not a
+        // route the model describes. Elsewhere a local route is one someone chose.
+        RouteType::Local if m.header.table != 255 => RouteKind::Local,
+        RouteType::BlackHole => RouteKind::Blackhole,
+        RouteType::Unreachable => RouteKind::Unreachable,
+        RouteType::Prohibit => RouteKind::Prohibit,
+        _ => return None,
+    };
     let mut table = u32::from(m.header.table);
     let mut dst = None;
     let mut metric = 0;
@@ -247,7 +269,16 @@ pub fn route_from(m: &RouteMessage, links: &Links) -> Option<(Route, u8)> {
                 matches!(a, RouteAttribute::MultiPath(h)
                     if h.iter().all(|h| h.flags.contains(RouteNextHopFlags::Onlink)))
             }));
+    // IPv6 keeps its drop routes on the loopback (`dev lo`), a device nobody gave.
+    if matches!(
+        kind,
+        RouteKind::Blackhole | RouteKind::Unreachable | RouteKind::Prohibit
+    ) && dev.as_ref().is_some_and(|d| d.as_str() == "lo")
+    {
+        dev = None;
+    }
     let mut r = Route {
+        kind,
         table,
         to,
         metric,

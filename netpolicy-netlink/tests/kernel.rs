@@ -127,6 +127,59 @@ fn routes_and_rules_are_installed_read_back_equal_and_marked() {
     );
 }
 
+/// Route types: `local` (a destination delivered to this host only where its table is
+/// looked up), `blackhole`, `unreachable`, `prohibit`, both families; read back equal
+/// (nothing to do on the next pass), shown by iproute2 with the type, removed exactly.
+#[test]
+fn local_and_drop_routes_are_installed_read_back_equal_and_removed() {
+    let Some(ns) = Netns::new("route_types") else {
+        return;
+    };
+    // As on any host: the loopback is up (IPv6 refuses a route over a down device).
+    ns.ip(&["link", "set", "lo", "up"]);
+    let mut a = ns.adapter();
+    let desired = config(json!({
+        "routes": [
+            {"type": "local", "to": "20.0.0.1/32", "dev": "lo", "table": 20001},
+            {"type": "local", "to": "2000::1/128", "dev": "lo", "table": 20001},
+            {"type": "local", "to": "40.0.0.0/24", "dev": "lo", "table": 20002},
+            {"type": "blackhole", "to": "10.66.0.0/16", "table": 20001},
+            {"type": "unreachable", "to": "10.67.0.0/16", "table": 20001},
+            {"type": "prohibit", "to": "2001:db8:67::/48", "table": 20001}
+        ],
+        "rules": [{"priority": 100, "to": "20.0.0.1/32", "table": 20001}]
+    }));
+    let report = a.reconcile(&desired, false).unwrap();
+    let failures: Vec<_> = report.failures().collect();
+    assert!(failures.is_empty(), "{failures:#?}");
+    let again = a.plan(&desired).unwrap();
+    assert!(again.ops.is_empty(), "{:#?}", again.ops);
+    let t = ns.table("-4", "20001");
+    for want in [
+        "local 20.0.0.1 dev lo proto 203 scope host",
+        "blackhole 10.66.0.0/16 proto 203",
+        "unreachable 10.67.0.0/16 proto 203",
+    ] {
+        assert!(t.contains(want), "{want:?} not in\n{t}");
+    }
+    let t6 = ns.table("-6", "20001");
+    assert!(t6.contains("local 2000::1 dev lo proto 203"), "{t6}");
+    assert!(t6.contains("prohibit 2001:db8:67::/48"), "{t6}");
+    // The kernel delivers a VIP its rule sends there to the host itself.
+    let got = ns.ip(&["route", "get", "20.0.0.1", "from", "192.0.2.1", "iif", "v0"]);
+    assert!(
+        got.starts_with("local 20.0.0.1") && got.contains("table 20001"),
+        "{got}"
+    );
+    // Removed exactly: the kernel's own local routes (table local) stay.
+    let before_local = ns.table("-4", "local");
+    let report = a.reconcile(&RoutingConfig::default(), false).unwrap();
+    assert!(report.failures().next().is_none(), "{:#?}", report.results);
+    assert_eq!(ns.table("-4", "20001").trim(), "");
+    assert_eq!(ns.table("-6", "20001").trim(), "");
+    assert_eq!(ns.table("-4", "local"), before_local);
+}
+
 #[test]
 fn a_restarted_adapter_finds_its_objects_and_cleanup_removes_only_them() {
     let Some(ns) = Netns::new("restart_cleanup") else {
@@ -916,14 +969,17 @@ fn host_addresses_on_links_we_did_not_create_are_found_again_and_only_ours_remov
 /// A Meridio-style trench as the operator compiles it for one attractor node
 /// (`tests/data/trench-a-node.json`, kept equal to `netpolicy plan`'s output over
 /// examples/traffic-domains by a test in netpolicy-operator): VLAN 100 on `v0` with the
-/// node's addresses, the trench's and streams' tables via the static gateways (ECMP), a
-/// source rule per VIP, FIB rules per flow. Applied in one pass; then the kernel's own
-/// route lookup sends each flow to its stream's table and the gateways.
+/// node's addresses, the trench's table via the static gateways (ECMP), the streams'
+/// tables delivering the VIPs to the node (`local`), a source rule per VIP, FIB rules
+/// per flow. Applied in one pass; then the kernel's own route lookup sends each flow to
+/// its stream's table, which delivers it here, never back to the gateways.
 #[test]
 fn a_compiled_trench_routes_each_flow_by_its_streams_table() {
     let Some(ns) = vlan_netns("trench_flows") else {
         return;
     };
+    // As on any node: the loopback the VIPs are delivered to is up.
+    ns.ip(&["link", "set", "lo", "up"]);
     let desired = config(serde_json::from_str(include_str!("data/trench-a-node.json")).unwrap());
     let mut a = ns.adapter();
     let report = a.reconcile(&desired, false).unwrap();
@@ -950,10 +1006,12 @@ fn a_compiled_trench_routes_each_flow_by_its_streams_table() {
             port,
         ]);
         assert!(
-            got.contains("table 20001") && got.contains("dev ext-vlan.100"),
+            got.starts_with("local 20.0.0.1")
+                && got.contains("table 20001")
+                && got.contains("dev lo"),
             "{port}: {got}"
         );
-        assert!(got.contains("via 169.254.100.15"), "{port}: {got}");
+        assert!(!got.contains("via 169.254.100.15"), "{port}: {got}");
     }
     // flow-a-z-udp (priority 2, matched first): udp from 10/8, sport 20000-21000, to
     // 4003 → stream-a-ii's table; a packet arriving on v1 from such a source.
@@ -1007,7 +1065,11 @@ fn a_compiled_trench_routes_each_flow_by_its_streams_table() {
         rules6.contains("to 2000::1 ipproto tcp dport 80 lookup 20001"),
         "{rules6}"
     );
+    // The stream's table delivers the VIP here; the trench's sends replies out.
     let t = ns.table("-6", "20001");
+    assert!(t.contains("local 2000::1 dev lo"), "{t}");
+    assert!(!t.contains("via"), "{t}");
+    let t = ns.table("-6", "20000");
     assert!(
         t.contains("default via 100:100::150 dev ext-vlan.100"),
         "{t}"

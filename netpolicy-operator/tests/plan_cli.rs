@@ -1445,7 +1445,16 @@ fn the_meridio_sample_trench_plans_onto_the_attractor_nodes() {
     assert!(
         routes
             .iter()
-            .any(|r| r["to"] == "::/0" && r["table"] == s1 && r["via"] == "100:100::150")
+            .any(|r| r["to"] == "::/0" && r["table"] == table && r["via"] == "100:100::150")
+    );
+    // A stream's table delivers the VIPs to the node, never to a gateway.
+    let in_s1: Vec<&Value> = routes.iter().filter(|r| r["table"] == s1).collect();
+    assert!(!in_s1.is_empty());
+    assert!(
+        in_s1
+            .iter()
+            .all(|r| r["type"] == "local" && r["dev"] == "lo" && r["via"].is_null()),
+        "{in_s1:?}"
     );
     let rules = from_trench("rules");
     assert!(rules.iter().any(|r| r["to"] == "2000::1/128"

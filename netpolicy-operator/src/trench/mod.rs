@@ -15,8 +15,10 @@
 //!   node's address from the attractor's prefixes, or, untagged (`vlanId` 0), the address
 //!   on `link` itself;
 //! - the trench's table ([`TABLE_FIRST`]..=[`TABLE_LAST`]) with a default route per
-//!   family via the attractor's static gateways (ECMP when several), and the same routes
-//!   in each of its streams' tables;
+//!   family via the attractor's static gateways (ECMP when several); each of its
+//!   streams' tables delivers the attractor's VIPs to the node itself (`local <vip> dev
+//!   lo`): traffic a flow selects is the node's, and no table sends inbound VIP traffic
+//!   back to the gateways; traffic no flow selects is left to the node's own routing;
 //! - a rule per VIP (`from <vip> lookup <trench table>`, priority [`VIP_RULE_PRIORITY`]):
 //!   replies leave through the gateways;
 //! - FIB rules per flow: for each VIP × protocol × source subnet × source ports ×
@@ -1220,8 +1222,9 @@ pub(crate) fn compile(d: &Domain<'_>, alloc: &TrenchStatus) -> BTreeMap<String, 
         let mut v6: Vec<IpAddr> = statics.iter().copied().filter(IpAddr::is_ipv6).collect();
         v4.sort_unstable();
         v6.sort_unstable();
-        // The tables this attractor's traffic uses: the trench's and its streams'.
-        let mut tables = vec![table];
+        // The trench's table: replies from the VIPs leave through the gateways. The
+        // streams' tables: what a flow selects, the VIPs delivered to this node
+        // (`local <vip> dev lo`): inbound VIP traffic never goes back to the gateways.
         let my_streams: Vec<(&str, u32)> = d
             .streams
             .iter()
@@ -1231,14 +1234,24 @@ pub(crate) fn compile(d: &Domain<'_>, alloc: &TrenchStatus) -> BTreeMap<String, 
                 Some((n, *alloc.stream_tables.get(n)?))
             })
             .collect();
-        tables.extend(my_streams.iter().map(|(_, t)| *t));
         let mut routes = Vec::new();
-        for t in &tables {
-            if !v4.is_empty() {
-                routes.push(default_route("0.0.0.0/0", *t, dev, &v4));
-            }
-            if !v6.is_empty() {
-                routes.push(default_route("::/0", *t, dev, &v6));
+        if !v4.is_empty() {
+            routes.push(default_route("0.0.0.0/0", table, dev, &v4));
+        }
+        if !v6.is_empty() {
+            routes.push(default_route("::/0", table, dev, &v6));
+        }
+        for (_, t) in &my_streams {
+            for v in &a.spec.vips {
+                if let Some(net) = vips.get(v.as_str()) {
+                    routes.push(RouteSpec {
+                        type_: Some("local".into()),
+                        to: net.to_string(),
+                        dev: Some("lo".into()),
+                        table: Some(*t),
+                        ..Default::default()
+                    });
+                }
             }
         }
         let mut rules = Vec::new();

@@ -206,10 +206,34 @@ fn the_sample_compiles_into_a_policy_per_attractor_node() {
     assert_eq!(low[0].priority, FLOW_RULE_FIRST + 1);
     assert_eq!(low[0].from.as_deref(), Some("10.0.0.0/8"));
     assert_eq!(low[0].dport.as_ref().map(IntOrString::as_str), Some("5000"));
-    // ECMP over the two IPv4 static gateways, in the trench's and both streams' tables.
+    // ECMP over the two IPv4 static gateways, in the trench's table only: replies.
     let v4: Vec<&RouteSpec> = n1.routes.iter().filter(|r| r.to == "0.0.0.0/0").collect();
-    assert_eq!(v4.len(), 3);
+    assert_eq!(v4.len(), 1);
+    assert_eq!(v4[0].table, st.table);
     assert!(v4.iter().all(|r| r.nexthops.len() == 2 && r.via.is_none()));
+    // The streams' tables deliver the VIPs to the node: nothing a flow selects goes
+    // back to the gateways.
+    for s in ["s1", "s2"] {
+        let mut in_stream: Vec<String> = n1
+            .routes
+            .iter()
+            .filter(|r| r.table == Some(t(s)))
+            .map(|r| {
+                format!(
+                    "{} {} dev {}",
+                    r.type_.as_deref().unwrap_or("unicast"),
+                    r.to,
+                    r.dev.as_deref().unwrap_or("-")
+                )
+            })
+            .collect();
+        in_stream.sort();
+        assert_eq!(
+            in_stream,
+            ["local 20.0.0.1/32 dev lo", "local 2000::1/128 dev lo"],
+            "stream {s}"
+        );
+    }
     assert!(
         !format!("{n1:?}").contains("169.254.100.3"),
         "the BGP gateway is routed via"
