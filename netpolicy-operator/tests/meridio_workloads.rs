@@ -21,20 +21,6 @@ use netpolicy_operator::api::crds;
 use netpolicy_testenv::eventually;
 use serde_json::json;
 
-fn ours(client: &Client, kind: &str, ns: &str) -> Api<DynamicObject> {
-    let plural = if kind == "Trench" {
-        "trenches".to_owned()
-    } else {
-        format!("{}s", kind.to_lowercase())
-    };
-    let gvk = GroupVersionKind::gvk("netpolicy.io", "v1alpha1", kind);
-    Api::namespaced_with(
-        client.clone(),
-        ns,
-        &ApiResource::from_gvk_with_plural(&gvk, &plural),
-    )
-}
-
 /// Meridio's workloads: (group, version, kind, plural).
 const KINDS: [(&str, &str, &str, &str); 6] = [
     ("", "v1", "ConfigMap", "configmaps"),
@@ -116,7 +102,29 @@ async fn trench(client: &Client, ns: &str) {
             "apiVersion": "netpolicy.io/v1alpha1", "kind": kind, "metadata": meta, "spec": spec
         }))
         .unwrap();
-        ours(client, kind, ns).create(&pp, &o).await.unwrap();
+        common::traffic_api(client, kind, ns)
+            .create(&pp, &o)
+            .await
+            .unwrap();
+    }
+}
+
+/// Waits (up to 60 s) until `ns` holds exactly [`EXPECTED`]; fails with `why()`.
+async fn all_kept(client: &Client, ns: &str, why: &dyn Fn() -> String) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while kept(client, ns)
+        .await
+        .keys()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        != EXPECTED
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "workloads of {ns} not kept within 60 s:\n{}",
+            why()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
 
@@ -163,26 +171,12 @@ async fn meridio_trenches_get_meridios_workloads_in_their_namespace_and_only_cha
     let mut op = common::operator(cp, &lease_ns, &log, "info,netpolicy_operator::trench=debug");
     let why = || std::fs::read_to_string(&log).unwrap_or_default();
     for ns in [&ns1, &ns2] {
-        let ns = ns.clone();
-        let client = client.clone();
-        tokio::time::timeout(Duration::from_secs(60), async move {
-            while kept(&client, &ns)
-                .await
-                .keys()
-                .map(String::as_str)
-                .collect::<Vec<_>>()
-                != EXPECTED
-            {
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
-        })
-        .await
-        .unwrap_or_else(|_| panic!("workloads not kept within 60 s:\n{}", why()));
+        all_kept(&client, ns, &why).await;
     }
     // Owned as Meridio's operator owns them, each by an object of its own namespace.
     for ns in [&ns1, &ns2] {
         let uid = |kind: &str, name: &str| {
-            let api = ours(&client, kind, ns);
+            let api = common::traffic_api(&client, kind, ns);
             let name = name.to_owned();
             async move { api.get(&name).await.unwrap().metadata.uid.unwrap() }
         };
@@ -229,7 +223,10 @@ async fn meridio_trenches_get_meridios_workloads_in_their_namespace_and_only_cha
             } else {
                 "conduit-stateless"
             };
-            let o = ours(&client, kind, ns).get(name).await.unwrap();
+            let o = common::traffic_api(&client, kind, ns)
+                .get(name)
+                .await
+                .unwrap();
             let refs = o.metadata.owner_references.unwrap_or_default();
             assert!(refs.iter().any(|r| r.uid == trench_uid), "{kind}: {refs:?}");
         }
@@ -248,7 +245,10 @@ async fn meridio_trenches_get_meridios_workloads_in_their_namespace_and_only_cha
     let status = |ns: String| {
         let client = client.clone();
         async move {
-            let t = ours(&client, "Trench", &ns).get("trench-a").await.unwrap();
+            let t = common::traffic_api(&client, "Trench", &ns)
+                .get("trench-a")
+                .await
+                .unwrap();
             t.data["status"]["conditions"][0].clone()
         }
     };
@@ -264,7 +264,7 @@ async fn meridio_trenches_get_meridios_workloads_in_their_namespace_and_only_cha
     assert_eq!(patches(cp), before, "a quiet resync wrote\n{}", why());
 
     // A Flow edited: the ConfigMap only (Meridio's NSP reads it live; nothing restarts).
-    ours(&client, "Flow", &ns1)
+    common::traffic_api(&client, "Flow", &ns1)
         .patch(
             "flow-1",
             &PatchParams::default(),
@@ -294,7 +294,7 @@ async fn meridio_trenches_get_meridios_workloads_in_their_namespace_and_only_cha
     );
 
     // The Attractor's replicas: its front end only.
-    ours(&client, "Attractor", &ns1)
+    common::traffic_api(&client, "Attractor", &ns1)
         .patch(
             "attr1",
             &PatchParams::default(),
@@ -321,6 +321,13 @@ async fn meridio_trenches_get_meridios_workloads_in_their_namespace_and_only_cha
         why()
     );
 
+    // Deleted by hand: put back at the next full pass (resync every 2 s here).
+    workload_api(&client, "DaemonSet", &ns1)
+        .delete("proxy-conduit-stateless", &Default::default())
+        .await
+        .unwrap();
+    all_kept(&client, &ns1, &why).await;
+
     // A restarted operator compares what it applied (the hash annotation): no write.
     let settled = patches(cp);
     op.0.kill().unwrap();
@@ -335,7 +342,7 @@ async fn meridio_trenches_get_meridios_workloads_in_their_namespace_and_only_cha
     );
 
     // An unknown resource template is said on the Trench, not ignored.
-    ours(&client, "Trench", &ns2)
+    common::traffic_api(&client, "Trench", &ns2)
         .patch(
             "trench-a",
             &PatchParams::default(),
@@ -372,25 +379,11 @@ async fn an_operator_limited_to_one_namespace_serves_only_the_trenches_there() {
     let log = cp.dir.join("operator-meridio-ns.log");
     let _op = common::operator_with(cp, &mine, &log, "info", &["--watch-namespace", &mine]);
     let why = || std::fs::read_to_string(&log).unwrap_or_default();
-    let c = client.clone();
-    let m = mine.clone();
-    tokio::time::timeout(Duration::from_secs(60), async move {
-        while kept(&c, &m)
-            .await
-            .keys()
-            .map(String::as_str)
-            .collect::<Vec<_>>()
-            != EXPECTED
-        {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("workloads not kept within 60 s:\n{}", why()));
+    all_kept(&client, &mine, &why).await;
     // Several resyncs later the other namespace has nothing of it.
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(kept(&client, &other).await.is_empty(), "{}", why());
-    let t = ours(&client, "Trench", &other)
+    let t = common::traffic_api(&client, "Trench", &other)
         .get("trench-a")
         .await
         .unwrap();
@@ -399,7 +392,7 @@ async fn an_operator_limited_to_one_namespace_serves_only_the_trenches_there() {
         "the other namespace's Trench got a status: {}",
         t.data["status"]
     );
-    let a = ours(&client, "Attractor", &other)
+    let a = common::traffic_api(&client, "Attractor", &other)
         .get("attr1")
         .await
         .unwrap();

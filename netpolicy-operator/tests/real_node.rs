@@ -1084,9 +1084,9 @@ async fn upgrade(cluster: &NodeCluster, client: &Client) {
     assert_eq!(owned_present(cluster).len(), 4);
 }
 
-/// 6: uninstall with agent.cleanupOnUninstall (set by the upgrade): netpolicy's objects
-/// leave the node, foreign ones stay. Then installed again without it: everything stays.
-async fn uninstall(cluster: &NodeCluster, client: &Client) {
+/// `helm uninstall --wait`, then until the agent's pod is gone (its stop is when it
+/// cleans up, or not).
+async fn uninstall_release(cluster: &NodeCluster, client: &Client) {
     helm(
         cluster,
         &[
@@ -1106,6 +1106,12 @@ async fn uninstall(cluster: &NodeCluster, client: &Client) {
         || async { pods(client, "agent").await.is_empty().then_some(()) },
     )
     .await;
+}
+
+/// 6: uninstall with agent.cleanupOnUninstall (set by the upgrade): netpolicy's objects
+/// leave the node, foreign ones stay. Then installed again without it: everything stays.
+async fn uninstall(cluster: &NodeCluster, client: &Client) {
+    uninstall_release(cluster, client).await;
     let left = owned_present(cluster);
     assert_eq!(
         left,
@@ -1141,25 +1147,7 @@ async fn uninstall(cluster: &NodeCluster, client: &Client) {
         || async { (owned_present(cluster).len() == 4).then_some(()) },
     )
     .await;
-    helm(
-        cluster,
-        &[
-            "uninstall",
-            "netpolicy",
-            "--namespace",
-            RELEASE_NS,
-            "--wait",
-            "--timeout",
-            "2m",
-        ],
-    );
-    until(
-        "the agent pod gone",
-        60,
-        || pod_logs(cluster),
-        || async { pods(client, "agent").await.is_empty().then_some(()) },
-    )
-    .await;
+    uninstall_release(cluster, client).await;
     assert_eq!(
         owned_present(cluster).len(),
         4,

@@ -29,26 +29,11 @@ use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client,
     api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
-    core::{ApiResource, GroupVersionKind},
 };
 use netpolicy_netlink::testns::TestNamespace;
 use netpolicy_operator::api::{NodeNetworkConfig, Trench, TrenchStatus, crds};
 use netpolicy_testenv::eventually;
 use serde_json::{Value, json};
-
-fn api(client: &Client, kind: &str, ns: &str) -> Api<DynamicObject> {
-    let plural = if kind == "Trench" {
-        "trenches".to_owned()
-    } else {
-        format!("{}s", kind.to_lowercase())
-    };
-    let gvk = GroupVersionKind::gvk("netpolicy.io", "v1alpha1", kind);
-    Api::namespaced_with(
-        client.clone(),
-        ns,
-        &ApiResource::from_gvk_with_plural(&gvk, &plural),
-    )
-}
 
 async fn create(client: &Client, ns: &str, kind: &str, name: &str, spec: Value) {
     let mut meta = json!({"name": name});
@@ -59,7 +44,7 @@ async fn create(client: &Client, ns: &str, kind: &str, name: &str, spec: Value) 
         "apiVersion": "netpolicy.io/v1alpha1", "kind": kind, "metadata": meta, "spec": spec,
     }))
     .unwrap();
-    api(client, kind, ns)
+    common::traffic_api(client, kind, ns)
         .create(&PostParams::default(), &obj)
         .await
         .unwrap_or_else(|e| panic!("{kind}/{name}: {e}"));
@@ -75,7 +60,10 @@ async fn trench_status(client: &Client, ns: &str) -> TrenchStatus {
 }
 
 async fn ready(client: &Client, ns: &str, kind: &str, name: &str) -> (String, String, String) {
-    let o = api(client, kind, ns).get(name).await.unwrap();
+    let o = common::traffic_api(client, kind, ns)
+        .get(name)
+        .await
+        .unwrap();
     let c = o.data["status"]["conditions"]
         .as_array()
         .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready").cloned())
@@ -533,7 +521,7 @@ async fn a_trench_is_compiled_into_node_routing_and_programmed_by_the_agents() {
     // An invalid Flow: every node of the trench keeps its last good config.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let before = nnc(&client, &a1).await.unwrap().spec;
-    api(&client, "Flow", &ns)
+    common::traffic_api(&client, "Flow", &ns)
         .patch(
             "f-tcp",
             &PatchParams::default(),
@@ -555,7 +543,7 @@ async fn a_trench_is_compiled_into_node_routing_and_programmed_by_the_agents() {
         before,
         "an invalid trench changed a node"
     );
-    api(&client, "Flow", &ns)
+    common::traffic_api(&client, "Flow", &ns)
         .patch(
             "f-tcp",
             &PatchParams::default(),

@@ -40,7 +40,7 @@ use crate::{
         FIELD_MANAGER, InputError, apply_status, condition, labels_fingerprint,
         traffic::TrafficStores,
     },
-    runtime::{Changes, Informers, Job, JobError, Next, Setup, Wake},
+    runtime::{Changes, Informers, Job, JobError, Next, Setup, Wake, informer::lock},
 };
 
 /// The trench job and what wakes it: a global job under the shared runner (a trench's
@@ -120,7 +120,13 @@ impl Job for TrenchJob {
         "trench"
     }
 
-    async fn pass(&mut self, _changes: &Changes) -> Result<Next, JobError> {
+    async fn pass(&mut self, changes: &Changes) -> Result<Next, JobError> {
+        // A full pass (the first, a resync, after a failure) forgets what it applied, so
+        // each Meridio object is read once and one deleted by hand is put back; the
+        // applied-hash annotation keeps it from writing what is already there.
+        if changes.full {
+            lock(&self.applied).clear();
+        }
         let written = self.run_pass().await?;
         if written > 0 {
             info!(written, "trenches: statuses updated");
@@ -214,9 +220,7 @@ impl TrenchJob {
             let key = format!("{kind}/{}/{name}", d.namespace);
             let hash = hash_of(&obj);
             obj["metadata"]["annotations"] = serde_json::json!({APPLIED_HASH: hash});
-            let known = super::super::runtime::informer::lock(&self.applied)
-                .get(&key)
-                .cloned();
+            let known = lock(&self.applied).get(&key).cloned();
             if known.as_deref() == Some(hash.as_str()) {
                 continue;
             }
@@ -226,7 +230,7 @@ impl TrenchJob {
                 && let Some(live) = api.get_opt(&name).await?
                 && live.annotations().get(APPLIED_HASH) == Some(&hash)
             {
-                super::super::runtime::informer::lock(&self.applied).insert(key, hash);
+                lock(&self.applied).insert(key, hash);
                 continue;
             }
             let o: kube::api::DynamicObject =
@@ -238,7 +242,7 @@ impl TrenchJob {
             )
             .await?;
             debug!(object = key, "meridio: applied");
-            super::super::runtime::informer::lock(&self.applied).insert(key, hash);
+            lock(&self.applied).insert(key, hash);
             written += 1;
         }
         Ok((written, problems))

@@ -438,67 +438,60 @@ pub(crate) fn config_map_data(d: &Domain<'_>) -> BTreeMap<String, String> {
                         Field::Str("name", name_of(&g.metadata).to_owned()),
                         Field::Str("address", s.address.clone()),
                     ];
-                    let (bfd_on, timers);
-                    let mut tail = Vec::new();
-                    match s.protocol {
+                    // Struct order: address, [BGP ASNs and ports], ip-family, bfd,
+                    // protocol, [hold-time], [BFD timers], trench, [bgp-auth].
+                    let (bgp, bfd) = match s.protocol {
                         GatewayProtocol::Bgp => {
                             let b = s.bgp.clone().unwrap_or_default();
-                            for (k, v) in [("remote-asn", b.remote_asn), ("local-asn", b.local_asn)]
-                            {
-                                if let Some(v) = v.filter(|v| *v != 0) {
-                                    f.push(Field::Num(k, i64::from(v)));
-                                }
-                            }
-                            f.push(Field::Num(
-                                "remote-port",
-                                i64::from(b.remote_port.unwrap_or(179)),
-                            ));
-                            f.push(Field::Num(
-                                "local-port",
-                                i64::from(b.local_port.unwrap_or(179)),
-                            ));
-                            (bfd_on, timers) = bfd_fields(b.bfd.as_ref().or(s.bfd.as_ref()), false);
-                            let hold = b
-                                .hold_time
-                                .as_deref()
-                                .and_then(duration_ms)
-                                .map_or(240, |ms| (ms + 500) / 1000);
-                            tail.push(Field::Num("hold-time", i64::try_from(hold).unwrap_or(0)));
-                            if let Some(a) = &b.auth {
-                                f.push(Field::Str("ip-family", family.into()));
-                                f.push(Field::Bool("bfd", bfd_on));
-                                f.push(Field::Str("protocol", "bgp".into()));
-                                f.append(&mut tail);
-                                f.extend(timers);
-                                f.push(Field::Str("trench", t.clone()));
-                                f.push(Field::Map(
-                                    "bgp-auth",
-                                    vec![
-                                        Field::Str("key", a.key_name.clone()),
-                                        Field::Str("source", a.key_source.clone()),
-                                    ],
-                                ));
-                                return f;
-                            }
+                            let bfd = bfd_fields(b.bfd.as_ref().or(s.bfd.as_ref()), false);
+                            (Some(b), bfd)
                         }
                         GatewayProtocol::Static => {
                             let st = s.static_.clone().unwrap_or_default();
-                            (bfd_on, timers) = bfd_fields(st.bfd.as_ref().or(s.bfd.as_ref()), true);
+                            (None, bfd_fields(st.bfd.as_ref().or(s.bfd.as_ref()), true))
                         }
+                    };
+                    let (bfd_on, timers) = bfd;
+                    if let Some(b) = &bgp {
+                        for (k, v) in [("remote-asn", b.remote_asn), ("local-asn", b.local_asn)] {
+                            if let Some(v) = v.filter(|v| *v != 0) {
+                                f.push(Field::Num(k, i64::from(v)));
+                            }
+                        }
+                        f.push(Field::Num(
+                            "remote-port",
+                            i64::from(b.remote_port.unwrap_or(179)),
+                        ));
+                        f.push(Field::Num(
+                            "local-port",
+                            i64::from(b.local_port.unwrap_or(179)),
+                        ));
                     }
                     f.push(Field::Str("ip-family", family.into()));
                     f.push(Field::Bool("bfd", bfd_on));
                     f.push(Field::Str(
                         "protocol",
-                        match s.protocol {
-                            GatewayProtocol::Bgp => "bgp",
-                            GatewayProtocol::Static => "static",
-                        }
-                        .into(),
+                        if bgp.is_some() { "bgp" } else { "static" }.into(),
                     ));
-                    f.extend(tail);
+                    if let Some(b) = &bgp {
+                        let hold = b
+                            .hold_time
+                            .as_deref()
+                            .and_then(duration_ms)
+                            .map_or(240, |ms| (ms + 500) / 1000);
+                        f.push(Field::Num("hold-time", i64::try_from(hold).unwrap_or(0)));
+                    }
                     f.extend(timers);
                     f.push(Field::Str("trench", t.clone()));
+                    if let Some(a) = bgp.as_ref().and_then(|b| b.auth.as_ref()) {
+                        f.push(Field::Map(
+                            "bgp-auth",
+                            vec![
+                                Field::Str("key", a.key_name.clone()),
+                                Field::Str("source", a.key_source.clone()),
+                            ],
+                        ));
+                    }
                     f
                 })
                 .collect(),
@@ -681,7 +674,6 @@ pub(crate) fn workloads(
     for c in &d.conduits {
         out.push(proxy(c, d, s, problems));
     }
-    let _ = ns;
     out
 }
 

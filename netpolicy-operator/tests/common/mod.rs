@@ -370,3 +370,18 @@ pub(crate) async fn watches(client: &Client) -> std::collections::BTreeMap<Strin
     }
     out
 }
+
+/// The API of the traffic-domain kind `kind` (`Trench`, `Attractor`, ...) in `ns`.
+pub(crate) fn traffic_api(client: &Client, kind: &str, ns: &str) -> Api<kube::api::DynamicObject> {
+    let plural = if kind == "Trench" {
+        "trenches".to_owned()
+    } else {
+        format!("{}s", kind.to_lowercase())
+    };
+    let gvk = kube::core::GroupVersionKind::gvk("netpolicy.io", "v1alpha1", kind);
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kube::core::ApiResource::from_gvk_with_plural(&gvk, &plural),
+    )
+}
