@@ -1062,6 +1062,12 @@ async fn upgrade(cluster: &NodeCluster, client: &Client) {
     // A resync of the new agent (its first pass compares, changes nothing).
     tokio::time::sleep(Duration::from_secs(5)).await;
     let events = monitor.stop();
+    // The monitor saw the node change (the new pods' veths and their addresses): an
+    // empty log would mean it watched nothing, not that nothing was touched.
+    assert!(
+        events.lines().count() > 0,
+        "ip monitor recorded nothing during the upgrade"
+    );
     let touched: Vec<&str> = events
         .lines()
         .filter(|l| {
