@@ -110,6 +110,29 @@ impl Operator {
             .sum()
     }
 
+    /// The controller's pass count once it has stopped moving (unchanged for 2 s): the
+    /// pass that logged something may still be writing its statuses when the log line is
+    /// read, and counts itself only when it ends.
+    async fn settled_passes(&self, controller: &str) -> f64 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut last = self.metric_for("netpolicy_reconciles_total", controller);
+        let mut since = std::time::Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let now = self.metric_for("netpolicy_reconciles_total", controller);
+            if now != last {
+                (last, since) = (now, std::time::Instant::now());
+            } else if since.elapsed() >= Duration::from_secs(2) {
+                return now;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{controller} never stopped passing: {}",
+                self.log()
+            );
+        }
+    }
+
     fn leads(&self) -> bool {
         self.metric("netpolicy_leader") == 1.0
     }
@@ -412,7 +435,7 @@ async fn an_invalid_selector_selects_nothing_and_status_writes_do_not_start_a_pa
     assert_eq!(routes_of(&nncs, &n2).await, Some(vec![]));
 
     // An agent's status write is not a reason to render: no pass, no write.
-    let passes = op.metric_for("netpolicy_reconciles_total", "routing");
+    let passes = op.settled_passes("routing").await;
     let writes = cp.writes("nodenetworkconfigs", &n1).len();
     for i in 0..3 {
         nncs.patch_status(
