@@ -470,6 +470,12 @@ pub mod conditions {
         /// `meridio` data plane: Meridio's workloads and configuration ConfigMap are
         /// kept as Meridio's operator keeps them.
         pub const DEPLOYED: &str = "Deployed";
+        /// `meridio` data plane: Meridio's workloads are applied but not all rolled
+        /// out (the message names each and what is missing: `0/1 ready`).
+        pub const WORKLOADS_NOT_READY: &str = "WorkloadsNotReady";
+        /// `meridio` data plane: the object is in the trench's configuration ConfigMap
+        /// that Meridio's components read.
+        pub const CONFIGURED: &str = "Configured";
         /// A `resource-template` annotation names no template of some container.
         pub const UNKNOWN_RESOURCE_TEMPLATE: &str = "UnknownResourceTemplate";
     }

@@ -109,6 +109,37 @@ async fn trench(client: &Client, ns: &str) {
     }
 }
 
+/// Plays the StatefulSet, Deployment and DaemonSet controllers (none runs beside a
+/// bare API server): every workload of `ns` observed at its generation, all replicas
+/// ready and updated.
+async fn roll_out(client: &Client, ns: &str) {
+    for (key, o) in kept(client, ns).await {
+        let (kind, name) = key.split_once('/').unwrap();
+        let generation = o.metadata.generation.unwrap_or_default();
+        let want = o.data["spec"]["replicas"].as_i64().unwrap_or(1);
+        let status = match kind {
+            "StatefulSet" | "Deployment" => json!({
+                "observedGeneration": generation, "replicas": want, "readyReplicas": want,
+                "updatedReplicas": want, "availableReplicas": want, "currentReplicas": want,
+            }),
+            "DaemonSet" => json!({
+                "observedGeneration": generation, "desiredNumberScheduled": 1,
+                "currentNumberScheduled": 1, "numberMisscheduled": 0, "numberReady": 1,
+                "updatedNumberScheduled": 1, "numberAvailable": 1,
+            }),
+            _ => continue,
+        };
+        workload_api(client, kind, ns)
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await
+            .unwrap();
+    }
+}
+
 /// Waits (up to 60 s) until `ns` holds exactly [`EXPECTED`]; fails with `why()`.
 async fn all_kept(client: &Client, ns: &str, why: &dyn Fn() -> String) {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -140,12 +171,13 @@ const EXPECTED: [&str; 9] = [
     "StatefulSet/nsp-trench-a",
 ];
 
-/// Writes (patches) by anyone to Meridio's workload kinds so far: `resource/name`.
+/// Writes (patches) by anyone to Meridio's workload kinds so far, statuses aside (the
+/// test writes those, playing the workload controllers): `resource/name`.
 fn patches(cp: &netpolicy_testenv::ControlPlane) -> Vec<String> {
     let mut out = Vec::new();
     for (_, _, _, plural) in KINDS {
         for w in cp.writes_where(plural, |_| true) {
-            if w.verb == "patch" {
+            if w.verb == "patch" && w.subresource != "status" {
                 out.push(format!("{}/{}", w.resource, w.name));
             }
         }
@@ -242,19 +274,67 @@ async fn meridio_trenches_get_meridios_workloads_in_their_namespace_and_only_cha
         assert_eq!(cm.as_object().unwrap().len(), 7, "{cm}");
         assert_eq!(cm["trench"], "name: trench-a\n");
     }
-    let status = |ns: String| {
+    let ready_of = |kind: &'static str, name: &'static str, ns: String| {
         let client = client.clone();
         async move {
-            let t = common::traffic_api(&client, "Trench", &ns)
-                .get("trench-a")
+            let t = common::traffic_api(&client, kind, &ns)
+                .get(name)
                 .await
                 .unwrap();
             t.data["status"]["conditions"][0].clone()
         }
     };
+    let status = |ns: String| ready_of("Trench", "trench-a", ns);
+    // No workload controller runs here: each trench says which workloads have not
+    // rolled out, its Attractor and Conduit say their own, the rest are configuration.
+    eventually(
+        "the trenches name the workloads not rolled out",
+        30,
+        || async {
+            let mut all = true;
+            for ns in [&ns1, &ns2] {
+                let c = status(ns.clone()).await;
+                let m = c["message"].as_str().unwrap_or_default();
+                all &= c["status"] == "False"
+                    && c["reason"] == "WorkloadsNotReady"
+                    && EXPECTED
+                        .iter()
+                        .filter(|k| {
+                            ["StatefulSet", "Deployment", "DaemonSet"]
+                                .contains(&k.split('/').next().unwrap())
+                        })
+                        .all(|k| m.contains(&k.replace('/', " ")));
+            }
+            all
+        },
+    )
+    .await;
+    let attractor = ready_of("Attractor", "attr1", ns1.clone()).await;
+    assert_eq!(attractor["reason"], "WorkloadsNotReady", "{attractor}");
+    let m = attractor["message"].as_str().unwrap();
+    assert!(
+        m.contains("Deployment stateless-lb-frontend-attr1")
+            && m.contains("Deployment nse-vlan-attr1")
+            && !m.contains("StatefulSet"),
+        "{m}"
+    );
+    let conduit = ready_of("Conduit", "conduit-stateless", ns1.clone()).await;
+    assert_eq!(conduit["reason"], "WorkloadsNotReady", "{conduit}");
+    let gateway = ready_of("Gateway", "gateway1", ns1.clone()).await;
+    assert_eq!(
+        (&gateway["status"], &gateway["reason"]),
+        (&json!("True"), &json!("Configured")),
+        "{gateway}"
+    );
+    // Rolled out: Ready, from the workloads' own statuses (watched, not polled).
+    for ns in [&ns1, &ns2] {
+        roll_out(&client, ns).await;
+    }
     eventually("both trenches say Deployed", 30, || async {
         status(ns1.clone()).await["reason"] == "Deployed"
             && status(ns2.clone()).await["reason"] == "Deployed"
+            && ready_of("Attractor", "attr1", ns1.clone()).await["reason"] == "Deployed"
+            && ready_of("Conduit", "conduit-stateless", ns1.clone()).await["reason"] == "Deployed"
     })
     .await;
 
@@ -321,7 +401,7 @@ async fn meridio_trenches_get_meridios_workloads_in_their_namespace_and_only_cha
         why()
     );
 
-    // Deleted by hand: put back at the next full pass (resync every 2 s here).
+    // Deleted by hand: put back (the deletion is watched).
     workload_api(&client, "DaemonSet", &ns1)
         .delete("proxy-conduit-stateless", &Default::default())
         .await

@@ -763,8 +763,10 @@ async fn jobs(cluster: &NodeCluster, client: &Client) -> cloud::Shared {
         &GroupVersionKind::gvk("netpolicy.io", "v1alpha1", "Trench"),
         "trenches",
     );
+    // Meridio's images are not here, so nothing rolls out: the Trench says so, from
+    // what the real StatefulSet and DaemonSet controllers report.
     until(
-        "the Trench says Deployed",
+        "the Trench names its workloads not rolled out",
         60,
         || pod_logs(cluster),
         || async {
@@ -775,7 +777,13 @@ async fn jobs(cluster: &NodeCluster, client: &Client) -> cloud::Shared {
             o.data["status"]["conditions"]
                 .as_array()?
                 .iter()
-                .any(|c| c["reason"] == "Deployed" && c["status"] == "True")
+                .any(|c| {
+                    let m = c["message"].as_str().unwrap_or_default();
+                    c["reason"] == "WorkloadsNotReady"
+                        && c["status"] == "False"
+                        && m.contains("StatefulSet nsp-trench-a: 0/1 ready")
+                        && m.contains("DaemonSet proxy-c1: 0/1 ready")
+                })
                 .then_some(())
         },
     )

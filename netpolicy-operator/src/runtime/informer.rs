@@ -309,6 +309,8 @@ where
 {
     kind: Arc<str>,
     api: Api<K>,
+    /// A label selector the watch is limited to (`None`: every object).
+    selector: Option<String>,
     store: Store<K>,
     writer: Mutex<Option<Writer<K>>>,
     subscribers: Mutex<Vec<Subscriber<K>>>,
@@ -356,11 +358,20 @@ where
                 health: Arc::new(KindHealth::new(Arc::clone(&kind), resource, optional)),
                 kind,
                 api,
+                selector: None,
                 store,
                 writer: Mutex::new(Some(writer)),
                 subscribers: Mutex::new(Vec::new()),
             }),
         }
+    }
+
+    /// Limits the watch to the objects `selector` selects (before it starts).
+    fn with_selector(mut self, selector: &str) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.selector = Some(selector.to_owned());
+        }
+        self
     }
 
     /// The kind (`Node`), as changes name it.
@@ -448,7 +459,11 @@ where
     fn start(&self) -> Option<tokio::task::JoinHandle<()>> {
         let writer = lock(&self.inner.writer).take()?;
         let inner = Arc::clone(&self.inner);
-        let stream = watcher(inner.api.clone(), watcher::Config::default())
+        let mut config = watcher::Config::default();
+        if let Some(selector) = &inner.selector {
+            config = config.labels(selector);
+        }
+        let stream = watcher(inner.api.clone(), config)
             .default_backoff()
             .modify(|o| o.meta_mut().managed_fields = None);
         let mut relist: Option<HashSet<ObjectKey>> = None;
@@ -676,6 +691,40 @@ impl Informers {
                 dt.clone(),
                 false,
             )
+        })
+    }
+
+    /// The informer of the namespaced kind `K` limited to the objects `selector` (a
+    /// label selector, `app.kubernetes.io/managed-by=netpolicy`) selects: a job that
+    /// reads only what it made caches only that, not every Deployment of the cluster.
+    /// Namespaced as [`Informers::get_namespaced`]; one watch per kind and selector.
+    pub fn labelled<K>(&self, selector: &str) -> Informer<K>
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+        K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync + Unpin,
+    {
+        let dt = K::DynamicType::default();
+        let ns = self.namespace.clone();
+        let key = format!(
+            "{}/{}@{}?{selector}",
+            K::api_version(&dt),
+            K::plural(&dt),
+            ns.as_deref().unwrap_or_default()
+        );
+        self.entry(key, || {
+            let resource = resource_name(&K::plural(&dt), &K::group(&dt));
+            let api = match &ns {
+                Some(ns) => Api::<K>::namespaced(self.client.clone(), ns),
+                None => Api::<K>::all(self.client.clone()),
+            };
+            Informer::new(Arc::from(&*K::kind(&dt)), resource, api, dt.clone(), false)
+                .with_selector(selector)
         })
     }
 

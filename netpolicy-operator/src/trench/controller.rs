@@ -61,7 +61,9 @@ pub(crate) fn setup(
         kinds.push(nodes.health());
         nodes.store()
     });
+    let workloads = super::rollout::Workloads::subscribe(informers, &wake, &mut kinds);
     let job = TrenchJob {
+        workloads,
         recorder: crate::k8s::recorder(client),
         client: client.clone(),
         stores,
@@ -81,6 +83,8 @@ pub(crate) struct TrenchJob {
     nodes: Option<Store<Node>>,
     /// Images and accounts of Meridio's workloads.
     settings: super::meridio::Settings,
+    /// The rollouts of Meridio's workloads (label-selected caches).
+    workloads: super::rollout::Workloads,
     /// What was last applied of each Meridio object (`Kind/namespace/name` → the hash
     /// of the object applied): a pass applies only what changed.
     applied: std::sync::Mutex<BTreeMap<String, String>>,
@@ -132,6 +136,27 @@ impl Job for TrenchJob {
             info!(written, "trenches: statuses updated");
         }
         Ok(Next::Resync)
+    }
+}
+
+/// What a `meridio` trench's pass found about its workloads.
+#[derive(Debug, Default)]
+struct Deployed {
+    /// What cannot be honoured (unknown resource templates), by workload (`Kind/name`).
+    problems: BTreeMap<String, Vec<String>>,
+    /// Workloads not rolled out, with their owner (`Trench/t`, `Attractor/a`,
+    /// `Conduit/c`) and what is missing (`StatefulSet nsp-t: 0/1 ready`).
+    pending: Vec<(String, String)>,
+}
+
+impl Deployed {
+    /// The pending workloads of `owner` (`Kind/name`), or all with `None`.
+    fn pending_of(&self, owner: Option<&str>) -> Vec<&str> {
+        self.pending
+            .iter()
+            .filter(|(o, _)| owner.is_none_or(|w| w == o))
+            .map(|(_, m)| m.as_str())
+            .collect()
     }
 }
 
@@ -189,7 +214,9 @@ impl TrenchJob {
                 None
             };
             // Children first: a Trench that reads Ready has children that say so too.
-            written += self.children(d, &outcome, &errors, &notes, &now).await?;
+            written += self
+                .children(d, &outcome, &errors, &notes, deployed.as_ref(), &now)
+                .await?;
             written += self
                 .trench(d, &outcome, &previous, &errors, deployed.as_ref(), &now)
                 .await?;
@@ -200,13 +227,11 @@ impl TrenchJob {
 
     /// Keeps a `meridio` trench's workloads and ConfigMap (server-side apply, only
     /// what changed since the last apply: a quiet pass writes nothing). Returns the
-    /// writes and what could not be honoured (unknown resource templates), by object.
-    async fn meridio(
-        &self,
-        d: &Domain<'_>,
-    ) -> Result<(usize, BTreeMap<String, Vec<String>>), kube::Error> {
-        let mut problems = BTreeMap::new();
-        let objects = super::meridio::workloads(d, &self.settings, &mut problems);
+    /// writes and what [`Deployed`] reports.
+    async fn meridio(&self, d: &Domain<'_>) -> Result<(usize, Deployed), kube::Error> {
+        use super::rollout::State;
+        let mut out = Deployed::default();
+        let objects = super::meridio::workloads(d, &self.settings, &mut out.problems);
         let mut written = self.owned_by_trench(d).await?;
         for mut obj in objects {
             let kind = obj["kind"].as_str().unwrap_or_default().to_owned();
@@ -220,6 +245,30 @@ impl TrenchJob {
             let key = format!("{kind}/{}/{name}", d.namespace);
             let hash = hash_of(&obj);
             obj["metadata"]["annotations"] = serde_json::json!({APPLIED_HASH: hash});
+            // Whose rollout this is: the owner named in its ownerReference.
+            let owner = obj["metadata"]["ownerReferences"][0]
+                .as_object()
+                .map(|r| {
+                    format!(
+                        "{}/{}",
+                        r["kind"].as_str().unwrap_or_default(),
+                        r["name"].as_str().unwrap_or_default()
+                    )
+                })
+                .unwrap_or_default();
+            let state = self.workloads.state(&kind, &d.namespace, &name);
+            if state == Some(State::Absent) {
+                // Deleted (or never made): the memo must not keep it from being put back.
+                lock(&self.applied).remove(&key);
+            }
+            let pending = |what: String| (owner.clone(), format!("{kind} {name}: {what}"));
+            match &state {
+                Some(State::Pending(why)) => out.pending.push(pending(why.clone())),
+                Some(State::Absent) => out
+                    .pending
+                    .push(pending("applied, not observed yet".into())),
+                Some(State::Ready) | None => {}
+            }
             let known = lock(&self.applied).get(&key).cloned();
             if known.as_deref() == Some(hash.as_str()) {
                 continue;
@@ -245,7 +294,7 @@ impl TrenchJob {
             lock(&self.applied).insert(key, hash);
             written += 1;
         }
-        Ok((written, problems))
+        Ok((written, out))
     }
 
     /// As Meridio's operator: each Attractor and Conduit of a `meridio` trench gets a
@@ -300,7 +349,7 @@ impl TrenchJob {
         outcome: &Outcome,
         previous: &BTreeMap<String, TrenchStatus>,
         errors: &ByObject,
-        deployed: Option<&BTreeMap<String, Vec<String>>>,
+        deployed: Option<&Deployed>,
         now: &Time,
     ) -> Result<usize, kube::Error> {
         let Some(t) = d.trench else { return Ok(0) };
@@ -318,27 +367,38 @@ impl TrenchJob {
             .flat_map(|((k, n), es)| es.iter().map(move |e| format!("{k} {n}: {e}")))
             .collect();
         let exhausted = mine.is_some_and(|es| es.iter().any(|e| e.contains("left")));
-        let (ok, why, message) = if let Some(problems) = deployed {
-            if problems.is_empty() {
-                (
-                    true,
-                    reason::DEPLOYED,
-                    format!(
-                        "Meridio's workloads kept: ConfigMap {}, nsp and ipam, {} attractor(s), {} conduit(s)",
-                        super::meridio::config_map_name(&d.name),
-                        d.attractors.len(),
-                        d.conduits.len()
-                    ),
-                )
-            } else {
+        let (ok, why, message) = if let Some(deployed) = deployed {
+            let pending = deployed.pending_of(None);
+            if !deployed.problems.is_empty() {
                 (
                     false,
                     reason::UNKNOWN_RESOURCE_TEMPLATE,
-                    problems
+                    deployed
+                        .problems
                         .iter()
                         .map(|(o, ps)| format!("{o}: {}", ps.join("; ")))
                         .collect::<Vec<_>>()
                         .join("; "),
+                )
+            } else if !pending.is_empty() {
+                (
+                    false,
+                    reason::WORKLOADS_NOT_READY,
+                    format!(
+                        "Meridio's workloads applied, not all ready: {}",
+                        pending.join("; ")
+                    ),
+                )
+            } else {
+                (
+                    true,
+                    reason::DEPLOYED,
+                    format!(
+                        "Meridio's workloads ready: ConfigMap {}, nsp and ipam, {} attractor(s), {} conduit(s)",
+                        super::meridio::config_map_name(&d.name),
+                        d.attractors.len(),
+                        d.conduits.len()
+                    ),
                 )
             }
         } else if outcome.valid.contains(&key) && !exhausted {
@@ -437,6 +497,7 @@ impl TrenchJob {
         outcome: &Outcome,
         errors: &ByObject,
         notes: &ByObject,
+        deployed: Option<&Deployed>,
         now: &Time,
     ) -> Result<usize, kube::Error> {
         let valid = outcome.valid.contains(&d.key());
@@ -473,6 +534,31 @@ impl TrenchJob {
             }
             if let Some((why, m)) = &trench_state {
                 return (false, why, m.clone());
+            }
+            let name = o.name.as_deref().unwrap_or_default();
+            if let Some(deployed) = deployed {
+                // `meridio` data plane: Attractors and Conduits own workloads; the
+                // other kinds are configuration Meridio's components read.
+                if kind == "Attractor" || kind == "Conduit" {
+                    let owner = format!("{kind}/{name}");
+                    if let Some(ps) = deployed.problems.get(&owner) {
+                        return (false, reason::UNKNOWN_RESOURCE_TEMPLATE, ps.join("; "));
+                    }
+                    let pending = deployed.pending_of(Some(&owner));
+                    return if pending.is_empty() {
+                        (true, reason::DEPLOYED, "its workloads are ready".into())
+                    } else {
+                        (false, reason::WORKLOADS_NOT_READY, pending.join("; "))
+                    };
+                }
+                let in_map = format!(
+                    "in ConfigMap {}, read by Meridio's components",
+                    super::meridio::config_map_name(&d.name)
+                );
+                return match notes.get(&k) {
+                    Some(ns) if kind != "Gateway" => (true, reason::UNUSED, ns.join("; ")),
+                    _ => (true, reason::CONFIGURED, in_map),
+                };
             }
             if let Some(ns) = notes.get(&k) {
                 let why = if kind == "Gateway" {

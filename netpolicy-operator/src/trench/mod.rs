@@ -28,6 +28,7 @@
 
 pub(crate) mod controller;
 pub(crate) mod meridio;
+pub(crate) mod rollout;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
