@@ -664,4 +664,95 @@ pub struct FlowSpec {
     /// Higher matches first; at least 0.
     #[schemars(range(min = 0))]
     pub priority: i32,
+    /// Meridio's byte matches (`dataPlane: meridio` only): `<proto>[<offset>:<1|2|4>]`,
+    /// an optional `& 0x<mask>`, `= <value>` (`tcp[13:1] & 0x02 = 0x02`: SYN). The
+    /// `node` data plane cannot match bytes with FIB rules and refuses a flow that
+    /// has them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), extend("items" = {"type": "string", "maxLength": 64, "pattern": BYTE_MATCH_PATTERN}))]
+    pub byte_matches: Vec<String>,
+}
+
+/// Meridio's byte-match syntax (its webhook's regular expression).
+pub const BYTE_MATCH_PATTERN: &str =
+    r"^(sctp|tcp|udp)\[[0-9]+ *: *[124]\]( *& *0x[0-9a-f]+)? *= *([0-9]+|0x[0-9a-f]+)$";
+
+/// Whether `s` is a byte match in Meridio's syntax ([`BYTE_MATCH_PATTERN`]), for
+/// callers without a regular-expression engine (`plan` checks without an API server).
+pub fn is_byte_match(s: &str) -> bool {
+    fn spaces(s: &str) -> &str {
+        s.trim_start_matches(' ')
+    }
+    fn digits(s: &str, hex: bool) -> Option<&str> {
+        let n = s
+            .find(|c: char| !(c.is_ascii_digit() || (hex && matches!(c, 'a'..='f'))))
+            .unwrap_or(s.len());
+        (n > 0).then(|| &s[n..])
+    }
+    fn number(s: &str) -> Option<&str> {
+        match s.strip_prefix("0x") {
+            Some(h) if digits(h, true).is_some() => digits(h, true),
+            _ => digits(s, false),
+        }
+    }
+    let Some(rest) = ["sctp", "tcp", "udp"]
+        .iter()
+        .find_map(|p| s.strip_prefix(p))
+    else {
+        return false;
+    };
+    let Some(rest) = rest.strip_prefix('[').and_then(|r| digits(r, false)) else {
+        return false;
+    };
+    let Some(rest) = spaces(rest).strip_prefix(':') else {
+        return false;
+    };
+    let rest = spaces(rest);
+    let Some(rest) = rest
+        .strip_prefix(['1', '2', '4'])
+        .and_then(|r| r.strip_prefix(']'))
+    else {
+        return false;
+    };
+    let mut rest = rest;
+    if let Some(m) = spaces(rest).strip_prefix('&') {
+        let Some(r) = spaces(m).strip_prefix("0x").and_then(|h| digits(h, true)) else {
+            return false;
+        };
+        rest = r;
+    }
+    let Some(v) = spaces(rest).strip_prefix('=') else {
+        return false;
+    };
+    number(spaces(v)).is_some_and(str::is_empty)
+}
+
+#[cfg(test)]
+mod byte_match_tests {
+    use super::is_byte_match;
+
+    #[test]
+    fn byte_matches_follow_meridios_syntax() {
+        for ok in [
+            "tcp[13:1] & 0x02 = 0x02",
+            "udp[0:2]=53",
+            "sctp[8 : 4] = 0xdeadbeef",
+            "tcp[20:4]&0xff=1",
+        ] {
+            assert!(is_byte_match(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "icmp[0:1] = 8",
+            "tcp[13:3] = 1",
+            "tcp[13:1] = ",
+            "tcp[13:1] & 02 = 1",
+            "tcp[:1] = 1",
+            "tcp[13:1] = 0xZZ",
+            "tcp[13:1] = 1 ",
+            "TCP[13:1] = 1",
+        ] {
+            assert!(!is_byte_match(bad), "{bad}");
+        }
+    }
 }

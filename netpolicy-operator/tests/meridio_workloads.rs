@@ -248,13 +248,15 @@ async fn meridio_trenches_get_meridios_workloads_in_their_namespace_and_only_cha
             owner("DaemonSet/proxy-conduit-stateless"),
             ("Conduit".into(), conduit_uid.clone(), Some(true))
         );
-        // As in Meridio, the Attractor and the Conduit are owned by their Trench.
-        for kind in ["Attractor", "Conduit"] {
-            let name = if kind == "Attractor" {
-                "attr1"
-            } else {
-                "conduit-stateless"
-            };
+        // As in Meridio, every child of the trench is owned by its Trench.
+        for (kind, name) in [
+            ("Attractor", "attr1"),
+            ("Conduit", "conduit-stateless"),
+            ("Gateway", "gateway1"),
+            ("Vip", "vip1"),
+            ("Stream", "stream-1"),
+            ("Flow", "flow-1"),
+        ] {
             let o = common::traffic_api(&client, kind, ns)
                 .get(name)
                 .await

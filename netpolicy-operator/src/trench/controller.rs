@@ -297,9 +297,10 @@ impl TrenchJob {
         Ok((written, out))
     }
 
-    /// As Meridio's operator: each Attractor and Conduit of a `meridio` trench gets a
-    /// (non-controller) ownerReference to its Trench, so that deleting the Trench
-    /// removes them and, through theirs, their workloads. Written once per object.
+    /// As Meridio's operator: every child of a `meridio` trench (Attractor, Conduit,
+    /// Gateway, Vip, Stream, Flow) gets a (non-controller) ownerReference to its Trench,
+    /// so that deleting the Trench removes them and, through the Attractors' and
+    /// Conduits', their workloads. Written once per object.
     async fn owned_by_trench(&self, d: &Domain<'_>) -> Result<usize, kube::Error> {
         let Some(uid) = d.trench.and_then(|t| t.metadata.uid.clone()) else {
             return Ok(0);
@@ -322,22 +323,24 @@ impl TrenchJob {
             };
         let mut written = 0;
         let pp = kube::api::PatchParams::default();
-        for a in &d.attractors {
-            if let Some(patch) = pending(&a.metadata.owner_references) {
-                Api::<Attractor>::namespaced(self.client.clone(), &d.namespace)
-                    .patch(&a.name_any(), &pp, &kube::api::Patch::Merge(&patch))
-                    .await?;
-                written += 1;
-            }
+        macro_rules! each {
+            ($list:expr, $ty:ty) => {
+                for o in &$list {
+                    if let Some(patch) = pending(&o.metadata.owner_references) {
+                        Api::<$ty>::namespaced(self.client.clone(), &d.namespace)
+                            .patch(&o.name_any(), &pp, &kube::api::Patch::Merge(&patch))
+                            .await?;
+                        written += 1;
+                    }
+                }
+            };
         }
-        for c in &d.conduits {
-            if let Some(patch) = pending(&c.metadata.owner_references) {
-                Api::<Conduit>::namespaced(self.client.clone(), &d.namespace)
-                    .patch(&c.name_any(), &pp, &kube::api::Patch::Merge(&patch))
-                    .await?;
-                written += 1;
-            }
-        }
+        each!(d.attractors, Attractor);
+        each!(d.conduits, Conduit);
+        each!(d.gateways, Gateway);
+        each!(d.vips, Vip);
+        each!(d.streams, Stream);
+        each!(d.flows, Flow);
         Ok(written)
     }
 

@@ -360,7 +360,7 @@ pub(crate) fn config_map_data(d: &Domain<'_>) -> BTreeMap<String, String> {
                 .iter()
                 .filter(|f| !f.spec.stream.is_empty())
                 .map(|f| {
-                    vec![
+                    let mut item = vec![
                         Field::Str("name", name_of(&f.metadata).to_owned()),
                         Field::List("source-subnets", f.spec.source_subnets.clone()),
                         Field::List(
@@ -386,7 +386,12 @@ pub(crate) fn config_map_data(d: &Domain<'_>) -> BTreeMap<String, String> {
                         Field::List("vips", f.spec.vips.clone()),
                         Field::Num("priority", i64::from(f.spec.priority)),
                         Field::Str("stream", f.spec.stream.clone()),
-                    ]
+                    ];
+                    // `byte-matches` is omitempty in Meridio's struct.
+                    if !f.spec.byte_matches.is_empty() {
+                        item.push(Field::List("byte-matches", f.spec.byte_matches.clone()));
+                    }
+                    item
                 })
                 .collect(),
         ),

@@ -589,6 +589,26 @@ pub(crate) fn validate(d: &Domain<'_>) -> Checked {
                 "a flow names at least one Vip",
             ));
         }
+        for (i, b) in f.spec.byte_matches.iter().enumerate() {
+            if !crate::api::traffic::is_byte_match(b) {
+                c.errors.push(err(
+                    "Flow",
+                    ns,
+                    name,
+                    &format!("spec.byteMatches[{i}]"),
+                    format!("{b:?} is not <tcp|udp|sctp>[<offset>:<1|2|4>] [& 0x<mask>] = <value>"),
+                ));
+            }
+        }
+        if d.node_mode() && !f.spec.byte_matches.is_empty() {
+            c.errors.push(err(
+                "Flow",
+                ns,
+                name,
+                "spec.byteMatches",
+                "the node data plane cannot match bytes (its FIB rules match protocols, ports and addresses): use dataPlane: meridio, or remove them",
+            ));
+        }
         for (i, v) in f.spec.vips.iter().enumerate() {
             if !vips.contains_key(v.as_str()) {
                 c.errors.push(err(

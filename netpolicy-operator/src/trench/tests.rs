@@ -512,3 +512,32 @@ fn a_single_family_trench_accepts_both_prefixes_as_meridio_requires_and_uses_its
         );
     }
 }
+
+#[test]
+fn byte_matches_are_checked_and_only_the_meridio_data_plane_takes_them() {
+    let errors = |data_plane: &str, matches: &[&str]| -> Vec<String> {
+        let mut i = Input::sample("red", "t");
+        i.trenches[0].spec.data_plane = serde_json::from_value(json!(data_plane)).unwrap();
+        i.flows[0].spec.byte_matches = matches.iter().map(|m| (*m).to_owned()).collect();
+        let ds = domains(i.objects(), &mut Vec::new());
+        validate(&ds[0])
+            .errors
+            .iter()
+            .filter(|e| e.field.starts_with("spec.byteMatches"))
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect()
+    };
+    assert_eq!(
+        errors("meridio", &["tcp[13:1] & 0x02 = 0x02"]),
+        Vec::<String>::new()
+    );
+    let bad = errors("meridio", &["udp[0:2]=53", "tcp[13:3] = 1"]);
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(
+        bad[0].starts_with("spec.byteMatches[1]: \"tcp[13:3] = 1\""),
+        "{bad:?}"
+    );
+    let node = errors("node", &["udp[0:2]=53"]);
+    assert_eq!(node.len(), 1, "{node:?}");
+    assert!(node[0].contains("use dataPlane: meridio"), "{node:?}");
+}
