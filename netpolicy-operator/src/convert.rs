@@ -280,8 +280,8 @@ fn meridio_object(kind: &str, d: &Value, at: &str, out: &mut Converted) -> Optio
             metadata.insert(k.into(), v.clone());
         }
     }
-    match kind {
-        "Attractor" => {
+    if kind == "Attractor" {
+        {
             let i = d["spec"]["interface"].clone();
             let ty = i["type"].as_str().unwrap_or("nsm-vlan");
             if ty != "nsm-vlan" {
@@ -329,7 +329,6 @@ fn meridio_object(kind: &str, d: &Value, at: &str, out: &mut Converted) -> Optio
             }
             spec["interface"] = Value::Object(iface);
         }
-        _ => {}
     }
     Some(json!({"apiVersion": OURS, "kind": kind, "metadata": metadata, "spec": spec}))
 }
