@@ -416,6 +416,20 @@ pub mod conditions {
         pub const PUBLISHED_REASON: &str = "Published";
         /// Reason: the guest cluster could not be reached (retried with backoff).
         pub const GUEST_UNREACHABLE: &str = "GuestUnreachable";
+        /// FloatingIP condition type: kube-vip and kube-vip-cloud-provider are installed
+        /// in its guest cluster (only when the range's `kubeVip.guests.install` asks).
+        pub const INSTALLED: &str = "Installed";
+        /// Reason: installed.
+        pub const INSTALLED_REASON: &str = "Installed";
+        /// Reason: the guest's API server refused (401/403: the kubeconfig's account
+        /// may not do it, or the cluster is still being deployed).
+        pub const GUEST_FORBIDDEN: &str = "GuestForbidden";
+        /// Reason: the guest's kubeconfig Secret, or its key, is missing or unusable.
+        pub const KUBECONFIG_MISSING: &str = "KubeconfigMissing";
+        /// Reason: discovery `rancher` found no Cluster for the FloatingIP's namespace.
+        pub const GUEST_NOT_FOUND: &str = "GuestNotFound";
+        /// Reason: the guest answered but refused an object (its message).
+        pub const INSTALL_FAILED: &str = "InstallFailed";
         /// Reason: the kube-vip ConfigMap could not be written (the API server's answer
         /// in the message; retried with backoff).
         pub const PUBLISH_FAILED: &str = "PublishFailed";
@@ -665,6 +679,11 @@ impl AutoAllocate {
 /// kube-vip publishing.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.guests) || !has(self.guests.discovery) || self.guests.discovery != 'secret' || has(self.guestKubeconfigSecret)",
+    "message": "guests.discovery secret reads the kubeconfig from guestKubeconfigSecret: name it",
+    "fieldPath": ".guestKubeconfigSecret"
+}]))]
 pub struct KubeVip {
     /// Whether to publish.
     #[serde(default)]
@@ -680,6 +699,116 @@ pub struct KubeVip {
     /// written as `cidr-global` in the guest's own ConfigMap (same namespace and name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_kubeconfig_secret: Option<LocalSecretKeyRef>,
+    /// Guest clusters found and served (kube-fip's job): each FloatingIP's guest gets
+    /// its address as `cidr-global` in its own kube-vip ConfigMap (repaired when edited)
+    /// and, when asked, kube-vip and kube-vip-cloud-provider installed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guests: Option<GuestClusters>,
+}
+
+/// How guest clusters are found and what is kept in them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GuestClusters {
+    /// `rancher` (default): the guest of a FloatingIP in namespace `c-m-…` is the
+    /// `provisioning.cattle.io/v1` Cluster whose `status.clusterName` is that namespace;
+    /// its kubeconfig is the Secret `<cluster>-kubeconfig` (key `value`) in the
+    /// Cluster's namespace. `secret`: `guestKubeconfigSecret` in the FloatingIP's
+    /// namespace.
+    #[serde(default)]
+    pub discovery: GuestDiscovery,
+    /// `disabled` (default): publish only. `enabled`: install kube-vip and
+    /// kube-vip-cloud-provider in every guest. `clusterLabel`: only in guests whose
+    /// Rancher Cluster is labelled `kube-vip=true`.
+    #[serde(default)]
+    pub install: GuestInstall,
+    /// `true`: re-apply the installed objects when their rendering changes (image,
+    /// interface, values); `false` (default): only create what is missing.
+    #[serde(default)]
+    pub update: bool,
+    /// Seconds between checks of each guest (its ConfigMap repaired, missing objects
+    /// put back): the seed's `operateGuestClusterInterval`. Default 60, at least 10.
+    #[serde(default = "default_guest_interval")]
+    #[schemars(range(min = 10))]
+    pub interval_seconds: u32,
+    /// kube-vip as installed in the guests.
+    #[serde(default)]
+    pub kube_vip: GuestKubeVip,
+    /// kube-vip-cloud-provider as installed in the guests.
+    #[serde(default)]
+    pub cloud_provider: GuestCloudProvider,
+}
+
+fn default_guest_interval() -> u32 {
+    60
+}
+
+impl Default for GuestClusters {
+    fn default() -> Self {
+        Self {
+            discovery: GuestDiscovery::default(),
+            install: GuestInstall::default(),
+            update: false,
+            interval_seconds: default_guest_interval(),
+            kube_vip: GuestKubeVip::default(),
+            cloud_provider: GuestCloudProvider::default(),
+        }
+    }
+}
+
+/// How a FloatingIP's guest cluster is found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum GuestDiscovery {
+    /// Rancher's `provisioning.cattle.io/v1` Clusters.
+    #[default]
+    Rancher,
+    /// `guestKubeconfigSecret` in the FloatingIP's namespace.
+    Secret,
+}
+
+/// Whether kube-vip and kube-vip-cloud-provider are installed in the guests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum GuestInstall {
+    /// Never (publish only).
+    #[default]
+    Disabled,
+    /// In every guest.
+    Enabled,
+    /// In guests whose Rancher Cluster carries the label `kube-vip=true`.
+    ClusterLabel,
+}
+
+/// kube-vip in a guest: the DaemonSet `kube-system/kube-vip-ds` in services mode with
+/// leader election, as `kube-vip manifest daemonset --services --inCluster
+/// --leaderElection [--arp]` writes it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GuestKubeVip {
+    /// Image (default `ghcr.io/kube-vip/kube-vip:v1.0.2`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Interface the addresses are announced on (`vip_interface`; default: kube-vip
+    /// picks the interface of the default route).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+    /// Nodes the DaemonSet runs on (default: every node).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// ARP announcements (`vip_arp`; default true). False: kube-vip does not answer
+    /// ARP for the addresses (another mechanism routes them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arp: Option<bool>,
+}
+
+/// kube-vip-cloud-provider in a guest: the Deployment `kube-system/kube-vip-cloud-provider`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GuestCloudProvider {
+    /// Image (default `ghcr.io/kube-vip/kube-vip-cloud-provider:v0.0.12`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 /// A key of a Secret in the namespace the context gives.

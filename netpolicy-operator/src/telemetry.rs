@@ -35,6 +35,8 @@ pub struct Metrics {
     fip_releases: Family<RangeLabel, Counter>,
     fip_latency: Family<RangeLabel, Histogram>,
     guest_errors: Family<GuestLabel, Counter>,
+    guest_up: Family<ClusterLabel, Gauge<i64, AtomicI64>>,
+    guest_events: Family<GuestEventLabel, Counter>,
     publish_errors: Family<GuestLabel, Counter>,
     rr_reflectors: Family<ZoneLabel, Gauge<f64, AtomicU64>>,
     rr_clients: Family<ReflectorLabel, Gauge<f64, AtomicU64>>,
@@ -88,6 +90,23 @@ pub struct ZoneLabel {
 pub struct GuestLabel {
     /// `<namespace>/<secret>` of the guest's kubeconfig.
     pub guest: String,
+}
+
+/// Labels of the per-guest-cluster metrics (kube-fip's).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabel {
+    /// The guest: its Rancher Cluster's name, or `<namespace>/<secret>`.
+    pub cluster: String,
+}
+
+/// Labels of the guest-cluster events metric.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GuestEventLabel {
+    /// The guest.
+    pub cluster: String,
+    /// kube-fip's event names: `api_connection_error`, `configmap_management`,
+    /// `configmap_management_error`, `kubevip_install`, `kubevip_install_error`.
+    pub kind: String,
 }
 
 /// Labels of the per-range metrics.
@@ -175,6 +194,18 @@ impl Default for Metrics {
             "Publications to a guest cluster's kube-vip ConfigMap that failed",
             guest_errors.clone(),
         );
+        let guest_up = Family::<ClusterLabel, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "guestcluster_up",
+            "1 when the guest cluster's API server answered at the last visit, 0 when not",
+            guest_up.clone(),
+        );
+        let guest_events = Family::<GuestEventLabel, Counter>::default();
+        registry.register(
+            "guestcluster_events",
+            "Guest-cluster events: writes made there and failures, by kind",
+            guest_events.clone(),
+        );
         let publish_errors = Family::<GuestLabel, Counter>::default();
         registry.register(
             "floating_ip_publish_errors",
@@ -245,6 +276,8 @@ impl Default for Metrics {
             fip_releases,
             fip_latency,
             guest_errors,
+            guest_up,
+            guest_events,
             publish_errors,
             rr_reflectors,
             rr_clients,
@@ -349,6 +382,32 @@ impl Metrics {
                 guest: configmap.to_owned(),
             })
             .inc();
+    }
+
+    /// Whether guest `cluster` answered at its last visit.
+    pub fn guest_up(&self, cluster: &str, up: bool) {
+        self.guest_up
+            .get_or_create(&ClusterLabel {
+                cluster: cluster.to_owned(),
+            })
+            .set(i64::from(up));
+    }
+
+    /// Something happened in guest `cluster` (see [`GuestEventLabel::kind`]).
+    pub fn guest_event(&self, cluster: &str, kind: &str) {
+        self.guest_events
+            .get_or_create(&GuestEventLabel {
+                cluster: cluster.to_owned(),
+                kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
+    /// A guest no range serves any more: its series go.
+    pub fn guest_gone(&self, cluster: &str) {
+        self.guest_up.remove(&ClusterLabel {
+            cluster: cluster.to_owned(),
+        });
     }
 
     /// A publication to a guest cluster failed.

@@ -98,6 +98,20 @@ pub fn second() -> &'static ControlPlane {
     })
 }
 
+static THIRD: OnceLock<ControlPlane> = OnceLock::new();
+
+/// A third, independent control plane of this test binary, started on first use: a
+/// second guest cluster.
+///
+/// # Panics
+/// As [`shared`].
+pub fn third() -> &'static ControlPlane {
+    THIRD.get_or_init(|| match start() {
+        Ok(cp) => cp,
+        Err(e) => panic!("netpolicy-testenv: the third control plane did not start: {e}"),
+    })
+}
+
 impl ControlPlane {
     /// A name no other test of this binary gets: `<prefix>-<n>` (lowercase, valid as a
     /// Kubernetes object name).

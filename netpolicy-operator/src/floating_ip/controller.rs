@@ -110,7 +110,12 @@ fn claim_fingerprint(c: &FloatingIPClaim) -> String {
 
 /// The floating-IP job and what wakes it: a global job under the shared runner (an
 /// allocation must know every claim of its range).
-pub(crate) fn setup(informers: &Informers, client: &Client, shared: &Arc<Shared>) -> Setup<Writer> {
+pub(crate) fn setup(
+    informers: &Informers,
+    client: &Client,
+    shared: &Arc<Shared>,
+    rancher_clusters: bool,
+) -> Setup<Writer> {
     let wake = Wake::new();
     let ranges = informers.get::<FloatingIPRange>();
     ranges.subscribe(&wake, range_fingerprint);
@@ -120,12 +125,31 @@ pub(crate) fn setup(informers: &Informers, client: &Client, shared: &Arc<Shared>
     namespaces.subscribe(&wake, namespace_fingerprint);
     let claims = informers.get::<FloatingIPClaim>();
     claims.subscribe(&wake, claim_fingerprint);
-    let kinds = vec![
+    // Rancher's clusters (guest discovery `rancher`): optional, as Rancher may not be
+    // installed; only what discovery reads wakes the job.
+    // Read only when asked (`--rancher-clusters`): their RBAC is granted only then.
+    let clusters = rancher_clusters.then(|| {
+        let clusters = informers.dynamic(&rancher_clusters_resource(), true);
+        clusters.subscribe(&wake, |o| {
+            format!(
+                "{:?}/{:?}/{:?}",
+                o.data["status"]["clusterName"].as_str(),
+                o.data["status"]["clientSecretName"].as_str(),
+                o.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(super::guest::INSTALL_LABEL))
+            )
+        });
+        clusters
+    });
+    let mut kinds = vec![
         ranges.health(),
         fips.health(),
         namespaces.health(),
         claims.health(),
     ];
+    kinds.extend(clusters.as_ref().map(|c| c.health()));
     let job = Writer {
         client: client.clone(),
         recorder: crate::k8s::recorder(client),
@@ -135,11 +159,13 @@ pub(crate) fn setup(informers: &Informers, client: &Client, shared: &Arc<Shared>
             fips: fips.store(),
             namespaces: namespaces.store(),
             claims: claims.store(),
+            clusters: clusters.map(|c| c.store()),
         },
         logged: HashMap::new(),
         guests: BTreeMap::new(),
         guest_backoff: HashMap::new(),
         guest_published: HashMap::new(),
+        guest_visited: HashMap::new(),
         published: BTreeMap::new(),
         publish_backoff: HashMap::new(),
         wake: wake.clone(),
@@ -171,6 +197,16 @@ struct Stores {
     fips: Store<FloatingIP>,
     namespaces: Store<Namespace>,
     claims: Store<FloatingIPClaim>,
+    /// Rancher's Clusters (`--rancher-clusters`).
+    clusters: Option<Store<kube::core::DynamicObject>>,
+}
+
+/// Rancher's `provisioning.cattle.io/v1` Cluster.
+fn rancher_clusters_resource() -> kube::core::ApiResource {
+    kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("provisioning.cattle.io", "v1", "Cluster"),
+        "clusters",
+    )
 }
 
 /// The floating-IP job: carries each [`Pass`] out.
@@ -181,12 +217,15 @@ pub(crate) struct Writer {
     stores: Stores,
     /// Problems already logged (logged again only when they change).
     logged: HashMap<String, String>,
-    /// The last publication to each guest cluster: `Ok` or why not.
-    guests: BTreeMap<String, Result<(), String>>,
+    /// The last visit to each guest cluster: its ConfigMap and install, kept or why not.
+    guests: BTreeMap<String, super::GuestState>,
     /// Guests that failed: when to try again, and the next delay.
     guest_backoff: HashMap<String, (Instant, Duration)>,
     /// What each guest was last given successfully (so a quiet pass writes nothing).
     guest_published: HashMap<String, super::KubeVipPublication>,
+    /// When each guest was last visited successfully (visited again after its
+    /// `intervalSeconds`: an edited ConfigMap repaired, a deleted object put back).
+    guest_visited: HashMap<String, Instant>,
     /// The last write of each kube-vip ConfigMap here (`<namespace>/<name>`): `Ok` or
     /// the API server's refusal. FloatingIPs say Published from it.
     published: BTreeMap<String, Result<(), String>>,
@@ -218,9 +257,16 @@ impl Writer {
         let fips = self.stores.fips.state();
         let namespaces = self.stores.namespaces.state();
         let claims = self.stores.claims.state();
+        let clusters: Option<Vec<super::guest::RancherCluster>> =
+            self.stores.clusters.as_ref().map(|c| {
+                c.state()
+                    .iter()
+                    .filter_map(|o| super::guest::RancherCluster::from_object(o))
+                    .collect()
+            });
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         // The rules over the caches, with what the guests and kube-vip last answered.
-        let plan = |guests: &BTreeMap<String, Result<(), String>>,
+        let plan = |guests: &BTreeMap<String, super::GuestState>,
                     published: &BTreeMap<String, Result<(), String>>| {
             pass(
                 World {
@@ -228,6 +274,7 @@ impl Writer {
                     fips: &fips,
                     namespaces: &namespaces,
                     claims: &claims,
+                    clusters: clusters.as_deref(),
                     guests,
                     published: Some(published),
                 },
@@ -585,14 +632,27 @@ impl Writer {
         Ok(ns.is_some_and(|n| n.metadata.deletion_timestamp.is_none()))
     }
 
-    /// Publishes to every guest cluster that is due (not waiting out a backoff, and
-    /// not already holding exactly this), side by side, each within [`GUEST_TIMEOUT`].
-    /// A change of a guest's state wakes another pass (its FloatingIPs' status).
+    /// Visits every guest cluster that is due — its publication changed, its
+    /// `intervalSeconds` passed since the last good visit, or its backoff ended — side by
+    /// side, each within [`GUEST_TIMEOUT`]: kube-vip installed when asked, the ConfigMap
+    /// kept (repaired when someone edited it). A change of a guest's state wakes another
+    /// pass (its FloatingIPs' conditions).
     async fn publish_guests(&mut self, wanted: &[super::KubeVipPublication]) {
         let now = Instant::now();
+        let interval = |g: &super::KubeVipPublication| {
+            Duration::from_secs(u64::from(
+                g.guest.as_ref().map_or(60, |t| t.interval_seconds),
+            ))
+        };
         let due: Vec<super::KubeVipPublication> = wanted
             .iter()
-            .filter(|g| self.guest_published.get(&g.cluster) != Some(*g))
+            .filter(|g| {
+                self.guest_published.get(&g.cluster) != Some(*g)
+                    || self
+                        .guest_visited
+                        .get(&g.cluster)
+                        .is_none_or(|at| now.duration_since(*at) >= interval(g))
+            })
             .filter(|g| {
                 self.guest_backoff
                     .get(&g.cluster)
@@ -600,46 +660,81 @@ impl Writer {
             })
             .cloned()
             .collect();
-        let results: Vec<(super::KubeVipPublication, Result<bool, String>)> =
-            futures::stream::iter(due)
-                .map(|g| {
-                    let client = self.client.clone();
-                    async move {
-                        let r = tokio::time::timeout(GUEST_TIMEOUT, publish_guest(client, &g))
-                            .await
-                            .unwrap_or_else(|_| Err(format!("no answer within {GUEST_TIMEOUT:?}")));
-                        (g, r)
-                    }
-                })
-                .buffer_unordered(CONCURRENCY)
-                .collect()
-                .await;
+        let results: Vec<(super::KubeVipPublication, Visit)> = futures::stream::iter(due)
+            .map(|g| {
+                let client = self.client.clone();
+                async move {
+                    let v = tokio::time::timeout(GUEST_TIMEOUT, visit_guest(client, &g))
+                        .await
+                        .unwrap_or_else(|_| {
+                            Visit::failed(
+                                &g,
+                                unreachable(format!("no answer within {GUEST_TIMEOUT:?}")),
+                            )
+                        });
+                    (g, v)
+                }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
         let mut changed = false;
-        for (g, r) in results {
-            let state = r.as_ref().map(|_| ()).map_err(Clone::clone);
-            match r {
-                Ok(wrote) => {
-                    if wrote {
+        for (g, v) in results {
+            let name = g
+                .guest
+                .as_ref()
+                .map_or(g.cluster.as_str(), |t| t.name.as_str());
+            let metrics = &self.shared.metrics;
+            metrics.guest_up(name, v.answered);
+            for kind in &v.events {
+                metrics.guest_event(name, kind);
+            }
+            let failure = v
+                .state
+                .installed
+                .clone()
+                .and_then(Result::err)
+                .or_else(|| v.state.published.clone().err());
+            match failure {
+                None => {
+                    if v.wrote_config_map {
                         info!(
-                            guest = g.cluster,
-                            "kube-vip ConfigMap in the guest cluster updated"
+                            guest = name,
+                            "kube-vip ConfigMap in the guest cluster written"
+                        );
+                    }
+                    if v.applied > 0 {
+                        info!(
+                            guest = name,
+                            objects = v.applied,
+                            "kube-vip installed in the guest cluster"
                         );
                     }
                     self.guest_backoff.remove(&g.cluster);
                     self.guest_published.insert(g.cluster.clone(), g.clone());
+                    self.guest_visited.insert(g.cluster.clone(), Instant::now());
+                    // Visit again after the interval (an edited ConfigMap is repaired).
+                    let wake = self.wake.clone();
+                    let cluster = g.cluster.clone();
+                    let every = interval(&g);
+                    tokio::spawn(async move {
+                        tokio::time::sleep(every).await;
+                        wake.changed("Guest", ObjectKey::cluster(cluster));
+                    });
                 }
-                Err(e) => {
+                Some(f) => {
                     let delay = self
                         .guest_backoff
                         .get(&g.cluster)
                         .map_or(Duration::from_secs(2), |(_, d)| {
                             (*d * 2).min(GUEST_MAX_BACKOFF)
                         });
-                    warn!(guest = g.cluster, error = e, retry_in = ?delay, "guest cluster unreachable");
-                    self.shared.metrics.guest_publish_failed(&g.cluster);
+                    warn!(guest = name, reason = f.reason, error = f.message, retry_in = ?delay, "guest cluster not served");
+                    metrics.guest_publish_failed(&g.cluster);
                     self.guest_backoff
                         .insert(g.cluster.clone(), (Instant::now() + delay, delay));
                     self.guest_published.remove(&g.cluster);
+                    self.guest_visited.remove(&g.cluster);
                     // Try again when the backoff ends.
                     let wake = self.wake.clone();
                     let cluster = g.cluster.clone();
@@ -649,16 +744,27 @@ impl Writer {
                     });
                 }
             }
-            if self.guests.get(&g.cluster) != Some(&state) {
-                self.guests.insert(g.cluster.clone(), state);
+            if self.guests.get(&g.cluster) != Some(&v.state) {
+                self.guests.insert(g.cluster.clone(), v.state);
                 changed = true;
             }
         }
         // Guests no range asks for any more are forgotten.
         let wanted_clusters: BTreeSet<&str> = wanted.iter().map(|g| g.cluster.as_str()).collect();
+        let gone: Vec<String> = self
+            .guests
+            .keys()
+            .filter(|c| !wanted_clusters.contains(c.as_str()))
+            .cloned()
+            .collect();
+        for c in &gone {
+            self.shared.metrics.guest_gone(c);
+        }
         self.guests
             .retain(|c, _| wanted_clusters.contains(c.as_str()));
         self.guest_published
+            .retain(|c, _| wanted_clusters.contains(c.as_str()));
+        self.guest_visited
             .retain(|c, _| wanted_clusters.contains(c.as_str()));
         if changed {
             self.wake.changed("Guest", ObjectKey::cluster(""));
@@ -760,44 +866,279 @@ async fn publish(api: &Api<ConfigMap>, cm: &super::KubeVipConfigMap) -> Result<b
     Ok(true)
 }
 
-/// Publishes `cidr-global` in a guest cluster, through the kubeconfig in the Secret
-/// `g.cluster` (`<namespace>/<secret>`) names. Returns whether it wrote.
-async fn publish_guest(client: Client, g: &super::KubeVipPublication) -> Result<bool, String> {
-    let (namespace, name) = g
-        .cluster
-        .split_once('/')
-        .ok_or_else(|| format!("{:?} is not <namespace>/<secret>", g.cluster))?;
-    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client, namespace)
-        .get_opt(name)
-        .await
-        .map_err(|e| format!("reading Secret {}: {e}", g.cluster))?
-        .ok_or_else(|| format!("Secret {} does not exist", g.cluster))?;
-    let data = secret.data.unwrap_or_default();
-    let key = ["value", "kubeconfig", "config"]
-        .into_iter()
-        .find(|k| data.contains_key(*k))
-        .ok_or_else(|| {
-            format!(
-                "Secret {} has no key value, kubeconfig or config",
-                g.cluster
-            )
-        })?;
-    let text = String::from_utf8(data[key].0.clone())
-        .map_err(|_| format!("Secret {} key {key} is not text", g.cluster))?;
-    let kc = kube::config::Kubeconfig::from_yaml(&text)
-        .map_err(|e| format!("Secret {} key {key}: not a kubeconfig: {e}", g.cluster))?;
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .map_err(|e| format!("Secret {} key {key}: {e}", g.cluster))?;
-    config.connect_timeout = Some(Duration::from_secs(5));
-    config.read_timeout = Some(Duration::from_secs(10));
-    let guest = Client::try_from(config).map_err(|e| format!("guest client: {e}"))?;
+/// What one visit to a guest found and did.
+struct Visit {
+    state: super::GuestState,
+    /// The guest's API server answered.
+    answered: bool,
+    /// The ConfigMap was written (created or repaired).
+    wrote_config_map: bool,
+    /// Objects of kube-vip applied.
+    applied: usize,
+    /// Events for `netpolicy_guestcluster_events_total` (kube-fip's names).
+    events: Vec<&'static str>,
+}
+
+impl Visit {
+    fn failed(g: &super::KubeVipPublication, f: super::GuestFailure) -> Self {
+        let install = g.guest.as_ref().and_then(|t| t.install.as_ref());
+        Self {
+            state: super::GuestState {
+                published: Err(f.clone()),
+                installed: install.map(|_| Err(f.clone())),
+            },
+            answered: false,
+            wrote_config_map: false,
+            applied: 0,
+            events: vec!["api_connection_error"],
+        }
+    }
+}
+
+fn unreachable(message: String) -> super::GuestFailure {
+    super::GuestFailure {
+        reason: crate::api::conditions::floating_ip::GUEST_UNREACHABLE,
+        message,
+    }
+}
+
+/// A guest API server's answer as a failure: refused (401/403), unreachable (no
+/// answer), or `otherwise` (it answered and said no).
+fn classify(e: &kube::Error, otherwise: &'static str) -> super::GuestFailure {
+    use crate::api::conditions::floating_ip as fc;
+    let reason = match e {
+        kube::Error::Api(s) if s.code == 401 || s.code == 403 => fc::GUEST_FORBIDDEN,
+        kube::Error::Api(_) => otherwise,
+        _ => fc::GUEST_UNREACHABLE,
+    };
+    super::GuestFailure {
+        reason,
+        message: e.to_string(),
+    }
+}
+
+/// The hash annotation of an object netpolicy applied in a guest.
+const APPLIED_HASH: &str = "netpolicy.io/applied-hash";
+
+/// Visits one guest: its client from the kubeconfig Secret, kube-vip installed when
+/// asked (missing objects created; with `update`, changed renderings re-applied),
+/// then its kube-vip ConfigMap kept.
+async fn visit_guest(client: Client, g: &super::KubeVipPublication) -> Visit {
+    use crate::api::conditions::floating_ip as fc;
+    let target = g.guest.clone().unwrap_or_default();
+    let guest = match guest_client(client, &g.cluster, target.key.as_deref()).await {
+        Ok(c) => c,
+        Err(f) => {
+            let mut v = Visit::failed(g, f);
+            if v.state
+                .published
+                .as_ref()
+                .err()
+                .is_some_and(|f| f.reason == fc::KUBECONFIG_MISSING)
+            {
+                v.events.clear();
+            }
+            return v;
+        }
+    };
+    let mut v = Visit {
+        state: super::GuestState {
+            published: Ok(()),
+            installed: None,
+        },
+        answered: true,
+        wrote_config_map: false,
+        applied: 0,
+        events: Vec::new(),
+    };
+    if let Some(install) = &target.install {
+        let r = install_in_guest(&guest, install).await;
+        match &r {
+            Ok(n) => {
+                v.applied = *n;
+                if *n > 0 {
+                    v.events.push("kubevip_install");
+                }
+            }
+            Err(f) => {
+                v.events.push("kubevip_install_error");
+                if f.reason == fc::GUEST_UNREACHABLE {
+                    v.answered = false;
+                }
+            }
+        }
+        v.state.installed = Some(r.map(|_| ()));
+    }
     let api = Api::<ConfigMap>::namespaced(guest, &g.namespace);
     let cm = super::KubeVipConfigMap {
         namespace: g.namespace.clone(),
         name: g.name.clone(),
         data: g.data.clone(),
     };
-    publish(&api, &cm).await.map_err(|e| e.to_string())
+    match publish(&api, &cm).await {
+        Ok(wrote) => {
+            v.wrote_config_map = wrote;
+            if wrote {
+                v.events.push("configmap_management");
+            }
+        }
+        Err(e) => {
+            let f = classify(&e, fc::PUBLISH_FAILED);
+            if f.reason == fc::GUEST_UNREACHABLE {
+                v.answered = false;
+                v.events.push("api_connection_error");
+            } else {
+                v.events.push("configmap_management_error");
+            }
+            v.state.published = Err(f);
+        }
+    }
+    v
+}
+
+/// The API resource of an object netpolicy installs in a guest, and whether it is
+/// namespaced.
+fn guest_resource(o: &serde_json::Value) -> Option<(kube::core::ApiResource, bool)> {
+    let (group, version, plural, namespaced) = match o["kind"].as_str()? {
+        "ServiceAccount" => ("", "v1", "serviceaccounts", true),
+        "ClusterRole" => ("rbac.authorization.k8s.io", "v1", "clusterroles", false),
+        "ClusterRoleBinding" => (
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterrolebindings",
+            false,
+        ),
+        "DaemonSet" => ("apps", "v1", "daemonsets", true),
+        "Deployment" => ("apps", "v1", "deployments", true),
+        _ => return None,
+    };
+    Some((
+        kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(group, version, o["kind"].as_str()?),
+            plural,
+        ),
+        namespaced,
+    ))
+}
+
+/// Installs kube-vip and kube-vip-cloud-provider in a guest: each object read, created
+/// by server-side apply when missing, re-applied when `update` and its rendering
+/// changed (the hash annotation). Returns how many were applied.
+async fn install_in_guest(
+    guest: &Client,
+    install: &super::Install,
+) -> Result<usize, super::GuestFailure> {
+    use crate::api::conditions::floating_ip as fc;
+    let mut applied = 0;
+    for o in &install.objects {
+        let Some((ar, namespaced)) = guest_resource(o) else {
+            continue;
+        };
+        let name = o["metadata"]["name"].as_str().unwrap_or_default();
+        let api: Api<kube::core::DynamicObject> = if namespaced {
+            Api::namespaced_with(
+                guest.clone(),
+                o["metadata"]["namespace"].as_str().unwrap_or("kube-system"),
+                &ar,
+            )
+        } else {
+            Api::all_with(guest.clone(), &ar)
+        };
+        let hash = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            o.to_string().hash(&mut h);
+            format!("{:016x}", h.finish())
+        };
+        let live = api
+            .get_opt(name)
+            .await
+            .map_err(|e| classify(&e, fc::INSTALL_FAILED))?;
+        let current = live
+            .as_ref()
+            .and_then(|l| l.annotations().get(APPLIED_HASH).cloned());
+        let apply = match &live {
+            None => true,
+            Some(_) => install.update && current.as_deref() != Some(hash.as_str()),
+        };
+        if !apply {
+            continue;
+        }
+        let mut obj = o.clone();
+        obj["metadata"]["annotations"][APPLIED_HASH] = json!(hash);
+        let dynamic: kube::core::DynamicObject =
+            serde_json::from_value(obj).map_err(|e| super::GuestFailure {
+                reason: fc::INSTALL_FAILED,
+                message: format!("{}: {e}", super::guest::key_of(o)),
+            })?;
+        api.patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&dynamic),
+        )
+        .await
+        .map_err(|e| {
+            let mut f = classify(&e, fc::INSTALL_FAILED);
+            f.message = format!("{}: {}", super::guest::key_of(o), f.message);
+            f
+        })?;
+        debug!(
+            object = super::guest::key_of(o),
+            "applied in the guest cluster"
+        );
+        applied += 1;
+    }
+    Ok(applied)
+}
+
+/// A client of a guest cluster, from the kubeconfig in the Secret `secret`
+/// (`<namespace>/<name>`), key `key` (default: `value`, `kubeconfig` or `config`,
+/// the first present).
+async fn guest_client(
+    client: Client,
+    secret: &str,
+    key: Option<&str>,
+) -> Result<Client, super::GuestFailure> {
+    use crate::api::conditions::floating_ip as fc;
+    let missing = |message: String| super::GuestFailure {
+        reason: fc::KUBECONFIG_MISSING,
+        message,
+    };
+    let (namespace, name) = secret
+        .split_once('/')
+        .ok_or_else(|| missing(format!("{secret:?} is not <namespace>/<secret>")))?;
+    let found = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client, namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| super::GuestFailure {
+            reason: fc::KUBECONFIG_MISSING,
+            message: format!("reading Secret {secret}: {e}"),
+        })?
+        .ok_or_else(|| missing(format!("Secret {secret} does not exist")))?;
+    let data = found.data.unwrap_or_default();
+    let key = match key {
+        Some(k) => data
+            .contains_key(k)
+            .then_some(k)
+            .ok_or_else(|| missing(format!("Secret {secret} has no key {k}")))?,
+        None => ["value", "kubeconfig", "config"]
+            .into_iter()
+            .find(|k| data.contains_key(*k))
+            .ok_or_else(|| {
+                missing(format!(
+                    "Secret {secret} has no key value, kubeconfig or config"
+                ))
+            })?,
+    };
+    let text = String::from_utf8(data[key].0.clone())
+        .map_err(|_| missing(format!("Secret {secret} key {key} is not text")))?;
+    let kc = kube::config::Kubeconfig::from_yaml(&text)
+        .map_err(|e| missing(format!("Secret {secret} key {key}: not a kubeconfig: {e}")))?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| missing(format!("Secret {secret} key {key}: {e}")))?;
+    config.connect_timeout = Some(Duration::from_secs(5));
+    config.read_timeout = Some(Duration::from_secs(10));
+    Client::try_from(config).map_err(|e| unreachable(format!("guest client: {e}")))
 }

@@ -8,6 +8,7 @@
 //! ([`controller`], the only part that awaits).
 
 pub(crate) mod controller;
+pub(crate) mod guest;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -336,14 +337,35 @@ pub(crate) struct World<'a> {
     pub(crate) namespaces: &'a [Arc<Namespace>],
     /// Every FloatingIPClaim.
     pub(crate) claims: &'a [Arc<FloatingIPClaim>],
-    /// What the last publication to each guest cluster (`<namespace>/<secret>`) gave:
-    /// `Ok`, or why it failed. Absent: not tried yet.
-    pub(crate) guests: &'a BTreeMap<String, Result<(), String>>,
+    /// Rancher's clusters (guest discovery `rancher`); `None` when the operator does not
+    /// read them (`--rancher-clusters` off; `netpolicy plan`).
+    pub(crate) clusters: Option<&'a [guest::RancherCluster]>,
+    /// What the last visit to each guest cluster (`<namespace>/<secret>` of its
+    /// kubeconfig) gave. Absent: not tried yet.
+    pub(crate) guests: &'a BTreeMap<String, GuestState>,
     /// The last write of each kube-vip ConfigMap in this cluster (`<namespace>/<name>`):
     /// `Ok`, or the API server's refusal. `None` (`netpolicy plan`, no cluster): every
     /// publication is taken as made. With `Some`, a FloatingIP says `Published=True` only
     /// once its ConfigMap was written.
     pub(crate) published: Option<&'a BTreeMap<String, Result<(), String>>>,
+}
+
+/// What the last visit to a guest cluster gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GuestState {
+    /// Its kube-vip ConfigMap: kept, or why not.
+    pub(crate) published: Result<(), GuestFailure>,
+    /// kube-vip and kube-vip-cloud-provider: installed, or why not (`None`: not asked).
+    pub(crate) installed: Option<Result<(), GuestFailure>>,
+}
+
+/// Why a guest could not be served: a condition reason and a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GuestFailure {
+    /// `GuestUnreachable`, `GuestForbidden`, `KubeconfigMissing`, `InstallFailed`.
+    pub(crate) reason: &'static str,
+    /// What happened.
+    pub(crate) message: String,
 }
 
 /// A claim released, and why.
@@ -404,6 +426,108 @@ pub struct KubeVipPublication {
     pub name: String,
     /// The keys the operator owns there.
     pub data: BTreeMap<String, String>,
+    /// In a guest: how to reach it and what else to keep there.
+    #[serde(skip)]
+    pub(crate) guest: Option<GuestTarget>,
+}
+
+/// A guest cluster as the controller serves it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct GuestTarget {
+    /// Its name in metrics and messages: the Rancher Cluster's name, or the Secret.
+    pub(crate) name: String,
+    /// The key of the kubeconfig in the Secret `cluster` names (`None`: `value`,
+    /// `kubeconfig` or `config`, the first present).
+    pub(crate) key: Option<String>,
+    /// kube-vip and kube-vip-cloud-provider to install, when asked.
+    pub(crate) install: Option<Install>,
+    /// Seconds between checks (ConfigMap repaired, missing objects put back).
+    pub(crate) interval_seconds: u32,
+}
+
+/// What to install in a guest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Install {
+    /// The objects, in apply order.
+    pub(crate) objects: Vec<serde_json::Value>,
+    /// Re-apply an object whose rendering changed (otherwise only create missing ones).
+    pub(crate) update: bool,
+}
+
+/// The guest a FloatingIP in `namespace` is published to under `kv`, or why there is
+/// none. `Ok(None)`: the range publishes in this cluster.
+pub(crate) fn guest_of(
+    kv: &netpolicy_api::KubeVip,
+    namespace: &str,
+    clusters: Option<&[guest::RancherCluster]>,
+) -> Result<Option<(String, GuestTarget)>, String> {
+    use netpolicy_api::GuestDiscovery;
+    let interval_seconds = kv
+        .guests
+        .as_ref()
+        .map_or(60, |g| g.interval_seconds.max(10));
+    let rendered =
+        |g: &netpolicy_api::GuestClusters, wanted: bool| -> Result<Option<Install>, String> {
+            if !wanted {
+                return Ok(None);
+            }
+            Ok(Some(Install {
+                objects: guest::install_objects(g)?,
+                update: g.update,
+            }))
+        };
+    match (&kv.guests, &kv.guest_kubeconfig_secret) {
+        (None, None) => Ok(None),
+        (None, Some(secret)) => Ok(Some((
+            format!("{namespace}/{}", secret.name),
+            GuestTarget {
+                name: format!("{namespace}/{}", secret.name),
+                key: secret.key.clone(),
+                install: None,
+                interval_seconds,
+            },
+        ))),
+        (Some(g), secret) if g.discovery == GuestDiscovery::Secret => {
+            let secret = secret
+                .as_ref()
+                .ok_or("guests.discovery is secret but no guestKubeconfigSecret is named")?;
+            let install = rendered(g, g.install == netpolicy_api::GuestInstall::Enabled)?;
+            Ok(Some((
+                format!("{namespace}/{}", secret.name),
+                GuestTarget {
+                    name: format!("{namespace}/{}", secret.name),
+                    key: secret.key.clone(),
+                    install,
+                    interval_seconds,
+                },
+            )))
+        }
+        (Some(g), _) => {
+            let clusters = clusters.ok_or(
+                "guests.discovery is rancher, but the operator does not read Rancher's \
+                 Clusters: start it with --rancher-clusters (chart: floatingIPs.rancher.enabled)",
+            )?;
+            let c = clusters
+                .iter()
+                .find(|c| c.cluster_name == namespace)
+                .ok_or_else(|| {
+                    format!(
+                        "no Rancher Cluster (provisioning.cattle.io/v1) has status.clusterName \
+                         {namespace:?}"
+                    )
+                })?;
+            let install = rendered(g, c.wants_install(g.install))?;
+            Ok(Some((
+                c.kubeconfig_secret(),
+                GuestTarget {
+                    name: c.name.clone(),
+                    key: Some("value".into()),
+                    install,
+                    interval_seconds,
+                },
+            )))
+        }
+    }
 }
 
 /// The kube-vip ConfigMaps the ranges ask for, from what is held.
@@ -415,15 +539,20 @@ pub struct KubeVipPublication {
 /// - In a guest (`guestKubeconfigSecret`): per FloatingIP namespace, `cidr-global` in
 ///   the guest's ConfigMap of the same namespace and name.
 /// - Addresses kube-vip never hands out ([`publishable`]) are left out.
-pub(crate) fn kube_vip(ranges: &[&FloatingIPRange], held: &[Holding]) -> Vec<KubeVipPublication> {
+pub(crate) fn kube_vip(
+    ranges: &[&FloatingIPRange],
+    held: &[Holding],
+    clusters: Option<&[guest::RancherCluster]>,
+) -> Vec<KubeVipPublication> {
     let mut maps: BTreeMap<(String, String, String), BTreeMap<String, Vec<IpAddr>>> =
         BTreeMap::new();
+    let mut targets: BTreeMap<String, GuestTarget> = BTreeMap::new();
     for r in ranges {
         let Some(kv) = &r.spec.kube_vip else { continue };
         let (namespace, name) = kv.config_map();
         let range = r.metadata.name.as_deref().unwrap_or_default();
-        match &kv.guest_kubeconfig_secret {
-            None => {
+        match (&kv.guest_kubeconfig_secret, &kv.guests) {
+            (None, None) => {
                 let entry = maps.entry((LOCAL.to_owned(), namespace, name)).or_default();
                 if !kv.publish {
                     continue;
@@ -438,27 +567,33 @@ pub(crate) fn kube_vip(ranges: &[&FloatingIPRange], held: &[Holding]) -> Vec<Kub
                         .push(h.address);
                 }
             }
-            Some(secret) if kv.publish => {
-                for h in held
-                    .iter()
-                    .filter(|h| h.range == range && publishable(h.address))
-                {
-                    maps.entry((
-                        format!("{}/{}", h.namespace, secret.name),
-                        namespace.clone(),
-                        name.clone(),
-                    ))
-                    .or_default()
-                    .entry("cidr-global".to_owned())
-                    .or_default()
-                    .push(h.address);
+            _ => {
+                // A guest per FloatingIP namespace; one not found is said on the
+                // FloatingIP (see `pass`), not here.
+                for h in held.iter().filter(|h| h.range == range) {
+                    let Ok(Some((cluster, target))) = guest_of(kv, &h.namespace, clusters) else {
+                        continue;
+                    };
+                    if !kv.publish && target.install.is_none() {
+                        continue;
+                    }
+                    let entry = maps
+                        .entry((cluster.clone(), namespace.clone(), name.clone()))
+                        .or_default();
+                    if kv.publish && publishable(h.address) {
+                        entry
+                            .entry("cidr-global".to_owned())
+                            .or_default()
+                            .push(h.address);
+                    }
+                    targets.entry(cluster).or_insert(target);
                 }
             }
-            Some(_) => {}
         }
     }
     maps.into_iter()
         .map(|((cluster, namespace, name), keys)| KubeVipPublication {
+            guest: targets.get(&cluster).cloned(),
             cluster,
             namespace,
             name,
@@ -807,23 +942,51 @@ pub(crate) fn pass(world: World<'_>, now: &Time) -> Pass {
             generation,
             now,
         )];
-        let kv = ranges_by_name
+        let kv_any = ranges_by_name
             .get(f.spec.range.as_str())
-            .and_then(|r| r.spec.kube_vip.as_ref())
-            .filter(|k| k.publish);
+            .and_then(|r| r.spec.kube_vip.as_ref());
+        let fip_ns = f.metadata.namespace.as_deref().unwrap_or_default();
+        let guest = kv_any.map(|kv| guest_of(kv, fip_ns, world.clusters));
+        let state_of = |cluster: &str| world.guests.get(cluster).cloned();
+        // kube-vip installed in the guest, when the range asks.
+        if let Some(Ok(Some((cluster, target)))) = &guest
+            && target.install.is_some()
+        {
+            let (ok, why, message) = match state_of(cluster).and_then(|s| s.installed) {
+                Some(Ok(())) => (
+                    true,
+                    fc::INSTALLED_REASON,
+                    format!(
+                        "kube-vip and kube-vip-cloud-provider are installed in guest {}",
+                        target.name
+                    ),
+                ),
+                Some(Err(e)) => (
+                    false,
+                    e.reason,
+                    format!("guest {}: {} (retrying)", target.name, e.message),
+                ),
+                None => (
+                    false,
+                    fc::PENDING,
+                    format!("installing kube-vip in guest {}", target.name),
+                ),
+            };
+            conditions.push(k8s::condition(
+                &cur.conditions,
+                fc::INSTALLED,
+                ok,
+                why,
+                message,
+                generation,
+                now,
+            ));
+        }
+        let kv = kv_any.filter(|k| k.publish);
         if let (Some(kv), Some(a)) = (
             kv,
             address.as_deref().and_then(|a| a.parse::<IpAddr>().ok()),
         ) {
-            let guest = kv.guest_kubeconfig_secret.as_ref().map(|g| {
-                let cluster = format!(
-                    "{}/{}",
-                    f.metadata.namespace.as_deref().unwrap_or_default(),
-                    g.name
-                );
-                let state = world.guests.get(&cluster).cloned();
-                (cluster, state)
-            });
             conditions.push(if !publishable(a) {
                 k8s::condition(
                     &cur.conditions,
@@ -837,26 +1000,36 @@ pub(crate) fn pass(world: World<'_>, now: &Time) -> Pass {
                     generation,
                     now,
                 )
-            } else if let Some((cluster, state)) = guest {
-                match state {
+            } else if let Some(Err(why)) = &guest {
+                k8s::condition(
+                    &cur.conditions,
+                    fc::PUBLISHED,
+                    false,
+                    fc::GUEST_NOT_FOUND,
+                    why.clone(),
+                    generation,
+                    now,
+                )
+            } else if let Some(Ok(Some((cluster, target)))) = &guest {
+                match state_of(cluster).map(|s| s.published) {
                     Some(Ok(())) => k8s::condition(
                         &cur.conditions,
                         fc::PUBLISHED,
                         true,
                         fc::PUBLISHED_REASON,
                         format!(
-                            "{a} is published as cidr-global in the guest cluster of Secret \
-                             {cluster}"
+                            "{a} is published as cidr-global in guest {} (kubeconfig: Secret {cluster})",
+                            target.name
                         ),
                         generation,
                         now,
                     ),
-                    Some(Err(why)) => k8s::condition(
+                    Some(Err(e)) => k8s::condition(
                         &cur.conditions,
                         fc::PUBLISHED,
                         false,
-                        fc::GUEST_UNREACHABLE,
-                        format!("the guest cluster of Secret {cluster}: {why} (retrying)"),
+                        e.reason,
+                        format!("guest {}: {} (retrying)", target.name, e.message),
                         generation,
                         now,
                     ),
@@ -865,7 +1038,7 @@ pub(crate) fn pass(world: World<'_>, now: &Time) -> Pass {
                         fc::PUBLISHED,
                         false,
                         fc::PENDING,
-                        format!("publishing to the guest cluster of Secret {cluster}"),
+                        format!("publishing to guest {} (kubeconfig: Secret {cluster})", target.name),
                         generation,
                         now,
                     ),
@@ -1081,7 +1254,7 @@ pub(crate) fn pass(world: World<'_>, now: &Time) -> Pass {
             })
         })
         .collect();
-    for p in kube_vip(&ranges, &held) {
+    for p in kube_vip(&ranges, &held, world.clusters) {
         if p.cluster == LOCAL {
             out.kube_vip.push(KubeVipConfigMap {
                 namespace: p.namespace,
@@ -1152,6 +1325,7 @@ mod tests {
                 fips,
                 namespaces: &[],
                 claims,
+                clusters: None,
                 guests: &BTreeMap::new(),
                 published: None,
             },
@@ -1345,6 +1519,7 @@ mod tests {
                 fips: &[Arc::new(f.clone())],
                 namespaces: &[],
                 claims: &claims,
+                clusters: None,
                 guests: &BTreeMap::new(),
                 published: None,
             },

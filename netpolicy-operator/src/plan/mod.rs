@@ -815,7 +815,7 @@ fn plan_floating_ips(
             })
         })
         .collect();
-    let kube_vip = fip::kube_vip(&ranges, &held);
+    let kube_vip = fip::kube_vip(&ranges, &held, None);
     for h in held.iter().filter(|h| !fip::publishable(h.address)) {
         let publishes = ranges.iter().any(|r| {
             r.metadata.name.as_deref() == Some(h.range.as_str())

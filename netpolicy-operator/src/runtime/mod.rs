@@ -91,6 +91,11 @@ pub struct Options {
     /// and `dataPlane: node` trenches need the cluster-wide operator.
     #[arg(long, env = "WATCH_NAMESPACE", value_name = "NAMESPACE")]
     pub watch_namespace: Option<String>,
+    /// Read Rancher's `provisioning.cattle.io/v1` Clusters: FloatingIPRange
+    /// `kubeVip.guests.discovery: rancher` finds each guest through them (needs list and
+    /// watch on them, and get on the kubeconfig Secrets in their namespace).
+    #[arg(long)]
+    pub rancher_clusters: bool,
 }
 
 /// Default of `--max-object-bytes`.
@@ -274,7 +279,7 @@ fn jobs(
         stop.clone(),
     );
     let floating_ip = runner.run(
-        floating_ip::controller::setup(&informers, client, shared),
+        floating_ip::controller::setup(&informers, client, shared, opts.rancher_clusters),
         stop.clone(),
     );
     let routed_ip = routed_ip::controller::run(&informers, client, shared, resync, stop.clone());

@@ -1,0 +1,239 @@
+//! Guest clusters (kube-fip's job), the pure half: which guest a FloatingIP belongs to,
+//! and what netpolicy installs there.
+//!
+//! - **Discovery** `rancher`: a FloatingIP in namespace `c-m-…` belongs to the Rancher
+//!   `provisioning.cattle.io/v1` Cluster whose `status.clusterName` is that namespace;
+//!   the guest's kubeconfig is the Secret `<cluster>-kubeconfig` (key `value`) in the
+//!   Cluster's namespace (Rancher writes it there, usually `fleet-default`).
+//!   `secret`: `guestKubeconfigSecret` in the FloatingIP's namespace.
+//! - **Install**: kube-vip (RBAC and the DaemonSet `kube-system/kube-vip-ds`, services
+//!   mode, leader election, ARP on the configured interface) and kube-vip-cloud-provider
+//!   (RBAC and the Deployment `kube-system/kube-vip-cloud-provider`). The manifests are
+//!   data in this crate (`guest/*.yaml`), following kube-vip v1.0.2 and
+//!   kube-vip-cloud-provider v0.0.12; the images default to those versions.
+
+use std::collections::BTreeMap;
+
+use netpolicy_api::{GuestClusters, GuestInstall};
+use serde_json::{Value, json};
+
+/// kube-vip's image when the range names none.
+pub(crate) const KUBE_VIP_IMAGE: &str = "ghcr.io/kube-vip/kube-vip:v1.0.2";
+/// kube-vip-cloud-provider's image when the range names none.
+pub(crate) const CLOUD_PROVIDER_IMAGE: &str = "ghcr.io/kube-vip/kube-vip-cloud-provider:v0.0.12";
+/// The label that opts a Rancher Cluster in under `install: clusterLabel`.
+pub(crate) const INSTALL_LABEL: &str = "kube-vip";
+
+const KUBE_VIP: &str = include_str!("guest/kube-vip.yaml");
+const CLOUD_PROVIDER: &str = include_str!("guest/kube-vip-cloud-provider.yaml");
+
+/// A Rancher cluster as discovery reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RancherCluster {
+    /// The Cluster's namespace (where its kubeconfig Secret is).
+    pub(crate) namespace: String,
+    /// The Cluster's name.
+    pub(crate) name: String,
+    /// `status.clusterName`: the `c-m-…` namespace of its FloatingIPs.
+    pub(crate) cluster_name: String,
+    /// Its labels.
+    pub(crate) labels: BTreeMap<String, String>,
+    /// `status.clientSecretName` (Rancher 2.9+): the kubeconfig Secret's name.
+    pub(crate) client_secret_name: Option<String>,
+}
+
+impl RancherCluster {
+    /// From a `provisioning.cattle.io/v1` Cluster; `None` until Rancher set its
+    /// `status.clusterName`.
+    pub(crate) fn from_object(o: &kube::core::DynamicObject) -> Option<Self> {
+        let cluster_name = o.data["status"]["clusterName"].as_str()?.to_owned();
+        Some(Self {
+            namespace: o.metadata.namespace.clone().unwrap_or_default(),
+            name: o.metadata.name.clone().unwrap_or_default(),
+            cluster_name,
+            labels: o.metadata.labels.clone().unwrap_or_default(),
+            client_secret_name: o.data["status"]["clientSecretName"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
+        })
+    }
+
+    /// `<namespace>/<secret>`: the Secret Rancher keeps the guest's kubeconfig in —
+    /// `status.clientSecretName` when Rancher set it, else `<cluster>-kubeconfig`.
+    pub(crate) fn kubeconfig_secret(&self) -> String {
+        match &self.client_secret_name {
+            Some(s) => format!("{}/{s}", self.namespace),
+            None => format!("{}/{}-kubeconfig", self.namespace, self.name),
+        }
+    }
+
+    /// Whether `install` asks for kube-vip in this guest.
+    pub(crate) fn wants_install(&self, install: GuestInstall) -> bool {
+        match install {
+            GuestInstall::Disabled => false,
+            GuestInstall::Enabled => true,
+            GuestInstall::ClusterLabel => self
+                .labels
+                .get(INSTALL_LABEL)
+                .is_some_and(|v| v.eq_ignore_ascii_case("true")),
+        }
+    }
+}
+
+/// The objects installed in a guest, in apply order (accounts and roles before the
+/// workloads that use them). Each is a whole object for server-side apply.
+///
+/// # Errors
+/// A manifest of this crate that does not parse (a defect: tested).
+pub(crate) fn install_objects(g: &GuestClusters) -> Result<Vec<Value>, String> {
+    let mut out = Vec::new();
+    for (file, text) in [
+        ("kube-vip.yaml", KUBE_VIP),
+        ("kube-vip-cloud-provider.yaml", CLOUD_PROVIDER),
+    ] {
+        for doc in text.split("\n---\n") {
+            let mut o: Value = serde_saphyr::from_str(doc).map_err(|e| format!("{file}: {e}"))?;
+            render(&mut o, g);
+            out.push(o);
+        }
+    }
+    Ok(out)
+}
+
+/// Fills in what the range sets.
+fn render(o: &mut Value, g: &GuestClusters) {
+    let kind = o["kind"].as_str().unwrap_or_default().to_owned();
+    match kind.as_str() {
+        "DaemonSet" => {
+            let pod = &mut o["spec"]["template"]["spec"];
+            let kv = &g.kube_vip;
+            if !kv.node_selector.is_empty() {
+                pod["nodeSelector"] = json!(kv.node_selector);
+            }
+            let c = &mut pod["containers"][0];
+            c["image"] = json!(kv.image.as_deref().unwrap_or(KUBE_VIP_IMAGE));
+            if let Some(env) = c["env"].as_array_mut() {
+                for e in env.iter_mut() {
+                    if e["name"] == "vip_arp" {
+                        e["value"] = json!(kv.arp.unwrap_or(true).to_string());
+                    }
+                }
+                if let Some(i) = kv.interface.as_deref().filter(|i| !i.is_empty()) {
+                    env.insert(1, json!({"name": "vip_interface", "value": i}));
+                }
+            }
+        }
+        "Deployment" => {
+            o["spec"]["template"]["spec"]["containers"][0]["image"] = json!(
+                g.cloud_provider
+                    .image
+                    .as_deref()
+                    .unwrap_or(CLOUD_PROVIDER_IMAGE)
+            );
+        }
+        _ => {}
+    }
+    o["metadata"]["labels"][crate::trench::meridio::MANAGED_BY.0] =
+        json!(crate::trench::meridio::MANAGED_BY.1);
+}
+
+/// `Kind/namespace/name` of an object (namespace empty for cluster-scoped ones).
+pub(crate) fn key_of(o: &Value) -> String {
+    format!(
+        "{}/{}/{}",
+        o["kind"].as_str().unwrap_or_default(),
+        o["metadata"]["namespace"].as_str().unwrap_or_default(),
+        o["metadata"]["name"].as_str().unwrap_or_default()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_guest_manifests_parse_and_take_the_ranges_settings() {
+        let objects = install_objects(&GuestClusters::default()).unwrap();
+        let keys: Vec<String> = objects.iter().map(key_of).collect();
+        assert_eq!(
+            keys,
+            [
+                "ServiceAccount/kube-system/kube-vip",
+                "ClusterRole//system:kube-vip-role",
+                "ClusterRoleBinding//system:kube-vip-binding",
+                "DaemonSet/kube-system/kube-vip-ds",
+                "ServiceAccount/kube-system/kube-vip-cloud-controller",
+                "ClusterRole//system:kube-vip-cloud-controller-role",
+                "ClusterRoleBinding//system:kube-vip-cloud-controller-binding",
+                "Deployment/kube-system/kube-vip-cloud-provider",
+            ]
+        );
+        let ds = &objects[3]["spec"]["template"]["spec"];
+        assert_eq!(ds["containers"][0]["image"], KUBE_VIP_IMAGE);
+        assert!(ds["nodeSelector"].is_null());
+        let env = |ds: &Value, n: &str| {
+            ds["containers"][0]["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == n)
+                .map(|e| e["value"].clone())
+        };
+        assert_eq!(env(ds, "vip_arp"), Some(json!("true")));
+        assert_eq!(env(ds, "vip_interface"), None);
+        assert_eq!(
+            objects[7]["spec"]["template"]["spec"]["containers"][0]["image"],
+            CLOUD_PROVIDER_IMAGE
+        );
+
+        let g: GuestClusters = serde_json::from_value(json!({
+            "kubeVip": {"image": "registry.local/kube-vip:v1", "interface": "eth1",
+                        "nodeSelector": {"node-role.kubernetes.io/worker": "true"}, "arp": false},
+            "cloudProvider": {"image": "registry.local/kvcp:v2"}
+        }))
+        .unwrap();
+        let objects = install_objects(&g).unwrap();
+        let ds = &objects[3]["spec"]["template"]["spec"];
+        assert_eq!(ds["containers"][0]["image"], "registry.local/kube-vip:v1");
+        assert_eq!(
+            ds["nodeSelector"],
+            json!({"node-role.kubernetes.io/worker": "true"})
+        );
+        assert_eq!(env(ds, "vip_arp"), Some(json!("false")));
+        assert_eq!(env(ds, "vip_interface"), Some(json!("eth1")));
+        assert_eq!(
+            objects[7]["spec"]["template"]["spec"]["containers"][0]["image"],
+            "registry.local/kvcp:v2"
+        );
+        for o in &objects {
+            assert_eq!(
+                o["metadata"]["labels"]["app.kubernetes.io/managed-by"], "netpolicy",
+                "{o}"
+            );
+        }
+    }
+
+    #[test]
+    fn cluster_label_installs_only_where_the_cluster_says_true() {
+        let c = |labels: &[(&str, &str)]| RancherCluster {
+            namespace: "fleet-default".into(),
+            name: "guest-a".into(),
+            cluster_name: "c-m-abc".into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect(),
+            client_secret_name: None,
+        };
+        assert!(!c(&[]).wants_install(GuestInstall::ClusterLabel));
+        assert!(!c(&[("kube-vip", "false")]).wants_install(GuestInstall::ClusterLabel));
+        assert!(c(&[("kube-vip", "true")]).wants_install(GuestInstall::ClusterLabel));
+        assert!(c(&[]).wants_install(GuestInstall::Enabled));
+        assert!(!c(&[("kube-vip", "true")]).wants_install(GuestInstall::Disabled));
+        assert_eq!(
+            c(&[]).kubeconfig_secret(),
+            "fleet-default/guest-a-kubeconfig"
+        );
+    }
+}

@@ -1,0 +1,400 @@
+//! Guest clusters, kube-fip's job, against real API servers: Rancher's Cluster CRD in
+//! the management cluster, two guests that are API servers of their own, and a guest
+//! that is down. Each `c-m-…` namespace gets a FloatingIP (autoAllocate), its guest is
+//! found through its Rancher Cluster, kube-vip and kube-vip-cloud-provider are
+//! installed where the install mode says, the guest's ConfigMap holds the address and
+//! is repaired when edited, a guest that is down says why without holding up the
+//! others, and quiet intervals write nothing anywhere.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use std::{collections::BTreeMap, time::Duration};
+
+use k8s_openapi::{
+    api::{
+        apps::v1::{DaemonSet, Deployment},
+        core::v1::{ConfigMap, Namespace, Secret},
+    },
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{
+    Api, Client,
+    api::{DynamicObject, Patch, PatchParams, PostParams},
+    core::{ApiResource, GroupVersionKind},
+};
+use netpolicy_operator::api::{FloatingIP, FloatingIPRange, crds};
+use netpolicy_testenv::eventually;
+use serde_json::json;
+
+fn rancher_crd() -> CustomResourceDefinition {
+    let text = include_str!("data/rancher/provisioning.cattle.io_clusters.yaml");
+    serde_saphyr::from_str(text).unwrap()
+}
+
+fn clusters_api(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("provisioning.cattle.io", "v1", "Cluster"),
+            "clusters",
+        ),
+    )
+}
+
+/// A Rancher Cluster `name` in `fleet` whose guest namespace is `c_m`, as Rancher
+/// leaves it once provisioned: its kubeconfig Secret beside it, `status.clusterName`.
+async fn rancher_cluster(
+    client: &Client,
+    fleet: &str,
+    name: &str,
+    c_m: &str,
+    labels: serde_json::Value,
+    kubeconfig: &str,
+) {
+    Api::<Secret>::namespaced(client.clone(), fleet)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": format!("{name}-kubeconfig")},
+                                           "stringData": {"value": kubeconfig}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let api = clusters_api(client, fleet);
+    let o: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "provisioning.cattle.io/v1", "kind": "Cluster",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"kubernetesVersion": "v1.34.4+rke2r1",
+                 "rkeConfig": {"machinePools": [{"name": "pool1",
+                     "machineConfigRef": {"kind": "HarvesterConfig", "name": "nc-pool1"}}]}}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &o).await.unwrap();
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"clusterName": c_m, "ready": true}})),
+    )
+    .await
+    .unwrap();
+}
+
+async fn kube_vip_data(client: &Client) -> BTreeMap<String, String> {
+    Api::<ConfigMap>::namespaced(client.clone(), "kube-system")
+        .get_opt("kubevip")
+        .await
+        .unwrap()
+        .and_then(|c| c.data)
+        .unwrap_or_default()
+}
+
+/// (status, reason, message) of a FloatingIP's condition `type_`.
+async fn condition(client: &Client, ns: &str, type_: &str) -> Option<(String, String, String)> {
+    let f = Api::<FloatingIP>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .ok()?
+        .items
+        .into_iter()
+        .next()?;
+    let c = f
+        .status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == type_)?;
+    Some((c.status, c.reason, c.message))
+}
+
+async fn address(client: &Client, ns: &str) -> Option<String> {
+    Api::<FloatingIP>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .ok()?
+        .items
+        .into_iter()
+        .next()?
+        .status?
+        .address
+}
+
+fn metric(port: u16, line_start: &str) -> Option<f64> {
+    let (_, body) = common::http_get(port, "/metrics")?;
+    body.lines()
+        .find_map(|l| l.strip_prefix(line_start)?.trim().parse().ok())
+}
+
+/// Writes to `resources` in a guest's API server so far.
+fn guest_writes(cp: &netpolicy_testenv::ControlPlane, resources: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in resources {
+        for w in cp.writes_where(r, |_| true) {
+            out.push(format!(
+                "{} {}/{} {}",
+                w.verb, w.resource, w.subresource, w.name
+            ));
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rancher_guests_get_kube_vip_and_their_address_and_a_down_guest_holds_up_no_other() {
+    let cp = netpolicy_testenv::shared();
+    let (guest_a_cp, guest_b_cp) = (netpolicy_testenv::second(), netpolicy_testenv::third());
+    let client = cp.client().await;
+    let (guest_a, guest_b) = (guest_a_cp.client().await, guest_b_cp.client().await);
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    netpolicy_testenv::install_crds(&client, vec![rancher_crd()]).await;
+    let system = cp.namespace("guests-system").await;
+    let fleet = cp.namespace("fleet-default").await;
+    // Rancher's guest namespaces: c-m-<id>. A unique prefix keeps other tests' out.
+    let prefix = cp.unique("c-m-g");
+    let ns = |s: &str| format!("{prefix}-{s}");
+    for s in ["a", "b", "c"] {
+        Api::<Namespace>::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns(s)}})).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    let kubeconfig_a = std::fs::read_to_string(&guest_a_cp.kubeconfig).unwrap();
+    let kubeconfig_b = std::fs::read_to_string(&guest_b_cp.kubeconfig).unwrap();
+    // Guest c's API server is gone: a port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let kubeconfig_c = kubeconfig_a.replace(
+        guest_a_cp.server.as_str(),
+        &format!("https://127.0.0.1:{closed}"),
+    );
+    assert_ne!(kubeconfig_c, kubeconfig_a);
+    let (a, b, c) = (
+        cp.unique("guest-a"),
+        cp.unique("guest-b"),
+        cp.unique("guest-c"),
+    );
+    rancher_cluster(
+        &client,
+        &fleet,
+        &a,
+        &ns("a"),
+        json!({"kube-vip": "true"}),
+        &kubeconfig_a,
+    )
+    .await;
+    rancher_cluster(&client, &fleet, &b, &ns("b"), json!({}), &kubeconfig_b).await;
+    rancher_cluster(
+        &client,
+        &fleet,
+        &c,
+        &ns("c"),
+        json!({"kube-vip": "true"}),
+        &kubeconfig_c,
+    )
+    .await;
+    let range = cp.unique("guests");
+    let r: FloatingIPRange = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "FloatingIPRange",
+        "metadata": {"name": range},
+        "spec": {"cidrs": ["10.83.0.0/28"],
+                 "autoAllocate": {"namespaceNamePrefix": prefix},
+                 "kubeVip": {"publish": true,
+                             "guests": {"discovery": "rancher", "install": "clusterLabel",
+                                        "intervalSeconds": 10,
+                                        "kubeVip": {"interface": "eth0"},
+                                        "cloudProvider": {"image": "registry.example/kvcp:v0.0.12"}}}}
+    }))
+    .unwrap();
+    Api::<FloatingIPRange>::all(client.clone())
+        .create(&PostParams::default(), &r)
+        .await
+        .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log = cp.dir.join(format!("operator-{range}.log"));
+    let listen = format!("127.0.0.1:{port}");
+    let _op = common::operator_with(
+        cp,
+        &system,
+        &log,
+        "info,netpolicy_operator::floating_ip=debug",
+        &["--listen", &listen, "--rancher-clusters"],
+    );
+    let why = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    // Guest a (labelled kube-vip=true): kube-vip installed, its address published.
+    eventually("guest a holds its address as cidr-global", 60, || async {
+        let want = address(&client, &ns("a")).await.map(|a| format!("{a}/32"));
+        want.is_some() && kube_vip_data(&guest_a).await.get("cidr-global") == want.as_ref()
+    })
+    .await;
+    let ds = Api::<DaemonSet>::namespaced(guest_a.clone(), "kube-system")
+        .get("kube-vip-ds")
+        .await
+        .unwrap();
+    let pod = ds.spec.unwrap().template.spec.unwrap();
+    let container = &pod.containers[0];
+    assert_eq!(
+        container.image.as_deref(),
+        Some("ghcr.io/kube-vip/kube-vip:v1.0.2")
+    );
+    let env: BTreeMap<String, String> = container
+        .env
+        .iter()
+        .flatten()
+        .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+        .collect();
+    assert_eq!(env.get("vip_interface").map(String::as_str), Some("eth0"));
+    assert_eq!(env.get("vip_arp").map(String::as_str), Some("true"));
+    assert_eq!(env.get("svc_enable").map(String::as_str), Some("true"));
+    assert_eq!(pod.service_account_name.as_deref(), Some("kube-vip"));
+    let provider = Api::<Deployment>::namespaced(guest_a.clone(), "kube-system")
+        .get("kube-vip-cloud-provider")
+        .await
+        .unwrap();
+    assert_eq!(
+        provider.spec.unwrap().template.spec.unwrap().containers[0]
+            .image
+            .as_deref(),
+        Some("registry.example/kvcp:v0.0.12")
+    );
+    eventually(
+        "guest a's FloatingIP says Installed and Published",
+        30,
+        || async {
+            condition(&client, &ns("a"), "Installed")
+                .await
+                .map(|c| (c.0, c.1))
+                == Some(("True".into(), "Installed".into()))
+                && condition(&client, &ns("a"), "Published").await.map(|c| c.0)
+                    == Some("True".into())
+        },
+    )
+    .await;
+
+    // Guest b (not labelled): published, nothing installed.
+    eventually("guest b holds its address", 60, || async {
+        let want = address(&client, &ns("b")).await.map(|a| format!("{a}/32"));
+        want.is_some() && kube_vip_data(&guest_b).await.get("cidr-global") == want.as_ref()
+    })
+    .await;
+    assert!(
+        Api::<DaemonSet>::namespaced(guest_b.clone(), "kube-system")
+            .get_opt("kube-vip-ds")
+            .await
+            .unwrap()
+            .is_none(),
+        "clusterLabel installed kube-vip in an unlabelled guest"
+    );
+    assert_eq!(condition(&client, &ns("b"), "Installed").await, None);
+
+    // Guest c is down: it says so, and its up-metric is 0 while the others are 1.
+    eventually(
+        "guest c's FloatingIP says it is unreachable",
+        60,
+        || async {
+            condition(&client, &ns("c"), "Installed")
+                .await
+                .map(|c| (c.0, c.1))
+                == Some(("False".into(), "GuestUnreachable".into()))
+                && condition(&client, &ns("c"), "Published").await.map(|c| c.1)
+                    == Some("GuestUnreachable".into())
+        },
+    )
+    .await;
+    eventually("the up-metric says which guest is down", 30, || async {
+        metric(
+            port,
+            &format!("netpolicy_guestcluster_up{{cluster=\"{c}\"}}"),
+        ) == Some(0.0)
+            && metric(
+                port,
+                &format!("netpolicy_guestcluster_up{{cluster=\"{a}\"}}"),
+            ) == Some(1.0)
+            && metric(
+                port,
+                &format!("netpolicy_guestcluster_up{{cluster=\"{b}\"}}"),
+            ) == Some(1.0)
+    })
+    .await;
+    assert!(
+        metric(
+            port,
+            &format!(
+                "netpolicy_guestcluster_events_total{{cluster=\"{a}\",kind=\"kubevip_install\"}}"
+            )
+        )
+        .is_some_and(|n| n >= 1.0),
+        "{}",
+        common::http_get(port, "/metrics").unwrap().1
+    );
+
+    // Quiet: two intervals later, nothing was written in either guest (reads only),
+    // and no FloatingIP status changed.
+    let kinds = [
+        "configmaps",
+        "daemonsets",
+        "deployments",
+        "serviceaccounts",
+        "clusterroles",
+        "clusterrolebindings",
+    ];
+    let (before_a, before_b) = (
+        guest_writes(guest_a_cp, &kinds),
+        guest_writes(guest_b_cp, &kinds),
+    );
+    let statuses = cp.writes_where("floatingips", |_| true).len();
+    tokio::time::sleep(Duration::from_secs(22)).await;
+    assert_eq!(guest_writes(guest_a_cp, &kinds), before_a, "{}", why());
+    assert_eq!(guest_writes(guest_b_cp, &kinds), before_b, "{}", why());
+    assert_eq!(
+        cp.writes_where("floatingips", |_| true).len(),
+        statuses,
+        "{}",
+        why()
+    );
+
+    // Someone edits guest a's ConfigMap: our key goes, theirs is added. Within the
+    // interval ours is back and theirs stays.
+    let cms = Api::<ConfigMap>::namespaced(guest_a.clone(), "kube-system");
+    let mut cm = cms.get("kubevip").await.unwrap();
+    let ours = cm.data.as_ref().unwrap()["cidr-global"].clone();
+    let data = cm.data.get_or_insert_default();
+    data.remove("cidr-global");
+    data.insert("range-global".into(), "192.0.2.10-192.0.2.20".into());
+    cms.replace("kubevip", &PostParams::default(), &cm)
+        .await
+        .unwrap();
+    eventually(
+        "the edited ConfigMap is repaired within the interval",
+        25,
+        || async {
+            let d = kube_vip_data(&guest_a).await;
+            d.get("cidr-global") == Some(&ours) && d.contains_key("range-global")
+        },
+    )
+    .await;
+    // A deleted kube-vip DaemonSet is put back too.
+    Api::<DaemonSet>::namespaced(guest_a.clone(), "kube-system")
+        .delete("kube-vip-ds", &Default::default())
+        .await
+        .unwrap();
+    eventually("the deleted DaemonSet is put back", 25, || async {
+        Api::<DaemonSet>::namespaced(guest_a.clone(), "kube-system")
+            .get_opt("kube-vip-ds")
+            .await
+            .unwrap()
+            .is_some()
+    })
+    .await;
+}
