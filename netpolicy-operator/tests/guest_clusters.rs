@@ -312,6 +312,23 @@ async fn rancher_guests_get_kube_vip_and_their_address_and_a_down_guest_holds_up
         },
     )
     .await;
+    let fip_name = format!("auto-{range}");
+    eventually(
+        "guest c's FloatingIP has a Warning Event saying why",
+        30,
+        || async {
+            !common::events_about(
+                &client,
+                Some(&ns("c")),
+                "GuestUnreachable",
+                "FloatingIP",
+                &fip_name,
+            )
+            .await
+            .is_empty()
+        },
+    )
+    .await;
     eventually("the up-metric says which guest is down", 30, || async {
         metric(
             port,
@@ -397,4 +414,53 @@ async fn rancher_guests_get_kube_vip_and_their_address_and_a_down_guest_holds_up
             .is_some()
     })
     .await;
+
+    // Without `update` a changed rendering is not applied over what is there; with it,
+    // it is.
+    let image = |client: Client| async move {
+        Api::<DaemonSet>::namespaced(client, "kube-system")
+            .get("kube-vip-ds")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap()
+            .containers[0]
+            .image
+            .clone()
+    };
+    let ranges = Api::<FloatingIPRange>::all(client.clone());
+    let set = |update: bool| {
+        json!({"spec": {"kubeVip": {"guests": {"update": update,
+            "kubeVip": {"interface": "eth0", "image": "registry.example/kube-vip:v1.0.3"}}}}})
+    };
+    ranges
+        .patch(&range, &PatchParams::default(), &Patch::Merge(set(false)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(
+        image(guest_a.clone()).await.as_deref(),
+        Some("ghcr.io/kube-vip/kube-vip:v1.0.2"),
+        "{}",
+        why()
+    );
+    ranges
+        .patch(&range, &PatchParams::default(), &Patch::Merge(set(true)))
+        .await
+        .unwrap();
+    eventually("update: true applies the new rendering", 25, || async {
+        image(guest_a.clone()).await.as_deref() == Some("registry.example/kube-vip:v1.0.3")
+    })
+    .await;
+    // The unlabelled guest still has nothing installed.
+    assert!(
+        Api::<DaemonSet>::namespaced(guest_b.clone(), "kube-system")
+            .get_opt("kube-vip-ds")
+            .await
+            .unwrap()
+            .is_none()
+    );
 }

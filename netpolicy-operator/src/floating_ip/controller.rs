@@ -436,6 +436,25 @@ impl Writer {
                 )
                 .await;
             }
+            // A guest's condition that turns (or changes its reason): an Event.
+            for c in status.conditions.iter().filter(|c| {
+                c.type_ == crate::api::conditions::floating_ip::INSTALLED
+                    || c.type_ == crate::api::conditions::floating_ip::PUBLISHED
+            }) {
+                let before = current.conditions.iter().find(|b| b.type_ == c.type_);
+                if before.map(|b| (b.status.as_str(), b.reason.as_str()))
+                    != Some((c.status.as_str(), c.reason.as_str()))
+                    && c.reason != crate::api::conditions::floating_ip::PENDING
+                {
+                    let type_ = if c.status == "True" {
+                        EventType::Normal
+                    } else {
+                        EventType::Warning
+                    };
+                    self.event(cur.as_ref(), type_, &c.reason, c.message.clone())
+                        .await;
+                }
+            }
             let api = Api::<FloatingIP>::namespaced(self.client.clone(), ns);
             writes += usize::from(
                 apply_status(&api, FIELD_MANAGER, name, status)
