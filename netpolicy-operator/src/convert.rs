@@ -281,54 +281,52 @@ fn meridio_object(kind: &str, d: &Value, at: &str, out: &mut Converted) -> Optio
         }
     }
     if kind == "Attractor" {
-        {
-            let i = d["spec"]["interface"].clone();
-            let ty = i["type"].as_str().unwrap_or("nsm-vlan");
-            if ty != "nsm-vlan" {
-                out.errors.push(format!(
-                    "{at}: interface type {ty} has no netpolicy counterpart (only nsm-vlan: a \
+        let i = d["spec"]["interface"].clone();
+        let ty = i["type"].as_str().unwrap_or("nsm-vlan");
+        if ty != "nsm-vlan" {
+            out.errors.push(format!(
+                "{at}: interface type {ty} has no netpolicy counterpart (only nsm-vlan: a \
                      VLAN on a base interface)"
-                ));
-                return None;
-            }
-            let mut iface = Map::new();
-            iface.insert("name".into(), i["name"].clone());
-            if let Some(b) = i["nsm-vlan"]["base-interface"].as_str() {
-                iface.insert("link".into(), json!(b));
-            }
-            if let Some(v) = i["nsm-vlan"]["vlan-id"].as_u64() {
-                iface.insert("vlanId".into(), json!(v));
-            }
-            for (theirs, ours) in [("ipv4-prefix", "ipv4Prefix"), ("ipv6-prefix", "ipv6Prefix")] {
-                let Some(p) = i[theirs].as_str() else {
-                    continue;
-                };
-                // Meridio also takes ranges (`a-b/len`, several joined by `;`): ours is
-                // the network they belong to.
-                let net = if p.contains('-') || p.contains(';') {
-                    let len = p.rsplit('/').next().unwrap_or_default();
-                    let first = p.split(['-', ';', '/']).next().unwrap_or_default();
-                    let network = format!("{first}/{len}")
-                        .parse::<ipnetwork::IpNetwork>()
-                        .ok()
-                        .and_then(|n| ipnetwork::IpNetwork::new(n.network(), n.prefix()).ok());
-                    let Some(n) = network else {
-                        out.errors
-                            .push(format!("{at}: interface.{theirs} {p:?} is not a range"));
-                        return None;
-                    };
-                    out.notes.push(format!(
-                        "{at}: interface.{theirs} {p:?} is a range: netpolicy takes its network \
-                         {n} (every address of it but the gateways' may be handed out)"
-                    ));
-                    n.to_string()
-                } else {
-                    p.to_owned()
-                };
-                iface.insert(ours.into(), json!(net));
-            }
-            spec["interface"] = Value::Object(iface);
+            ));
+            return None;
         }
+        let mut iface = Map::new();
+        iface.insert("name".into(), i["name"].clone());
+        if let Some(b) = i["nsm-vlan"]["base-interface"].as_str() {
+            iface.insert("link".into(), json!(b));
+        }
+        if let Some(v) = i["nsm-vlan"]["vlan-id"].as_u64() {
+            iface.insert("vlanId".into(), json!(v));
+        }
+        for (theirs, ours) in [("ipv4-prefix", "ipv4Prefix"), ("ipv6-prefix", "ipv6Prefix")] {
+            let Some(p) = i[theirs].as_str() else {
+                continue;
+            };
+            // Meridio also takes ranges (`a-b/len`, several joined by `;`): ours is
+            // the network they belong to.
+            let net = if p.contains('-') || p.contains(';') {
+                let len = p.rsplit('/').next().unwrap_or_default();
+                let first = p.split(['-', ';', '/']).next().unwrap_or_default();
+                let network = format!("{first}/{len}")
+                    .parse::<ipnetwork::IpNetwork>()
+                    .ok()
+                    .and_then(|n| ipnetwork::IpNetwork::new(n.network(), n.prefix()).ok());
+                let Some(n) = network else {
+                    out.errors
+                        .push(format!("{at}: interface.{theirs} {p:?} is not a range"));
+                    return None;
+                };
+                out.notes.push(format!(
+                    "{at}: interface.{theirs} {p:?} is a range: netpolicy takes its network \
+                         {n} (every address of it but the gateways' may be handed out)"
+                ));
+                n.to_string()
+            } else {
+                p.to_owned()
+            };
+            iface.insert(ours.into(), json!(net));
+        }
+        spec["interface"] = Value::Object(iface);
     }
     Some(json!({"apiVersion": OURS, "kind": kind, "metadata": metadata, "spec": spec}))
 }

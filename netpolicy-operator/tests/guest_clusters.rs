@@ -228,7 +228,12 @@ async fn rancher_guests_get_kube_vip_and_their_address_and_a_down_guest_holds_up
         &system,
         &log,
         "info,netpolicy_operator::floating_ip=debug",
-        &["--listen", &listen, "--rancher-clusters"],
+        &[
+            "--listen",
+            &listen,
+            "--rancher-clusters",
+            "--trace-ipam-data",
+        ],
     );
     let why = || std::fs::read_to_string(&log).unwrap_or_default();
 
@@ -281,6 +286,16 @@ async fn rancher_guests_get_kube_vip_and_their_address_and_a_down_guest_holds_up
         },
     )
     .await;
+
+    // --trace-ipam-data (kube-fip's traceIpamData): each pass's allocations in the log.
+    let held = address(&client, &ns("a")).await.unwrap();
+    assert!(
+        why()
+            .lines()
+            .any(|l| l.contains("ipam") && l.contains("held") && l.contains(&held)),
+        "{}",
+        why()
+    );
 
     // Guest b (not labelled): published, nothing installed.
     eventually("guest b holds its address", 60, || async {

@@ -115,6 +115,7 @@ pub(crate) fn setup(
     client: &Client,
     shared: &Arc<Shared>,
     rancher_clusters: bool,
+    trace_ipam: bool,
 ) -> Setup<Writer> {
     let wake = Wake::new();
     let ranges = informers.get::<FloatingIPRange>();
@@ -169,6 +170,7 @@ pub(crate) fn setup(
         published: BTreeMap::new(),
         publish_backoff: HashMap::new(),
         wake: wake.clone(),
+        trace_ipam,
     };
     Setup { job, wake, kinds }
 }
@@ -233,6 +235,26 @@ pub(crate) struct Writer {
     publish_backoff: HashMap<String, (Instant, Backoff)>,
     /// To run another pass when a guest's state changes (its FloatingIPs' status).
     wake: Wake,
+    /// `--trace-ipam-data`: log every pass's allocations (kube-fip's `traceIpamData`).
+    trace_ipam: bool,
+}
+
+/// kube-fip's `traceIpamData`: every FloatingIP and its address, every range and its
+/// use, as this pass leaves them (at info, under the target `ipam`).
+fn trace_ipam(p: &Pass) {
+    info!(target: "ipam", floating_ips = p.fip_status.len(), ranges = p.range_status.len(), "IPAM data of this pass");
+    for (ns, name, st) in &p.fip_status {
+        info!(target: "ipam", floating_ip = format!("{ns}/{name}"), address = st.address.as_deref().unwrap_or("-"), "held");
+    }
+    for (name, st) in &p.range_status {
+        info!(
+            target: "ipam",
+            range = name,
+            capacity = st.capacity.as_deref().unwrap_or("?"),
+            allocated = st.allocated.as_deref().unwrap_or("?"),
+            "range"
+        );
+    }
 }
 
 /// Longest wait between tries of an unreachable guest cluster.
@@ -291,6 +313,9 @@ impl Writer {
             p = plan(&self.guests, &self.published);
         }
         self.log_problems(&p);
+        if self.trace_ipam {
+            trace_ipam(&p);
+        }
         let s = &self.stores;
         // 1. FloatingIPs auto-allocation wants.
         for f in &p.create_fips {

@@ -96,6 +96,10 @@ pub struct Options {
     /// watch on them, and get on the kubeconfig Secrets in their namespace).
     #[arg(long)]
     pub rancher_clusters: bool,
+    /// Log every floating-IP pass's allocations: each FloatingIP's address, each
+    /// range's capacity and use (kube-fip's `traceIpamData`; target `ipam`, at info).
+    #[arg(long)]
+    pub trace_ipam_data: bool,
 }
 
 /// Default of `--max-object-bytes`.
@@ -279,7 +283,13 @@ fn jobs(
         stop.clone(),
     );
     let floating_ip = runner.run(
-        floating_ip::controller::setup(&informers, client, shared, opts.rancher_clusters),
+        floating_ip::controller::setup(
+            &informers,
+            client,
+            shared,
+            opts.rancher_clusters,
+            opts.trace_ipam_data,
+        ),
         stop.clone(),
     );
     let routed_ip = routed_ip::controller::run(&informers, client, shared, resync, stop.clone());
