@@ -358,6 +358,91 @@ spec:
     )
 }
 
+/// Rancher guests in `plan`: found through the Rancher Clusters among the manifests,
+/// kube-vip installed only where the Cluster is labelled, each guest's `cidr-global`;
+/// a `c-m-…` namespace without a Cluster is a warning naming it.
+#[test]
+fn plan_shows_each_rancher_guest_with_what_it_would_install_and_publish() {
+    let dir = examples().join("../rancher-guests");
+    let out = netpolicy()
+        .args(["plan", "-o", "json", "-f"])
+        .arg(&dir)
+        .assert()
+        .success();
+    let v: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let guests = v["guests"].as_array().unwrap();
+    assert_eq!(guests.len(), 2, "{v}");
+    let shop = &guests[0];
+    assert_eq!(shop["namespace"], "c-m-ngd5hs2r");
+    assert_eq!(shop["cluster"], "shop");
+    assert_eq!(shop["kubeconfig"], "fleet-default/shop-kubeconfig");
+    let installs: Vec<String> = shop["install"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap(),
+                o["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert!(
+        installs.contains(&"DaemonSet/kube-vip-ds".to_owned()),
+        "{installs:?}"
+    );
+    assert!(
+        installs.contains(&"Deployment/kube-vip-cloud-provider".to_owned()),
+        "{installs:?}"
+    );
+    let address = |ns: &str| {
+        v["floatingIPs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["namespace"] == ns)
+            .map(|f| f["address"].as_str().unwrap().to_owned())
+            .unwrap()
+    };
+    assert_eq!(
+        shop["kubeVip"],
+        serde_json::json!({"cidr-global": format!("{}/32", address("c-m-ngd5hs2r"))})
+    );
+    let analytics = &guests[1];
+    assert_eq!(analytics["cluster"], "analytics");
+    assert_eq!(
+        analytics["install"],
+        serde_json::json!([]),
+        "not labelled kube-vip=true"
+    );
+    assert_eq!(
+        analytics["kubeVip"]["cidr-global"],
+        format!("{}/32", address("c-m-x7lqz4bw"))
+    );
+    // A guest namespace no Cluster names: a warning, not a guess.
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::copy(dir.join("guests.yaml"), tmp.path().join("guests.yaml")).unwrap();
+    std::fs::write(
+        tmp.path().join("orphan.yaml"),
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: c-m-orphan}\n",
+    )
+    .unwrap();
+    let out = netpolicy()
+        .args(["plan", "-o", "json", "-f"])
+        .arg(tmp.path())
+        .assert()
+        .success();
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr
+            .lines()
+            .any(|w| w.starts_with("warning: FloatingIP c-m-orphan/")
+                && w.contains("status.clusterName")),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn the_floating_ip_example_allocates_without_errors() {
     let out = netpolicy()

@@ -142,6 +142,10 @@ pub struct PlanReport {
     /// The kube-vip ConfigMaps the operator would keep (its keys only).
     #[serde(rename = "kubeVip", skip_serializing_if = "Vec::is_empty")]
     pub kube_vip: Vec<fip::KubeVipPublication>,
+    /// Guest clusters (FloatingIPRange `kubeVip.guests` or `guestKubeconfigSecret`):
+    /// per FloatingIP namespace, what would be installed and published there.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub guests: Vec<GuestReport>,
     /// The elected node of every RoutedIP (no provider is called).
     #[serde(rename = "routedIPs")]
     pub routed_ips: Vec<RoutedIPReport>,
@@ -512,6 +516,7 @@ pub fn plan(m: &Manifests) -> PlanReport {
         }
     }
     let (ranges, fips, kube_vip) = plan_floating_ips(m, &mut errors, &mut report.warnings);
+    report.guests = plan_guests(m, &fips, &kube_vip, &mut report.warnings);
     report.floating_ip_ranges = ranges;
     report.floating_ips = fips;
     report.kube_vip = kube_vip;
@@ -815,7 +820,12 @@ fn plan_floating_ips(
             })
         })
         .collect();
-    let kube_vip = fip::kube_vip(&ranges, &held, None);
+    let clusters: Vec<fip::guest::RancherCluster> = m
+        .rancher_clusters
+        .iter()
+        .filter_map(|c| fip::guest::RancherCluster::from_object(&c.object))
+        .collect();
+    let kube_vip = fip::kube_vip(&ranges, &held, Some(&clusters));
     for h in held.iter().filter(|h| !fip::publishable(h.address)) {
         let publishes = ranges.iter().any(|r| {
             r.metadata.name.as_deref() == Some(h.range.as_str())
@@ -839,6 +849,94 @@ fn plan_floating_ips(
         })
         .collect();
     (ranges, fips, kube_vip)
+}
+
+/// One guest cluster in `plan`'s output.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct GuestReport {
+    /// The FloatingIPs' namespace (Rancher's `c-m-…`).
+    pub namespace: String,
+    /// The guest: its Rancher Cluster's name, or the kubeconfig Secret.
+    pub cluster: String,
+    /// `<namespace>/<secret>` of its kubeconfig.
+    pub kubeconfig: String,
+    /// What would be installed there (empty: publish only).
+    pub install: Vec<ObjectRef>,
+    /// The keys the operator would keep in the guest's kube-vip ConfigMap.
+    #[serde(rename = "kubeVip")]
+    pub kube_vip: BTreeMap<String, String>,
+}
+
+/// An object by kind, namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ObjectRef {
+    /// Kind.
+    pub kind: String,
+    /// Namespace (empty for cluster-scoped kinds).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+/// The guests of the FloatingIPs `fips` hold: found as the operator finds them (with
+/// discovery `rancher`, from the Rancher Clusters among the manifests).
+fn plan_guests(
+    m: &Manifests,
+    fips: &[FloatingIPReport],
+    kube_vip: &[fip::KubeVipPublication],
+    warnings: &mut Vec<String>,
+) -> Vec<GuestReport> {
+    let clusters: Vec<fip::guest::RancherCluster> = m
+        .rancher_clusters
+        .iter()
+        .filter_map(|c| fip::guest::RancherCluster::from_object(&c.object))
+        .collect();
+    let mut out: BTreeMap<String, GuestReport> = BTreeMap::new();
+    for f in fips.iter().filter(|f| !f.address.is_empty()) {
+        let Some(kv) = m
+            .floating_ip_ranges
+            .iter()
+            .find(|r| r.object.metadata.name.as_deref() == Some(f.range.as_str()))
+            .and_then(|r| r.object.spec.kube_vip.as_ref())
+        else {
+            continue;
+        };
+        match fip::guest_of(kv, &f.namespace, Some(&clusters)) {
+            Ok(None) => {}
+            Err(e) => warnings.push(format!("FloatingIP {}/{}: {e}", f.namespace, f.name)),
+            Ok(Some((kubeconfig, target))) => {
+                let data = kube_vip
+                    .iter()
+                    .find(|p| p.cluster == kubeconfig)
+                    .map(|p| p.data.clone())
+                    .unwrap_or_default();
+                let install = target
+                    .install
+                    .iter()
+                    .flat_map(|i| &i.objects)
+                    .map(|o| ObjectRef {
+                        kind: o["kind"].as_str().unwrap_or_default().to_owned(),
+                        namespace: o["metadata"]["namespace"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                        name: o["metadata"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                    })
+                    .collect();
+                out.entry(f.namespace.clone()).or_insert(GuestReport {
+                    namespace: f.namespace.clone(),
+                    cluster: target.name,
+                    kubeconfig,
+                    install,
+                    kube_vip: data,
+                });
+            }
+        }
+    }
+    out.into_values().collect()
 }
 
 fn node_list(nodes: &[&str]) -> String {
@@ -1038,6 +1136,37 @@ impl PlanReport {
                         "requested"
                     }
                     .to_owned(),
+                ]);
+            }
+            let _ = writeln!(out, "{t}\n");
+        }
+        if !self.guests.is_empty() {
+            let mut t = Table::new();
+            t.load_style(presets::UTF8_FULL_CONDENSED).set_header([
+                "GUEST NAMESPACE",
+                "CLUSTER",
+                "KUBECONFIG",
+                "INSTALLS",
+                "PUBLISHES",
+            ]);
+            for g in &self.guests {
+                t.add_row([
+                    g.namespace.clone(),
+                    g.cluster.clone(),
+                    g.kubeconfig.clone(),
+                    if g.install.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        format!(
+                            "kube-vip, kube-vip-cloud-provider ({} objects)",
+                            g.install.len()
+                        )
+                    },
+                    g.kube_vip
+                        .iter()
+                        .map(|(k, v)| format!("{k}: {v}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
                 ]);
             }
             let _ = writeln!(out, "{t}\n");

@@ -115,6 +115,9 @@ pub struct Manifests {
     pub flows: Vec<Located<Flow>>,
     /// Calico BGPPeers (`crd.projectcalico.org/v1` or `projectcalico.org/v3`).
     pub bgp_peers: Vec<Located<CalicoBgpPeer>>,
+    /// Rancher's `provisioning.cattle.io/v1` Clusters (guest discovery `rancher`; their
+    /// `status.clusterName` names the guest's namespace).
+    pub rancher_clusters: Vec<Located<kube::core::DynamicObject>>,
     /// Problems with documents (the rest of the input is still used).
     pub errors: Vec<InputError>,
     /// Things skipped on purpose (unknown kinds), for a person to read.
@@ -414,6 +417,9 @@ impl Manifests {
             (API_VERSION, "Flow") => self.parse_into(&d, crd("Flow"), false, |m| &mut m.flows),
             ("crd.projectcalico.org/v1" | "projectcalico.org/v3", "BGPPeer") => {
                 self.parse_into(&d, None, false, |m| &mut m.bgp_peers)
+            }
+            ("provisioning.cattle.io/v1", "Cluster") => {
+                self.parse_into(&d, None, false, |m| &mut m.rancher_clusters)
             }
             (API_VERSION, "NodeNetworkConfig") => self.warnings.push(format!(
                 "{}: ignoring NodeNetworkConfig {:?}: it is output, rendered by the \
