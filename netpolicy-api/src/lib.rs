@@ -628,6 +628,27 @@ pub struct FloatingIPRangeSpec {
     /// Publish allocations to kube-vip.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kube_vip: Option<KubeVip>,
+    /// Harvester (kube-fip's `harvesterClusterName`/`harvesterNetworkName`): with
+    /// `autoAllocate`, a Rancher guest provisioned on this Harvester cluster (and
+    /// network) is served from this range, and no other guest is. Needs the operator's
+    /// `--rancher-clusters`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harvester: Option<HarvesterSelector>,
+}
+
+/// The Harvester cluster and network whose Rancher guests a range serves.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HarvesterSelector {
+    /// The Harvester cluster's name in Rancher (its `management.cattle.io/v3` Cluster's
+    /// `spec.displayName`), which the guest's cloud credential points at.
+    #[schemars(length(min = 1))]
+    pub cluster: String,
+    /// The Harvester network (`<namespace>/<name>` or `<name>`) of the guest's machine
+    /// pool. Empty: any network of that cluster (a range naming the guest's own network
+    /// is preferred).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
 }
 
 /// A start-end address range, inclusive.

@@ -169,16 +169,51 @@ pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Conver
                     out.errors.push(format!("{at}: spec.iprange is missing"));
                     continue;
                 };
-                for a in ["cloudCredentialSecret", "harvesterNetworkName"] {
-                    if let Some(v) = d["metadata"]["annotations"][a].as_str() {
-                        out.notes.push(format!(
-                            "{at}: annotation {a}={v} has no counterpart (Rancher/Harvester); \
-                             pick the range with autoAllocate or FloatingIP spec.range"
-                        ));
+                let ann = &d["metadata"]["annotations"];
+                let mut spec = json!({"cidrs": [cidr]});
+                if let Some(cluster) = ann["harvesterClusterName"].as_str() {
+                    // A Harvester guest range: kube-fip gives each new c-m-… namespace of
+                    // a guest on that cluster (and network) a FloatingIP from it and
+                    // publishes it in the guest.
+                    let mut h = json!({"cluster": cluster});
+                    if let Some(n) = ann["harvesterNetworkName"].as_str() {
+                        h["network"] = json!(n);
                     }
+                    spec["harvester"] = h;
+                    spec["autoAllocate"] = json!({"namespaceNamePrefix": "c-m-"});
+                    spec["kubeVip"] = json!({"publish": true, "guests": {"discovery": "rancher"}});
+                    out.notes.push(format!(
+                        "{at}: Harvester range: spec.harvester, autoAllocate in c-m-* \
+                         namespaces and kubeVip.guests (discovery rancher) set; kube-fip's \
+                         kubevipGuestInstall is operator configuration, not in this manifest: \
+                         set kubeVip.guests.install (enabled or clusterLabel) to install \
+                         kube-vip in the guests, and run the operator with \
+                         --rancher-clusters (chart floatingIPs.rancher.enabled, .harvester)"
+                    ));
+                } else if let Some(n) = ann["harvesterNetworkName"].as_str() {
+                    out.notes.push(format!(
+                        "{at}: annotation harvesterNetworkName={n} without \
+                         harvesterClusterName: dropped (a network is matched within a cluster)"
+                    ));
+                }
+                kube_fip_annotations(
+                    ann,
+                    &[
+                        "harvesterClusterName",
+                        "harvesterNetworkName",
+                        "cloudCredentialSecret",
+                    ],
+                    &at,
+                    &mut out,
+                );
+                if let Some(v) = ann["cloudCredentialSecret"].as_str() {
+                    out.notes.push(format!(
+                        "{at}: annotation cloudCredentialSecret={v} is not needed: a guest's \
+                         cloud credential is read from its Rancher Cluster"
+                    ));
                 }
                 rest.push(json!({"apiVersion": OURS, "kind": "FloatingIPRange",
-                                 "metadata": {"name": name}, "spec": {"cidrs": [cidr]}}));
+                                 "metadata": {"name": name}, "spec": spec}));
             }
             (KUBEFIP, "FloatingIP") => {
                 let ns = d["metadata"]["namespace"].as_str().unwrap_or_default();
@@ -193,12 +228,26 @@ pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Conver
                 if let Some(a) = d["spec"]["ipaddress"].as_str().filter(|a| !a.is_empty()) {
                     spec.insert("address".into(), json!(a));
                 }
-                if d["metadata"]["annotations"]["updateConfigMap"] == "true" {
+                let ann = &d["metadata"]["annotations"];
+                if ann["updateConfigMap"] == "true" {
                     out.notes.push(format!(
-                        "{at}: updateConfigMap=true: set kubeVip.publish (and \
-                         guestKubeconfigSecret) on FloatingIPRange {range}"
+                        "{at}: updateConfigMap=true: FloatingIPRange {range} needs \
+                         kubeVip: {{publish: true, guests: {{discovery: rancher}}}} (set on \
+                         Harvester ranges by this conversion)"
                     ));
                 }
+                if let Some(c) = ann["clustername"].as_str() {
+                    out.notes.push(format!(
+                        "{at}: annotation clustername={c}: the guest is the Rancher Cluster \
+                         whose status.clusterName is {ns:?} (no field needed)"
+                    ));
+                }
+                kube_fip_annotations(
+                    ann,
+                    &["fiprange", "clustername", "updateConfigMap"],
+                    &at,
+                    &mut out,
+                );
                 let mut metadata = json!({"name": name});
                 if !ns.is_empty() {
                     metadata["namespace"] = json!(ns);
@@ -240,6 +289,19 @@ pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Conver
     }
     out.objects.extend(rest);
     out
+}
+
+/// Annotations of a kube-fip object other than `known` (and kubectl's own): said, then
+/// dropped.
+fn kube_fip_annotations(ann: &Value, known: &[&str], at: &str, out: &mut Converted) {
+    for (k, v) in ann.as_object().into_iter().flatten() {
+        if known.contains(&k.as_str()) || k.starts_with("kubectl.kubernetes.io/") {
+            continue;
+        }
+        out.notes.push(format!(
+            "{at}: annotation {k}={v} has no netpolicy counterpart; dropped"
+        ));
+    }
 }
 
 /// `source-subnets` → `sourceSubnets`, recursively through objects and lists.
@@ -386,17 +448,36 @@ mod tests {
         let docs = [
             json!({"apiVersion": KUBEFIP, "kind": "FloatingIPRange",
                    "metadata": {"name": "guest-vlan",
-                                "annotations": {"cloudCredentialSecret": "cc-bsvdq"}},
+                                "annotations": {"cloudCredentialSecret": "cc-bsvdq",
+                                                "harvesterClusterName": "harvester-dc1",
+                                                "harvesterNetworkName": "vlan10",
+                                                "team": "infra"}},
                    "spec": {"iprange": "10.135.10.192/26"}}),
             json!({"apiVersion": KUBEFIP, "kind": "FloatingIP",
                    "metadata": {"name": "demo-vip", "namespace": "c-m-ngd5hs2r",
-                                "annotations": {"fiprange": "guest-vlan", "updateConfigMap": "true"}},
+                                "annotations": {"fiprange": "guest-vlan", "updateConfigMap": "true",
+                                                "clustername": "shop"}},
                    "spec": {"ipaddress": "10.135.10.200"}}),
             json!({"apiVersion": KUBEFIP, "kind": "FloatingIP",
                    "metadata": {"name": "lost", "namespace": "x"}, "spec": {}}),
         ];
         let c = convert(docs.into_iter().map(|d| ("fip.yaml".to_owned(), d)));
-        assert_eq!(c.objects[0]["spec"], json!({"cidrs": ["10.135.10.192/26"]}));
+        assert_eq!(
+            c.objects[0]["spec"],
+            json!({"cidrs": ["10.135.10.192/26"],
+                   "harvester": {"cluster": "harvester-dc1", "network": "vlan10"},
+                   "autoAllocate": {"namespaceNamePrefix": "c-m-"},
+                   "kubeVip": {"publish": true, "guests": {"discovery": "rancher"}}})
+        );
+        // Our kind takes it as it is.
+        let _: crate::api::FloatingIPRange = serde_json::from_value(c.objects[0].clone()).unwrap();
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n.contains("annotation team=") && n.contains("dropped")),
+            "{:?}",
+            c.notes
+        );
         assert_eq!(
             c.objects[1],
             json!({"apiVersion": OURS, "kind": "FloatingIP",
@@ -406,7 +487,18 @@ mod tests {
         assert_eq!(c.errors.len(), 1, "{:?}", c.errors);
         assert!(c.errors[0].contains("FloatingIP/lost"));
         assert!(c.notes.iter().any(|n| n.contains("cloudCredentialSecret")));
-        assert!(c.notes.iter().any(|n| n.contains("kubeVip.publish")));
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n.contains("guests: {discovery: rancher}")),
+            "{:?}",
+            c.notes
+        );
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n.contains("clustername=shop") && n.contains("status.clusterName"))
+        );
     }
 
     /// Meridio's own samples (`config/samples/meridio_v1_*`, kebab-case, the nested

@@ -28,6 +28,9 @@ use netpolicy_operator::api::{FloatingIP, FloatingIPRange, crds};
 use netpolicy_testenv::eventually;
 use serde_json::json;
 
+/// One operator at a time: each serves every range of the shared API server.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn rancher_crd() -> CustomResourceDefinition {
     let text = include_str!("data/rancher/provisioning.cattle.io_clusters.yaml");
     serde_saphyr::from_str(text).unwrap()
@@ -142,6 +145,7 @@ fn guest_writes(cp: &netpolicy_testenv::ControlPlane, resources: &[&str]) -> Vec
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rancher_guests_get_kube_vip_and_their_address_and_a_down_guest_holds_up_no_other() {
+    let _serial = SERIAL.lock().await;
     let cp = netpolicy_testenv::shared();
     let (guest_a_cp, guest_b_cp) = (netpolicy_testenv::second(), netpolicy_testenv::third());
     let client = cp.client().await;
@@ -478,4 +482,170 @@ async fn rancher_guests_get_kube_vip_and_their_address_and_a_down_guest_holds_up
             .unwrap()
             .is_none()
     );
+}
+
+fn harvester_crds() -> Vec<CustomResourceDefinition> {
+    include_str!("data/rancher/harvester.yaml")
+        .split("\n---\n")
+        .map(|d| serde_saphyr::from_str(d).unwrap())
+        .collect()
+}
+
+/// kube-fip's Harvester ranges: a guest provisioned on a Harvester cluster and network
+/// is served by the range naming them (read from its cloud credential and machine
+/// pool), not by another range of that cluster; a guest not on Harvester by neither.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_harvester_guest_gets_its_address_from_the_range_of_its_cluster_and_network() {
+    let _serial = SERIAL.lock().await;
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let mut extra = vec![rancher_crd()];
+    extra.extend(harvester_crds());
+    netpolicy_testenv::install_crds(&client, extra).await;
+    let system = cp.namespace("hv-system").await;
+    let fleet = cp.namespace("hv-fleet").await;
+    let global = cp.namespace("cattle-global-data").await;
+    let prefix = cp.unique("c-m-hv");
+    let ns = |s: &str| format!("{prefix}-{s}");
+    for s in ["on", "off"] {
+        Api::<Namespace>::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns(s)}})).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    // Rancher's view of a Harvester cluster: an imported management Cluster, the cloud
+    // credential pointing at it, the machine pool's HarvesterConfig on network net2.
+    let hv = cp.unique("hv");
+    let mgmt_id = cp.unique("c-hv");
+    let dynamic = |group: &str, version: &str, kind: &str, plural: &str| {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+    };
+    Api::<DynamicObject>::all_with(
+        client.clone(),
+        &dynamic("management.cattle.io", "v3", "Cluster", "clusters"),
+    )
+    .create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            json!({"apiVersion": "management.cattle.io/v3", "kind": "Cluster",
+            "metadata": {"name": mgmt_id}, "spec": {"displayName": hv}}),
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &global)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "cc-hv"},
+                "stringData": {"harvestercredentialConfig-clusterId": mgmt_id}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        &fleet,
+        &dynamic(
+            "rke-machine-config.cattle.io",
+            "v1",
+            "HarvesterConfig",
+            "harvesterconfigs",
+        ),
+    )
+    .create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"apiVersion": "rke-machine-config.cattle.io/v1",
+            "kind": "HarvesterConfig", "metadata": {"name": "nc-pool1"},
+            "networkInfo": "{\"interfaces\":[{\"networkName\":\"default/net2\"}]}"}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let clusters = clusters_api(&client, &fleet);
+    for (name, c_m, on_harvester) in [("on-hv", ns("on"), true), ("off-hv", ns("off"), false)] {
+        let mut spec = json!({"kubernetesVersion": "v1.34.4+rke2r1"});
+        if on_harvester {
+            spec["cloudCredentialSecretName"] = json!(format!("{global}:cc-hv"));
+            spec["rkeConfig"] = json!({"machinePools": [{"name": "pool1",
+                "machineConfigRef": {"kind": "HarvesterConfig", "name": "nc-pool1"}}]});
+        }
+        let o: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "provisioning.cattle.io/v1", "kind": "Cluster",
+            "metadata": {"name": name}, "spec": spec
+        }))
+        .unwrap();
+        clusters.create(&PostParams::default(), &o).await.unwrap();
+        clusters
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"clusterName": c_m}})),
+            )
+            .await
+            .unwrap();
+    }
+    let range = |name: &str, cidr: &str, network: &str| -> FloatingIPRange {
+        serde_json::from_value(json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "FloatingIPRange",
+            "metadata": {"name": name},
+            "spec": {"cidrs": [cidr], "autoAllocate": {"namespaceNamePrefix": prefix},
+                     "harvester": {"cluster": hv, "network": network}}
+        }))
+        .unwrap()
+    };
+    let (net1, net2) = (cp.unique("hv-net1"), cp.unique("hv-net2"));
+    for r in [
+        range(&net1, "10.84.1.0/28", "net1"),
+        range(&net2, "10.84.2.0/28", "net2"),
+    ] {
+        Api::<FloatingIPRange>::all(client.clone())
+            .create(&PostParams::default(), &r)
+            .await
+            .unwrap();
+    }
+    let log = cp.dir.join(format!("operator-{net1}.log"));
+    let _op = common::operator_with(
+        cp,
+        &system,
+        &log,
+        "info,netpolicy_operator::floating_ip=debug",
+        &["--rancher-clusters"],
+    );
+    let why = || std::fs::read_to_string(&log).unwrap_or_default();
+    let ranges_of = |ns: String| {
+        let client = client.clone();
+        async move {
+            Api::<FloatingIP>::namespaced(client, &ns)
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .map(|f| (f.spec.range, f.status.and_then(|s| s.address)))
+                .collect::<Vec<_>>()
+        }
+    };
+    eventually(
+        "the Harvester guest gets an address from its network's range",
+        60,
+        || async {
+            let got = ranges_of(ns("on")).await;
+            got.len() == 1
+                && got[0].0 == net2
+                && got[0]
+                    .1
+                    .as_deref()
+                    .is_some_and(|a| a.starts_with("10.84.2."))
+        },
+    )
+    .await;
+    // Several passes later: no second FloatingIP, and none for the guest not on Harvester.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(ranges_of(ns("on")).await.len(), 1, "{}", why());
+    assert!(ranges_of(ns("off")).await.is_empty(), "{}", why());
 }

@@ -133,7 +133,8 @@ pub(crate) fn setup(
         let clusters = informers.dynamic(&rancher_clusters_resource(), true);
         clusters.subscribe(&wake, |o| {
             format!(
-                "{:?}/{:?}/{:?}",
+                "{:?}/{:?}/{:?}/{:?}",
+                o.metadata.generation,
                 o.data["status"]["clusterName"].as_str(),
                 o.data["status"]["clientSecretName"].as_str(),
                 o.metadata
@@ -171,6 +172,7 @@ pub(crate) fn setup(
         publish_backoff: HashMap::new(),
         wake: wake.clone(),
         trace_ipam,
+        harvester: HashMap::new(),
     };
     Setup { job, wake, kinds }
 }
@@ -180,7 +182,11 @@ impl Job for Writer {
         "floating-ip"
     }
 
-    async fn pass(&mut self, _changes: &Changes) -> Result<Next, JobError> {
+    async fn pass(&mut self, changes: &Changes) -> Result<Next, JobError> {
+        if changes.full {
+            // A full pass looks again at Harvester lookups that failed.
+            self.harvester.retain(|_, (_, r)| r.is_ok());
+        }
         self.run_pass().await?;
         // A kube-vip ConfigMap waiting out its backoff: look again when it is due.
         let now = Instant::now();
@@ -237,6 +243,9 @@ pub(crate) struct Writer {
     wake: Wake,
     /// `--trace-ipam-data`: log every pass's allocations (kube-fip's `traceIpamData`).
     trace_ipam: bool,
+    /// Each Rancher Cluster's Harvester cluster and network (by uid: the generation it
+    /// was read at, and what was found or why not).
+    harvester: HashMap<String, (i64, Result<Option<super::guest::Harvester>, String>)>,
 }
 
 /// kube-fip's `traceIpamData`: every FloatingIP and its address, every range and its
@@ -279,13 +288,26 @@ impl Writer {
         let fips = self.stores.fips.state();
         let namespaces = self.stores.namespaces.state();
         let claims = self.stores.claims.state();
-        let clusters: Option<Vec<super::guest::RancherCluster>> =
-            self.stores.clusters.as_ref().map(|c| {
-                c.state()
-                    .iter()
-                    .filter_map(|o| super::guest::RancherCluster::from_object(o))
-                    .collect()
-            });
+        let wants_harvester = ranges.iter().any(|r| r.spec.harvester.is_some());
+        let objects = self.stores.clusters.as_ref().map(Store::state);
+        if wants_harvester && let Some(objects) = &objects {
+            self.resolve_harvester(objects).await;
+        }
+        let clusters: Option<Vec<super::guest::RancherCluster>> = objects.map(|objects| {
+            objects
+                .iter()
+                .filter_map(|o| {
+                    let mut c = super::guest::RancherCluster::from_object(o)?;
+                    c.harvester = o
+                        .metadata
+                        .uid
+                        .as_ref()
+                        .and_then(|u| self.harvester.get(u))
+                        .and_then(|(_, r)| r.clone().ok().flatten());
+                    Some(c)
+                })
+                .collect()
+        });
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         // The rules over the caches, with what the guests and kube-vip last answered.
         let plan = |guests: &BTreeMap<String, super::GuestState>,
@@ -674,6 +696,110 @@ impl Writer {
             .get_opt(&owner.namespace)
             .await?;
         Ok(ns.is_some_and(|n| n.metadata.deletion_timestamp.is_none()))
+    }
+
+    /// Reads where each Rancher Cluster runs on Harvester, as kube-fip does: its cloud
+    /// credential Secret's `harvestercredentialConfig-clusterId` names the Harvester
+    /// cluster's `management.cattle.io/v3` Cluster (its `spec.displayName`), its first
+    /// Harvester machine pool's `HarvesterConfig` the network. Once per Cluster
+    /// generation; a failure is logged and tried again at the next full pass.
+    async fn resolve_harvester(&mut self, objects: &[Arc<kube::core::DynamicObject>]) {
+        use super::guest::{Harvester, RancherCluster, harvester_network};
+        let live: BTreeSet<String> = objects
+            .iter()
+            .filter_map(|o| o.metadata.uid.clone())
+            .collect();
+        self.harvester.retain(|uid, _| live.contains(uid));
+        for o in objects {
+            let (Some(uid), generation) =
+                (o.metadata.uid.clone(), o.metadata.generation.unwrap_or(0))
+            else {
+                continue;
+            };
+            if self
+                .harvester
+                .get(&uid)
+                .is_some_and(|(g, _)| *g == generation)
+            {
+                continue;
+            }
+            let name = format!(
+                "{}/{}",
+                o.metadata.namespace.as_deref().unwrap_or_default(),
+                o.metadata.name.as_deref().unwrap_or_default()
+            );
+            let found: Result<Option<Harvester>, String> = async {
+                let Some((ns, secret)) = RancherCluster::cloud_credential(o) else {
+                    return Ok(None);
+                };
+                let data =
+                    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(self.client.clone(), &ns)
+                        .get(&secret)
+                        .await
+                        .map_err(|e| format!("cloud credential {ns}/{secret}: {e}"))?
+                        .data
+                        .unwrap_or_default();
+                let Some(id) = data.get("harvestercredentialConfig-clusterId") else {
+                    return Ok(None); // not a Harvester credential
+                };
+                let id = String::from_utf8_lossy(&id.0).into_owned();
+                let mgmt = kube::core::ApiResource::from_gvk_with_plural(
+                    &kube::core::GroupVersionKind::gvk("management.cattle.io", "v3", "Cluster"),
+                    "clusters",
+                );
+                let cluster =
+                    Api::<kube::core::DynamicObject>::all_with(self.client.clone(), &mgmt)
+                        .get(&id)
+                        .await
+                        .map_err(|e| {
+                            format!("Harvester cluster {id} (management.cattle.io/v3): {e}")
+                        })?;
+                let display = cluster.data["spec"]["displayName"]
+                    .as_str()
+                    .unwrap_or(&id)
+                    .to_owned();
+                let network = match RancherCluster::harvester_config(o) {
+                    None => None,
+                    Some(config) => {
+                        let hc = kube::core::ApiResource::from_gvk_with_plural(
+                            &kube::core::GroupVersionKind::gvk(
+                                "rke-machine-config.cattle.io",
+                                "v1",
+                                "HarvesterConfig",
+                            ),
+                            "harvesterconfigs",
+                        );
+                        let ns = o.metadata.namespace.as_deref().unwrap_or_default();
+                        let c = Api::<kube::core::DynamicObject>::namespaced_with(
+                            self.client.clone(),
+                            ns,
+                            &hc,
+                        )
+                        .get(&config)
+                        .await
+                        .map_err(|e| format!("HarvesterConfig {ns}/{config}: {e}"))?;
+                        harvester_network(&c.data)
+                    }
+                };
+                Ok(Some(Harvester {
+                    cluster: display,
+                    network,
+                }))
+            }
+            .await;
+            match &found {
+                Ok(Some(h)) => {
+                    debug!(cluster = name, harvester = h.cluster, network = ?h.network, "Harvester guest")
+                }
+                Ok(None) => {}
+                Err(e) => warn!(
+                    cluster = name,
+                    error = e,
+                    "cannot tell which Harvester cluster runs this guest (tried again at the next resync)"
+                ),
+            }
+            self.harvester.insert(uid, (generation, found));
+        }
     }
 
     /// Visits every guest cluster that is due — its publication changed, its

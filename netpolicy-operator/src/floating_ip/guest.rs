@@ -40,6 +40,58 @@ pub(crate) struct RancherCluster {
     pub(crate) labels: BTreeMap<String, String>,
     /// `status.clientSecretName` (Rancher 2.9+): the kubeconfig Secret's name.
     pub(crate) client_secret_name: Option<String>,
+    /// The Harvester cluster and network it was provisioned on, once resolved (the
+    /// controller reads them from its cloud credential and machine pool).
+    pub(crate) harvester: Option<Harvester>,
+}
+
+/// Where a Rancher guest runs on Harvester.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Harvester {
+    /// The Harvester cluster's display name in Rancher.
+    pub(crate) cluster: String,
+    /// The network of its (first Harvester) machine pool, `<namespace>/<name>`.
+    pub(crate) network: Option<String>,
+}
+
+/// Whether range network `want` names network `have` (`<namespace>/<name>`, or `<name>`
+/// alone as kube-fip's annotations give it).
+fn same_network(want: &str, have: &str) -> bool {
+    want == have || have.rsplit_once('/').is_some_and(|(_, n)| n == want)
+}
+
+/// The range that serves each Rancher guest namespace by Harvester (kube-fip's rule):
+/// among the ranges naming the guest's Harvester cluster, the first (by name) naming
+/// its network; else the first naming no network; else the first of that cluster.
+pub(crate) fn harvester_ranges(
+    ranges: &[&netpolicy_api::FloatingIPRange],
+    clusters: &[RancherCluster],
+) -> BTreeMap<String, String> {
+    let mut named: Vec<(&str, &netpolicy_api::HarvesterSelector)> = ranges
+        .iter()
+        .filter_map(|r| Some((r.metadata.name.as_deref()?, r.spec.harvester.as_ref()?)))
+        .collect();
+    named.sort_by_key(|(n, _)| *n);
+    let mut out = BTreeMap::new();
+    for c in clusters {
+        let Some(h) = &c.harvester else { continue };
+        let of_cluster: Vec<&(&str, &netpolicy_api::HarvesterSelector)> = named
+            .iter()
+            .filter(|(_, s)| s.cluster == h.cluster)
+            .collect();
+        let by_network = h.network.as_deref().and_then(|net| {
+            of_cluster
+                .iter()
+                .find(|(_, s)| s.network.as_deref().is_some_and(|w| same_network(w, net)))
+        });
+        let pick = by_network
+            .or_else(|| of_cluster.iter().find(|(_, s)| s.network.is_none()))
+            .or_else(|| of_cluster.first());
+        if let Some((range, _)) = pick {
+            out.insert(c.cluster_name.clone(), (*range).to_owned());
+        }
+    }
+    out
 }
 
 impl RancherCluster {
@@ -56,7 +108,26 @@ impl RancherCluster {
                 .as_str()
                 .filter(|s| !s.is_empty())
                 .map(str::to_owned),
+            harvester: None,
         })
+    }
+
+    /// `spec.cloudCredentialSecretName` (`<namespace>:<name>`) as (namespace, name).
+    pub(crate) fn cloud_credential(o: &kube::core::DynamicObject) -> Option<(String, String)> {
+        let (ns, name) = o.data["spec"]["cloudCredentialSecretName"]
+            .as_str()?
+            .split_once(':')?;
+        Some((ns.to_owned(), name.to_owned()))
+    }
+
+    /// The `HarvesterConfig` of its first Harvester machine pool.
+    pub(crate) fn harvester_config(o: &kube::core::DynamicObject) -> Option<String> {
+        o.data["spec"]["rkeConfig"]["machinePools"]
+            .as_array()?
+            .iter()
+            .find(|p| p["machineConfigRef"]["kind"] == "HarvesterConfig")?["machineConfigRef"]["name"]
+            .as_str()
+            .map(str::to_owned)
     }
 
     /// `<namespace>/<secret>`: the Secret Rancher keeps the guest's kubeconfig in —
@@ -148,9 +219,86 @@ pub(crate) fn key_of(o: &Value) -> String {
     )
 }
 
+/// The network a `HarvesterConfig` (`rke-machine-config.cattle.io/v1`) puts its
+/// machines on: `networkName`, or (Rancher 2.7.3+) the first interface of `networkInfo`.
+pub(crate) fn harvester_network(config: &Value) -> Option<String> {
+    if let Some(n) = config["networkName"].as_str().filter(|n| !n.is_empty()) {
+        return Some(n.to_owned());
+    }
+    let info: Value = serde_json::from_str(config["networkInfo"].as_str()?).ok()?;
+    info["interfaces"][0]["networkName"]
+        .as_str()
+        .map(str::to_owned)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_harvester_guest_is_served_by_the_range_of_its_cluster_and_network() {
+        let range = |name: &str,
+                     cluster: &str,
+                     network: Option<&str>|
+         -> netpolicy_api::FloatingIPRange {
+            serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {"cidrs": ["10.0.0.0/24"], "harvester": {"cluster": cluster, "network": network}}
+            }))
+            .unwrap()
+        };
+        let guest = |ns: &str, cluster: &str, network: Option<&str>| RancherCluster {
+            namespace: "fleet-default".into(),
+            name: ns.into(),
+            cluster_name: ns.into(),
+            labels: BTreeMap::new(),
+            client_secret_name: None,
+            harvester: Some(Harvester {
+                cluster: cluster.into(),
+                network: network.map(Into::into),
+            }),
+        };
+        let (a, b, c, d) = (
+            range("a-net1", "hv1", Some("net1")),
+            range("b-net2", "hv1", Some("default/net2")),
+            range("c-any", "hv2", None),
+            range("d-other", "hv3", Some("x")),
+        );
+        let ranges = [&a, &b, &c, &d];
+        let got = harvester_ranges(
+            &ranges,
+            &[
+                guest("c-m-1", "hv1", Some("default/net1")),
+                guest("c-m-2", "hv1", Some("default/net2")),
+                guest("c-m-3", "hv1", None),
+                guest("c-m-4", "hv2", Some("default/net9")),
+                guest("c-m-5", "hv3", Some("default/y")),
+                guest("c-m-6", "hv9", None),
+            ],
+        );
+        let want: BTreeMap<String, String> = [
+            ("c-m-1", "a-net1"),
+            ("c-m-2", "b-net2"),
+            ("c-m-3", "a-net1"),
+            ("c-m-4", "c-any"),
+            ("c-m-5", "d-other"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_harvester_config_names_its_network_one_way_or_the_other() {
+        assert_eq!(
+            harvester_network(&json!({"networkName": "default/vlan10"})).as_deref(),
+            Some("default/vlan10")
+        );
+        let info = json!({"networkInfo": "{\"interfaces\":[{\"networkName\":\"default/vlan20\"},{\"networkName\":\"x/y\"}]}"});
+        assert_eq!(harvester_network(&info).as_deref(), Some("default/vlan20"));
+        assert_eq!(harvester_network(&json!({})), None);
+    }
 
     #[test]
     fn the_guest_manifests_parse_and_take_the_ranges_settings() {
@@ -225,6 +373,7 @@ mod tests {
                 .map(|(k, v)| ((*k).into(), (*v).into()))
                 .collect(),
             client_secret_name: None,
+            harvester: None,
         };
         assert!(!c(&[]).wants_install(GuestInstall::ClusterLabel));
         assert!(!c(&[("kube-vip", "false")]).wants_install(GuestInstall::ClusterLabel));

@@ -113,6 +113,7 @@ pub(crate) fn pools(ranges: &[&FloatingIPRange], errors: &mut Vec<InputError>) -
 pub(crate) fn auto_claims<'a>(
     range: &FloatingIPRange,
     namespaces: impl IntoIterator<Item = &'a Namespace>,
+    harvester: &BTreeMap<String, String>,
     errors: &mut Vec<InputError>,
 ) -> Vec<Claim> {
     let Some(auto) = &range.spec.auto_allocate else {
@@ -144,7 +145,11 @@ pub(crate) fn auto_claims<'a>(
         .filter(|ns| {
             let name = ns.metadata.name.as_deref().unwrap_or_default();
             let labels = ns.metadata.labels.clone().unwrap_or_default();
-            auto.takes_namespace_name(name) && selector.matches(&labels)
+            // A Harvester range serves only the guests provisioned on its cluster and
+            // network ([`guest::harvester_ranges`]).
+            let by_harvester = range.spec.harvester.is_none()
+                || harvester.get(name).map(String::as_str) == Some(range_name.as_str());
+            auto.takes_namespace_name(name) && selector.matches(&labels) && by_harvester
         })
         .map(|ns| Claim {
             namespace: ns.metadata.name.clone().unwrap_or_default(),
@@ -164,8 +169,10 @@ pub(crate) fn missing_auto(
     ranges: &[&FloatingIPRange],
     namespaces: &[&Namespace],
     existing: &[(String, String, String)],
+    clusters: Option<&[guest::RancherCluster]>,
     errors: &mut Vec<InputError>,
 ) -> Vec<Claim> {
+    let harvester = guest::harvester_ranges(ranges, clusters.unwrap_or_default());
     let names: BTreeSet<(&str, &str)> = existing
         .iter()
         .map(|(ns, n, _)| (ns.as_str(), n.as_str()))
@@ -184,7 +191,7 @@ pub(crate) fn missing_auto(
         .iter()
         .filter(|r| r.metadata.deletion_timestamp.is_none())
     {
-        for c in auto_claims(r, live.iter().copied(), errors) {
+        for c in auto_claims(r, live.iter().copied(), &harvester, errors) {
             // A Namespace that already has a FloatingIP from this range gets no second.
             if served.contains(&(c.namespace.as_str(), c.range.as_str()))
                 || names.contains(&(c.namespace.as_str(), c.name.as_str()))
@@ -692,7 +699,13 @@ pub(crate) fn pass(world: World<'_>, now: &Time) -> Pass {
         })
         .collect();
     let namespaces: Vec<&Namespace> = world.namespaces.iter().map(AsRef::as_ref).collect();
-    for c in missing_auto(&ranges, &namespaces, &existing, &mut problems) {
+    for c in missing_auto(
+        &ranges,
+        &namespaces,
+        &existing,
+        world.clusters,
+        &mut problems,
+    ) {
         let mut f = FloatingIP::new(
             &c.name,
             crate::api::FloatingIPSpec {

@@ -768,7 +768,7 @@ fn plan_floating_ips(
         .collect();
     let namespaces: Vec<&k8s_openapi::api::core::v1::Namespace> =
         m.namespaces.iter().map(|n| &n.object).collect();
-    let mut claims = fip::missing_auto(&ranges, &namespaces, &existing, errors);
+    let mut claims = fip::missing_auto(&ranges, &namespaces, &existing, None, errors);
     claims.extend(explicit);
     // Addresses already handed out (FloatingIP status) are restored first.
     let recorded: Vec<(String, String, String)> = m
@@ -826,6 +826,14 @@ fn plan_floating_ips(
         .filter_map(|c| fip::guest::RancherCluster::from_object(&c.object))
         .collect();
     let kube_vip = fip::kube_vip(&ranges, &held, Some(&clusters));
+    for r in ranges.iter().filter(|r| r.spec.harvester.is_some()) {
+        warnings.push(format!(
+            "FloatingIPRange {}: spec.harvester: plan cannot tell which Harvester cluster a \
+             guest runs on (the operator reads it from the guest's cloud credential), so \
+             its autoAllocate creates nothing here",
+            r.metadata.name.as_deref().unwrap_or_default()
+        ));
+    }
     for h in held.iter().filter(|h| !fip::publishable(h.address)) {
         let publishes = ranges.iter().any(|r| {
             r.metadata.name.as_deref() == Some(h.range.as_str())
