@@ -232,7 +232,7 @@ fn run_plan(a: &PlanArgs) -> ExitCode {
     // (nodes with the same result share it; the output spells it out per node).
     let mut out = BufWriter::new(std::io::stdout().lock());
     let written = match a.output {
-        Output::Table => out.write_all(report.to_table().as_bytes()),
+        Output::Table => out.write_all(report.to_table_width(terminal_width()).as_bytes()),
         Output::Json => serde_json::to_writer_pretty(&mut out, &report)
             .map_err(std::io::Error::from)
             .and_then(|()| out.write_all(b"\n")),
@@ -276,4 +276,20 @@ pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
         out.push_str(&serde_saphyr::to_string(&crd)?);
     }
     Ok(out)
+}
+
+/// The width of the terminal standard output is, if it is one: `COLUMNS` when set (a
+/// shell's idea of it, also how a user narrows the tables), else the terminal's own.
+/// `None` when standard output is a pipe or a file: tables keep their full width.
+fn terminal_width() -> Option<u16> {
+    use std::io::IsTerminal;
+    let stdout = std::io::stdout();
+    if !stdout.is_terminal() {
+        return None;
+    }
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<u16>().ok())
+        .filter(|c| *c >= 20)
+        .or_else(|| terminal_size::terminal_size_of(&stdout).map(|(w, _)| w.0))
 }

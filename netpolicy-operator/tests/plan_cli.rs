@@ -1788,3 +1788,97 @@ fn a_meridio_trench_plans_its_configmap_and_workloads_not_node_routing() {
     let edge = json["nodes"]["edge-a1"].to_string();
     assert!(!edge.contains("Trench/red/trench-a"), "{edge}");
 }
+
+/// On a terminal the tables fit its width (long cells wrapped); piped they keep their
+/// full width, so scripts and files see whole cells. The terminal is a real
+/// pseudo-terminal (util-linux's `script`) of 100 columns.
+#[test]
+fn plan_fits_the_terminal_and_keeps_full_width_when_piped() {
+    let all = examples().join("..");
+    let widest = |text: &str| {
+        text.lines()
+            .map(|l| l.trim_end_matches('\r').chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    let piped = netpolicy()
+        .args(["plan", "-f"])
+        .arg(&all)
+        .assert()
+        .success();
+    let piped = String::from_utf8(piped.get_output().stdout.clone()).unwrap();
+    assert!(
+        widest(&piped) > 100,
+        "the examples have cells wider than 100 columns"
+    );
+    let Ok(script) = which("script") else {
+        eprintln!("SKIP plan on a terminal: util-linux's script is not installed");
+        return;
+    };
+    let bin = assert_cmd::cargo::cargo_bin("netpolicy");
+    let out = std::process::Command::new(script)
+        .args([
+            "-qec",
+            &format!(
+                "stty cols 100 rows 60; {} plan -f {}",
+                bin.display(),
+                all.display()
+            ),
+            "/dev/null",
+        ])
+        .env_remove("COLUMNS")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("FLOATING IP"), "{text}");
+    assert!(
+        widest(&text) <= 100,
+        "a line is wider than the terminal:\n{text}"
+    );
+    // The same words are there, wrapped: nothing is cut.
+    for word in ["c-m-ngd5hs2r", "10.135.10.193/32"] {
+        assert!(piped.contains(word) && text.contains(word), "{word}");
+    }
+}
+
+fn which(name: &str) -> Result<PathBuf, ()> {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .ok_or(())
+}
+
+/// Every problem of an object at once: a ClusterConfig with an unknown field and the
+/// wrong name gets both errors, not the second after the first is fixed.
+#[test]
+fn an_object_with_a_schema_problem_and_a_rule_problem_gets_both_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("cc.yaml"),
+        "apiVersion: netpolicy.io/v1alpha1
+kind: ClusterConfig
+metadata: {name: main}
+spec:
+  routez: []
+  routes: [{to: 10.0.0.0/8, via: 192.0.2.1}]
+",
+    )
+    .unwrap();
+    let out = netpolicy()
+        .args(["plan", "-o", "json", "-f"])
+        .arg(dir.path())
+        .assert()
+        .failure();
+    let v: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let fields: Vec<&str> = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["field"].as_str().unwrap())
+        .collect();
+    assert!(fields.contains(&"spec.routez"), "{fields:?}");
+    assert!(fields.contains(&"metadata.name"), "{fields:?}");
+}

@@ -1047,10 +1047,69 @@ fn rule_row(r: &RuleSpec) -> (String, String) {
     (item, action)
 }
 
+/// The lines of `text` that are not tables, wrapped at word boundaries into `width`
+/// columns (continuations indented two more than the line); tables are fitted already.
+fn wrap_prose(text: &str, width: usize) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let body = line.trim_end_matches('\n');
+        let is_table = body.starts_with(['│', '┌', '├', '╞', '└']);
+        if is_table || body.chars().count() <= width {
+            out.push_str(line);
+            continue;
+        }
+        let indent = body.len() - body.trim_start().len();
+        let continued = indent + 2;
+        let mut current = " ".repeat(indent);
+        let mut used = indent;
+        let mut empty = true;
+        for word in body.split_whitespace() {
+            let n = word.chars().count();
+            if !empty && used + 1 + n > width {
+                out.push_str(&current);
+                out.push('\n');
+                current = " ".repeat(continued);
+                used = continued;
+                empty = true;
+            }
+            if !empty {
+                current.push(' ');
+                used += 1;
+            }
+            current.push_str(word);
+            used += n;
+            empty = false;
+        }
+        out.push_str(&current);
+        if line.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// A table in the report's style: fitted into `width` columns when given.
+fn new_table(width: Option<u16>) -> Table {
+    let mut t = Table::new();
+    t.load_style(presets::UTF8_FULL_CONDENSED);
+    if let Some(w) = width {
+        t.set_content_arrangement(ContentArrangement::Dynamic)
+            .set_width(w);
+    }
+    t
+}
+
 impl PlanReport {
     /// Renders the report for a person: one table per group of nodes with the same
     /// result (what, details, and from which object), then held nodes and errors.
     pub fn to_table(&self) -> String {
+        self.to_table_width(None)
+    }
+
+    /// As [`PlanReport::to_table`], each table fitted into `width` columns (long cells
+    /// wrapped) when given: what a terminal of that width shows. `None`: every table as
+    /// wide as its longest cell (for pipes and files).
+    pub fn to_table_width(&self, width: Option<u16>) -> String {
         let mut out = String::new();
         let mut groups: Vec<(Arc<RenderedSpec>, Vec<&str>)> = Vec::new();
         let mut index: HashMap<usize, usize> = HashMap::new();
@@ -1073,10 +1132,8 @@ impl PlanReport {
                 out.push_str("  (no items: nothing netpolicy manages on these nodes)\n\n");
                 continue;
             }
-            let mut t = Table::new();
-            t.load_style(presets::UTF8_FULL_CONDENSED)
-                .set_content_arrangement(ContentArrangement::Dynamic)
-                .set_header(["WHAT", "ITEM", "DETAILS", "FROM"]);
+            let mut t = new_table(width);
+            t.set_header(["WHAT", "ITEM", "DETAILS", "FROM"]);
             for v in &spec.vlans {
                 let (i, d) = vlan_row(&v.item);
                 t.add_row(["vlan".into(), i, d, sources(&v.sources)]);
@@ -1106,13 +1163,8 @@ impl PlanReport {
             out.push('\n');
         }
         if !self.floating_ip_ranges.is_empty() || !self.floating_ips.is_empty() {
-            let mut t = Table::new();
-            t.load_style(presets::UTF8_FULL_CONDENSED).set_header([
-                "FLOATING IP RANGE",
-                "CAPACITY",
-                "ALLOCATED",
-                "STATE",
-            ]);
+            let mut t = new_table(width);
+            t.set_header(["FLOATING IP RANGE", "CAPACITY", "ALLOCATED", "STATE"]);
             for r in &self.floating_ip_ranges {
                 t.add_row([
                     r.name.clone(),
@@ -1122,13 +1174,8 @@ impl PlanReport {
                 ]);
             }
             let _ = writeln!(out, "{t}");
-            let mut t = Table::new();
-            t.load_style(presets::UTF8_FULL_CONDENSED).set_header([
-                "FLOATING IP",
-                "RANGE",
-                "ADDRESS",
-                "HOW",
-            ]);
+            let mut t = new_table(width);
+            t.set_header(["FLOATING IP", "RANGE", "ADDRESS", "HOW"]);
             for f in &self.floating_ips {
                 t.add_row([
                     format!("{}/{}", f.namespace, f.name),
@@ -1149,8 +1196,8 @@ impl PlanReport {
             let _ = writeln!(out, "{t}\n");
         }
         if !self.guests.is_empty() {
-            let mut t = Table::new();
-            t.load_style(presets::UTF8_FULL_CONDENSED).set_header([
+            let mut t = new_table(width);
+            t.set_header([
                 "GUEST NAMESPACE",
                 "CLUSTER",
                 "KUBECONFIG",
@@ -1180,17 +1227,11 @@ impl PlanReport {
             let _ = writeln!(out, "{t}\n");
         }
         if let Some(rr) = &self.route_reflectors {
-            rr_table(rr, &mut out);
+            rr_table(rr, width, &mut out);
         }
         if !self.trenches.is_empty() {
-            let mut t = Table::new();
-            t.load_style(presets::UTF8_FULL_CONDENSED).set_header([
-                "TRENCH",
-                "TABLES",
-                "ATTRACTOR",
-                "NODE",
-                "ADDRESSES",
-            ]);
+            let mut t = new_table(width);
+            t.set_header(["TRENCH", "TABLES", "ATTRACTOR", "NODE", "ADDRESSES"]);
             for tr in &self.trenches {
                 let tables = std::iter::once(tr.table.map_or("-".to_owned(), |t| t.to_string()))
                     .chain(tr.stream_tables.iter().map(|(s, t)| format!("{s}: {t}")))
@@ -1211,13 +1252,8 @@ impl PlanReport {
             let _ = writeln!(out, "{t}\n");
         }
         if !self.rollout.is_empty() {
-            let mut t = Table::new();
-            t.load_style(presets::UTF8_FULL_CONDENSED).set_header([
-                "ROLLOUT OF A CHANGE TO",
-                "AT ONCE",
-                "PROBES",
-                "WAVES",
-            ]);
+            let mut t = new_table(width);
+            t.set_header(["ROLLOUT OF A CHANGE TO", "AT ONCE", "PROBES", "WAVES"]);
             for r in &self.rollout {
                 t.add_row([
                     r.policy.clone(),
@@ -1238,9 +1274,8 @@ impl PlanReport {
             let _ = writeln!(out, "{t}\n");
         }
         if !self.routed_ips.is_empty() {
-            let mut t = Table::new();
-            t.load_style(presets::UTF8_FULL_CONDENSED)
-                .set_header(["ROUTED IP", "ELECTED NODE"]);
+            let mut t = new_table(width);
+            t.set_header(["ROUTED IP", "ELECTED NODE"]);
             for r in &self.routed_ips {
                 t.add_row([
                     r.name.clone(),
@@ -1263,10 +1298,8 @@ impl PlanReport {
         if self.errors.is_empty() {
             let _ = writeln!(out, "No errors.");
         } else {
-            let mut t = Table::new();
-            t.load_style(presets::UTF8_FULL_CONDENSED)
-                .set_content_arrangement(ContentArrangement::Dynamic)
-                .set_header(["OBJECT", "FIELD", "PROBLEM"]);
+            let mut t = new_table(width);
+            t.set_header(["OBJECT", "FIELD", "PROBLEM"]);
             for e in &self.errors {
                 let object = if e.kind.is_empty() {
                     "-".to_owned()
@@ -1277,25 +1310,23 @@ impl PlanReport {
             }
             let _ = writeln!(out, "ERRORS ({})\n{t}", self.errors.len());
         }
-        out
+        match width {
+            Some(w) => wrap_prose(&out, usize::from(w)),
+            None => out,
+        }
     }
 }
 
 /// The route-reflector part of the table output.
-fn rr_table(rr: &RouteReflectorReport, out: &mut String) {
+fn rr_table(rr: &RouteReflectorReport, width: Option<u16>, out: &mut String) {
     let mut served: BTreeMap<&str, usize> = BTreeMap::new();
     for rs in rr.clients.values() {
         for r in rs {
             *served.entry(r.as_str()).or_default() += 1;
         }
     }
-    let mut t = Table::new();
-    t.load_style(presets::UTF8_FULL_CONDENSED).set_header([
-        "ROUTE REFLECTOR",
-        "ZONE",
-        "CLUSTER ID",
-        "CLIENTS",
-    ]);
+    let mut t = new_table(width);
+    t.set_header(["ROUTE REFLECTOR", "ZONE", "CLUSTER ID", "CLIENTS"]);
     for r in &rr.reflectors {
         t.add_row([
             r.node.clone(),
@@ -1309,10 +1340,8 @@ fn rr_table(rr: &RouteReflectorReport, out: &mut String) {
         ]);
     }
     let _ = writeln!(out, "{t}");
-    let mut t = Table::new();
-    t.load_style(presets::UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic)
-        .set_header(["BGPPEER", "NODE SELECTOR", "PEER SELECTOR"]);
+    let mut t = new_table(width);
+    t.set_header(["BGPPEER", "NODE SELECTOR", "PEER SELECTOR"]);
     for p in &rr.bgp_peers {
         t.add_row([
             p.name.clone(),

@@ -488,7 +488,11 @@ impl Manifests {
                     .push(error(p.path, format!("{} ({at})", p.message)));
             }
             // The object is not used; its other problems are still worth knowing now
-            // rather than after the next fix.
+            // rather than after the next fix: the rules on the whole object (the CRDs'
+            // rule on metadata.name) and the routing rules.
+            if let Some(message) = name_rule(&d.head.kind, &d.head.metadata.name) {
+                self.errors.push(error("metadata.name".into(), message));
+            }
             for (path, message) in routing_problems_besides(d, &bad) {
                 self.errors.push(error(path, message));
             }
@@ -526,6 +530,16 @@ impl Manifests {
 /// For a ClusterConfig or NodeConfig with schema problems at `bad`: the routing
 /// validation's problems of the rest of the object (the fields at `bad` left out, and
 /// nothing reported again at or under them).
+/// The CRDs' rule on `metadata.name` (a ClusterConfig and a RouteReflectorConfig are
+/// singletons named `default`), checked here when the object's schema problems keep it
+/// from the passes that check it otherwise.
+fn name_rule(kind: &str, name: &str) -> Option<String> {
+    let singleton = matches!(kind, "ClusterConfig" | "RouteReflectorConfig");
+    (singleton && name != "default").then(|| {
+        format!("a {kind} must be named \"default\" (there is only one); this one is ignored")
+    })
+}
+
 fn routing_problems_besides(
     d: &Doc<'_>,
     bad: &[(String, Option<serde_json::Value>)],
