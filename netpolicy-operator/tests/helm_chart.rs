@@ -68,6 +68,29 @@ fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
     docs.iter().filter(|d| d["kind"] == kind).collect()
 }
 
+/// The chart's description names the five jobs (what `helm search` shows).
+#[test]
+fn the_chart_description_names_all_five_jobs() {
+    let chart = std::fs::read_to_string(chart().join("Chart.yaml")).unwrap();
+    let description = chart
+        .lines()
+        .find_map(|l| l.strip_prefix("description:"))
+        .unwrap()
+        .to_lowercase();
+    for job in [
+        "routing policy",
+        "floating ips",
+        "meridio",
+        "routed cloud ips",
+        "route reflectors",
+    ] {
+        assert!(
+            description.contains(job),
+            "{job:?} missing from {description:?}"
+        );
+    }
+}
+
 #[test]
 fn the_chart_lints_clean() {
     let chart = chart();
@@ -606,4 +629,232 @@ async fn limited_to_one_namespace_the_operator_gets_a_role_there_and_nothing_clu
             .list(&Default::default())
             .await
     ));
+}
+
+/// The chart README's RBAC table is what the roles grant with the default values (plus
+/// what each opt-in value adds): generated from `helm template`, so it cannot drift.
+/// `NETPOLICY_WRITE_DOCS=1` rewrites it.
+#[test]
+fn the_readme_rbac_table_lists_what_the_roles_grant() {
+    let rows = |extra: &[&str]| -> Vec<String> {
+        let mut out = Vec::new();
+        for d in render("netpolicy-system", extra) {
+            let kind = d["kind"].as_str().unwrap_or_default();
+            if kind != "ClusterRole" && kind != "Role" {
+                continue;
+            }
+            let name = d["metadata"]["name"].as_str().unwrap_or_default();
+            let account = if name.starts_with("t-agent") {
+                "agent"
+            } else {
+                "operator"
+            };
+            let scope = if kind == "ClusterRole" {
+                "cluster".to_owned()
+            } else {
+                format!(
+                    "namespace `{}`",
+                    d["metadata"]["namespace"].as_str().unwrap_or_default()
+                )
+            };
+            for r in d["rules"].as_array().into_iter().flatten() {
+                let list = |k: &str| -> String {
+                    r[k].as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|v| v.as_str().unwrap_or_default())
+                        .map(|v| {
+                            if v.is_empty() {
+                                "core".to_owned()
+                            } else {
+                                v.to_owned()
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                // The release is `t` here: say <release>.
+                let names = list("resourceNames").replace("t-", "<release>-");
+                let resources = if names.is_empty() {
+                    list("resources")
+                } else {
+                    format!("{} (only {names})", list("resources"))
+                };
+                out.push(format!(
+                    "| {account} | {scope} | {} | {resources} | {} |",
+                    list("apiGroups"),
+                    list("verbs")
+                ));
+            }
+        }
+        out
+    };
+    let defaults = rows(&[]);
+    let opt_in: Vec<String> = rows(&[
+        "--set",
+        "floatingIPs.rancher.enabled=true",
+        "--set",
+        "floatingIPs.rancher.harvester=true",
+        "--set",
+        "floatingIPs.guestKubeconfigSecretNames={guest-kubeconfig}",
+        "--set",
+        "routedIPs.tokenSecrets[0].namespace=kube-system",
+        "--set",
+        "routedIPs.tokenSecrets[0].name=hcloud",
+        "--set",
+        "routeReflectors.etcdTlsSecret.namespace=calico-system",
+        "--set",
+        "routeReflectors.etcdTlsSecret.name=calico-etcd",
+    ])
+    .into_iter()
+    .filter(|r| !defaults.contains(r))
+    .collect();
+    let mut table = String::from(
+        "| account | scope | API groups | resources | verbs |\n|---|---|---|---|---|\n",
+    );
+    for r in &defaults {
+        table.push_str(r);
+        table.push('\n');
+    }
+    table.push_str(
+        "\nAdded by opt-in values (`floatingIPs.rancher.*`, `floatingIPs.guestKubeconfigSecretNames`, \
+         `routedIPs.tokenSecrets`, `routeReflectors.etcdTlsSecret`; the names here are examples):\n\n\
+         | account | scope | API groups | resources | verbs |\n|---|---|---|---|---|\n",
+    );
+    for r in &opt_in {
+        table.push_str(r);
+        table.push('\n');
+    }
+    let readme_path = chart().join("README.md");
+    let readme = std::fs::read_to_string(&readme_path).unwrap();
+    let (begin, end) = ("<!-- rbac-table:begin -->\n", "<!-- rbac-table:end -->");
+    let (Some(b), Some(e)) = (readme.find(begin), readme.find(end)) else {
+        panic!("charts/netpolicy/README.md has no {begin:?} … {end:?} block");
+    };
+    let current = &readme[b + begin.len()..e];
+    if std::env::var_os("NETPOLICY_WRITE_DOCS").is_some() {
+        let next = format!("{}{table}{}", &readme[..b + begin.len()], &readme[e..]);
+        std::fs::write(&readme_path, next).unwrap();
+        return;
+    }
+    assert!(
+        current == table,
+        "the chart README's RBAC table is stale: run NETPOLICY_WRITE_DOCS=1 cargo test -p netpolicy-operator --test helm_chart the_readme_rbac_table"
+    );
+}
+
+/// Serves the files of `dir` over HTTP on 127.0.0.1 (GET only) until the test ends: a
+/// chart repository as a web server holds one.
+fn serve_dir(dir: PathBuf) -> u16 {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(&stream);
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            // Drain the headers.
+            let mut h = String::new();
+            while reader.read_line(&mut h).is_ok_and(|n| n > 2) {
+                h.clear();
+            }
+            let path = line
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or("/")
+                .trim_start_matches('/');
+            let mut stream = &stream;
+            match std::fs::read(dir.join(path))
+                .ok()
+                .filter(|_| !path.contains(".."))
+            {
+                Some(body) => {
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = stream.write_all(&body);
+                }
+                None => {
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    );
+                }
+            }
+        }
+    });
+    port
+}
+
+/// The chart as users get it from a Helm repository: `helm package` and `helm repo
+/// index` (what CI publishes), served over HTTP, added with `helm repo add`, and
+/// rendered from there with the version and app version of Chart.yaml.
+#[test]
+fn the_chart_packages_into_a_repository_helm_installs_from() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    let chart_dir = chart();
+    helm(&["lint", chart_dir.to_str().unwrap()]);
+    helm(&[
+        "package",
+        chart_dir.to_str().unwrap(),
+        "-d",
+        repo.to_str().unwrap(),
+    ]);
+    let port = serve_dir(repo.clone());
+    let url = format!("http://127.0.0.1:{port}");
+    helm(&["repo", "index", repo.to_str().unwrap(), "--url", &url]);
+    let home = tmp.path().join("home");
+    let run = |args: &[&str]| -> String {
+        let out = Command::new(netpolicy_testenv::tool("helm"))
+            .args(args)
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_DATA_HOME", home.join("data"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "helm {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    run(&["repo", "add", "netpolicy", &url]);
+    let shown = run(&["show", "chart", "netpolicy/netpolicy"]);
+    let chart_yaml = std::fs::read_to_string(chart_dir.join("Chart.yaml")).unwrap();
+    // Helm writes Chart.yaml again (quotes go): compare the values.
+    let value = |text: &str, key: &str| -> String {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(key))
+            .unwrap_or_default();
+        line[key.len().min(line.len())..]
+            .trim()
+            .trim_matches('"')
+            .to_owned()
+    };
+    for key in ["version:", "appVersion:"] {
+        assert_eq!(
+            value(&shown, key),
+            value(&chart_yaml, key),
+            "{key} in {shown}"
+        );
+        assert!(!value(&chart_yaml, key).is_empty());
+    }
+    let rendered = run(&[
+        "template",
+        "np",
+        "netpolicy/netpolicy",
+        "--namespace",
+        "netpolicy-system",
+    ]);
+    assert!(rendered.contains("name: np-operator"), "{rendered}");
+    assert!(rendered.contains("kind: DaemonSet"), "{rendered}");
 }
