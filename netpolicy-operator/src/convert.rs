@@ -9,6 +9,8 @@
 //! note asks to check them against `ip rule show`; several ipruler ClusterConfigs become
 //! the one ClusterConfig `default`; kube-fip's Rancher annotations are noted and dropped.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value, json};
 
 /// The result of a conversion.
@@ -266,6 +268,15 @@ pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Conver
                 out.errors
                     .push(format!("{at}: kind {k} has no netpolicy counterpart"));
             }
+            ("apps/v1", "Deployment") if seed_rr_env(&d).is_some() => {
+                let env = seed_rr_env(&d).unwrap_or_default();
+                rest.push(route_reflector_config(&env, &at, &mut out));
+                out.notes.push(format!(
+                    "{at}: the calico-route-reflector-operator manager: its environment became \
+                     RouteReflectorConfig `default` (the Deployment is not kept; remove the \
+                     seed's operator once netpolicy runs)"
+                ));
+            }
             (IPRULER | KUBEFIP, k) => {
                 out.errors
                     .push(format!("{at}: kind {k} has no netpolicy counterpart"));
@@ -289,6 +300,185 @@ pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Conver
     }
     out.objects.extend(rest);
     out
+}
+
+/// The seed route-reflector operator's settings: the environment of a Deployment's
+/// containers when it has any `ROUTE_REFLECTOR_*` or `DATASTORE_TYPE` variable (plain
+/// values; `valueFrom` entries are kept as `None`).
+fn seed_rr_env(d: &Value) -> Option<BTreeMap<String, Option<String>>> {
+    let mut env = BTreeMap::new();
+    for c in d["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        for e in c["env"].as_array().into_iter().flatten() {
+            if let Some(name) = e["name"].as_str() {
+                env.insert(name.to_owned(), e["value"].as_str().map(str::to_owned));
+            }
+        }
+    }
+    env.keys()
+        .any(|k| k.starts_with("ROUTE_REFLECTOR_") || k == "DATASTORE_TYPE")
+        .then_some(env)
+}
+
+/// calico-route-reflector-operator's environment as RouteReflectorConfig `default`.
+/// Its defaults where netpolicy's differ are written out (max 25; no zone label: one
+/// count for the cluster; cluster ID 224.0.0.0), so the topology stays what it was.
+fn route_reflector_config(
+    env: &BTreeMap<String, Option<String>>,
+    at: &str,
+    out: &mut Converted,
+) -> Value {
+    let mut spec = Map::new();
+    let get = |k: &str| env.get(k).cloned().flatten();
+    for (k, v) in env {
+        if v.is_none() && (k.starts_with("ROUTE_REFLECTOR_") || k == "DATASTORE_TYPE") {
+            out.notes.push(format!(
+                "{at}: {k} comes from valueFrom: netpolicy cannot read it here; set the \
+                 matching RouteReflectorConfig field by hand"
+            ));
+        }
+    }
+    let number = |k: &str, default: f64, out: &mut Converted| -> f64 {
+        match get(k) {
+            None => default,
+            Some(v) => v.trim().parse::<f64>().unwrap_or_else(|_| {
+                out.errors.push(format!("{at}: {k}={v:?} is not a number"));
+                default
+            }),
+        }
+    };
+    spec.insert(
+        "min".into(),
+        json!(number("ROUTE_REFLECTOR_MIN", 3.0, out) as u32),
+    );
+    let max = number("ROUTE_REFLECTOR_MAX", 25.0, out) as u32;
+    if get("ROUTE_REFLECTOR_MAX").is_none() {
+        out.notes.push(format!(
+            "{at}: ROUTE_REFLECTOR_MAX unset: the seed's default 25 is written out \
+             (netpolicy's own default is 10 per zone)"
+        ));
+    }
+    spec.insert("max".into(), json!(max));
+    spec.insert(
+        "ratio".into(),
+        json!(number("ROUTE_REFLECTOR_RATIO", 0.005, out)),
+    );
+    spec.insert(
+        "clusterID".into(),
+        json!(get("ROUTE_REFLECTOR_CLUSTER_ID").unwrap_or_else(|| "224.0.0.0".into())),
+    );
+    match get("ROUTE_REFLECTOR_ZONE_LABEL").filter(|z| !z.is_empty()) {
+        Some(zone) => {
+            spec.insert("zoneLabel".into(), json!(zone));
+            spec.insert("per".into(), json!("zone"));
+        }
+        None => {
+            // The seed without a zone label sizes the whole cluster as one zone.
+            spec.insert("per".into(), json!("cluster"));
+        }
+    }
+    let label =
+        get("ROUTE_REFLECTOR_NODE_LABEL").unwrap_or_else(|| "calico-route-reflector=".into());
+    let (key, value) = label.split_once('=').unwrap_or((label.as_str(), ""));
+    spec.insert("reflectorLabel".into(), json!(key.trim()));
+    if !value.is_empty() {
+        out.notes.push(format!(
+            "{at}: ROUTE_REFLECTOR_NODE_LABEL={label}: netpolicy sets the key {key:?} on \
+             reflector nodes with its own value; a selector on the value {value:?} must change"
+        ));
+    }
+    if let Some(list) =
+        get("ROUTE_REFLECTOR_INCOMPATIBLE_NODE_LABELS").filter(|l| !l.trim().is_empty())
+    {
+        let exprs: Vec<Value> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(|l| match l.split_once('=') {
+                Some((k, v)) => json!({"key": k, "operator": "NotIn", "values": [v]}),
+                None => json!({"key": l, "operator": "DoesNotExist"}),
+            })
+            .collect();
+        spec.insert("eligibleNodes".into(), json!({"matchExpressions": exprs}));
+    }
+    match get("ROUTE_REFLECTOR_TOPOLOGY").as_deref() {
+        None | Some("simple" | "single") => {}
+        Some("multi") => {
+            spec.insert("topology".into(), json!("multi"));
+        }
+        Some(t) => out.errors.push(format!(
+            "{at}: ROUTE_REFLECTOR_TOPOLOGY={t:?} is neither simple nor multi"
+        )),
+    }
+    spec.insert(
+        "stepDelaySeconds".into(),
+        json!(number("ROUTE_REFLECTOR_WAIT_TIMEOUT", 0.0, out) as u32),
+    );
+    match get("DATASTORE_TYPE").as_deref() {
+        None | Some("incluster") => {}
+        Some("kubernetes") => {
+            if get("K8S_API_ENDPOINT").is_some() {
+                out.notes.push(format!(
+                    "{at}: DATASTORE_TYPE=kubernetes with K8S_API_ENDPOINT: Calico's \
+                     datastore is another cluster's API server; netpolicy uses the \
+                     operator's own cluster here (check before switching)"
+                ));
+            }
+        }
+        Some("etcdv3") => {
+            let endpoints: Vec<String> = get("ETCD_ENDPOINTS")
+                .unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(str::to_owned)
+                .collect();
+            if endpoints.is_empty() {
+                out.errors.push(format!(
+                    "{at}: DATASTORE_TYPE=etcdv3 without ETCD_ENDPOINTS"
+                ));
+            }
+            spec.insert(
+                "datastore".into(),
+                json!({"etcdv3": {"endpoints": endpoints}}),
+            );
+            if ["ETCD_CA_CERT_FILE", "ETCD_CERT_FILE", "ETCD_KEY_FILE"]
+                .iter()
+                .any(|k| env.contains_key(*k))
+            {
+                out.notes.push(format!(
+                    "{at}: etcd client certificates come from files: put ca.crt, tls.crt and \
+                     tls.key in a Secret and name it in datastore.etcdv3.tlsSecretRef"
+                ));
+            }
+        }
+        Some(t) => out.errors.push(format!(
+            "{at}: DATASTORE_TYPE={t:?} is none of incluster, kubernetes, etcdv3"
+        )),
+    }
+    let known = [
+        "ROUTE_REFLECTOR_MIN",
+        "ROUTE_REFLECTOR_MAX",
+        "ROUTE_REFLECTOR_RATIO",
+        "ROUTE_REFLECTOR_CLUSTER_ID",
+        "ROUTE_REFLECTOR_ZONE_LABEL",
+        "ROUTE_REFLECTOR_NODE_LABEL",
+        "ROUTE_REFLECTOR_INCOMPATIBLE_NODE_LABELS",
+        "ROUTE_REFLECTOR_TOPOLOGY",
+        "ROUTE_REFLECTOR_WAIT_TIMEOUT",
+    ];
+    for k in env
+        .keys()
+        .filter(|k| k.starts_with("ROUTE_REFLECTOR_") && !known.contains(&k.as_str()))
+    {
+        out.notes
+            .push(format!("{at}: {k} has no netpolicy counterpart; dropped"));
+    }
+    json!({"apiVersion": OURS, "kind": "RouteReflectorConfig",
+           "metadata": {"name": "default"}, "spec": spec})
 }
 
 /// Annotations of a kube-fip object other than `known` (and kubectl's own): said, then
@@ -499,6 +689,102 @@ mod tests {
                 .iter()
                 .any(|n| n.contains("clustername=shop") && n.contains("status.clusterName"))
         );
+    }
+
+    /// calico-route-reflector-operator's manager Deployment: its environment becomes
+    /// RouteReflectorConfig `default`, the seed's defaults written out where ours differ,
+    /// and our kind takes the result.
+    #[test]
+    fn the_route_reflector_seeds_environment_becomes_a_route_reflector_config() {
+        let deployment = |env: Value| {
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                   "metadata": {"name": "calico-route-reflector-controller-manager",
+                                "namespace": "kube-system"},
+                   "spec": {"template": {"spec": {"containers": [
+                       {"name": "manager", "image": "quay.io/mhmxs/calico-route-reflector-controller:v0.0.9",
+                        "env": env}]}}}})
+        };
+        let c = convert([(
+            "seed.yaml".to_owned(),
+            deployment(json!([
+                {"name": "DATASTORE_TYPE", "value": "incluster"},
+                {"name": "ROUTE_REFLECTOR_MIN", "value": "2"},
+                {"name": "ROUTE_REFLECTOR_ZONE_LABEL", "value": "topology.kubernetes.io/zone"},
+                {"name": "ROUTE_REFLECTOR_INCOMPATIBLE_NODE_LABELS",
+                 "value": "do-not-select-as-rr=true,node-role.kubernetes.io/control-plane"},
+                {"name": "ROUTE_REFLECTOR_TOPOLOGY", "value": "multi"},
+                {"name": "ROUTE_REFLECTOR_WAIT_TIMEOUT", "value": "10"},
+            ])),
+        )]);
+        assert!(c.errors.is_empty(), "{:?}", c.errors);
+        assert_eq!(
+            c.objects.len(),
+            1,
+            "the Deployment is not kept: {:?}",
+            c.objects
+        );
+        let rr = &c.objects[0];
+        assert_eq!(rr["kind"], "RouteReflectorConfig");
+        assert_eq!(rr["metadata"]["name"], "default");
+        let spec = &rr["spec"];
+        assert_eq!(spec["min"], 2);
+        assert_eq!(spec["max"], 25, "the seed's default, not ours");
+        assert_eq!(spec["clusterID"], "224.0.0.0");
+        assert_eq!(spec["per"], "zone");
+        assert_eq!(spec["zoneLabel"], "topology.kubernetes.io/zone");
+        assert_eq!(spec["topology"], "multi");
+        assert_eq!(spec["stepDelaySeconds"], 10);
+        assert_eq!(spec["reflectorLabel"], "calico-route-reflector");
+        assert_eq!(
+            spec["eligibleNodes"],
+            json!({"matchExpressions": [
+                {"key": "do-not-select-as-rr", "operator": "NotIn", "values": ["true"]},
+                {"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"}]})
+        );
+        let typed: crate::api::RouteReflectorConfig = serde_json::from_value(rr.clone()).unwrap();
+        assert_eq!(typed.spec.max, 25);
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n.contains("ROUTE_REFLECTOR_MAX unset")),
+            "{:?}",
+            c.notes
+        );
+
+        // No zone label (the seed's default): one count for the whole cluster; etcd.
+        let c = convert([(
+            "seed.yaml".to_owned(),
+            deployment(json!([
+                {"name": "DATASTORE_TYPE", "value": "etcdv3"},
+                {"name": "ETCD_ENDPOINTS", "value": "https://10.0.0.1:2379,https://10.0.0.2:2379"},
+                {"name": "ETCD_CA_CERT_FILE", "value": "/calico-secrets/etcd-ca"},
+                {"name": "ROUTE_REFLECTOR_MAX", "value": "abc"},
+            ])),
+        )]);
+        let spec = &c.objects[0]["spec"];
+        assert_eq!(spec["per"], "cluster");
+        assert_eq!(
+            spec["datastore"],
+            json!({"etcdv3": {"endpoints": ["https://10.0.0.1:2379", "https://10.0.0.2:2379"]}})
+        );
+        assert!(
+            c.errors
+                .iter()
+                .any(|e| e.contains("ROUTE_REFLECTOR_MAX=\"abc\"")),
+            "{:?}",
+            c.errors
+        );
+        assert!(
+            c.notes.iter().any(|n| n.contains("tlsSecretRef")),
+            "{:?}",
+            c.notes
+        );
+        // Any other Deployment passes through.
+        let c = convert([(
+            "app.yaml".to_owned(),
+            deployment(json!([{"name": "LOG_LEVEL", "value": "debug"}])),
+        )]);
+        assert_eq!(c.passed, 1);
     }
 
     /// Meridio's own samples (`config/samples/meridio_v1_*`, kebab-case, the nested
