@@ -289,6 +289,10 @@ pub struct AttractorSpec {
      "message": "interface name, link, vlanId and prefixes are immutable (mtu may change)"},
     {"rule": "(has(self.vlanId) && self.vlanId != 0) || self.name == self.link",
      "message": "an untagged interface (vlanId 0) is the link itself: name must equal link"},
+    {"rule": "has(self.networkAttachments) == has(oldSelf.networkAttachments) && (!has(self.networkAttachments) || self.networkAttachments == oldSelf.networkAttachments)",
+     "message": "networkAttachments are immutable"},
+    {"rule": "!has(self.networkAttachments) || size(self.networkAttachments) == 0 || !has(self.vlanId) || self.vlanId == 0",
+     "message": "a network-attachment interface has no vlanId (Multus gives the pods the interface)"},
     {"rule": "has(self.ipv4Prefix) || has(self.ipv6Prefix)",
      "message": "an interface needs ipv4Prefix or ipv6Prefix"}
 ]))]
@@ -321,6 +325,31 @@ pub struct AttractorInterface {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 68, max = 65535))]
     pub mtu: Option<u32>,
+    /// Meridio's `network-attachment` interface type (`dataPlane: meridio` only): the
+    /// Multus NetworkAttachmentDefinition the stateless-lb-frontend pods get their
+    /// external interface from, instead of an NSM VLAN (no `nse-vlan-<attractor>`;
+    /// `vlanId` unset and `link` set to `name`, both unused). At most one, as Meridio's
+    /// webhook allows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1))]
+    pub network_attachments: Vec<NetworkAttachment>,
+}
+
+/// A Multus NetworkAttachmentDefinition an attractor's front ends attach to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkAttachment {
+    /// The NetworkAttachmentDefinition's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Its namespace (default: the pod's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub namespace: Option<String>,
+    /// The interface name in the pod (default: the attractor interface's `name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 15))]
+    pub interface: Option<String>,
 }
 
 /// How the attractor nodes reach a gateway router.

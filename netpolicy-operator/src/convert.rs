@@ -535,20 +535,50 @@ fn meridio_object(kind: &str, d: &Value, at: &str, out: &mut Converted) -> Optio
     if kind == "Attractor" {
         let i = d["spec"]["interface"].clone();
         let ty = i["type"].as_str().unwrap_or("nsm-vlan");
-        if ty != "nsm-vlan" {
-            out.errors.push(format!(
-                "{at}: interface type {ty} has no netpolicy counterpart (only nsm-vlan: a \
-                     VLAN on a base interface)"
-            ));
-            return None;
-        }
         let mut iface = Map::new();
         iface.insert("name".into(), i["name"].clone());
-        if let Some(b) = i["nsm-vlan"]["base-interface"].as_str() {
-            iface.insert("link".into(), json!(b));
-        }
-        if let Some(v) = i["nsm-vlan"]["vlan-id"].as_u64() {
-            iface.insert("vlanId".into(), json!(v));
+        match ty {
+            "nsm-vlan" => {
+                if let Some(b) = i["nsm-vlan"]["base-interface"].as_str() {
+                    iface.insert("link".into(), json!(b));
+                }
+                if let Some(v) = i["nsm-vlan"]["vlan-id"].as_u64() {
+                    iface.insert("vlanId".into(), json!(v));
+                }
+            }
+            "network-attachment" => {
+                // Multus gives the front ends the interface: no link or VLAN of ours.
+                iface.insert("link".into(), i["name"].clone());
+                let nads: Vec<Value> = i["network-attachments"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|n| {
+                        let mut o = json!({"name": n["name"]});
+                        for k in ["namespace", "interface"] {
+                            if let Some(v) = n[k].as_str() {
+                                o[k] = json!(v);
+                            }
+                        }
+                        o
+                    })
+                    .collect();
+                if nads.len() != 1 {
+                    out.errors.push(format!(
+                        "{at}: interface type network-attachment needs exactly one \
+                         network-attachments entry (found {})",
+                        nads.len()
+                    ));
+                    return None;
+                }
+                iface.insert("networkAttachments".into(), Value::Array(nads));
+            }
+            _ => {
+                out.errors.push(format!(
+                    "{at}: interface type {ty} is neither nsm-vlan nor network-attachment"
+                ));
+                return None;
+            }
         }
         for (theirs, ours) in [("ipv4-prefix", "ipv4Prefix"), ("ipv6-prefix", "ipv6Prefix")] {
             let Some(p) = i[theirs].as_str() else {
@@ -688,6 +718,40 @@ mod tests {
             c.notes
                 .iter()
                 .any(|n| n.contains("clustername=shop") && n.contains("status.clusterName"))
+        );
+    }
+
+    /// Meridio's network-attachment interface converts to `networkAttachments` (our kind
+    /// takes it); another type is refused naming it.
+    #[test]
+    fn a_network_attachment_attractor_converts_and_an_unknown_type_is_refused() {
+        let attractor = |iface: Value| {
+            json!({"apiVersion": MERIDIO, "kind": "Attractor",
+                   "metadata": {"name": "attr-nad", "namespace": "red", "labels": {"trench": "t"}},
+                   "spec": {"gateways": [], "vips": [], "composites": [], "interface": iface}})
+        };
+        let c = convert([(
+            "a.yaml".to_owned(),
+            attractor(json!({"name": "ext0", "type": "network-attachment",
+                             "ipv4-prefix": "169.254.100.0/24", "ipv6-prefix": "100:100::/64",
+                             "network-attachments": [{"name": "vlan-100", "namespace": "net"}]})),
+        )]);
+        assert!(c.errors.is_empty(), "{:?}", c.errors);
+        assert_eq!(
+            c.objects[0]["spec"]["interface"],
+            json!({"name": "ext0", "link": "ext0", "ipv4Prefix": "169.254.100.0/24",
+                   "ipv6Prefix": "100:100::/64",
+                   "networkAttachments": [{"name": "vlan-100", "namespace": "net"}]})
+        );
+        let _: crate::api::Attractor = serde_json::from_value(c.objects[0].clone()).unwrap();
+        let c = convert([(
+            "a.yaml".to_owned(),
+            attractor(json!({"name": "ext0", "type": "sriov", "ipv4-prefix": "169.254.100.0/24"})),
+        )]);
+        assert!(
+            c.errors.iter().any(|e| e.contains("sriov")),
+            "{:?}",
+            c.errors
         );
     }
 

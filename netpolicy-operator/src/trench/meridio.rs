@@ -820,7 +820,10 @@ fn attractor_objects(
     let vlan = iface.vlan_id.unwrap_or(0);
     let mut out = Vec::new();
     let nse_service = format!("external-vlan.{an}.{t}.{ns}");
-    if vlan != 0 {
+    // Meridio's `network-attachment` interface type: Multus gives the front ends their
+    // external interface; no NSM VLAN endpoint, no NSM client.
+    let nad = iface.network_attachments.first();
+    if vlan != 0 && nad.is_none() {
         let name = format!("nse-vlan-{an}");
         let cidr = [iface.ipv4_prefix.clone(), iface.ipv6_prefix.clone()]
             .into_iter()
@@ -942,17 +945,19 @@ fn attractor_objects(
         }
         e
     };
-    let nsc = with_resources(
-        json!({
-            "name": "nsc", "image": s.nsc_image, "env": nsc_env,
-            "securityContext": security(&[], Some(10000)),
-            "volumeMounts": [
-                {"name": "nsm-socket", "mountPath": NSM_SOCKET, "readOnly": true},
-                {"name": SPIRE_MOUNT.0, "mountPath": SPIRE_MOUNT.1, "readOnly": true},
-            ],
-        }),
-        resources(s, template, "nsc", &mut p),
-    );
+    let nsc = nad.is_none().then(|| {
+        with_resources(
+            json!({
+                "name": "nsc", "image": s.nsc_image, "env": nsc_env,
+                "securityContext": security(&[], Some(10000)),
+                "volumeMounts": [
+                    {"name": "nsm-socket", "mountPath": NSM_SOCKET, "readOnly": true},
+                    {"name": SPIRE_MOUNT.0, "mountPath": SPIRE_MOUNT.1, "readOnly": true},
+                ],
+            }),
+            resources(s, template, "nsc", &mut p),
+        )
+    });
     let mut fe = json!({
         "name": "frontend", "image": s.image("frontend"),
         "env": env(&[
@@ -960,7 +965,11 @@ fn attractor_objects(
             ("NFE_ECMP", "true".into()),
             ("NFE_METRICS_ENABLED", "true".into()),
             ("NFE_NAMESPACE", ns.to_owned()),
-            ("NFE_EXTERNAL_INTERFACE", iface.name.clone()),
+            (
+                "NFE_EXTERNAL_INTERFACE",
+                nad.and_then(|n| n.interface.clone())
+                    .unwrap_or_else(|| iface.name.clone()),
+            ),
             ("NFE_NSP_SERVICE", format!("nsp-service-{t}:7778")),
             ("NFE_CONFIG_MAP_NAME", config_map_name(t)),
             ("NFE_TRENCH_NAME", t.to_owned()),
@@ -983,6 +992,19 @@ fn attractor_objects(
     merge(&mut fe, grpc_probes("frontend"));
     let fe = with_resources(fe, resources(s, template, "frontend", &mut p));
     let empty = |n: &str| json!({"name": n, "emptyDir": {}});
+    let containers: Vec<Value> = [Some(lb), nsc, Some(fe)].into_iter().flatten().collect();
+    let mut pod_meta = json!({"labels": {"app": name, "app-type": "stateless-lb-frontend",
+                                         "spiffe.io/spiffe-id": "true"}});
+    if let Some(n) = nad {
+        let mut attachment = json!({"name": n.name,
+            "interface": n.interface.clone().unwrap_or_else(|| iface.name.clone())});
+        if let Some(namespace) = &n.namespace {
+            attachment["namespace"] = json!(namespace);
+        }
+        pod_meta["annotations"] = json!({
+            "k8s.v1.cni.cncf.io/networks": Value::Array(vec![attachment]).to_string()
+        });
+    }
     out.push(json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": meta(&name, ns, owners.clone(), &[("app-type", "stateless-lb-frontend")]),
@@ -992,8 +1014,7 @@ fn attractor_objects(
                          "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "25%"}},
             "selector": {"matchLabels": {"app": name}},
             "template": {
-                "metadata": {"labels": {"app": name, "app-type": "stateless-lb-frontend",
-                                        "spiffe.io/spiffe-id": "true"}},
+                "metadata": pod_meta,
                 "spec": pod_spec(s, json!({
                     "serviceAccountName": s.fe_service_account,
                     "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
@@ -1002,7 +1023,7 @@ fn attractor_objects(
                         "topologyKey": "kubernetes.io/hostname"}]}},
                     "securityContext": {"fsGroup": 2000, "fsGroupChangePolicy": "OnRootMismatch"},
                     "initContainers": [sysctl_init(s, &script)],
-                    "containers": [lb, nsc, fe],
+                    "containers": containers,
                     "volumes": [
                         {"name": "nsm-socket", "hostPath": {"path": NSM_SOCKET, "type": "DirectoryOrCreate"}},
                         {"name": SPIRE_MOUNT.0, "hostPath": {"path": SPIRE_MOUNT.1, "type": "Directory"}},

@@ -844,6 +844,15 @@ pub(crate) fn validate(d: &Domain<'_>) -> Checked {
             &mut conduit_owner,
             &mut c.errors,
         );
+        if d.node_mode() && !a.spec.interface.network_attachments.is_empty() {
+            c.errors.push(err(
+                "Attractor",
+                ns,
+                name,
+                "spec.interface.networkAttachments",
+                "the node data plane programs VLANs, not Multus attachments: use dataPlane: meridio",
+            ));
+        }
         if let Err(e) = a.spec.node_selector.validate("spec.nodeSelector") {
             for p in e.field_errors() {
                 c.errors

@@ -541,3 +541,20 @@ fn byte_matches_are_checked_and_only_the_meridio_data_plane_takes_them() {
     assert_eq!(node.len(), 1, "{node:?}");
     assert!(node[0].contains("use dataPlane: meridio"), "{node:?}");
 }
+
+#[test]
+fn a_node_trench_refuses_a_network_attachment_interface() {
+    let mut i = Input::sample("red", "t");
+    i.attractors[0].spec.interface.network_attachments =
+        vec![serde_json::from_value(json!({"name": "vlan-100"})).unwrap()];
+    let ds = domains(i.objects(), &mut Vec::new());
+    let errors: Vec<String> = validate(&ds[0])
+        .errors
+        .iter()
+        .map(|e| e.field.clone())
+        .collect();
+    assert!(
+        errors.contains(&"spec.interface.networkAttachments".to_owned()),
+        "{errors:?}"
+    );
+}

@@ -320,3 +320,59 @@ fn a_resource_template_sets_resources_and_an_unknown_one_is_reported() {
     );
     assert!(problems["Conduit/conduit-stateless"][0].contains("\"huge\""));
 }
+
+/// Meridio's `network-attachment` interface type: Multus gives the front ends their
+/// interface (the pod annotation), so there is no NSM VLAN endpoint and no NSM client,
+/// and the frontend speaks on the attachment's interface.
+#[test]
+fn a_network_attachment_attractor_gets_multus_instead_of_an_nsm_vlan() {
+    let mut s = sample();
+    s.attractors[0].spec.interface.vlan_id = None;
+    s.attractors[0].spec.interface.link = s.attractors[0].spec.interface.name.clone();
+    s.attractors[0].spec.interface.network_attachments = vec![
+        serde_json::from_value(
+            json!({"name": "vlan-100", "namespace": "net", "interface": "ext0"}),
+        )
+        .unwrap(),
+    ];
+    let ds = domains(s.objects(), &mut Vec::new());
+    let objs = workloads(&ds[0], &Settings::default(), &mut BTreeMap::new());
+    let names: Vec<String> = objs
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.starts_with("nse-vlan-")),
+        "{names:?}"
+    );
+    let fe = objs
+        .iter()
+        .find(|o| o["metadata"]["name"] == "stateless-lb-frontend-attr1")
+        .unwrap();
+    let pod = &fe["spec"]["template"];
+    let networks: Value = serde_json::from_str(
+        pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        networks,
+        json!([{"name": "vlan-100", "namespace": "net", "interface": "ext0"}])
+    );
+    let containers: Vec<&str> = pod["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(containers, ["stateless-lb", "frontend"]);
+    let frontend = &pod["spec"]["containers"][1];
+    let ext = frontend["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "NFE_EXTERNAL_INTERFACE")
+        .unwrap();
+    assert_eq!(ext["value"], "ext0");
+}
