@@ -13,6 +13,21 @@ fn examples() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster")
 }
 
+/// `Kind/name` of each object in a JSON list (`plan`'s workloads and installs).
+fn kinds_and_names(list: &Value) -> Vec<String> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap(),
+                o["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
 fn netpolicy() -> Command {
     Command::cargo_bin("netpolicy").unwrap()
 }
@@ -376,18 +391,7 @@ fn plan_shows_each_rancher_guest_with_what_it_would_install_and_publish() {
     assert_eq!(shop["namespace"], "c-m-ngd5hs2r");
     assert_eq!(shop["cluster"], "shop");
     assert_eq!(shop["kubeconfig"], "fleet-default/shop-kubeconfig");
-    let installs: Vec<String> = shop["install"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| {
-            format!(
-                "{}/{}",
-                o["kind"].as_str().unwrap(),
-                o["name"].as_str().unwrap()
-            )
-        })
-        .collect();
+    let installs = kinds_and_names(&shop["install"]);
     assert!(
         installs.contains(&"DaemonSet/kube-vip-ds".to_owned()),
         "{installs:?}"
@@ -1763,18 +1767,7 @@ fn a_meridio_trench_plans_its_configmap_and_workloads_not_node_routing() {
             "vips"
         ]
     );
-    let workloads: Vec<String> = t["workloads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| {
-            format!(
-                "{}/{}",
-                w["kind"].as_str().unwrap(),
-                w["name"].as_str().unwrap()
-            )
-        })
-        .collect();
+    let workloads = kinds_and_names(&t["workloads"]);
     assert!(
         workloads.contains(&"StatefulSet/nsp-trench-a".to_owned()),
         "{workloads:?}"
