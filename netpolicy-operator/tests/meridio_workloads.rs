@@ -480,3 +480,101 @@ async fn an_operator_limited_to_one_namespace_serves_only_the_trenches_there() {
         .unwrap();
     assert!(a.metadata.owner_references.is_none(), "{:?}", a.metadata);
 }
+
+/// Meridio's `update-sync-group`: two Conduits of one group change at once; their proxy
+/// DaemonSets are updated one at a time, the second only once the first rolled out.
+#[tokio::test(flavor = "multi_thread")]
+async fn proxies_of_one_update_sync_group_are_updated_one_at_a_time() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let lease_ns = cp.namespace("mw-sync-lease").await;
+    let ns = cp.namespace("mw-sync").await;
+    trench(&client, &ns).await;
+    let conduit: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "Conduit",
+        "metadata": {"name": "conduit-2", "labels": {"trench": "trench-a"}}, "spec": {}
+    }))
+    .unwrap();
+    let conduits = common::traffic_api(&client, "Conduit", &ns);
+    conduits
+        .create(&PostParams::default(), &conduit)
+        .await
+        .unwrap();
+    for c in ["conduit-stateless", "conduit-2"] {
+        conduits
+            .patch(
+                c,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"update-sync-group": "g1"}}})),
+            )
+            .await
+            .unwrap();
+    }
+    let log = cp.dir.join("operator-meridio-sync.log");
+    let _op = common::operator(cp, &lease_ns, &log, "info,netpolicy_operator::trench=debug");
+    let why = || std::fs::read_to_string(&log).unwrap_or_default();
+    let daemonsets = workload_api(&client, "DaemonSet", &ns);
+    let hash = |name: &'static str| {
+        let api = daemonsets.clone();
+        async move {
+            api.get_opt(name).await.unwrap().and_then(|d| {
+                d.metadata
+                    .annotations
+                    .and_then(|a| a.get("netpolicy.io/applied-hash").cloned())
+            })
+        }
+    };
+    eventually("both proxies exist", 60, || async {
+        hash("proxy-conduit-stateless").await.is_some() && hash("proxy-conduit-2").await.is_some()
+    })
+    .await;
+    roll_out(&client, &ns).await;
+    let before = (
+        hash("proxy-conduit-stateless").await.unwrap(),
+        hash("proxy-conduit-2").await.unwrap(),
+    );
+    // Both change at once (another resource template for their containers).
+    for c in ["conduit-stateless", "conduit-2"] {
+        conduits
+            .patch(
+                c,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"resource-template": "large"}}})),
+            )
+            .await
+            .unwrap();
+    }
+    let changed = || async {
+        (
+            hash("proxy-conduit-stateless").await.unwrap() != before.0,
+            hash("proxy-conduit-2").await.unwrap() != before.1,
+        )
+    };
+    eventually("one proxy is updated", 30, || async {
+        let (a, b) = changed().await;
+        a || b
+    })
+    .await;
+    // Resyncs every 2 s: the other still waits, its Conduit says why.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (a, b) = changed().await;
+    assert!(a != b, "both updated at once ({a}, {b}):\n{}", why());
+    let waiting = if a { "conduit-2" } else { "conduit-stateless" };
+    let ready = conduits.get(waiting).await.unwrap().data["status"]["conditions"][0].clone();
+    assert!(
+        ready["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("update-sync-group \"g1\"")),
+        "{ready}"
+    );
+    // The first rolls out: the second follows.
+    roll_out(&client, &ns).await;
+    eventually(
+        "the second proxy is updated after the first rolled out",
+        30,
+        || async { changed().await == (true, true) },
+    )
+    .await;
+}

@@ -233,6 +233,26 @@ impl TrenchJob {
         let mut out = Deployed::default();
         let objects = super::meridio::workloads(d, &self.settings, &mut out.problems);
         let mut written = self.owned_by_trench(d).await?;
+        // Meridio's `update-sync-group` on Conduits: of the proxy DaemonSets of one
+        // group, one is updated at a time, the next only once it has rolled out. Which
+        // DaemonSet holds each group: the one rolling out now.
+        let groups: BTreeMap<String, String> = d
+            .conduits
+            .iter()
+            .filter_map(|c| {
+                let g = c.annotations().get(super::meridio::UPDATE_SYNC_GROUP)?;
+                Some((format!("proxy-{}", c.name_any()), g.clone()))
+            })
+            .collect();
+        let mut holders: BTreeMap<String, String> = BTreeMap::new();
+        for (ds, g) in &groups {
+            if matches!(
+                self.workloads.state("DaemonSet", &d.namespace, ds),
+                Some(State::Pending(_))
+            ) {
+                holders.entry(g.clone()).or_insert_with(|| ds.clone());
+            }
+        }
         for mut obj in objects {
             let kind = obj["kind"].as_str().unwrap_or_default().to_owned();
             let name = obj["metadata"]["name"]
@@ -282,6 +302,24 @@ impl TrenchJob {
                 lock(&self.applied).insert(key, hash);
                 continue;
             }
+            // An update (not a creation) waits while another DaemonSet of its group rolls
+            // out; the rollout's end wakes this job (the DaemonSets are watched).
+            let group = (kind == "DaemonSet").then(|| groups.get(&name)).flatten();
+            if let Some(g) = group
+                && state != Some(State::Absent)
+                && let Some(holder) = holders.get(g).filter(|h| **h != name)
+            {
+                debug!(
+                    object = key,
+                    group = g,
+                    holder,
+                    "meridio: update waits for its sync group"
+                );
+                out.pending.push(pending(format!(
+                    "update waits for DaemonSet {holder} of update-sync-group {g:?} to roll out"
+                )));
+                continue;
+            }
             let o: kube::api::DynamicObject =
                 serde_json::from_value(obj).map_err(kube::Error::SerdeError)?;
             api.patch(
@@ -293,6 +331,9 @@ impl TrenchJob {
             debug!(object = key, "meridio: applied");
             lock(&self.applied).insert(key, hash);
             written += 1;
+            if let Some(g) = group {
+                holders.entry(g.clone()).or_insert_with(|| name.clone());
+            }
         }
         Ok((written, out))
     }

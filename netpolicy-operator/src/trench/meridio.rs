@@ -16,6 +16,10 @@ use crate::api::{Attractor, Conduit, GatewayProtocol, Trench, TrenchIpFamily};
 
 /// The annotation that picks a named resource template per container (Meridio's).
 pub(crate) const RESOURCE_TEMPLATE: &str = "resource-template";
+/// The annotation on a Conduit naming its update-sync group (Meridio's default
+/// `$CONDUIT_UPDATE_SYNC_GROUP_KEY`): proxy DaemonSets of one group are updated one at a
+/// time.
+pub(crate) const UPDATE_SYNC_GROUP: &str = "update-sync-group";
 
 /// The label netpolicy puts on every object it keeps for Meridio.
 pub(crate) const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "netpolicy");
