@@ -167,7 +167,7 @@ pub(crate) fn setup(
         guests: BTreeMap::new(),
         guest_backoff: HashMap::new(),
         guest_published: HashMap::new(),
-        guest_visited: HashMap::new(),
+        guest_due: HashMap::new(),
         published: BTreeMap::new(),
         publish_backoff: HashMap::new(),
         wake: wake.clone(),
@@ -188,12 +188,16 @@ impl Job for Writer {
             self.harvester.retain(|_, (_, r)| r.is_ok());
         }
         self.run_pass().await?;
-        // A kube-vip ConfigMap waiting out its backoff: look again when it is due.
+        // What is due at a known time: a kube-vip ConfigMap waiting out its backoff, a
+        // guest waiting out its backoff or its next visit. One timer, the runner's.
         let now = Instant::now();
         Ok(self
             .publish_backoff
             .values()
-            .map(|(at, _)| at.saturating_duration_since(now))
+            .map(|(at, _)| *at)
+            .chain(self.guest_backoff.values().map(|(at, _)| *at))
+            .chain(self.guest_due.values().copied())
+            .map(|at| at.saturating_duration_since(now))
             .min()
             .map_or(Next::Resync, Next::After))
     }
@@ -231,9 +235,9 @@ pub(crate) struct Writer {
     guest_backoff: HashMap<String, (Instant, Duration)>,
     /// What each guest was last given successfully (so a quiet pass writes nothing).
     guest_published: HashMap<String, super::KubeVipPublication>,
-    /// When each guest was last visited successfully (visited again after its
-    /// `intervalSeconds`: an edited ConfigMap repaired, a deleted object put back).
-    guest_visited: HashMap<String, Instant>,
+    /// When each guest is to be visited again after a good visit (its `intervalSeconds`
+    /// later: an edited ConfigMap repaired, a deleted object put back).
+    guest_due: HashMap<String, Instant>,
     /// The last write of each kube-vip ConfigMap here (`<namespace>/<name>`): `Ok` or
     /// the API server's refusal. FloatingIPs say Published from it.
     published: BTreeMap<String, Result<(), String>>,
@@ -818,10 +822,7 @@ impl Writer {
             .iter()
             .filter(|g| {
                 self.guest_published.get(&g.cluster) != Some(*g)
-                    || self
-                        .guest_visited
-                        .get(&g.cluster)
-                        .is_none_or(|at| now.duration_since(*at) >= interval(g))
+                    || self.guest_due.get(&g.cluster).is_none_or(|at| *at <= now)
             })
             .filter(|g| {
                 self.guest_backoff
@@ -882,15 +883,9 @@ impl Writer {
                     }
                     self.guest_backoff.remove(&g.cluster);
                     self.guest_published.insert(g.cluster.clone(), g.clone());
-                    self.guest_visited.insert(g.cluster.clone(), Instant::now());
-                    // Visit again after the interval (an edited ConfigMap is repaired).
-                    let wake = self.wake.clone();
-                    let cluster = g.cluster.clone();
-                    let every = interval(&g);
-                    tokio::spawn(async move {
-                        tokio::time::sleep(every).await;
-                        wake.changed("Guest", ObjectKey::cluster(cluster));
-                    });
+                    // Visit again after the interval (see `pass`: the runner's timer).
+                    self.guest_due
+                        .insert(g.cluster.clone(), Instant::now() + interval(&g));
                 }
                 Some(f) => {
                     let delay = self
@@ -904,14 +899,8 @@ impl Writer {
                     self.guest_backoff
                         .insert(g.cluster.clone(), (Instant::now() + delay, delay));
                     self.guest_published.remove(&g.cluster);
-                    self.guest_visited.remove(&g.cluster);
-                    // Try again when the backoff ends.
-                    let wake = self.wake.clone();
-                    let cluster = g.cluster.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(delay).await;
-                        wake.changed("Guest", ObjectKey::cluster(cluster));
-                    });
+                    // Tried again when the backoff ends (see `pass`).
+                    self.guest_due.remove(&g.cluster);
                 }
             }
             if self.guests.get(&g.cluster) != Some(&v.state) {
@@ -934,7 +923,9 @@ impl Writer {
             .retain(|c, _| wanted_clusters.contains(c.as_str()));
         self.guest_published
             .retain(|c, _| wanted_clusters.contains(c.as_str()));
-        self.guest_visited
+        self.guest_due
+            .retain(|c, _| wanted_clusters.contains(c.as_str()));
+        self.guest_backoff
             .retain(|c, _| wanted_clusters.contains(c.as_str()));
         if changed {
             self.wake.changed("Guest", ObjectKey::cluster(""));
