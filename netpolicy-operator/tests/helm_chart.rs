@@ -673,8 +673,15 @@ fn the_readme_rbac_table_lists_what_the_roles_grant() {
                         .collect::<Vec<_>>()
                         .join(", ")
                 };
-                // The release is `t` here: say <release>.
-                let names = list("resourceNames").replace("t-", "<release>-");
+                // The release is `t` here: a name it prefixes reads <release>-…
+                let names = list("resourceNames")
+                    .split(", ")
+                    .map(|n| match n.strip_prefix("t-") {
+                        Some(rest) => format!("<release>-{rest}"),
+                        None => n.to_owned(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
                 let resources = if names.is_empty() {
                     list("resources")
                 } else {
