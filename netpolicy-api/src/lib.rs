@@ -473,7 +473,8 @@ pub mod conditions {
         pub const INVALID: &str = "Invalid";
         /// The object has no `trench` label, or its trench does not exist.
         pub const NO_TRENCH: &str = "TrenchNotFound";
-        /// A BGP gateway: accepted, not programmable (no BGP speaker on the node).
+        /// A BGP gateway of a `node` trench: accepted, not programmable (no BGP speaker
+        /// on the node; in the `meridio` data plane Meridio's frontends speak BGP).
         pub const NOT_PROGRAMMABLE: &str = "NotProgrammable";
         /// Valid, but nothing uses it (no attractor serves it).
         pub const UNUSED: &str = "Unused";

@@ -8,6 +8,11 @@
 //! policy, a guest cluster that does not answer) back off on their own, and their
 //! FloatingIPs say `Published=False` meanwhile; the rest of the pass goes on.
 //!
+//! Guest clusters ([`super::guest`]): each is visited side by side with the others,
+//! bounded in time: kube-vip installed when asked, its ConfigMap kept; visited again
+//! every `intervalSeconds` (reads only when nothing changed) or after its backoff, on
+//! the runner's timer.
+//!
 //! # Guarantees
 //! - Nothing is allocated before every cache has synced: the claims in the API server
 //!   are the record of what is allocated, and all of them are known first.
@@ -1078,8 +1083,7 @@ fn classify(e: &kube::Error, otherwise: &'static str) -> super::GuestFailure {
     }
 }
 
-/// The hash annotation of an object netpolicy applied in a guest.
-const APPLIED_HASH: &str = "netpolicy.io/applied-hash";
+use crate::k8s::applied::{self, HASH_ANNOTATION as APPLIED_HASH};
 
 /// Visits one guest: its client from the kubeconfig Secret, kube-vip installed when
 /// asked (missing objects created; with `update`, changed renderings re-applied),
@@ -1157,31 +1161,6 @@ async fn visit_guest(client: Client, g: &super::KubeVipPublication) -> Visit {
     v
 }
 
-/// The API resource of an object netpolicy installs in a guest, and whether it is
-/// namespaced.
-fn guest_resource(o: &serde_json::Value) -> Option<(kube::core::ApiResource, bool)> {
-    let (group, version, plural, namespaced) = match o["kind"].as_str()? {
-        "ServiceAccount" => ("", "v1", "serviceaccounts", true),
-        "ClusterRole" => ("rbac.authorization.k8s.io", "v1", "clusterroles", false),
-        "ClusterRoleBinding" => (
-            "rbac.authorization.k8s.io",
-            "v1",
-            "clusterrolebindings",
-            false,
-        ),
-        "DaemonSet" => ("apps", "v1", "daemonsets", true),
-        "Deployment" => ("apps", "v1", "deployments", true),
-        _ => return None,
-    };
-    Some((
-        kube::core::ApiResource::from_gvk_with_plural(
-            &kube::core::GroupVersionKind::gvk(group, version, o["kind"].as_str()?),
-            plural,
-        ),
-        namespaced,
-    ))
-}
-
 /// Installs kube-vip and kube-vip-cloud-provider in a guest: each object read, created
 /// by server-side apply when missing, re-applied when `update` and its rendering
 /// changed (the hash annotation). Returns how many were applied.
@@ -1192,7 +1171,7 @@ async fn install_in_guest(
     use crate::api::conditions::floating_ip as fc;
     let mut applied = 0;
     for o in &install.objects {
-        let Some((ar, namespaced)) = guest_resource(o) else {
+        let Some((ar, namespaced)) = o["kind"].as_str().and_then(applied::resource) else {
             continue;
         };
         let name = o["metadata"]["name"].as_str().unwrap_or_default();
@@ -1205,12 +1184,7 @@ async fn install_in_guest(
         } else {
             Api::all_with(guest.clone(), &ar)
         };
-        let hash = {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            o.to_string().hash(&mut h);
-            format!("{:016x}", h.finish())
-        };
+        let hash = applied::hash(o);
         let live = api
             .get_opt(name)
             .await

@@ -192,3 +192,48 @@ pub(crate) fn recorder(client: &kube::Client) -> kube::runtime::events::Recorder
         },
     )
 }
+
+/// Objects netpolicy keeps whole by server-side apply (Meridio's workloads, kube-vip in
+/// guest clusters): their API resources, and the annotation that records what was
+/// applied so that a pass, or a restarted operator, writes only what changed.
+pub(crate) mod applied {
+    use kube::api::{ApiResource, GroupVersionKind};
+
+    /// The annotation holding the hash of the object netpolicy last applied.
+    pub(crate) const HASH_ANNOTATION: &str = "netpolicy.io/applied-hash";
+
+    /// The hash of a rendered object (serde_json's maps keep keys sorted, so equal
+    /// objects hash equal). Not stable across Rust releases: after an operator built
+    /// with another toolchain, each object is applied once more (a no-op patch).
+    pub(crate) fn hash(v: &serde_json::Value) -> String {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        v.to_string().hash(&mut h);
+        format!("{:016x}", h.finish())
+    }
+
+    /// The API resource of a kind netpolicy applies, and whether it is namespaced.
+    pub(crate) fn resource(kind: &str) -> Option<(ApiResource, bool)> {
+        let (group, version, plural, namespaced) = match kind {
+            "ConfigMap" => ("", "v1", "configmaps", true),
+            "Service" => ("", "v1", "services", true),
+            "ServiceAccount" => ("", "v1", "serviceaccounts", true),
+            "StatefulSet" => ("apps", "v1", "statefulsets", true),
+            "Deployment" => ("apps", "v1", "deployments", true),
+            "DaemonSet" => ("apps", "v1", "daemonsets", true),
+            "PodDisruptionBudget" => ("policy", "v1", "poddisruptionbudgets", true),
+            "ClusterRole" => ("rbac.authorization.k8s.io", "v1", "clusterroles", false),
+            "ClusterRoleBinding" => (
+                "rbac.authorization.k8s.io",
+                "v1",
+                "clusterrolebindings",
+                false,
+            ),
+            _ => return None,
+        };
+        Some((
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural),
+            namespaced,
+        ))
+    }
+}

@@ -677,21 +677,7 @@ impl Informers {
             + 'static,
         K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync + Unpin,
     {
-        let Some(ns) = self.namespace.clone() else {
-            return self.get::<K>();
-        };
-        let dt = K::DynamicType::default();
-        let key = format!("{}/{}@{ns}", K::api_version(&dt), K::plural(&dt));
-        self.entry(key, || {
-            let resource = resource_name(&K::plural(&dt), &K::group(&dt));
-            Informer::new(
-                Arc::from(&*K::kind(&dt)),
-                resource,
-                Api::<K>::namespaced(self.client.clone(), &ns),
-                dt.clone(),
-                false,
-            )
-        })
+        self.scoped(None)
     }
 
     /// The informer of the namespaced kind `K` limited to the objects `selector` (a
@@ -709,13 +695,33 @@ impl Informers {
             + 'static,
         K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync + Unpin,
     {
-        let dt = K::DynamicType::default();
+        self.scoped(Some(selector))
+    }
+
+    /// The informer of `K` in [`Informers::namespace`] (all namespaces without one),
+    /// limited to `selector` when given; [`Informers::get`]'s own when neither limits it.
+    fn scoped<K>(&self, selector: Option<&str>) -> Informer<K>
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+        K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync + Unpin,
+    {
         let ns = self.namespace.clone();
+        if ns.is_none() && selector.is_none() {
+            return self.get::<K>();
+        }
+        let dt = K::DynamicType::default();
         let key = format!(
-            "{}/{}@{}?{selector}",
+            "{}/{}@{}?{}",
             K::api_version(&dt),
             K::plural(&dt),
-            ns.as_deref().unwrap_or_default()
+            ns.as_deref().unwrap_or_default(),
+            selector.unwrap_or_default()
         );
         self.entry(key, || {
             let resource = resource_name(&K::plural(&dt), &K::group(&dt));
@@ -723,8 +729,11 @@ impl Informers {
                 Some(ns) => Api::<K>::namespaced(self.client.clone(), ns),
                 None => Api::<K>::all(self.client.clone()),
             };
-            Informer::new(Arc::from(&*K::kind(&dt)), resource, api, dt.clone(), false)
-                .with_selector(selector)
+            let i = Informer::new(Arc::from(&*K::kind(&dt)), resource, api, dt.clone(), false);
+            match selector {
+                Some(s) => i.with_selector(s),
+                None => i,
+            }
         })
     }
 

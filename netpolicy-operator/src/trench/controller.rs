@@ -90,34 +90,7 @@ pub(crate) struct TrenchJob {
     applied: std::sync::Mutex<BTreeMap<String, String>>,
 }
 
-/// The annotation holding the hash of what netpolicy last applied to a Meridio object
-/// (a restarted operator compares it instead of writing again).
-const APPLIED_HASH: &str = "netpolicy.io/applied-hash";
-
-/// The API resource of a Meridio workload kind.
-fn resource_of(kind: &str) -> Option<kube::api::ApiResource> {
-    let (group, version, plural) = match kind {
-        "ConfigMap" => ("", "v1", "configmaps"),
-        "Service" => ("", "v1", "services"),
-        "StatefulSet" => ("apps", "v1", "statefulsets"),
-        "Deployment" => ("apps", "v1", "deployments"),
-        "DaemonSet" => ("apps", "v1", "daemonsets"),
-        "PodDisruptionBudget" => ("policy", "v1", "poddisruptionbudgets"),
-        _ => return None,
-    };
-    Some(kube::api::ApiResource::from_gvk_with_plural(
-        &kube::api::GroupVersionKind::gvk(group, version, kind),
-        plural,
-    ))
-}
-
-/// A stable hash of a JSON object (keys are sorted by serde_json's map).
-fn hash_of(v: &serde_json::Value) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    v.to_string().hash(&mut h);
-    format!("{:016x}", h.finish())
-}
+use crate::k8s::applied::{HASH_ANNOTATION as APPLIED_HASH, hash as hash_of};
 
 impl Job for TrenchJob {
     fn name(&self) -> &'static str {
@@ -259,7 +232,7 @@ impl TrenchJob {
                 .as_str()
                 .unwrap_or_default()
                 .to_owned();
-            let Some(ar) = resource_of(&kind) else {
+            let Some((ar, _)) = crate::k8s::applied::resource(&kind) else {
                 continue;
             };
             let key = format!("{kind}/{}/{name}", d.namespace);
