@@ -24,7 +24,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 pub use crate::http::Api;
-use crate::{Error, FirewallState, IpState, Issuer, PortRule, Result, Tags, http::urlencode};
+use crate::{Error, FirewallState, IpState, Issuer, PortRule, Result, Tags, urlencode};
 
 /// Label keys on netpolicy's floating IPs.
 pub const CLUSTER_LABEL: &str = "netpolicy.io/cluster";

@@ -140,18 +140,6 @@ impl Api {
     }
 }
 
-/// Percent-encodes a query value.
-pub(crate) fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                char::from(b).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 fn retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
     let secs = |name: &str| h.get(name)?.to_str().ok()?.trim().parse::<u64>().ok();
     if let Some(s) = secs("retry-after") {

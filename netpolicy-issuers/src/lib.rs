@@ -7,7 +7,8 @@
 //!
 //! Providers: `memory` (in-process, scripted faults), `hetzner` (floating IPs found by
 //! labels), `digitalocean` (reserved IPs, found by address only: they carry no tags, so
-//! keep the address [`reconcile`] returns).
+//! keep the address [`reconcile`] returns), `aws` (Elastic IPs found by tags, security
+//! groups as the firewall, credentials from the AWS SDK's default chain).
 //!
 //! # Failover order (availability first)
 //! Elect; ensure the firewall; add the port rules the service needs; add the new node to
@@ -41,6 +42,9 @@
 
 use std::collections::BTreeSet;
 
+#[cfg(feature = "aws")]
+#[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
+pub mod aws;
 #[cfg(feature = "digitalocean")]
 #[cfg_attr(docsrs, doc(cfg(feature = "digitalocean")))]
 pub mod digitalocean;
@@ -52,6 +56,20 @@ mod http;
 #[cfg(feature = "memory")]
 #[cfg_attr(docsrs, doc(cfg(feature = "memory")))]
 pub mod memory;
+
+/// Percent-encodes a query value (RFC 3986 unreserved characters stay; SigV4 signs the
+/// query exactly in this form).
+#[cfg(any(feature = "hetzner", feature = "digitalocean", feature = "aws"))]
+pub(crate) fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
 
 /// `Result` with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -74,6 +92,10 @@ pub enum Error {
     /// The token is missing, wrong or lacks a scope.
     #[error("unauthorized: {0}")]
     Unauthorized(String),
+    /// A quota of the account is used up (AWS `AddressLimitExceeded`, rules per security
+    /// group, ...): retrying soon does not help; raise the quota or free what holds it.
+    #[error("limit exceeded: {0}")]
+    LimitExceeded(String),
     /// Anything else the provider reports.
     #[error("provider error: {0}")]
     Provider(String),

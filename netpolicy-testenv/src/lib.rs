@@ -11,6 +11,7 @@
 //! visibly rather than passing without one.
 
 pub mod cloud;
+pub mod moto;
 pub mod node;
 
 use std::{
