@@ -453,6 +453,9 @@ pub mod conditions {
         pub const RATE_LIMITED: &str = "RateLimited";
         /// Reason: `spec.address` names an IP the provider does not have.
         pub const NOT_FOUND: &str = "AddressNotFound";
+        /// Reason: a quota of the cloud account is used up (AWS `AddressLimitExceeded`):
+        /// retried slowly; raise the quota or free what holds it.
+        pub const QUOTA_EXCEEDED: &str = "QuotaExceeded";
         /// Reason: the issuer's token is readable and the provider answers.
         pub const READY: &str = "Ready";
         /// Condition type (RoutedIPIssuer): IPs tagged for this cluster whose RoutedIP is
@@ -1242,12 +1245,15 @@ pub struct TransitionStatus {
     derive = "PartialEq",
     derive = "Default",
     validation = Rule::new(
-        "[has(self.spec.digitalocean), has(self.spec.hetzner), has(self.spec.memory)].filter(x, x).size() == 1"
+        "[has(self.spec.aws), has(self.spec.digitalocean), has(self.spec.hetzner), has(self.spec.memory)].filter(x, x).size() == 1"
     )
-    .message("a RoutedIPIssuer names exactly one provider: digitalocean, hetzner or memory")
+    .message("a RoutedIPIssuer names exactly one provider: aws, digitalocean, hetzner or memory")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RoutedIPIssuerSpec {
+    /// AWS Elastic IPs (the firewall is a security group).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aws: Option<AwsIssuer>,
     /// DigitalOcean reserved IPs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digitalocean: Option<DigitalOceanIssuer>,
@@ -1304,6 +1310,37 @@ pub struct HetznerIssuer {
     pub host_device: Option<String>,
     /// The API's base URL (default `https://api.hetzner.cloud/v1`): a proxy, or a local
     /// server in tests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self.startsWith('https://') || self.startsWith('http://')",
+        "message": "endpoint is an http:// or https:// URL"
+    }]))]
+    pub endpoint: Option<String>,
+}
+
+/// AWS settings: Elastic IPs in a VPC, associated with the primary network interface of
+/// the holder's instance (`spec.providerID` `aws:///<zone>/<instance-id>`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AwsIssuer {
+    /// The region of the IPs and instances (`eu-west-1`).
+    #[schemars(length(min = 1))]
+    pub region: String,
+    /// A Secret with `aws_access_key_id`, `aws_secret_access_key` and optionally
+    /// `aws_session_token`. Default: the AWS SDK's credential chain (IRSA web identity,
+    /// EKS pod identity, instance profile via IMDSv2, environment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret_ref: Option<NamespacedRef>,
+    /// The VPC the `firewall` security group is looked up and created in. Default: found
+    /// by name in any VPC, created in the region's default VPC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self.startsWith('vpc-')",
+        "message": "vpcId is a VPC ID (vpc-...)"
+    }]))]
+    pub vpc_id: Option<String>,
+    /// The EC2 API's base URL (default `https://ec2.<region>.amazonaws.com`): a VPC
+    /// endpoint, a proxy, or a local emulator in tests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-kubernetes-validations" = [{
         "rule": "self.startsWith('https://') || self.startsWith('http://')",

@@ -297,8 +297,13 @@ impl AwsIssuer {
     /// # Errors
     /// The HTTP client cannot be built.
     pub async fn from_default_chain(region: &str, endpoint: Option<&str>) -> Result<Self> {
+        use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+        let https = aws_smithy_http_client::Builder::new()
+            .tls_provider(Provider::Rustls(CryptoMode::Ring))
+            .build_https();
         let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
             .region(aws_config::Region::new(region.to_owned()))
+            .http_client(https)
             .load()
             .await;
         let provider = config.credentials_provider().ok_or_else(|| {

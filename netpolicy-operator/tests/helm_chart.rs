@@ -189,6 +189,31 @@ fn the_agent_keeps_its_last_good_config_on_the_node() {
 }
 
 #[test]
+fn the_operator_service_account_takes_the_irsa_role_annotation() {
+    let arn = "arn:aws:iam::123456789012:role/netpolicy";
+    let docs = render(
+        "netpolicy-system",
+        &[
+            "--set",
+            &format!("operator.serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn={arn}"),
+        ],
+    );
+    let operator_sa = of_kind(&docs, "ServiceAccount")
+        .into_iter()
+        .find(|sa| sa["metadata"]["labels"]["app.kubernetes.io/component"] == "operator")
+        .expect("the operator's ServiceAccount");
+    assert_eq!(
+        operator_sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
+        arn
+    );
+    // Without the value: no annotations at all.
+    let plain = render("netpolicy-system", &[]);
+    for sa in of_kind(&plain, "ServiceAccount") {
+        assert!(sa["metadata"].get("annotations").is_none(), "{sa}");
+    }
+}
+
+#[test]
 fn the_agent_has_net_admin_only_and_can_be_switched_off() {
     let docs = render("np", &["--set", "agent.enabled=false"]);
     assert!(of_kind(&docs, "DaemonSet").is_empty(), "agent switched off");

@@ -1037,6 +1037,72 @@ spec: {{issuerRef: {{name: {issuer}}}, nodeSelector: {{matchLabels: {{role: edge
     assert_eq!(e["field"], "spec.issuerRef.name");
 }
 
+#[test]
+fn an_aws_routed_ip_is_elected_on_instances_and_a_node_of_another_cloud_is_warned_about() {
+    let text = "---
+apiVersion: v1
+kind: Node
+metadata: {name: gcp, labels: {role: edge}, creationTimestamp: '2020-01-01T00:00:00Z'}
+spec: {providerID: 'gce://p/europe-west1-b/n1'}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: ec2-a, labels: {role: edge}, creationTimestamp: '2024-01-01T00:00:00Z'}
+spec: {providerID: 'aws:///eu-west-1a/i-0123456789abcdef0'}
+---
+apiVersion: netpolicy.io/v1alpha1
+kind: RoutedIPIssuer
+metadata: {name: aws}
+spec:
+  aws: {region: eu-west-1, vpcId: vpc-0abc}
+  firewall: {name: web}
+---
+apiVersion: netpolicy.io/v1alpha1
+kind: RoutedIP
+metadata: {name: web}
+spec: {issuerRef: {name: aws}, nodeSelector: {matchLabels: {role: edge}}}
+---
+apiVersion: netpolicy.io/v1alpha1
+kind: RoutedIP
+metadata: {name: held}
+spec: {issuerRef: {name: aws}, nodeSelector: {matchLabels: {role: edge}}}
+status: {node: ec2-a, address: 198.51.100.9}
+";
+    let (code, v, stderr) = plan_json(text);
+    assert_eq!(code, 0, "{v}");
+    // The oldest eligible node is not an EC2 instance: elected (plan does not know the
+    // provider's machines), with a warning that AWS will refuse it.
+    assert_eq!(
+        v["routedIPs"],
+        serde_json::json!([{"name": "web", "node": "gcp"}, {"name": "held", "node": "ec2-a"}])
+    );
+    let warnings = stderr;
+    assert!(
+        warnings.contains("RoutedIP web: elected node gcp has spec.providerID")
+            && warnings.contains("aws:///<zone>/<instance-id>"),
+        "{warnings}"
+    );
+    assert!(!warnings.contains("RoutedIP held"), "{warnings}");
+    // An Elastic IP is NATed to the instance: nothing goes on the holder's interfaces.
+    assert!(v["nodes"]["ec2-a"].get("addresses").is_none(), "{v}");
+
+    // Two providers in one issuer: an error naming the rule.
+    let (code, v, _) = plan_json(
+        "apiVersion: netpolicy.io/v1alpha1
+kind: RoutedIPIssuer
+metadata: {name: both}
+spec:
+  aws: {region: eu-west-1}
+  memory: {}
+",
+    );
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        v["errors"].to_string().contains("exactly one provider"),
+        "{v}"
+    );
+}
+
 /// Regression: a plain label map where a LabelSelector belongs became the empty
 /// selector, and the NodeConfig's items landed on every node. Now it is an error
 /// naming the field, and the NodeConfig selects nothing.

@@ -1,8 +1,9 @@
 //! The routed-IP job of `netpolicy operator` as a real process against a real API server
 //! and the local Hetzner and DigitalOcean API servers of `netpolicy_testenv::cloud`
 //! (documented request and response shapes; the real provider clients unchanged,
-//! pointed there by the issuer's `endpoint`). What the provider did is checked from the
-//! requests its server received.
+//! pointed there by the issuer's `endpoint`), and moto's EC2 emulator for AWS. What the
+//! provider did is checked from the requests its server received, and for AWS from
+//! EC2's state as boto3 reads it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -28,6 +29,7 @@ use netpolicy_operator::api::{NodeNetworkConfig, RoutedIP, RoutedIPIssuer, Route
 use netpolicy_testenv::{
     ControlPlane,
     cloud::{self, Shared},
+    moto::{ACCESS_KEY, Gate, Instance, Moto, REGION, SECRET_KEY},
 };
 use serde_json::{Value, json};
 
@@ -851,5 +853,372 @@ async fn digitalocean_ips_are_found_again_by_their_recorded_address_after_a_rest
         assert!(t.elapsed() < Duration::from_secs(60), "not deleted");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    drop(op);
+}
+
+/// EC2 as moto shows it (through boto3): how many Elastic IPs, which interface holds the
+/// first, and which instances' primary interfaces carry the group `web-fw`.
+fn aws_state(moto: &Moto, instances: &[Instance]) -> (usize, Option<String>, Vec<String>) {
+    let addresses = moto.addresses();
+    let list = addresses.as_array().unwrap();
+    let holder = list
+        .first()
+        .and_then(|a| a["NetworkInterfaceId"].as_str())
+        .filter(|e| !e.is_empty())
+        .and_then(|eni| instances.iter().find(|i| i.eni == eni))
+        .map(|i| i.id.clone());
+    let group = moto.security_group("web-fw");
+    let members = match group["GroupId"].as_str() {
+        None => Vec::new(),
+        Some(id) => instances
+            .iter()
+            .filter(|i| moto.groups_of(&i.eni).iter().any(|g| g == id))
+            .map(|i| i.id.clone())
+            .collect(),
+    };
+    (list.len(), holder, members)
+}
+
+/// The EC2 actions the gate saw from `from` on, without the reads.
+fn aws_writes(gate: &Gate, from: usize) -> Vec<String> {
+    gate.lock().unwrap().actions[from..]
+        .iter()
+        .filter(|a| !a.starts_with("Describe"))
+        .cloned()
+        .collect()
+}
+
+fn hold(gate: &Gate, action: &str, n: usize) {
+    let mut g = gate.lock().unwrap();
+    g.hold.clear();
+    if n > 0 {
+        g.hold.insert(action.to_owned(), n);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn aws_elastic_ips_fail_over_without_a_gap_in_the_seed_order_and_survive_a_kill() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let moto = Moto::start();
+    let (endpoint, gate) = moto.gate().await;
+    let ec2 = moto.run_instances(3);
+    let (a, b, c) = (&ec2[0], &ec2[1], &ec2[2]);
+    let ns = cp.namespace("rip-aws").await;
+    let log = cp.dir.join("operator-rip-aws.log");
+
+    let keys: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "aws-keys"},
+        "stringData": {"aws_access_key_id": ACCESS_KEY, "aws_secret_access_key": SECRET_KEY}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &keys)
+        .await
+        .unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let names = ["aws-a", "aws-b", "aws-c"];
+    let ids: Vec<(&str, String)> = names
+        .iter()
+        .zip(&ec2)
+        .map(|(n, i)| (*n, i.provider_id.clone()))
+        .collect();
+    cloud_nodes(&nodes, json!({"role": "aws-edge"}), &ids).await;
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {"ports": [{"name": "https", "port": 443, "targetPort": 8443},
+                           {"name": "dns", "port": 53, "protocol": "UDP"}]}
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap();
+    set_endpoints(
+        &client,
+        &ns,
+        &[("aws-a", true), ("aws-b", true), ("aws-c", true)],
+    )
+    .await;
+    let issuer: RoutedIPIssuer = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIPIssuer",
+        "metadata": {"name": "aws"},
+        "spec": {"aws": {"region": REGION, "endpoint": endpoint,
+                         "credentialsSecretRef": {"namespace": ns, "name": "aws-keys"}},
+                 "firewall": {"name": "web-fw"}}
+    }))
+    .unwrap();
+    Api::<RoutedIPIssuer>::all(client.clone())
+        .create(&PostParams::default(), &issuer)
+        .await
+        .unwrap();
+    // The first association is throttled beyond the client's retries: the address must
+    // be in the status while the IP is associated with nothing.
+    hold(&gate, "AssociateAddress", 10);
+    let rip: RoutedIP = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIP",
+        "metadata": {"name": "aws-ingress"},
+        "spec": {"issuerRef": {"name": "aws"}, "cooldownSeconds": 5,
+                 "nodeSelector": {"matchLabels": {"role": "aws-edge"}},
+                 "serviceRef": {"namespace": ns, "name": "web"}}
+    }))
+    .unwrap();
+    let rips = Api::<RoutedIP>::all(client.clone());
+    rips.create(&PostParams::default(), &rip).await.unwrap();
+    let mut op = operator(cp, &ns, &log);
+
+    let s = until(&client, "aws-ingress", "address recorded", &log, |s| {
+        s.address.is_some()
+    })
+    .await;
+    let (count, holder, _) = aws_state(&moto, &ec2);
+    assert_eq!(count, 1);
+    assert_eq!(holder, None, "associated before the address was recorded");
+    assert_eq!(
+        s.address.as_deref(),
+        moto.addresses()[0]["PublicIp"].as_str()
+    );
+    let s = until(
+        &client,
+        "aws-ingress",
+        "on aws-a",
+        &log,
+        settled_on("aws-a"),
+    )
+    .await;
+    let address = s.address.clone().unwrap();
+    assert_eq!(
+        aws_state(&moto, &ec2),
+        (1, Some(a.id.clone()), vec![a.id.clone()])
+    );
+    let rules: Vec<(String, u64)> = moto.security_group("web-fw")["IpPermissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["IpProtocol"].as_str().unwrap().to_owned(),
+                p["FromPort"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rules.len(), 2, "{rules:?}");
+    assert!(rules.contains(&("tcp".into(), 443)) && rules.contains(&("udp".into(), 53)));
+    // Tagged for this cluster and RoutedIP (how a restarted operator finds it).
+    let tags = moto.addresses()[0]["Tags"].to_string();
+    assert!(
+        tags.contains("netpolicy.io/routed-ip") && tags.contains("aws-ingress"),
+        "{tags}"
+    );
+    // An Elastic IP is NATed to the instance: nothing on the holder's interfaces.
+    let nnc = Api::<NodeNetworkConfig>::all(client.clone())
+        .get_opt("aws-a")
+        .await
+        .unwrap();
+    assert!(
+        nnc.is_none_or(|n| n.spec.rendered.addresses.is_empty()),
+        "an address item for an Elastic IP"
+    );
+
+    // The holder turns NotReady: the group goes on aws-b's interface, the address moves
+    // (one AssociateAddress with AllowReassociation: no DisassociateAddress, no gap),
+    // then aws-a's interface leaves the group.
+    let mark = gate.lock().unwrap().actions.len();
+    set_ready(&nodes, "aws-a", false).await;
+    let s = until(
+        &client,
+        "aws-ingress",
+        "moved to aws-b",
+        &log,
+        settled_on("aws-b"),
+    )
+    .await;
+    assert!(s.cooldown_until.contains_key("aws-a"), "{s:?}");
+    assert_eq!(
+        aws_writes(&gate, mark),
+        [
+            "ModifyNetworkInterfaceAttribute",
+            "AssociateAddress",
+            "ModifyNetworkInterfaceAttribute"
+        ]
+    );
+    assert_eq!(
+        aws_state(&moto, &ec2),
+        (1, Some(b.id.clone()), vec![b.id.clone()])
+    );
+
+    // aws-b loses its Service endpoint: the address moves to aws-c (aws-a is NotReady).
+    set_endpoints(
+        &client,
+        &ns,
+        &[("aws-a", true), ("aws-b", false), ("aws-c", true)],
+    )
+    .await;
+    until(
+        &client,
+        "aws-ingress",
+        "moved to aws-c",
+        &log,
+        settled_on("aws-c"),
+    )
+    .await;
+    assert_eq!(
+        aws_state(&moto, &ec2),
+        (1, Some(c.id.clone()), vec![c.id.clone()])
+    );
+
+    // Killed in the middle of a failover (the association held), restarted: the
+    // failover completes, one association, nothing leaked.
+    tokio::time::sleep(Duration::from_secs(5)).await; // aws-a's cooldown ends
+    set_ready(&nodes, "aws-a", true).await;
+    hold(&gate, "AssociateAddress", 1000);
+    set_ready(&nodes, "aws-c", false).await;
+    let assigning = format!("assign {}", a.provider_id);
+    until(
+        &client,
+        "aws-ingress",
+        "associating with aws-a",
+        &log,
+        |s| s.step.as_deref() == Some(assigning.as_str()),
+    )
+    .await;
+    drop(op);
+    let (count, holder, mut members) = aws_state(&moto, &ec2);
+    members.sort();
+    let mut both = vec![a.id.clone(), c.id.clone()];
+    both.sort();
+    assert_eq!(
+        (count, holder, members),
+        (1, Some(c.id.clone()), both),
+        "the kill came before the association; the new holder is already in the group"
+    );
+    hold(&gate, "AssociateAddress", 0);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    op = common::operator_on(cp, &ns, &log, RUST_LOG, &format!("127.0.0.1:{port}"));
+    until(
+        &client,
+        "aws-ingress",
+        "moved to aws-a after the restart",
+        &log,
+        settled_on("aws-a"),
+    )
+    .await;
+    assert_eq!(
+        aws_state(&moto, &ec2),
+        (1, Some(a.id.clone()), vec![a.id.clone()])
+    );
+
+    // Quiet: resyncs read EC2 but change nothing there or in the API server (after
+    // aws-c's cooldown is over: dropping it from the status is a change).
+    set_ready(&nodes, "aws-c", true).await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let mark = gate.lock().unwrap().actions.len();
+    let writes = || cp.writes_where("routedips", |_| true).len();
+    let before = writes();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(writes(), before, "API writes on a quiet cluster");
+    assert_eq!(
+        aws_writes(&gate, mark),
+        Vec::<String>::new(),
+        "EC2 writes when quiet"
+    );
+    assert!(
+        gate.lock().unwrap().actions.len() > mark,
+        "the resync did not read EC2 at all"
+    );
+
+    // The keys are in no status, Event or log.
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), "default")
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let everything = format!(
+        "{}{}{}",
+        serde_json::to_string(&events.items).unwrap(),
+        serde_json::to_string(&status(&client, "aws-ingress").await).unwrap(),
+        std::fs::read_to_string(&log).unwrap()
+    );
+    assert!(!everything.contains(SECRET_KEY) && !everything.contains(ACCESS_KEY));
+
+    // Retain: deleted, the address stays allocated and associated with nothing, and is
+    // reported as an orphan of this cluster, never released.
+    rips.delete("aws-ingress", &DeleteParams::default())
+        .await
+        .unwrap();
+    let t = Instant::now();
+    while rips.get_opt("aws-ingress").await.unwrap().is_some() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "finalizer not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(aws_state(&moto, &ec2).0, 1);
+    assert_eq!(aws_state(&moto, &ec2).1, None);
+    let t = Instant::now();
+    loop {
+        let issuer = Api::<RoutedIPIssuer>::all(client.clone())
+            .get("aws")
+            .await
+            .unwrap();
+        let orphan = issuer
+            .status
+            .unwrap_or_default()
+            .conditions
+            .into_iter()
+            .any(|c| c.type_ == "Orphans" && c.status == "True" && c.message.contains(&address));
+        if orphan {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "no orphan reported");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(aws_state(&moto, &ec2).0, 1, "an orphan is never released");
+
+    // Delete: the address is released with its RoutedIP.
+    let rip: RoutedIP = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIP",
+        "metadata": {"name": "aws-egress"},
+        "spec": {"issuerRef": {"name": "aws"}, "reclaimPolicy": "Delete",
+                 "nodeSelector": {"matchLabels": {"role": "aws-edge"}}}
+    }))
+    .unwrap();
+    rips.create(&PostParams::default(), &rip).await.unwrap();
+    let s = until(
+        &client,
+        "aws-egress",
+        "egress on aws-a",
+        &log,
+        settled_on("aws-a"),
+    )
+    .await;
+    assert_eq!(aws_state(&moto, &ec2).0, 2);
+    rips.delete("aws-egress", &DeleteParams::default())
+        .await
+        .unwrap();
+    let t = Instant::now();
+    loop {
+        let left = moto.addresses().to_string();
+        if !left.contains(s.address.as_deref().unwrap())
+            && rips.get_opt("aws-egress").await.unwrap().is_none()
+        {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "egress address not released"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Api::<RoutedIPIssuer>::all(client.clone())
+        .delete("aws", &DeleteParams::default())
+        .await
+        .unwrap();
     drop(op);
 }

@@ -17,12 +17,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
+    collections::BTreeMap,
     net::{TcpListener, TcpStream},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::OnceLock,
+    sync::{Arc, Mutex, OnceLock},
     time::{Duration, Instant},
 };
+
+use axum::{body::Bytes, http::HeaderMap, response::IntoResponse};
 
 /// The region every test uses.
 pub const REGION: &str = "eu-west-1";
@@ -241,5 +244,77 @@ impl Moto {
             "g = ec2.describe_security_groups(Filters=[{{'Name': 'group-name', 'Values': [{name:?}]}}])['SecurityGroups']\n\
              print(json.dumps(g[0] if g else None, default=str))"
         ))
+    }
+}
+
+/// What passes the [`Gate`] in front of moto: the EC2 actions in order, and the ones held.
+#[derive(Debug, Default)]
+pub struct GateState {
+    /// The `Action` of every request, in order (held ones included).
+    pub actions: Vec<String>,
+    /// Actions answered with EC2's throttling error (`RequestLimitExceeded`, HTTP 503)
+    /// instead of being forwarded, with how many more times.
+    pub hold: BTreeMap<String, usize>,
+}
+
+/// A gate shared between its proxy and the test.
+pub type Gate = Arc<Mutex<GateState>>;
+
+impl Moto {
+    /// A proxy on 127.0.0.1 in front of this emulator: it records each request's EC2
+    /// action and can hold an action (answer it with EC2's documented throttling error)
+    /// so a test can stop a client mid-failover. Returns the proxy's endpoint.
+    ///
+    /// # Panics
+    /// When it cannot listen.
+    pub async fn gate(&self) -> (String, Gate) {
+        let gate: Gate = Arc::default();
+        let upstream = self.endpoint.clone();
+        let http = reqwest::Client::new();
+        let g = Arc::clone(&gate);
+        let handler = move |headers: HeaderMap, body: Bytes| {
+            let g = Arc::clone(&g);
+            let http = http.clone();
+            let upstream = upstream.clone();
+            async move {
+                let action = String::from_utf8_lossy(&body)
+                    .split('&')
+                    .find_map(|kv| kv.strip_prefix("Action="))
+                    .unwrap_or_default()
+                    .to_owned();
+                let held = {
+                    let mut s = g.lock().unwrap();
+                    s.actions.push(action.clone());
+                    match s.hold.get_mut(&action) {
+                        Some(n) if *n > 0 => {
+                            *n -= 1;
+                            true
+                        }
+                        _ => false,
+                    }
+                };
+                if held {
+                    let xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error>\
+                        <Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message>\
+                        </Error></Errors><RequestID>gate</RequestID></Response>";
+                    return (axum::http::StatusCode::SERVICE_UNAVAILABLE, xml.to_owned())
+                        .into_response();
+                }
+                let mut req = http.post(format!("{upstream}/")).body(body);
+                for (k, v) in &headers {
+                    if k != "host" && k != "content-length" {
+                        req = req.header(k.as_str(), v.as_bytes());
+                    }
+                }
+                let resp = req.send().await.unwrap();
+                let status = axum::http::StatusCode::from_u16(resp.status().as_u16()).unwrap();
+                (status, resp.text().await.unwrap()).into_response()
+            }
+        };
+        let app = axum::Router::new().route("/", axum::routing::post(handler));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (base, gate)
     }
 }

@@ -657,16 +657,36 @@ fn plan_routed_ips(
     warnings: &mut Vec<String>,
 ) -> Vec<RoutedIPReport> {
     const KIND: &str = "RoutedIP";
-    let issuers: BTreeSet<String> = m
+    let issuers: BTreeMap<String, &crate::api::RoutedIPIssuerSpec> = m
         .routed_ip_issuers
         .iter()
-        .filter_map(|i| i.object.metadata.name.clone())
+        .filter_map(|i| Some((i.object.metadata.name.clone()?, &i.object.spec)))
         .collect();
+    // The CRD's rule: exactly one provider.
+    for i in &m.routed_ip_issuers {
+        let s = &i.object.spec;
+        let named = [
+            s.aws.is_some(),
+            s.digitalocean.is_some(),
+            s.hetzner.is_some(),
+            s.memory.is_some(),
+        ];
+        if named.iter().filter(|n| **n).count() != 1 {
+            errors.push(InputError {
+                kind: "RoutedIPIssuer".into(),
+                name: i.object.metadata.name.clone().unwrap_or_default(),
+                field: "spec".into(),
+                message: "a RoutedIPIssuer names exactly one provider: aws, digitalocean, \
+                          hetzner or memory"
+                    .into(),
+            });
+        }
+    }
     let mut out = Vec::new();
     for i in unique_by_name(KIND, &m.routed_ips, |o| o.metadata.name.as_ref(), errors) {
         let r = &m.routed_ips[i].object;
         let name = r.metadata.name.clone().unwrap_or_default();
-        if !issuers.contains(&r.spec.issuer_ref.name) {
+        if !issuers.contains_key(&r.spec.issuer_ref.name) {
             errors.push(InputError {
                 kind: KIND.into(),
                 name: name.clone(),
@@ -709,6 +729,23 @@ fn plan_routed_ips(
             warnings.push(format!(
                 "RoutedIP {name}: no eligible node (Ready, schedulable, selected, untainted, \
                  with spec.providerID)"
+            ));
+        }
+        // The provider would refuse a holder whose ID is not one of its machines.
+        let form = issuers
+            .get(&r.spec.issuer_ref.name)
+            .and_then(|s| routed_ip::provider_id_form(s));
+        if let (Some(n), Some((prefix, reads))) = (&node, form)
+            && let Some(id) = candidates
+                .iter()
+                .find(|c| c.name == *n)
+                .and_then(|c| c.provider_id.as_deref())
+            && !id.starts_with(prefix)
+        {
+            warnings.push(format!(
+                "RoutedIP {name}: elected node {n} has spec.providerID {id:?}, not a machine of \
+                 issuer {} ({reads}): the provider will refuse it",
+                r.spec.issuer_ref.name
             ));
         }
         out.push(RoutedIPReport {

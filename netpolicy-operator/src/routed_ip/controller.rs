@@ -66,7 +66,7 @@ use kube::{
     },
 };
 use netpolicy_issuers::{
-    Candidate, Desired, Error as ProviderError, Issuer, Step, Tags,
+    Candidate, Desired, Error as ProviderError, Issuer, Step, Tags, aws::AwsIssuer as AwsClient,
     digitalocean::DigitalOceanIssuer, hetzner::HetznerIssuer, memory::MemoryIssuer, plan,
 };
 use tokio::sync::watch;
@@ -130,6 +130,7 @@ fn service_fingerprint(s: &Service) -> String {
 
 /// A provider client, whichever the issuer names.
 enum Provider {
+    Aws(AwsClient),
     Hetzner(HetznerIssuer),
     DigitalOcean(DigitalOceanIssuer),
     Memory(Arc<MemoryIssuer>),
@@ -167,6 +168,9 @@ impl Failed {
             }
             Self::Provider(ProviderError::Conflict(_)) => {
                 (ErrorClass::Conflict, rc::PROVIDER_ERROR)
+            }
+            Self::Provider(ProviderError::LimitExceeded(_)) => {
+                (ErrorClass::Permanent, rc::QUOTA_EXCEEDED)
             }
             Self::Provider(ProviderError::Provider(_)) => {
                 (ErrorClass::Transient, rc::PROVIDER_ERROR)
@@ -480,6 +484,7 @@ impl Context {
         let name = issuer.name_any();
         let listed = match self.provider(issuer).await {
             Ok(p) => match &*p {
+                Provider::Aws(i) => i.tagged_ips(&self.cluster).await,
                 Provider::Hetzner(i) => i.tagged_ips(&self.cluster).await,
                 Provider::DigitalOcean(i) => i.tagged_ips(&self.cluster).await,
                 Provider::Memory(i) => i.tagged_ips(&self.cluster).await,
@@ -651,6 +656,9 @@ impl Context {
             ReclaimPolicy::Delete => netpolicy_issuers::ReclaimPolicy::Delete,
         };
         match &*provider {
+            Provider::Aws(i) => {
+                netpolicy_issuers::release(i, &tags, address.as_deref(), policy).await?;
+            }
             Provider::Hetzner(i) => {
                 netpolicy_issuers::release(i, &tags, address.as_deref(), policy).await?;
             }
@@ -745,6 +753,7 @@ impl Context {
             ports: ports.clone(),
         };
         let (mut st, elected) = match &*provider {
+            Provider::Aws(i) => self.drive(i, &ctx).await,
             Provider::Hetzner(i) => self.drive(i, &ctx).await,
             Provider::DigitalOcean(i) => self.drive(i, &ctx).await,
             Provider::Memory(i) => self.drive(&**i, &ctx).await,
@@ -933,32 +942,22 @@ impl Context {
             return Ok(Arc::clone(p));
         }
         let token = |r: &crate::api::SecretKeyRef, field: &str| {
-            let api = Api::<Secret>::namespaced(self.client.clone(), &r.namespace);
-            let r = r.clone();
+            let key = r.key.clone().unwrap_or_else(|| "token".into());
+            let (namespace, name) = (r.namespace.clone(), r.name.clone());
             let field = field.to_owned();
             async move {
-                let key = r.key.clone().unwrap_or_else(|| "token".into());
-                let secret = api.get(&r.name).await.map_err(|e| {
-                    Failed::Issuer(format!(
-                        "{field}: Secret {}/{} cannot be read: {e}",
-                        r.namespace, r.name
-                    ))
-                })?;
-                let bytes = secret
-                    .data
-                    .and_then(|d| d.get(&key).map(|b| b.0.clone()))
+                self.secret_value(&namespace, &name, &key, &field)
+                    .await?
                     .ok_or_else(|| {
                         Failed::Issuer(format!(
-                            "{field}: Secret {}/{} has no key {key:?}",
-                            r.namespace, r.name
+                            "{field}: Secret {namespace}/{name} has no key {key:?}"
                         ))
-                    })?;
-                String::from_utf8(bytes)
-                    .map(|t| t.trim().to_owned())
-                    .map_err(|_| Failed::Issuer(format!("{field}: the token is not UTF-8")))
+                    })
             }
         };
-        let provider = if let Some(h) = &issuer.spec.hetzner {
+        let provider = if let Some(a) = &issuer.spec.aws {
+            Provider::Aws(self.aws_client(a).await?.with_vpc(a.vpc_id.clone()))
+        } else if let Some(h) = &issuer.spec.hetzner {
             let t = token(&h.token_secret_ref, "spec.hetzner.tokenSecretRef").await?;
             let base = h
                 .endpoint
@@ -986,6 +985,59 @@ impl Context {
         let p = Arc::new(provider);
         lock(&self.providers).insert(name, (issuer.metadata.generation, Arc::clone(&p)));
         Ok(p)
+    }
+
+    /// One key of a Secret (trimmed), `None` when the Secret lacks it; an unreadable
+    /// Secret or a value that is not UTF-8 is an error naming `field`.
+    async fn secret_value(
+        &self,
+        namespace: &str,
+        name: &str,
+        key: &str,
+        field: &str,
+    ) -> Result<Option<String>, Failed> {
+        let api = Api::<Secret>::namespaced(self.client.clone(), namespace);
+        let secret = api.get(name).await.map_err(|e| {
+            Failed::Issuer(format!(
+                "{field}: Secret {namespace}/{name} cannot be read: {e}"
+            ))
+        })?;
+        let Some(bytes) = secret.data.and_then(|mut d| d.remove(key)) else {
+            return Ok(None);
+        };
+        String::from_utf8(bytes.0)
+            .map(|t| Some(t.trim().to_owned()))
+            .map_err(|_| Failed::Issuer(format!("{field}: {key} is not UTF-8")))
+    }
+
+    /// An AWS client: keys from `credentialsSecretRef`, else the AWS SDK's default chain
+    /// (IRSA, EKS pod identity, IMDSv2, environment).
+    async fn aws_client(&self, a: &crate::api::AwsIssuer) -> Result<AwsClient, Failed> {
+        let endpoint = a.endpoint.as_deref();
+        let Some(r) = &a.credentials_secret_ref else {
+            return Ok(AwsClient::from_default_chain(&a.region, endpoint).await?);
+        };
+        let field = "spec.aws.credentialsSecretRef";
+        let required = |key: &'static str| async move {
+            self.secret_value(&r.namespace, &r.name, key, field)
+                .await?
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| {
+                    Failed::Issuer(format!(
+                        "{field}: Secret {}/{} has no key {key:?}",
+                        r.namespace, r.name
+                    ))
+                })
+        };
+        let id = required("aws_access_key_id").await?;
+        let secret = required("aws_secret_access_key").await?;
+        let session = self
+            .secret_value(&r.namespace, &r.name, "aws_session_token", field)
+            .await?
+            .filter(|v| !v.is_empty());
+        Ok(AwsClient::with_credentials(
+            &a.region, endpoint, id, secret, session,
+        )?)
     }
 
     async fn write_status(
@@ -1036,6 +1088,7 @@ fn kind_of(e: &ProviderError) -> &'static str {
         ProviderError::Conflict(_) => "conflict",
         ProviderError::RateLimited { .. } => "rate_limited",
         ProviderError::Unauthorized(_) => "unauthorized",
+        ProviderError::LimitExceeded(_) => "limit_exceeded",
         ProviderError::Provider(_) => "provider",
     }
 }

@@ -94,6 +94,22 @@ pub(crate) fn step_name(step: &Step) -> String {
 
 /// A node as a candidate to hold a RoutedIP. `has_endpoint` says whether it hosts a
 /// ready endpoint of the RoutedIP's `serviceRef` (true when it has none).
+/// The `spec.providerID` form of the issuer's provider (`(prefix, how it reads)`), or
+/// `None` for the in-process provider (any ID).
+pub(crate) fn provider_id_form(
+    spec: &crate::api::RoutedIPIssuerSpec,
+) -> Option<(&'static str, &'static str)> {
+    if spec.aws.is_some() {
+        Some(("aws://", "aws:///<zone>/<instance-id>"))
+    } else if spec.hetzner.is_some() {
+        Some(("hcloud://", "hcloud://<server id>"))
+    } else if spec.digitalocean.is_some() {
+        Some(("digitalocean://", "digitalocean://<droplet id>"))
+    } else {
+        None
+    }
+}
+
 pub(crate) fn candidate(node: &NodeFacts, selector: &Selector, has_endpoint: bool) -> Candidate {
     Candidate {
         name: node.name.clone(),
