@@ -1065,9 +1065,30 @@ impl CalicoDatastore {
     }
 }
 
-/// The Kubernetes datastore takes no settings.
+/// Calico's Kubernetes datastore: this cluster's (default), or another cluster's (the
+/// seed's `K8S_API_ENDPOINT`): its Nodes are read and labelled and its BGPPeers written
+/// there.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct KubernetesDatastore {}
+#[serde(rename_all = "camelCase")]
+pub struct KubernetesDatastore {
+    /// A Secret holding the kubeconfig of the cluster Calico runs in. Unset: this cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_secret_ref: Option<KubeconfigSecretRef>,
+}
+
+/// A kubeconfig in a Secret.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeconfigSecretRef {
+    /// Namespace of the Secret.
+    pub namespace: String,
+    /// Name of the Secret.
+    pub name: String,
+    /// Key holding the kubeconfig (default: the first of `value` (Cluster API's and
+    /// Rancher's), `kubeconfig` and `config` present).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
 
 /// Calico's etcd: where and how to reach it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -270,7 +270,8 @@ pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Conver
             }
             ("apps/v1", "Deployment") if seed_rr_env(&d).is_some() => {
                 let env = seed_rr_env(&d).unwrap_or_default();
-                rest.push(route_reflector_config(&env, &at, &mut out));
+                let namespace = d["metadata"]["namespace"].as_str().unwrap_or("default");
+                rest.push(route_reflector_config(&env, &at, namespace, &mut out));
                 out.notes.push(format!(
                     "{at}: the calico-route-reflector-operator manager: its environment became \
                      RouteReflectorConfig `default` (the Deployment is not kept; remove the \
@@ -326,9 +327,13 @@ fn seed_rr_env(d: &Value) -> Option<BTreeMap<String, Option<String>>> {
 /// calico-route-reflector-operator's environment as RouteReflectorConfig `default`.
 /// Its defaults where netpolicy's differ are written out (max 25; no zone label: one
 /// count for the cluster; cluster ID 224.0.0.0), so the topology stays what it was.
+/// The Secret `convert` names for the seed's `K8S_API_ENDPOINT` cluster's kubeconfig.
+const REMOTE_KUBECONFIG_SECRET: &str = "calico-cluster-kubeconfig";
+
 fn route_reflector_config(
     env: &BTreeMap<String, Option<String>>,
     at: &str,
+    namespace: &str,
     out: &mut Converted,
 ) -> Value {
     let mut spec = Map::new();
@@ -420,11 +425,18 @@ fn route_reflector_config(
     match get("DATASTORE_TYPE").as_deref() {
         None | Some("incluster") => {}
         Some("kubernetes") => {
-            if get("K8S_API_ENDPOINT").is_some() {
+            if let Some(endpoint) = get("K8S_API_ENDPOINT") {
+                spec.insert(
+                    "datastore".into(),
+                    json!({"kubernetes": {"kubeconfigSecretRef":
+                        {"namespace": namespace, "name": REMOTE_KUBECONFIG_SECRET}}}),
+                );
                 out.notes.push(format!(
-                    "{at}: DATASTORE_TYPE=kubernetes with K8S_API_ENDPOINT: Calico's \
-                     datastore is another cluster's API server; netpolicy uses the \
-                     operator's own cluster here (check before switching)"
+                    "{at}: DATASTORE_TYPE=kubernetes with K8S_API_ENDPOINT={endpoint}: Calico's \
+                     datastore is that cluster's; create Secret \
+                     {namespace}/{REMOTE_KUBECONFIG_SECRET} with its kubeconfig (key \
+                     kubeconfig) before applying, and set the chart's \
+                     routeReflectors.kubeconfigSecret to it"
                 ));
             }
         }
@@ -798,6 +810,30 @@ mod tests {
         assert_eq!(spec["zoneLabel"], "topology.kubernetes.io/zone");
         assert_eq!(spec["topology"], "multi");
         assert_eq!(spec["stepDelaySeconds"], 10);
+        assert!(spec.get("datastore").is_none(), "incluster: this cluster");
+
+        // Calico's datastore in another cluster: a kubeconfig Secret to create, said.
+        let c = convert([(
+            "seed.yaml".to_owned(),
+            deployment(json!([
+                {"name": "DATASTORE_TYPE", "value": "kubernetes"},
+                {"name": "K8S_API_ENDPOINT", "value": "https://calico.example:6443"},
+            ])),
+        )]);
+        assert!(c.errors.is_empty(), "{:?}", c.errors);
+        assert_eq!(
+            c.objects[0]["spec"]["datastore"],
+            json!({"kubernetes": {"kubeconfigSecretRef":
+                {"namespace": "kube-system", "name": "calico-cluster-kubeconfig"}}})
+        );
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n.contains("https://calico.example:6443")
+                    && n.contains("kube-system/calico-cluster-kubeconfig")),
+            "{:?}",
+            c.notes
+        );
         assert_eq!(spec["reflectorLabel"], "calico-route-reflector");
         assert_eq!(
             spec["eligibleNodes"],

@@ -1235,45 +1235,17 @@ async fn guest_client(
     key: Option<&str>,
 ) -> Result<Client, super::GuestFailure> {
     use crate::api::conditions::floating_ip as fc;
-    let missing = |message: String| super::GuestFailure {
+    let (namespace, name) = secret.split_once('/').ok_or_else(|| super::GuestFailure {
         reason: fc::KUBECONFIG_MISSING,
-        message,
-    };
-    let (namespace, name) = secret
-        .split_once('/')
-        .ok_or_else(|| missing(format!("{secret:?} is not <namespace>/<secret>")))?;
-    let found = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client, namespace)
-        .get_opt(name)
+        message: format!("{secret:?} is not <namespace>/<secret>"),
+    })?;
+    crate::k8s::client_from_secret(client, namespace, name, key, Some(Duration::from_secs(10)))
         .await
-        .map_err(|e| super::GuestFailure {
-            reason: fc::KUBECONFIG_MISSING,
-            message: format!("reading Secret {secret}: {e}"),
-        })?
-        .ok_or_else(|| missing(format!("Secret {secret} does not exist")))?;
-    let data = found.data.unwrap_or_default();
-    let key = match key {
-        Some(k) => data
-            .contains_key(k)
-            .then_some(k)
-            .ok_or_else(|| missing(format!("Secret {secret} has no key {k}")))?,
-        None => ["value", "kubeconfig", "config"]
-            .into_iter()
-            .find(|k| data.contains_key(*k))
-            .ok_or_else(|| {
-                missing(format!(
-                    "Secret {secret} has no key value, kubeconfig or config"
-                ))
-            })?,
-    };
-    let text = String::from_utf8(data[key].0.clone())
-        .map_err(|_| missing(format!("Secret {secret} key {key} is not text")))?;
-    let kc = kube::config::Kubeconfig::from_yaml(&text)
-        .map_err(|e| missing(format!("Secret {secret} key {key}: not a kubeconfig: {e}")))?;
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .map_err(|e| missing(format!("Secret {secret} key {key}: {e}")))?;
-    config.connect_timeout = Some(Duration::from_secs(5));
-    config.read_timeout = Some(Duration::from_secs(10));
-    Client::try_from(config).map_err(|e| unreachable(format!("guest client: {e}")))
+        .map_err(|e| match e {
+            crate::k8s::KubeconfigError::Missing(message) => super::GuestFailure {
+                reason: fc::KUBECONFIG_MISSING,
+                message,
+            },
+            crate::k8s::KubeconfigError::Client(m) => unreachable(format!("guest client: {m}")),
+        })
 }

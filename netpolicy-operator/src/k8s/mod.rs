@@ -183,6 +183,62 @@ pub(crate) fn labels_fingerprint(n: &Node) -> String {
 
 /// The Event recorder of the operator's jobs (reporting controller
 /// `netpolicy-operator`).
+/// Why a client could not be made from a kubeconfig in a Secret.
+#[derive(Debug)]
+pub(crate) enum KubeconfigError {
+    /// The Secret, its key or the kubeconfig in it is missing or invalid.
+    Missing(String),
+    /// The kubeconfig is fine but no client could be built from it.
+    Client(String),
+}
+
+/// A client from the kubeconfig in Secret `namespace/name`, key `key` (default: the first
+/// of `value` (Cluster API, Rancher), `kubeconfig` and `config` present). Connections time
+/// out after 5 s; reads after `read_timeout` (a watching client needs the default).
+pub(crate) async fn client_from_secret(
+    client: kube::Client,
+    namespace: &str,
+    name: &str,
+    key: Option<&str>,
+    read_timeout: Option<std::time::Duration>,
+) -> Result<kube::Client, KubeconfigError> {
+    use KubeconfigError::Missing;
+    let secret = format!("{namespace}/{name}");
+    let found = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client, namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| Missing(format!("reading Secret {secret}: {e}")))?
+        .ok_or_else(|| Missing(format!("Secret {secret} does not exist")))?;
+    let data = found.data.unwrap_or_default();
+    let key = match key {
+        Some(k) => data
+            .contains_key(k)
+            .then_some(k)
+            .ok_or_else(|| Missing(format!("Secret {secret} has no key {k}")))?,
+        None => ["value", "kubeconfig", "config"]
+            .into_iter()
+            .find(|k| data.contains_key(*k))
+            .ok_or_else(|| {
+                Missing(format!(
+                    "Secret {secret} has no key value, kubeconfig or config"
+                ))
+            })?,
+    };
+    let text = String::from_utf8(data[key].0.clone())
+        .map_err(|_| Missing(format!("Secret {secret} key {key} is not text")))?;
+    let kc = kube::config::Kubeconfig::from_yaml(&text)
+        .map_err(|e| Missing(format!("Secret {secret} key {key}: not a kubeconfig: {e}")))?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| Missing(format!("Secret {secret} key {key}: {e}")))?;
+    config.connect_timeout = Some(std::time::Duration::from_secs(5));
+    if read_timeout.is_some() {
+        config.read_timeout = read_timeout;
+    }
+    kube::Client::try_from(config).map_err(|e| KubeconfigError::Client(e.to_string()))
+}
+
 pub(crate) fn recorder(client: &kube::Client) -> kube::runtime::events::Recorder {
     kube::runtime::events::Recorder::new(
         client.clone(),

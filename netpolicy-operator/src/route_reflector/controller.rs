@@ -35,7 +35,10 @@
 
 use std::{
     collections::BTreeMap,
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -63,7 +66,7 @@ use super::{
 };
 use crate::{
     api::{
-        EtcdDatastore, ROUTE_REFLECTOR_CONFIG_NAME, RouteReflectorConfig,
+        EtcdDatastore, KubeconfigSecretRef, ROUTE_REFLECTOR_CONFIG_NAME, RouteReflectorConfig,
         RouteReflectorConfigStatus, TransitionStatus,
         conditions::{self, events, route_reflector as rc},
     },
@@ -148,13 +151,21 @@ pub(crate) fn run(
     );
     shared.register(Arc::clone(&ready) as Arc<dyn crate::telemetry::Waiting>);
     let store = configs.store();
+    let local = Calico {
+        client: client.clone(),
+        nodes: nodes.store(),
+        peers: peers.store(),
+    };
+    let remote_wake = Arc::new(tokio::sync::Notify::new());
     let job = Job {
         client: client.clone(),
         recorder: crate::k8s::recorder(client),
         shared: Arc::clone(shared),
         configs: configs.store(),
-        nodes: nodes.store(),
-        peers: peers.store(),
+        calico: local.clone(),
+        local,
+        remote: None,
+        remote_wake: Arc::clone(&remote_wake),
         peers_health: peers.health(),
         last_step: None,
         started: None,
@@ -189,10 +200,16 @@ pub(crate) fn run(
             ctx.etcd_changed().await;
             Some(((), ctx))
         });
+        // Another cluster's datastore: its watches wake the job.
+        let remote_changes = futures::stream::unfold(remote_wake, |n| async move {
+            n.notified().await;
+            Some(((), n))
+        });
         let wakes = futures::stream::select_all([
             node_trigger.map(|_| ()).boxed(),
             peer_trigger.map(|_| ()).boxed(),
             etcd_changes.boxed(),
+            remote_changes.boxed(),
         ]);
         Controller::for_stream(config_trigger, store)
             .with_config(crate::runtime::controller_config())
@@ -305,13 +322,89 @@ fn error_policy(_: Arc<RouteReflectorConfig>, e: &Failed, ctx: Arc<Ctx>) -> Acti
     Action::requeue(delay)
 }
 
+/// The cluster Calico's Kubernetes datastore is in: its client and its Nodes and
+/// BGPPeers as watched.
+#[derive(Clone)]
+struct Calico {
+    client: Client,
+    nodes: Store<Node>,
+    peers: Store<DynamicObject>,
+}
+
+/// Another cluster's Kubernetes datastore (`datastore.kubernetes.kubeconfigSecretRef`):
+/// its own watches, stopped when dropped.
+struct Remote {
+    settings: KubeconfigSecretRef,
+    nodes_synced: Arc<AtomicBool>,
+    peers_synced: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Watches `api` into `writer`; wakes the job when an object's `fingerprint` changes or
+/// goes, and marks `synced` once the first listing is in.
+fn reflect<K>(
+    api: Api<K>,
+    writer: kube::runtime::reflector::store::Writer<K>,
+    synced: Arc<AtomicBool>,
+    wake: Arc<tokio::sync::Notify>,
+    fingerprint: fn(&K) -> String,
+) -> tokio::task::JoinHandle<()>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    use kube::runtime::{WatchStreamExt, watcher};
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer);
+    tokio::spawn(async move {
+        let mut seen: BTreeMap<String, String> = BTreeMap::new();
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            let changed = match event {
+                Ok(watcher::Event::InitDone) => {
+                    synced.store(true, Ordering::Release);
+                    true
+                }
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                    let f = fingerprint(&o);
+                    seen.insert(o.name_any(), f.clone()) != Some(f)
+                }
+                Ok(watcher::Event::Delete(o)) => seen.remove(&o.name_any()).is_some(),
+                Ok(watcher::Event::Init) => false,
+                Err(e) => {
+                    debug!(error = %e, "route reflectors: remote watch");
+                    false
+                }
+            };
+            if changed {
+                wake.notify_one();
+            }
+        }
+    })
+}
+
 struct Job {
     client: Client,
     recorder: Recorder,
     shared: Arc<Shared>,
     configs: Store<RouteReflectorConfig>,
-    nodes: Store<Node>,
-    peers: Store<DynamicObject>,
+    /// Where Calico's Nodes and BGPPeers are read and written: `local`, or `remote`'s.
+    calico: Calico,
+    /// This cluster's.
+    local: Calico,
+    /// `datastore.kubernetes.kubeconfigSecretRef`: the other cluster.
+    remote: Option<Remote>,
+    /// Woken by the remote watches.
+    remote_wake: Arc<tokio::sync::Notify>,
     /// Whether Calico's BGPPeer is served.
     peers_health: Arc<KindHealth>,
     /// The last `Ready` reason reported by an Event (one Event per change).
@@ -353,6 +446,21 @@ impl Job {
                 return Ok(None);
             }
         };
+        let wanted = rrc
+            .spec
+            .datastore
+            .kubernetes
+            .as_ref()
+            .and_then(|k| k.kubeconfig_secret_ref.clone());
+        if let Some(message) = self.use_remote(wanted.as_ref()).await {
+            self.not_ready(&cur, rc::DATASTORE_UNREACHABLE, message, generation, &now)
+                .await?;
+            return Ok(Some(Duration::from_secs(if self.remote.is_some() {
+                2
+            } else {
+                10
+            })));
+        }
         let etcd = match &rrc.spec.datastore.etcdv3 {
             None => {
                 self.etcd = None;
@@ -368,20 +476,30 @@ impl Job {
                 }
             },
         };
-        if etcd.is_none() && self.peers_health.state() != KindState::Synced {
+        let peers_served = match &self.remote {
+            Some(r) => r.peers_synced.load(Ordering::Acquire),
+            None => self.peers_health.state() == KindState::Synced,
+        };
+        if etcd.is_none() && !peers_served {
+            let whose = if self.remote.is_some() {
+                " in the cluster of datastore.kubernetes.kubeconfigSecretRef"
+            } else {
+                ""
+            };
             self.not_ready(
                 &cur,
                 rc::NO_CALICO,
-                "Calico's crd.projectcalico.org/v1 BGPPeer is not served: install Calico (or its \
-                 CRDs); the operator notices on its next pass"
-                    .into(),
+                format!(
+                    "Calico's crd.projectcalico.org/v1 BGPPeer is not served{whose}: install \
+                     Calico (or its CRDs); the operator notices on its next pass"
+                ),
                 generation,
                 &now,
             )
             .await?;
             return Ok(None);
         }
-        let nodes = self.nodes.state();
+        let nodes = self.calico.nodes.state();
         let (infos, now_state) = if let Some(etcd) = &etcd {
             // Fingerprint first: a change while reading starts another pass.
             self.etcd_seen = Some(etcd.fingerprint().await?);
@@ -418,6 +536,7 @@ impl Job {
                 .map(|n| node_info(&NodeFacts::of(n, false)))
                 .collect();
             let peers: Vec<CalicoBgpPeer> = self
+                .calico
                 .peers
                 .state()
                 .iter()
@@ -629,7 +748,7 @@ impl Job {
 
     async fn apply(&self, op: &Op) -> Result<(), kube::Error> {
         debug!(%op, "route reflectors: operation");
-        let nodes: Api<Node> = Api::all(self.client.clone());
+        let nodes: Api<Node> = Api::all(self.calico.client.clone());
         let label = |node: &str, key: &str, value: Option<&str>| {
             let nodes = nodes.clone();
             let patch = json!({"metadata": {"labels": {key: value}}});
@@ -649,7 +768,7 @@ impl Job {
                     "metadata": {"name": p.name, "labels": {MANAGED_BY.0: MANAGED_BY.1}},
                     "spec": {"nodeSelector": p.node_selector, "peerSelector": p.peer_selector},
                 });
-                Api::<DynamicObject>::all_with(self.client.clone(), &bgp_peer_resource())
+                Api::<DynamicObject>::all_with(self.calico.client.clone(), &bgp_peer_resource())
                     .patch(
                         &p.name,
                         &PatchParams::apply(FIELD_MANAGER).force(),
@@ -659,9 +778,12 @@ impl Job {
                     .map(|_| ())
             }
             Op::DeleteBgpPeer { name } => {
-                match Api::<DynamicObject>::all_with(self.client.clone(), &bgp_peer_resource())
-                    .delete(name, &DeleteParams::default())
-                    .await
+                match Api::<DynamicObject>::all_with(
+                    self.calico.client.clone(),
+                    &bgp_peer_resource(),
+                )
+                .delete(name, &DeleteParams::default())
+                .await
                 {
                     Ok(_) => Ok(()),
                     Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
@@ -704,9 +826,10 @@ impl Job {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let seen = ops.iter().all(|op| {
-                let node = |n: &str| self.nodes.get(&ObjectRef::new(n));
+                let node = |n: &str| self.calico.nodes.get(&ObjectRef::new(n));
                 let peer = |name: &str| {
-                    self.peers
+                    self.calico
+                        .peers
                         .get(&ObjectRef::new_with(name, bgp_peer_resource()))
                 };
                 match op {
@@ -747,6 +870,86 @@ impl Job {
         }
     }
 
+    /// Points the job at the cluster Calico's Kubernetes datastore is in: `wanted` (a
+    /// kubeconfig Secret) or this one. A new remote cluster is watched from then on; the
+    /// same settings keep their watches (a changed kubeconfig in the same Secret is read
+    /// when the RouteReflectorConfig changes or the operator restarts). `Some(why)` while
+    /// the remote cluster cannot be used yet.
+    async fn use_remote(&mut self, wanted: Option<&KubeconfigSecretRef>) -> Option<String> {
+        let Some(r) = wanted else {
+            if self.remote.take().is_some() {
+                info!("route reflectors: Calico's datastore is this cluster again");
+                self.calico = self.local.clone();
+            }
+            return None;
+        };
+        if self.remote.as_ref().is_none_or(|x| x.settings != *r) {
+            self.remote = None;
+            self.calico = self.local.clone();
+            // Watches: the default read timeout (a watch outlives a short one).
+            let client = match crate::k8s::client_from_secret(
+                self.client.clone(),
+                &r.namespace,
+                &r.name,
+                r.key.as_deref(),
+                None,
+            )
+            .await
+            {
+                Ok(c) => c,
+                Err(
+                    crate::k8s::KubeconfigError::Missing(m)
+                    | crate::k8s::KubeconfigError::Client(m),
+                ) => return Some(format!("datastore.kubernetes.kubeconfigSecretRef: {m}")),
+            };
+            let (nodes, node_writer) = kube::runtime::reflector::store::<Node>();
+            let peer_writer =
+                kube::runtime::reflector::store::Writer::<DynamicObject>::new(bgp_peer_resource());
+            let peers = peer_writer.as_reader();
+            let nodes_synced = Arc::new(AtomicBool::new(false));
+            let peers_synced = Arc::new(AtomicBool::new(false));
+            let tasks = vec![
+                reflect(
+                    Api::<Node>::all(client.clone()),
+                    node_writer,
+                    Arc::clone(&nodes_synced),
+                    Arc::clone(&self.remote_wake),
+                    node_fingerprint,
+                ),
+                reflect(
+                    Api::<DynamicObject>::all_with(client.clone(), &bgp_peer_resource()),
+                    peer_writer,
+                    Arc::clone(&peers_synced),
+                    Arc::clone(&self.remote_wake),
+                    |p: &DynamicObject| format!("{:?}", p.data.get("spec")),
+                ),
+            ];
+            info!(
+                secret = %format!("{}/{}", r.namespace, r.name),
+                "route reflectors: Calico's datastore is another cluster's"
+            );
+            self.calico = Calico {
+                client,
+                nodes,
+                peers,
+            };
+            self.remote = Some(Remote {
+                settings: r.clone(),
+                nodes_synced,
+                peers_synced,
+                tasks,
+            });
+        }
+        let remote = self.remote.as_ref()?;
+        (!remote.nodes_synced.load(Ordering::Acquire)).then(|| {
+            format!(
+                "datastore.kubernetes.kubeconfigSecretRef: listing the Nodes of the cluster \
+                 of Secret {}/{} has not succeeded yet",
+                r.namespace, r.name
+            )
+        })
+    }
+
     fn reflector_label(&self) -> String {
         self.configs
             .get(&ObjectRef::new(ROUTE_REFLECTOR_CONFIG_NAME))
@@ -780,8 +983,10 @@ impl Job {
             }
             return Ok(Some(MESH_ON.into()));
         }
-        let api =
-            Api::<DynamicObject>::all_with(self.client.clone(), &bgp_configuration_resource());
+        let api = Api::<DynamicObject>::all_with(
+            self.calico.client.clone(),
+            &bgp_configuration_resource(),
+        );
         let obj = match api.get_opt("default").await {
             Ok(o) => o,
             // Calico without BGPConfiguration served: nothing to say.
