@@ -81,7 +81,9 @@ use netlink_packet_route::{
     rule::RuleMessage,
 };
 use netpolicy_core::{
-    model::{HostAddress, IfName, Route, RoutingConfig, Vlan, VlanProtocol},
+    model::{
+        HostAddress, IfName, Route, RouteKey, RoutingConfig, Rule, RuleKey, Vlan, VlanProtocol,
+    },
     plan::{
         Observed, ObservedAddress, ObservedRoute, ObservedRule, ObservedVlan, Op, Plan, Skipped,
         plan,
@@ -124,6 +126,20 @@ pub enum Error {
 
 /// The route protocol number that marks netpolicy's routes and rules by default.
 pub const DEFAULT_PROTOCOL: u8 = 203;
+
+/// The protocol routes and rules get when netpolicy gives them up ([`Adapter::disown`]):
+/// `static` (4), what `ip route add` gives a route made by hand. Disowned addresses get
+/// no address protocol (0), as `ip address add` gives them.
+pub const DISOWNED_PROTOCOL: u8 = 4;
+
+/// One object [`Adapter::disown`] gave up, and how that went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disowned {
+    /// The object in the readable form `plan` prints (`route 10.0.0.0/8 via … table 100`).
+    pub what: String,
+    /// Its outcome ([`Outcome::Done`], or why the kernel refused).
+    pub outcome: Outcome,
+}
 
 /// How netpolicy recognises its own kernel objects.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -533,6 +549,112 @@ impl Adapter {
             drift,
             unconverged,
         })
+    }
+
+    /// Gives up ownership of the owned objects that `items` names (by identity), leaving
+    /// each in the kernel exactly as it is, with no moment without it: a route is
+    /// replaced in place by the same route with protocol [`DISOWNED_PROTOCOL`]; a rule
+    /// gets a twin with that protocol before netpolicy's is deleted; an address is
+    /// replaced with no address protocol; a VLAN loses its ownership alias (its
+    /// addresses go with it). From then on reconcile and cleanup treat them as anyone
+    /// else's: never changed or removed (except routes in a `tableHardSync` table,
+    /// which holds only what is desired). Objects of `items` that are not owned (gone,
+    /// or given up before) are skipped: calling it again does nothing.
+    ///
+    /// # Errors
+    /// A dump or the socket failed (kernel refusals are per-object outcomes).
+    pub fn disown(&mut self, items: &RoutingConfig) -> Result<Vec<Disowned>> {
+        let observed = self.observe(items)?;
+        let p = self.own.route_protocol;
+        let mut requests: Vec<(RouteNetlinkMessage, u16)> = Vec::new();
+        // (what, how many requests)
+        let mut what: Vec<(String, std::result::Result<usize, String>)> = Vec::new();
+        let vlans: BTreeSet<&str> = items.vlans.iter().map(|v| v.name.as_str()).collect();
+        for v in observed.vlans.iter().filter(|v| v.owned) {
+            if !vlans.contains(v.vlan.name.as_str()) {
+                continue;
+            }
+            let label = format!("vlan {}", v.vlan.name);
+            match self.index(&v.vlan.name) {
+                Ok(i) => {
+                    let mut m = LinkMessage::default();
+                    m.header.index = i;
+                    m.attributes.push(LinkAttribute::IfAlias(String::new()));
+                    requests.push((RouteNetlinkMessage::SetLink(m), 0));
+                    what.push((label, Ok(1)));
+                }
+                Err(e) => what.push((label, Err(e))),
+            }
+        }
+        let addresses: BTreeSet<&HostAddress> = items.addresses.iter().collect();
+        for a in observed.addresses.iter().filter(|a| a.owned) {
+            if !addresses.contains(&a.address) {
+                continue;
+            }
+            let label = format!("address {}", a.address);
+            match self.index(&a.address.dev) {
+                Ok(i) => {
+                    let m = codec::address_message(i, a.address.address, Some(0));
+                    requests.push((RouteNetlinkMessage::NewAddress(m), NLM_F_REPLACE));
+                    what.push((label, Ok(1)));
+                }
+                Err(e) => what.push((label, Err(e))),
+            }
+        }
+        let routes: BTreeSet<RouteKey> = items.routes.iter().map(Route::key).collect();
+        for r in observed.routes.iter().filter(|r| r.owned) {
+            if !routes.contains(&r.route.key()) {
+                continue;
+            }
+            let label = format!("route {}", r.route);
+            match codec::route_message(&r.route, DISOWNED_PROTOCOL, &self.links) {
+                Ok(m) => {
+                    requests.push((RouteNetlinkMessage::NewRoute(m), NLM_F_REPLACE));
+                    what.push((label, Ok(1)));
+                }
+                Err(e) => what.push((label, Err(e))),
+            }
+        }
+        let rules: BTreeSet<&RuleKey> = items.rules.iter().map(Rule::key).collect();
+        for r in observed.rules.iter().filter(|r| r.owned) {
+            if !rules.contains(r.rule.key()) {
+                continue;
+            }
+            requests.push((
+                RouteNetlinkMessage::NewRule(codec::rule_message(
+                    r.family,
+                    &r.rule,
+                    DISOWNED_PROTOCOL,
+                )),
+                NLM_F_CREATE,
+            ));
+            requests.push((
+                RouteNetlinkMessage::DelRule(codec::rule_message(r.family, &r.rule, p)),
+                0,
+            ));
+            what.push((format!("rule {}", r.rule), Ok(2)));
+        }
+        let mut answers = self.conn.execute(requests)?.into_iter();
+        Ok(what
+            .into_iter()
+            .map(|(what, n)| {
+                let outcome =
+                    match n {
+                        Err(message) => Outcome::Failed {
+                            errno: None,
+                            message,
+                        },
+                        Ok(n) => answers.by_ref().take(n).find_map(|a| a.err()).map_or(
+                            Outcome::Done,
+                            |e| Outcome::Failed {
+                                errno: Some(e.errno),
+                                message: e.message,
+                            },
+                        ),
+                    };
+                Disowned { what, outcome }
+            })
+            .collect())
     }
 
     /// Removes every owned object (a node leaving, its policy deleted).

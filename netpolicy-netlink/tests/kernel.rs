@@ -1228,3 +1228,118 @@ fn capability_child() {
     )
     .unwrap();
 }
+
+/// A policy deleted with cleanup off (ipruler's `node-cleanup-on-deletion=false`): its
+/// routes, rules and addresses stay exactly as they are, with no moment without them,
+/// and become someone else's: re-marked, then left alone by reconcile and cleanup.
+#[test]
+fn disowned_objects_stay_as_they_are_and_are_never_touched_again() {
+    let Some(ns) = Netns::new("disown") else {
+        return;
+    };
+    let mut desired = routes_and_rules();
+    desired.addresses = config(json!({"addresses": [
+        {"dev": "lo", "address": "198.51.100.7/32"},
+        {"dev": "lo", "address": "2001:db8:77::7/128"}
+    ]}))
+    .addresses;
+    let mut a = ns.adapter();
+    let report = a.reconcile(&desired, false).unwrap();
+    assert!(report.failures().next().is_none(), "{report:#?}");
+    let before = (
+        ns.table("-4", "100"),
+        ns.table("-6", "200"),
+        ns.ip(&["rule", "show"]),
+    );
+
+    // Give up the table-100 routes, two rules and the addresses; keep the rest.
+    let left = config(json!({
+        "routes": [
+            {"to": "10.20.0.0/16", "via": "192.0.2.1", "table": 100},
+            {"to": "2001:db8:2::/48", "table": 200,
+             "nexthops": [{"via": "2001:db8::1"}, {"via": "2001:db8::2"}]}
+        ],
+        "rules": [
+            {"priority": 1, "from": "10.1.0.0/16", "table": 100},
+            {"priority": 1000, "fwmark": "0x10/0xff", "table": 300}
+        ],
+        "addresses": [
+            {"dev": "lo", "address": "198.51.100.7/32"},
+            {"dev": "lo", "address": "2001:db8:77::7/128"}
+        ]
+    }));
+    let given = a.disown(&left).unwrap();
+    assert!(
+        given.iter().all(|d| d.outcome == Outcome::Done),
+        "{given:#?}"
+    );
+    // Two addresses, two routes, three rules (the fwmark rule is in both families).
+    assert_eq!(given.len(), 2 + 2 + 3, "{given:#?}");
+    // The same objects, now `static` (4) instead of 203.
+    let t100 = ns.table("-4", "100");
+    assert!(
+        t100.contains("10.20.0.0/16 via 192.0.2.1 dev v0 proto static"),
+        "{t100}"
+    );
+    assert_eq!(before.0.replace("proto 203", "proto static"), t100);
+    let t200 = ns.table("-6", "200");
+    assert!(t200.contains("2001:db8:2::/48 proto static"), "{t200}");
+    let rules = ns.ip(&["rule", "show"]);
+    assert!(
+        rules.contains("1:\tfrom 10.1.0.0/16 lookup 100 proto static"),
+        "{rules}"
+    );
+    assert!(
+        rules.contains("1000:\tfrom all fwmark 0x10/0xff lookup 300 proto static"),
+        "{rules}"
+    );
+    assert!(rules.contains("999:\tfrom all ipproto tcp"), "{rules}");
+    assert_eq!(
+        rules.lines().count(),
+        before.2.lines().count(),
+        "no rule lost or doubled:\n{}\n{rules}",
+        before.2
+    );
+    let lo = ns.ip(&["address", "show", "dev", "lo"]);
+    assert!(
+        lo.contains("198.51.100.7/32") && lo.contains("2001:db8:77::7/128"),
+        "{lo}"
+    );
+
+    // Disowned: the next desired state without them removes nothing of theirs, a fresh
+    // adapter does not see them as its own, and cleanup leaves them.
+    let mut rest = desired.clone();
+    rest.routes
+        .retain(|r| !left.routes.iter().any(|l| l.key() == r.key()));
+    rest.rules
+        .retain(|r| !left.rules.iter().any(|l| l.key() == r.key()));
+    rest.addresses.clear();
+    let report = ns.adapter().reconcile(&rest, false).unwrap();
+    assert!(report.results.is_empty(), "{:#?}", report.results);
+    let report = ns.adapter().cleanup().unwrap();
+    assert!(report.failures().next().is_none(), "{report:#?}");
+    assert!(
+        ns.table("-4", "100")
+            .contains("10.20.0.0/16 via 192.0.2.1 dev v0 proto static")
+    );
+    assert!(
+        ns.table("-6", "200")
+            .contains("2001:db8:2::/48 proto static")
+    );
+    let rules = ns.ip(&["rule", "show"]);
+    assert!(
+        rules.contains("1:\tfrom 10.1.0.0/16 lookup 100 proto static"),
+        "{rules}"
+    );
+    assert!(
+        !rules.contains("proto 203"),
+        "cleanup removes the rest:\n{rules}"
+    );
+    let lo = ns.ip(&["address", "show", "dev", "lo"]);
+    assert!(
+        lo.contains("198.51.100.7/32") && lo.contains("2001:db8:77::7/128"),
+        "{lo}"
+    );
+    // Given up before: nothing to do.
+    assert!(ns.adapter().disown(&left).unwrap().is_empty());
+}
