@@ -276,6 +276,17 @@ pub struct NodeNetworkConfigSpec {
     /// config (the smallest of the selecting policies'; absent: 30).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_seconds: Option<u32>,
+    /// Items of deleted policies that stay on the node (the operator's
+    /// `--node-cleanup-on-deletion=false`, ipruler's `node-cleanup-on-deletion`): the
+    /// agent gives them up — leaves them in the kernel as they are, no longer
+    /// netpolicy's — and lists them in `status.leftBehind`. An item desired again leaves
+    /// this list.
+    #[serde(default, skip_serializing_if = "is_empty_rendering")]
+    pub left_behind: RenderedSpec,
+}
+
+fn is_empty_rendering(r: &RenderedSpec) -> bool {
+    r.vlans.is_empty() && r.routes.is_empty() && r.addresses.is_empty() && r.rules.is_empty()
 }
 
 /// What the agent reports about a NodeNetworkConfig.
@@ -298,6 +309,11 @@ pub struct NodeNetworkConfigStatus {
     /// Items the agent could not apply.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub item_errors: Vec<ItemError>,
+    /// Items of deleted policies the agent gave up and left in the kernel
+    /// (`spec.leftBehind`), in the readable form `plan` prints, with the policies they
+    /// came from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_behind: Vec<String>,
     /// Foreign routes and rules the agent removed from hard-synced tables
     /// (`tableHardSync`), in the readable form `plan` prints, from the last pass that
     /// removed any (at most [`MAX_LISTED_REMOVALS`]).

@@ -163,6 +163,34 @@ fn the_agent_cleans_up_on_uninstall_unless_told_not_to() {
     assert_eq!(of_kind(&off, "Role").len(), 2);
 }
 
+#[test]
+fn node_cleanup_on_deletion_is_the_operators_flag_not_the_uninstall_switch() {
+    let args = |docs: &[Value]| -> Vec<String> {
+        of_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let on = render("np", &[]);
+    assert!(args(&on).contains(&"--node-cleanup-on-deletion=true".to_owned()));
+    let off = render("np", &["--set", "operator.nodeCleanupOnDeletion=false"]);
+    assert!(args(&off).contains(&"--node-cleanup-on-deletion=false".to_owned()));
+    let values = std::fs::read_to_string(chart().join("values.yaml")).unwrap();
+    let uninstall = values
+        .split("cleanupOnUninstall:")
+        .next()
+        .unwrap()
+        .rsplit("enabled: true")
+        .next()
+        .unwrap();
+    assert!(
+        !uninstall.contains("ipruler's node-cleanup-on-deletion"),
+        "the uninstall switch presents itself as ipruler's option:\n{uninstall}"
+    );
+}
+
 /// The agent keeps its last good config on the node (a hostPath), unless told not to.
 #[test]
 fn the_agent_keeps_its_last_good_config_on_the_node() {

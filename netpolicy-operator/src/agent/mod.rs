@@ -491,6 +491,9 @@ async fn pass(
         match spec.validate("spec") {
             Err(e) => PassOutcome::Invalid(e.to_string()),
             Ok(desired) => {
+                // Items of deleted policies stay (node cleanup off): given up before the
+                // reconcile below would remove them.
+                disown_left_behind(adapter, nnc).await?;
                 let d = desired.clone();
                 let report = with_adapter(adapter, "applying the NodeNetworkConfig", move |a| {
                     a.reconcile(&d, false)
@@ -548,7 +551,8 @@ async fn pass(
         }
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let next = next_status(&current, generation, &revision, &outcome, now);
+    let mut next = next_status(&current, generation, &revision, &outcome, now);
+    next.left_behind = left_behind_lines(&nnc.spec.left_behind);
     if let PassOutcome::Invalid(e) = &outcome {
         warn!(node, "invalid NodeNetworkConfig (nothing changed): {e}");
     }
@@ -561,6 +565,104 @@ async fn pass(
             what: "writing status".into(),
             source,
         })
+}
+
+/// Gives up the NodeNetworkConfig's `spec.leftBehind` items that are still netpolicy's
+/// (a no-op once they are given up).
+async fn disown_left_behind(adapter: &Arc<Mutex<Adapter>>, nnc: &NodeNetworkConfig) -> Result<()> {
+    let left = &nnc.spec.left_behind;
+    if left.vlans.is_empty()
+        && left.routes.is_empty()
+        && left.addresses.is_empty()
+        && left.rules.is_empty()
+    {
+        return Ok(());
+    }
+    let items = match left.routing().validate("spec.leftBehind") {
+        Ok(items) => items,
+        Err(e) => {
+            warn!(node = %nnc.name_any(), "spec.leftBehind does not validate; nothing given up: {e}");
+            return Ok(());
+        }
+    };
+    let given = with_adapter(adapter, "giving up left-behind items", move |a| {
+        a.disown(&items)
+    })
+    .await?;
+    for d in given {
+        match d.outcome {
+            netpolicy_netlink::Outcome::Failed { message, .. } => {
+                warn!(node = %nnc.name_any(), item = %d.what, "could not give up a left-behind item: {message}");
+            }
+            _ => {
+                info!(node = %nnc.name_any(), item = %d.what, "left behind: no longer netpolicy's")
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `spec.leftBehind` in readable form, each item with the policies it came from.
+pub fn left_behind_lines(left: &netpolicy_core::render::RenderedSpec) -> Vec<String> {
+    use netpolicy_core::spec::RoutingSpec;
+    let from = |sources: &[netpolicy_core::render::SourceRef]| {
+        sources
+            .iter()
+            .map(|s| format!("{}/{}", s.kind, s.name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let one = |spec: RoutingSpec| spec.validate("spec.leftBehind").ok();
+    let mut out = Vec::new();
+    for v in &left.vlans {
+        if let Some(m) = one(RoutingSpec {
+            vlans: vec![v.item.clone()],
+            ..RoutingSpec::default()
+        }) {
+            out.extend(
+                m.vlans
+                    .iter()
+                    .map(|x| format!("vlan {x} ({})", from(&v.sources))),
+            );
+        }
+    }
+    for a in &left.addresses {
+        if let Some(m) = one(RoutingSpec {
+            addresses: vec![a.item.clone()],
+            ..RoutingSpec::default()
+        }) {
+            out.extend(
+                m.addresses
+                    .iter()
+                    .map(|x| format!("address {x} ({})", from(&a.sources))),
+            );
+        }
+    }
+    for r in &left.routes {
+        if let Some(m) = one(RoutingSpec {
+            routes: vec![r.item.clone()],
+            ..RoutingSpec::default()
+        }) {
+            out.extend(
+                m.routes
+                    .iter()
+                    .map(|x| format!("route {x} ({})", from(&r.sources))),
+            );
+        }
+    }
+    for r in &left.rules {
+        if let Some(m) = one(RoutingSpec {
+            rules: vec![r.item.clone()],
+            ..RoutingSpec::default()
+        }) {
+            out.extend(
+                m.rules
+                    .iter()
+                    .map(|x| format!("rule {x} ({})", from(&r.sources))),
+            );
+        }
+    }
+    out
 }
 
 /// The failure the status records for `revision` (a restarted agent does not apply it
@@ -828,6 +930,7 @@ pub fn next_status(
     }
     NodeNetworkConfigStatus {
         observed_generation: generation,
+        left_behind: current.left_behind.clone(),
         failed_revision: match outcome {
             PassOutcome::RolledBack(f) => Some(f.revision.clone()),
             _ if ok => None,

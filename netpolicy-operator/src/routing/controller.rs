@@ -81,6 +81,8 @@ pub(crate) struct RoutingJob {
     /// measured at (measured again only when the rendering changes).
     too_large: BTreeMap<String, (usize, String)>,
     max_object_bytes: usize,
+    /// `--node-cleanup-on-deletion`: false keeps deleted policies' items on the nodes.
+    node_cleanup: bool,
 }
 
 /// The routing job and what wakes it.
@@ -88,6 +90,7 @@ pub(crate) fn setup(
     informers: &Informers,
     client: &Client,
     max_object_bytes: usize,
+    node_cleanup: bool,
 ) -> Setup<RoutingJob> {
     let wake = Wake::new();
     let ccs = informers.get::<ClusterConfig>();
@@ -140,6 +143,7 @@ pub(crate) fn setup(
         pending: BTreeSet::new(),
         too_large: BTreeMap::new(),
         max_object_bytes,
+        node_cleanup,
     };
     Setup { job, wake, kinds }
 }
@@ -516,6 +520,7 @@ impl RoutingJob {
             pending,
             too_large,
             max_object_bytes,
+            node_cleanup,
             ..
         } = self;
         let full = changes.full;
@@ -655,6 +660,22 @@ impl RoutingJob {
                                 rollback,
                             );
                             &own
+                        }
+                    };
+                    // Node cleanup off: items of deleted policies stay on the node.
+                    let kept;
+                    let spec = match existing.as_ref().filter(|_| !*node_cleanup) {
+                        None => spec,
+                        Some(o) => {
+                            let exists =
+                                |s: &netpolicy_core::render::SourceRef| match s.kind.as_str() {
+                                    "ClusterConfig" => get(&stores.ccs, &s.name).is_some(),
+                                    "NodeConfig" => get(&stores.ncs, &s.name).is_some(),
+                                    _ => true,
+                                };
+                            let left = super::left_behind(&o.spec, &spec.rendered, exists);
+                            kept = super::with_left_behind(spec, left);
+                            &kept
                         }
                     };
                     if existing.as_ref().is_some_and(|o| o.spec == *spec) {

@@ -363,7 +363,84 @@ pub(crate) fn node_spec(
         rendered,
         probes,
         rollback_seconds,
+        left_behind: RenderedSpec::default(),
     }
+}
+
+/// The items a node keeps after the ClusterConfig or NodeConfig that asked for them was
+/// deleted (`--node-cleanup-on-deletion=false`): those `previous` listed as left
+/// behind, and those it rendered whose every source is a deleted policy, minus any
+/// `next` renders again (by identity: desired again, netpolicy's again). Items of other
+/// sources (RoutedIPs, trenches) and of policies that still exist (edited) are removed
+/// as always.
+pub(crate) fn left_behind(
+    previous: &NodeNetworkConfigSpec,
+    next: &RenderedSpec,
+    exists: impl Fn(&SourceRef) -> bool,
+) -> RenderedSpec {
+    let gone = |sources: &[SourceRef]| {
+        !sources.is_empty()
+            && sources
+                .iter()
+                .all(|s| matches!(s.kind.as_str(), "ClusterConfig" | "NodeConfig") && !exists(s))
+    };
+    fn keep<T: Clone, K: Ord>(
+        left: &[SourcedSpec<T>],
+        rendered: &[SourcedSpec<T>],
+        next: &[SourcedSpec<T>],
+        gone: &dyn Fn(&[SourceRef]) -> bool,
+        id: impl Fn(&T) -> K,
+    ) -> Vec<SourcedSpec<T>> {
+        let desired: BTreeSet<K> = next.iter().map(|i| id(&i.item)).collect();
+        let mut seen = BTreeSet::new();
+        left.iter()
+            .chain(rendered.iter().filter(|i| gone(&i.sources)))
+            .filter(|i| !desired.contains(&id(&i.item)) && seen.insert(id(&i.item)))
+            .cloned()
+            .collect()
+    }
+    let (l, r) = (&previous.left_behind, &previous.rendered);
+    RenderedSpec {
+        vlans: keep(&l.vlans, &r.vlans, &next.vlans, &gone, |v| {
+            (v.link.clone(), v.id)
+        }),
+        routes: keep(&l.routes, &r.routes, &next.routes, &gone, |x| {
+            (x.table.unwrap_or(254), x.to.clone(), x.metric.unwrap_or(0))
+        }),
+        addresses: keep(&l.addresses, &r.addresses, &next.addresses, &gone, |a| {
+            (a.dev.clone(), a.address.clone())
+        }),
+        // A rule's identity is its selector and priority, not where it points.
+        rules: keep(&l.rules, &r.rules, &next.rules, &gone, |x| {
+            let mut k = x.clone();
+            k.table = None;
+            k.action = None;
+            serde_json::to_string(&k).unwrap_or_default()
+        }),
+        table_hard_sync: Vec::new(),
+    }
+}
+
+/// `spec` with `left` as its left-behind items (and a revision that covers them).
+pub(crate) fn with_left_behind(
+    spec: &NodeNetworkConfigSpec,
+    left: RenderedSpec,
+) -> NodeNetworkConfigSpec {
+    let mut out = spec.clone();
+    if left.vlans.is_empty()
+        && left.routes.is_empty()
+        && left.addresses.is_empty()
+        && left.rules.is_empty()
+    {
+        return out;
+    }
+    let text = serde_json::to_string(&left).unwrap_or_default();
+    out.revision = format!(
+        "{:016x}",
+        netpolicy_core::hash::fnv1a(&[&spec.revision, &text])
+    );
+    out.left_behind = left;
+    out
 }
 
 /// A stable short hash of the rendered spec: the NodeNetworkConfig's `revision`.
@@ -908,6 +985,52 @@ mod tests {
         );
         assert_eq!(new_conflicts(&PolicyStatus::default(), &s).len(), 1);
         assert!(new_conflicts(&s, &s).is_empty());
+    }
+
+    #[test]
+    fn only_items_of_deleted_policies_are_left_behind_until_desired_again() {
+        let route = |to: &str, kind: &str, name: &str| SourcedSpec {
+            item: serde_json::from_value(serde_json::json!({"to": to, "via": "192.0.2.1"}))
+                .unwrap(),
+            sources: vec![SourceRef {
+                kind: kind.into(),
+                name: name.into(),
+            }],
+        };
+        let mut previous = node_spec(RenderedSpec::default(), Vec::new(), None);
+        previous.rendered.routes = vec![
+            route("10.1.0.0/16", "NodeConfig", "deleted"),
+            route("10.2.0.0/16", "NodeConfig", "edited"),
+            route("10.3.0.0/16", "RoutedIP", "gone-rip"),
+            route("10.4.0.0/16", "ClusterConfig", "default"),
+        ];
+        previous.left_behind.routes = vec![route("10.9.0.0/16", "NodeConfig", "older")];
+        let exists = |s: &SourceRef| s.name == "edited";
+        // Nothing rendered now.
+        let left = left_behind(&previous, &RenderedSpec::default(), exists);
+        let tos: Vec<&str> = left.routes.iter().map(|r| r.item.to.as_str()).collect();
+        assert_eq!(
+            tos,
+            ["10.9.0.0/16", "10.1.0.0/16", "10.4.0.0/16"],
+            "an edited policy's item and a RoutedIP's are removed as always"
+        );
+        // Desired again (same identity, another gateway): netpolicy's again.
+        let next = RenderedSpec {
+            routes: vec![SourcedSpec {
+                item: serde_json::from_value(
+                    serde_json::json!({"to": "10.9.0.0/16", "via": "192.0.2.9"}),
+                )
+                .unwrap(),
+                sources: Vec::new(),
+            }],
+            ..RenderedSpec::default()
+        };
+        let left = left_behind(&previous, &next, exists);
+        assert!(left.routes.iter().all(|r| r.item.to != "10.9.0.0/16"));
+        // The revision covers the list; an empty list changes nothing.
+        let spec = node_spec(next, Vec::new(), None);
+        assert_eq!(with_left_behind(&spec, RenderedSpec::default()), spec);
+        assert_ne!(with_left_behind(&spec, left).revision, spec.revision);
     }
 
     #[test]

@@ -73,6 +73,12 @@ pub struct Options {
     /// the node keeps its last config and the policies selecting it report `TooLarge`.
     #[arg(long, default_value_t = DEFAULT_MAX_OBJECT_BYTES)]
     pub max_object_bytes: usize,
+    /// Remove a deleted ClusterConfig's or NodeConfig's items from the nodes (ipruler's
+    /// `node-cleanup-on-deletion`, default true). With `false` they stay in the kernel as
+    /// they are, are no longer netpolicy's (never changed or removed again), and are
+    /// listed in each node's NodeNetworkConfig (`spec.leftBehind`, `status.leftBehind`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub node_cleanup_on_deletion: bool,
     /// Address for `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
@@ -279,7 +285,12 @@ fn jobs(
         });
     }
     let routing = runner.run(
-        routing::controller::setup(&informers, client, opts.max_object_bytes),
+        routing::controller::setup(
+            &informers,
+            client,
+            opts.max_object_bytes,
+            opts.node_cleanup_on_deletion,
+        ),
         stop.clone(),
     );
     let floating_ip = runner.run(
