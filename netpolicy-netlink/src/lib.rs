@@ -555,7 +555,9 @@ impl Adapter {
     /// each in the kernel exactly as it is, with no moment without it: a route is
     /// replaced in place by the same route with protocol [`DISOWNED_PROTOCOL`]; a rule
     /// gets a twin with that protocol before netpolicy's is deleted; an address is
-    /// replaced with no address protocol; a VLAN loses its ownership alias (its
+    /// replaced with no address protocol (on kernels that keep an IPv4 address's
+    /// protocol on replace, Debian 12's 6.1 among them, it is removed and re-added in one batch: a gap of
+    /// one round trip, said in its outcome); a VLAN loses its ownership alias (its
     /// addresses go with it). From then on reconcile and cleanup treat them as anyone
     /// else's: never changed or removed (except routes in a `tableHardSync` table,
     /// which holds only what is desired). Objects of `items` that are not owned (gone,
@@ -635,9 +637,61 @@ impl Adapter {
             what.push((format!("rule {}", r.rule), Ok(2)));
         }
         let mut answers = self.conn.execute(requests)?.into_iter();
-        Ok(what
+        let mut done: Vec<Disowned> =
+            what.into_iter()
+                .map(|(what, n)| {
+                    let outcome = match n {
+                        Err(message) => Outcome::Failed {
+                            errno: None,
+                            message,
+                        },
+                        Ok(n) => answers.by_ref().take(n).find_map(|a| a.err()).map_or(
+                            Outcome::Done,
+                            |e| Outcome::Failed {
+                                errno: Some(e.errno),
+                                message: e.message,
+                            },
+                        ),
+                    };
+                    Disowned { what, outcome }
+                })
+                .collect();
+        // Some kernels (Debian 12's 6.1; not 6.18) keep an IPv4 address's protocol on
+        // replace: read back, and give up any still marked by removing and re-adding it
+        // without a protocol in one batch (a gap of one round trip, said in the outcome).
+        let still: Vec<HostAddress> = self
+            .observe(items)?
+            .addresses
             .into_iter()
-            .map(|(what, n)| {
+            .filter(|a| a.owned && addresses.contains(&a.address))
+            .map(|a| a.address)
+            .collect();
+        if !still.is_empty() {
+            let mut requests = Vec::new();
+            let mut labels = Vec::new();
+            for a in &still {
+                let label = format!("address {a}");
+                match self.index(&a.dev) {
+                    Ok(i) => {
+                        requests.push((
+                            RouteNetlinkMessage::DelAddress(codec::address_message(
+                                i, a.address, None,
+                            )),
+                            0,
+                        ));
+                        requests.push((
+                            RouteNetlinkMessage::NewAddress(codec::address_message(
+                                i, a.address, None,
+                            )),
+                            NLM_F_CREATE | NLM_F_EXCL,
+                        ));
+                        labels.push((label, Ok(2)));
+                    }
+                    Err(e) => labels.push((label, Err(e))),
+                }
+            }
+            let mut answers = self.conn.execute(requests)?.into_iter();
+            for (label, n) in labels {
                 let outcome =
                     match n {
                         Err(message) => Outcome::Failed {
@@ -652,9 +706,16 @@ impl Adapter {
                             },
                         ),
                     };
-                Disowned { what, outcome }
-            })
-            .collect())
+                if let Some(d) = done.iter_mut().find(|d| d.what == label) {
+                    d.what = format!(
+                        "{label} (removed and re-added: this kernel keeps an address's \
+                         protocol on replace)"
+                    );
+                    d.outcome = outcome;
+                }
+            }
+        }
+        Ok(done)
     }
 
     /// Removes every owned object (a node leaving, its policy deleted).
