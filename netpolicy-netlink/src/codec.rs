@@ -149,7 +149,7 @@ pub fn route_message(r: &Route, protocol: u8, links: &Links) -> Result<RouteMess
     Ok(m)
 }
 
-fn ip_of(a: &RouteAddress) -> Option<IpAddr> {
+pub(crate) fn ip_of(a: &RouteAddress) -> Option<IpAddr> {
     match a {
         RouteAddress::Inet(v) => Some(IpAddr::V4(*v)),
         RouteAddress::Inet6(v) => Some(IpAddr::V6(*v)),

@@ -95,7 +95,50 @@ fn open_socket() -> Result<Socket> {
     Ok(sock)
 }
 
+/// Runs `make` in `ns`: for another namespace on a short-lived thread that enters it
+/// (a netlink socket belongs to the namespace it was made in); the calling thread never
+/// changes namespace.
+pub(crate) fn in_namespace<T: Send + 'static>(
+    ns: &Namespace,
+    make: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let Some(path) = ns.path() else {
+        return make();
+    };
+    std::thread::spawn(move || -> Result<T> {
+        let f = File::open(&path).map_err(|e| Error::Io {
+            what: format!("opening namespace {}", path.display()),
+            source: std::sync::Arc::new(e),
+        })?;
+        nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| {
+            Error::Io {
+                what: format!("entering namespace {}", path.display()),
+                source: std::sync::Arc::new(std::io::Error::from(e)),
+            }
+        })?;
+        make()
+    })
+    .join()
+    .map_err(|_| Error::Io {
+        what: "opening the namespace".into(),
+        source: std::sync::Arc::new(std::io::Error::other("its thread panicked")),
+    })?
+}
+
 impl Conn {
+    /// The netlink port ID of this connection's socket: the kernel names it in the
+    /// notifications of the changes this connection makes.
+    ///
+    /// # Errors
+    /// The socket's address cannot be read.
+    pub fn port(&self) -> Result<u32> {
+        let mut addr = SocketAddr::new(0, 0);
+        self.sock
+            .get_address(&mut addr)
+            .map_err(io("reading the netlink socket's address"))?;
+        Ok(addr.port_number())
+    }
+
     /// Opens a connection in `ns`. A netlink socket belongs to the namespace it was made
     /// in, so for another namespace it is made on a short-lived thread that enters it;
     /// the calling thread never changes namespace.
@@ -104,27 +147,7 @@ impl Conn {
     /// The namespace cannot be opened or entered (needs `CAP_SYS_ADMIN`), or the socket
     /// cannot be made.
     pub fn open(ns: &Namespace) -> Result<Self> {
-        let sock = match ns.path() {
-            None => open_socket()?,
-            Some(path) => std::thread::spawn(move || -> Result<Socket> {
-                let f = File::open(&path).map_err(|e| Error::Io {
-                    what: format!("opening namespace {}", path.display()),
-                    source: std::sync::Arc::new(e),
-                })?;
-                nix::sched::setns(f.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).map_err(
-                    |e| Error::Io {
-                        what: format!("entering namespace {}", path.display()),
-                        source: std::sync::Arc::new(std::io::Error::from(e)),
-                    },
-                )?;
-                open_socket()
-            })
-            .join()
-            .map_err(|_| Error::Io {
-                what: "opening the namespace".into(),
-                source: std::sync::Arc::new(std::io::Error::other("its thread panicked")),
-            })??,
-        };
+        let sock = in_namespace(ns, open_socket)?;
         Ok(Self {
             sock,
             seq: 0,

@@ -63,6 +63,7 @@
 
 pub mod codec;
 pub mod conn;
+pub mod monitor;
 pub mod probe;
 #[cfg(feature = "test-util")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
@@ -253,6 +254,15 @@ impl Adapter {
             links: Links::default(),
             applied: None,
         })
+    }
+
+    /// The netlink port ID this adapter writes from: a [`monitor::Change`] with this
+    /// port is the adapter's own write.
+    ///
+    /// # Errors
+    /// The socket's address cannot be read.
+    pub fn port(&self) -> Result<u32> {
+        self.conn.port()
     }
 
     /// The ownership policy.

@@ -1343,3 +1343,83 @@ fn disowned_objects_stay_as_they_are_and_are_never_touched_again() {
     // Given up before: nothing to do.
     assert!(ns.adapter().disown(&left).unwrap().is_empty());
 }
+
+/// The notification stream: the adapter's own writes carry its port, someone else's
+/// (`ip`) another; whether the object is netpolicy's is read from its mark.
+#[test]
+fn notifications_say_whose_change_it_was_and_whether_the_object_is_netpolicys() {
+    use netpolicy_netlink::monitor::{Action, Batch, Change, Monitor, Object};
+    let Some(ns) = Netns::new("monitor") else {
+        return;
+    };
+    let mut m = Monitor::open(&ns.inner.namespace()).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Change>();
+    std::thread::spawn(move || {
+        while let Ok(b) = m.recv() {
+            if let Batch::Changes(cs) = b {
+                for c in cs {
+                    if tx.send(c).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    // Every change seen so far (the kernel's order is not the order asked about here).
+    let seen = std::cell::RefCell::new(Vec::<Change>::new());
+    let wait = |pred: &dyn Fn(&Change) -> bool| -> Change {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            if let Some(c) = seen.borrow().iter().find(|c| pred(c)) {
+                return c.clone();
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(c) => seen.borrow_mut().push(c),
+                Err(_) => panic!(
+                    "no such notification within 5 s; seen: {:#?}",
+                    seen.borrow()
+                ),
+            }
+        }
+    };
+    let mut a = ns.adapter();
+    let port = a.port().unwrap();
+    let desired = config(json!({
+        "routes": [{"to": "10.20.0.0/16", "via": "192.0.2.1", "table": 100}],
+        "rules": [{"priority": 1300, "from": "10.20.0.0/16", "table": 100}],
+        "addresses": [{"dev": "lo", "address": "198.51.100.20/32"}]
+    }));
+    a.reconcile(&desired, false).unwrap();
+    let route = wait(&|c| c.object == Object::Route && c.what.contains("10.20.0.0/16"));
+    assert_eq!(
+        (route.action, route.port, route.owned, route.table),
+        (Action::New, port, true, Some(100)),
+        "{route:?}"
+    );
+    let rule = wait(&|c| c.object == Object::Rule);
+    assert_eq!(
+        (rule.port, rule.owned, rule.table),
+        (port, true, Some(100)),
+        "{rule:?}"
+    );
+    let address = wait(&|c| c.object == Object::Address && c.what.contains("198.51.100.20"));
+    assert_eq!((address.port, address.owned), (port, true), "{address:?}");
+
+    // Someone else removes netpolicy's route: another port, still netpolicy's object.
+    ns.ip(&["route", "del", "10.20.0.0/16", "table", "100"]);
+    let gone = wait(&|c| c.object == Object::Route && c.action == Action::Deleted);
+    assert!(gone.port != port && gone.owned, "{gone:?}");
+    // And adds one of their own: not netpolicy's.
+    ns.ip(&[
+        "route",
+        "add",
+        "10.77.0.0/16",
+        "via",
+        "192.0.2.1",
+        "table",
+        "100",
+    ]);
+    let foreign = wait(&|c| c.what.contains("10.77.0.0/16"));
+    assert!(foreign.port != port && !foreign.owned, "{foreign:?}");
+}

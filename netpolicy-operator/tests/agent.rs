@@ -484,3 +484,90 @@ async fn a_restarted_agent_rolls_back_to_the_last_good_config_it_kept_on_disk() 
     // r2 never became the kept config.
     assert!(std::fs::read_to_string(&state).unwrap().contains("\"r1\""));
 }
+
+/// Drift is repaired when it happens, not on the resync: with a resync of an hour, a
+/// foreign delete of an owned route, an `ip rule flush` and a removed address are each
+/// undone at once (the kernel's notification starts a pass), the agent's own writes
+/// start no repair, and the node stays quiet afterwards.
+#[tokio::test(flavor = "multi_thread")]
+async fn drift_is_repaired_when_the_kernel_reports_it_not_on_the_next_resync() {
+    let Some(s) = setup("drift on notification", "drift-notify").await else {
+        return;
+    };
+    let mut obj = nnc(&s.node, "r1", json!([route("10.50.0.0/16", "192.0.2.1")]));
+    obj.spec.rendered.rules = serde_json::from_value(json!([
+        {"priority": 1400, "from": "10.50.0.0/16", "table": 100,
+         "sources": [{"kind": "NodeConfig", "name": "t"}]}
+    ]))
+    .unwrap();
+    obj.spec.rendered.addresses = serde_json::from_value(json!([
+        {"dev": "lo", "address": "198.51.100.50/32",
+         "sources": [{"kind": "NodeConfig", "name": "t"}]}
+    ]))
+    .unwrap();
+    s.api.create(&PostParams::default(), &obj).await.unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log = s.cp.dir.join(format!("agent-{}.log", s.node));
+    let _agent = Agent(
+        Command::new(env!("CARGO_BIN_EXE_netpolicy"))
+            .args(["agent", "--node", &s.node, "--netns", s.ns.name()])
+            .args(["--resync-seconds", "3600", "--kubeconfig"])
+            .arg(&s.cp.kubeconfig)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("RUST_LOG", "info")
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let ip = |args: &[&str]| s.ns.ip(args).unwrap_or_default();
+    let applied = || {
+        table_100(&s.ns).contains("10.50.0.0/16 via 192.0.2.1")
+            && ip(&["rule", "show"]).contains("1400:")
+            && ip(&["address", "show", "dev", "lo"]).contains("198.51.100.50/32")
+    };
+    eventually("applied", 20, || std::future::ready(applied())).await;
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        !log_text().contains("changed behind netpolicy's back"),
+        "the agent's own writes started a repair:\n{}",
+        log_text()
+    );
+    for (what, args) in [
+        (
+            "route deleted",
+            &["route", "del", "10.50.0.0/16", "table", "100"][..],
+        ),
+        ("rules flushed", &["rule", "flush"][..]),
+        (
+            "address removed",
+            &["address", "del", "198.51.100.50/32", "dev", "lo"][..],
+        ),
+    ] {
+        ip(args);
+        // `ip rule flush` also removes the kernel's main and default lookups: put them back
+        // as the kernel had them (they are not netpolicy's to restore).
+        if what == "rules flushed" {
+            ip(&["rule", "add", "priority", "32766", "lookup", "main"]);
+            ip(&["rule", "add", "priority", "32767", "lookup", "default"]);
+        }
+        eventually(what, 5, || std::future::ready(applied())).await;
+    }
+    assert!(
+        log_text().contains("changed behind netpolicy's back"),
+        "{}",
+        log_text()
+    );
+    // Quiet once repaired.
+    let writes = || {
+        s.cp.writes_where("nodenetworkconfigs", |n| n == s.node)
+            .len()
+    };
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let before = writes();
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(writes(), before, "writes while quiet");
+}

@@ -147,7 +147,7 @@ async fn a_deleted_policys_items_stay_on_the_node_given_up_and_listed() {
     assert!(ip(&["address", "show", "dev", "lo"]).contains("198.51.100.62/32"));
 
     // Quiet: resyncs of the operator and the agent write nothing.
-    let writes = || cp.writes_where("nodenetworkconfigs", |_| true).len();
+    let writes = || cp.writes_where("nodenetworkconfigs", |n| n == node).len();
     let before = writes();
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(writes(), before, "writes while quiet");

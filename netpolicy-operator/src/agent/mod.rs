@@ -1,7 +1,14 @@
 //! `netpolicy agent`: the node agent. It watches only its node's NodeNetworkConfig,
 //! applies it to the node's network namespace through `netpolicy-netlink`, and writes
 //! the object's status (observed generation, applied revision, conditions, the items
-//! the kernel refused). A resync timer repairs drift between changes. It listens only
+//! the kernel refused). Drift is repaired when it happens: the kernel's notifications
+//! (`netpolicy_netlink::monitor`) of a change to an object netpolicy owns, or inside a
+//! hard-synced table, made by anyone but the agent's own socket (told apart by the
+//! netlink port the kernel names in each notification: no timing, no race), start a
+//! pass at once; the resync timer stays as the safety net. More than
+//! [`DriftGuard::MAX`] such repairs a minute (another agent fighting over the same
+//! objects) and notifications are ignored until it stops (logged `Fighting`; the resync
+//! still repairs). It listens only
 //! for metrics and health (`/metrics`, `/healthz`, `/readyz`, default 127.0.0.1:8081):
 //! nothing reaches the node's routing except through the Kubernetes API and its RBAC.
 //!
@@ -124,10 +131,18 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
         what: format!("opening the network namespace {ns:?}"),
         source,
     })?;
+    let own_port = adapter.port().map_err(|source| Error::Netlink {
+        what: "reading the adapter's netlink port".into(),
+        source,
+    })?;
     let adapter = Arc::new(Mutex::new(adapter));
     if opts.cleanup {
         return cleanup(&adapter).await;
     }
+    // The kernel's notifications: a foreign change to what netpolicy owns (or inside a
+    // hard-synced table) starts a pass at once; the resync stays as the safety net.
+    let mut kernel = watch_kernel(&ns)?;
+    let mut guard = DriftGuard::default();
     let client = client_from(opts.kubeconfig.as_ref()).await?;
     let shared = Arc::new(Shared::default());
     let server = serve_probes(opts.listen, &shared, &client).await?;
@@ -193,6 +208,27 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
                 }
             }
             _ = tick.tick() => {}
+            batch = kernel.recv() => {
+                let Some(batch) = batch else {
+                    warn!("kernel notifications stopped: drift is repaired on resync only");
+                    kernel = tokio::sync::mpsc::channel(1).1;
+                    continue;
+                };
+                let hard: Vec<u32> = latest
+                    .as_ref()
+                    .map(|o| o.spec.rendered.table_hard_sync.clone())
+                    .unwrap_or_default();
+                let Some(what) = foreign_change(&batch, own_port, &hard) else {
+                    continue;
+                };
+                // A burst (a flush) is one repair: let it arrive.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                while kernel.try_recv().is_ok() {}
+                if !guard.allow(Instant::now()) {
+                    continue;
+                }
+                info!(change = %what, "changed behind netpolicy's back: repairing");
+            }
         }
         let Some(nnc) = latest.clone() else {
             continue;
@@ -224,6 +260,104 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
     }
     info!("agent stopped (the node keeps its configuration)");
     Ok(())
+}
+
+/// The kernel's notifications for `ns`, read on a thread of their own (a blocking
+/// socket), as a channel; it ends when the socket fails.
+fn watch_kernel(
+    ns: &Namespace,
+) -> Result<tokio::sync::mpsc::Receiver<netpolicy_netlink::monitor::Batch>> {
+    let mut monitor =
+        netpolicy_netlink::monitor::Monitor::open(ns).map_err(|source| Error::Netlink {
+            what: "subscribing to the kernel's notifications".into(),
+            source,
+        })?;
+    let (tx, rx) = tokio::sync::mpsc::channel(256);
+    std::thread::Builder::new()
+        .name("netlink-monitor".into())
+        .spawn(move || {
+            loop {
+                match monitor.recv() {
+                    Ok(b) => {
+                        if tx.blocking_send(b).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "kernel notifications: the socket failed");
+                        return;
+                    }
+                }
+            }
+        })
+        .map_err(|e| Error::Incomplete(format!("starting the notification thread: {e}")))?;
+    Ok(rx)
+}
+
+/// The first change in `batch` made by someone else (not from `own_port`) to an object
+/// netpolicy owns or inside a hard-synced table; a dropped batch counts (anything may
+/// have changed).
+pub fn foreign_change(
+    batch: &netpolicy_netlink::monitor::Batch,
+    own_port: u32,
+    hard_synced: &[u32],
+) -> Option<String> {
+    use netpolicy_netlink::monitor::{Batch, Object};
+    match batch {
+        Batch::Overrun => Some("notifications dropped by the kernel".into()),
+        Batch::Changes(changes) => changes
+            .iter()
+            .find(|c| {
+                c.port != own_port
+                    && (c.owned
+                        || (c.object == Object::Route
+                            && c.table.is_some_and(|t| hard_synced.contains(&t))))
+            })
+            .map(|c| format!("{:?} {}", c.action, c.what)),
+    }
+}
+
+/// Repairs started by notifications, per window: another agent fighting over the same
+/// objects must not turn into a busy loop. Past [`DriftGuard::MAX`] repairs in
+/// [`DriftGuard::WINDOW`], notifications are ignored until the window has passed (the
+/// resync still repairs), and the agent says so once.
+#[derive(Debug, Default)]
+pub struct DriftGuard {
+    recent: std::collections::VecDeque<Instant>,
+    fighting: bool,
+}
+
+impl DriftGuard {
+    /// Repairs allowed per window.
+    pub const MAX: usize = 20;
+    /// The window.
+    pub const WINDOW: Duration = Duration::from_secs(60);
+
+    /// Whether a notification may start a repair at `now`.
+    pub fn allow(&mut self, now: Instant) -> bool {
+        while self
+            .recent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > Self::WINDOW)
+        {
+            self.recent.pop_front();
+        }
+        if self.recent.len() >= Self::MAX {
+            if !self.fighting {
+                warn!(
+                    repairs = self.recent.len(),
+                    window = ?Self::WINDOW,
+                    "Fighting: something keeps changing netpolicy's objects back; repairing on \
+                     resync only until it stops"
+                );
+                self.fighting = true;
+            }
+            return false;
+        }
+        self.fighting = false;
+        self.recent.push_back(now);
+        true
+    }
 }
 
 /// Removes everything netpolicy made in the namespace, checks the result, and fails
@@ -1169,6 +1303,52 @@ mod tests {
         assert_eq!(s.conditions[0].reason, reasons::INVALID);
         assert!(s.conditions[0].message.contains("spec.routes[0].to"));
         assert_eq!(s.applied_revision, None);
+    }
+
+    #[test]
+    fn a_fighting_peer_gets_a_bounded_number_of_repairs_per_window() {
+        let mut g = DriftGuard::default();
+        let t0 = Instant::now();
+        for k in 0..DriftGuard::MAX {
+            assert!(g.allow(t0 + Duration::from_millis(k as u64)), "repair {k}");
+        }
+        assert!(!g.allow(t0 + Duration::from_secs(1)), "the next one waits");
+        assert!(!g.allow(t0 + Duration::from_secs(30)));
+        assert!(
+            g.allow(t0 + DriftGuard::WINDOW + Duration::from_secs(1)),
+            "the window passed"
+        );
+    }
+
+    #[test]
+    fn only_someone_elses_change_to_what_netpolicy_owns_starts_a_repair() {
+        use netpolicy_netlink::monitor::{Action, Batch, Change, Object};
+        let change = |port: u32, owned: bool, table: Option<u32>| Change {
+            object: Object::Route,
+            action: Action::Deleted,
+            port,
+            owned,
+            table,
+            what: "route 10.0.0.0/8 table 100".into(),
+        };
+        let b = |c: Change| Batch::Changes(vec![c]);
+        assert!(
+            foreign_change(&b(change(7, true, Some(100))), 7, &[]).is_none(),
+            "our own"
+        );
+        assert!(foreign_change(&b(change(9, true, Some(100))), 7, &[]).is_some());
+        assert!(
+            foreign_change(&b(change(9, false, Some(100))), 7, &[]).is_none(),
+            "theirs"
+        );
+        assert!(
+            foreign_change(&b(change(9, false, Some(100))), 7, &[100]).is_some(),
+            "inside a hard-synced table"
+        );
+        assert!(
+            foreign_change(&Batch::Overrun, 7, &[]).is_some(),
+            "dropped: re-read"
+        );
     }
 
     #[test]

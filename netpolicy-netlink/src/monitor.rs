@@ -1,0 +1,272 @@
+//! The kernel's rtnetlink notifications as typed changes: links, IPv4 and IPv6
+//! addresses, routes and rules, from one network namespace.
+//!
+//! Each [`Change`] says whether the object carries netpolicy's mark ([`Change::owned`]:
+//! route or rule protocol, address protocol, link alias) and which socket's request
+//! caused it ([`Change::port`]: the kernel puts the requester's netlink port ID in the
+//! notifications of address, route and rule changes). A change whose port is the
+//! adapter's own ([`crate::Adapter::port`]) is netpolicy's own write: telling them apart
+//! needs no timing and cannot race. Link notifications carry no requester (port 0).
+//!
+//! The kernel drops notifications when the reader falls behind (`ENOBUFS`):
+//! [`Monitor::recv`] then returns [`Batch::Overrun`], and the reader must assume
+//! anything changed (re-read the state: a full reconcile).
+//!
+//! ```no_run
+//! use netpolicy_netlink::{Namespace, monitor::{Batch, Monitor}};
+//! let mut m = Monitor::open(&Namespace::Current)?;
+//! loop {
+//!     match m.recv()? {
+//!         Batch::Changes(changes) => {
+//!             for c in changes {
+//!                 println!("{:?} {:?} {} (ours: {})", c.action, c.object, c.what, c.owned);
+//!             }
+//!         }
+//!         Batch::Overrun => println!("missed some: re-read everything"),
+//!     }
+//! }
+//! # Ok::<(), netpolicy_netlink::Error>(())
+//! ```
+
+use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
+use netlink_packet_route::{
+    RouteNetlinkMessage,
+    link::LinkAttribute,
+    route::{RouteAttribute, RouteMessage},
+};
+use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+
+use crate::{Error, Ownership, Result, codec, conn::Namespace};
+
+/// `RTMGRP_LINK`.
+const LINKS: u32 = 0x1;
+/// `RTMGRP_IPV4_IFADDR`.
+const IPV4_ADDRESSES: u32 = 0x10;
+/// `RTMGRP_IPV4_ROUTE`.
+const IPV4_ROUTES: u32 = 0x40;
+/// `RTNLGRP_IPV4_RULE` (8) as a group bit.
+const IPV4_RULES: u32 = 1 << (8 - 1);
+/// `RTMGRP_IPV6_IFADDR`.
+const IPV6_ADDRESSES: u32 = 0x100;
+/// `RTMGRP_IPV6_ROUTE`.
+const IPV6_ROUTES: u32 = 0x400;
+/// `RTNLGRP_IPV6_RULE` (19) as a group bit.
+const IPV6_RULES: u32 = 1 << (19 - 1);
+
+/// `ENOBUFS`: the kernel dropped notifications.
+const ENOBUFS: i32 = 105;
+
+/// Which kind of object changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Object {
+    /// A link (interface).
+    Link,
+    /// An IPv4 or IPv6 address.
+    Address,
+    /// A route.
+    Route,
+    /// A policy routing rule.
+    Rule,
+}
+
+/// What happened to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Added or changed.
+    New,
+    /// Removed.
+    Deleted,
+}
+
+/// One notification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// The object's kind.
+    pub object: Object,
+    /// Added/changed or removed.
+    pub action: Action,
+    /// The netlink port ID of the socket whose request made the change (0: the kernel,
+    /// or a link change).
+    pub port: u32,
+    /// Whether the object carries netpolicy's mark.
+    pub owned: bool,
+    /// The routing table of a route or rule.
+    pub table: Option<u32>,
+    /// Which object, for people and logs (`route 10.20.0.0/16 table 100`).
+    pub what: String,
+}
+
+/// What one read gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Batch {
+    /// The changes, in the kernel's order.
+    Changes(Vec<Change>),
+    /// Notifications were dropped: re-read the state.
+    Overrun,
+}
+
+/// A socket subscribed to one namespace's link, address, route and rule notifications.
+#[derive(Debug)]
+pub struct Monitor {
+    sock: Socket,
+    buf: Vec<u8>,
+    own: Ownership,
+}
+
+impl Monitor {
+    /// Subscribes in `ns` (entered on a short-lived thread, as [`crate::conn::Conn`]
+    /// does), recognising netpolicy's objects by the default [`Ownership`].
+    ///
+    /// # Errors
+    /// The namespace cannot be entered or the socket cannot be made or bound.
+    pub fn open(ns: &Namespace) -> Result<Self> {
+        Self::with_ownership(ns, Ownership::default())
+    }
+
+    /// As [`Monitor::open`], with `own` deciding what is netpolicy's.
+    ///
+    /// # Errors
+    /// As [`Monitor::open`].
+    pub fn with_ownership(ns: &Namespace, own: Ownership) -> Result<Self> {
+        let sock = crate::conn::in_namespace(ns, || {
+            let mut sock = Socket::new(NETLINK_ROUTE).map_err(io("netlink socket"))?;
+            let groups = LINKS
+                | IPV4_ADDRESSES
+                | IPV4_ROUTES
+                | IPV4_RULES
+                | IPV6_ADDRESSES
+                | IPV6_ROUTES
+                | IPV6_RULES;
+            sock.bind(&SocketAddr::new(0, groups))
+                .map_err(io("subscribing to rtnetlink groups"))?;
+            sock.set_rx_buf_sz(4 * 1024 * 1024)
+                .map_err(io("netlink receive buffer"))?;
+            Ok(sock)
+        })?;
+        Ok(Self {
+            sock,
+            buf: vec![0; 1 << 20],
+            own,
+        })
+    }
+
+    /// Waits for the next notifications (blocking) and returns them typed.
+    ///
+    /// # Errors
+    /// The socket failed (other than the kernel dropping notifications, which is
+    /// [`Batch::Overrun`]), or a notification did not parse.
+    pub fn recv(&mut self) -> Result<Batch> {
+        let n = match self.sock.recv(&mut &mut self.buf[..], 0) {
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(ENOBUFS) => return Ok(Batch::Overrun),
+            Err(e) => return Err(io("netlink receive")(e)),
+        };
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < n {
+            let m = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&self.buf[at..n])
+                .map_err(|e| Error::Decode(e.to_string()))?;
+            let len = m.header.length as usize;
+            if len == 0 {
+                break;
+            }
+            at += len.div_ceil(4) * 4;
+            let port = m.header.port_number;
+            if let NetlinkPayload::InnerMessage(inner) = m.payload
+                && let Some(c) = self.change(inner, port)
+            {
+                out.push(c);
+            }
+        }
+        Ok(Batch::Changes(out))
+    }
+
+    fn change(&self, m: RouteNetlinkMessage, port: u32) -> Option<Change> {
+        let (object, action) = match &m {
+            RouteNetlinkMessage::NewLink(_) => (Object::Link, Action::New),
+            RouteNetlinkMessage::DelLink(_) => (Object::Link, Action::Deleted),
+            RouteNetlinkMessage::NewAddress(_) => (Object::Address, Action::New),
+            RouteNetlinkMessage::DelAddress(_) => (Object::Address, Action::Deleted),
+            RouteNetlinkMessage::NewRoute(_) => (Object::Route, Action::New),
+            RouteNetlinkMessage::DelRoute(_) => (Object::Route, Action::Deleted),
+            RouteNetlinkMessage::NewRule(_) => (Object::Rule, Action::New),
+            RouteNetlinkMessage::DelRule(_) => (Object::Rule, Action::Deleted),
+            _ => return None,
+        };
+        let (owned, table, what) = match &m {
+            RouteNetlinkMessage::NewLink(l) | RouteNetlinkMessage::DelLink(l) => {
+                let mut name = format!("#{}", l.header.index);
+                let mut owned = false;
+                for a in &l.attributes {
+                    match a {
+                        LinkAttribute::IfName(n) => name.clone_from(n),
+                        LinkAttribute::IfAlias(s) => owned = s == codec::LINK_ALIAS,
+                        _ => {}
+                    }
+                }
+                (owned, None, format!("link {name}"))
+            }
+            RouteNetlinkMessage::NewAddress(a) | RouteNetlinkMessage::DelAddress(a) => {
+                let (address, protocol) = codec::address_from(a)?;
+                (
+                    protocol == self.own.route_protocol,
+                    None,
+                    format!("address {address} on #{}", a.header.index),
+                )
+            }
+            RouteNetlinkMessage::NewRoute(r) | RouteNetlinkMessage::DelRoute(r) => {
+                let table = route_table(r);
+                (
+                    self.own.owns(u8::from(r.header.protocol)),
+                    Some(table),
+                    format!("route {} table {table}", route_destination(r)),
+                )
+            }
+            RouteNetlinkMessage::NewRule(r) | RouteNetlinkMessage::DelRule(r) => {
+                let (_, rule, protocol) = codec::rule_from(r)?;
+                let table = match rule.action {
+                    netpolicy_core::model::RuleAction::Lookup(t) => Some(t),
+                    _ => None,
+                };
+                (self.own.owns(protocol), table, format!("rule {rule}"))
+            }
+            _ => return None,
+        };
+        Some(Change {
+            object,
+            action,
+            port,
+            owned,
+            table,
+            what,
+        })
+    }
+}
+
+fn route_table(r: &RouteMessage) -> u32 {
+    r.attributes
+        .iter()
+        .find_map(|a| match a {
+            RouteAttribute::Table(t) => Some(*t),
+            _ => None,
+        })
+        .unwrap_or_else(|| u32::from(r.header.table))
+}
+
+fn route_destination(r: &RouteMessage) -> String {
+    let dst = r.attributes.iter().find_map(|a| match a {
+        RouteAttribute::Destination(d) => codec::ip_of(d).map(|ip| ip.to_string()),
+        _ => None,
+    });
+    match dst {
+        Some(d) => format!("{d}/{}", r.header.destination_prefix_length),
+        None => "default".into(),
+    }
+}
+
+fn io(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |e| Error::Io {
+        what: what.to_owned(),
+        source: std::sync::Arc::new(e),
+    }
+}
