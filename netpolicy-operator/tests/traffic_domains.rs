@@ -536,7 +536,11 @@ async fn a_trench_is_compiled_into_node_routing_and_programmed_by_the_agents() {
         s == "False" && r == "Invalid" && m.contains("no-such-stream")
     })
     .await;
-    assert_eq!(ready(&client, &ns, "Trench", "trench-a").await.1, "Invalid");
+    // The Trench's status is written after its children's in the same pass.
+    eventually("the Trench reports its invalid Flow", 10, || async {
+        ready(&client, &ns, "Trench", "trench-a").await.1 == "Invalid"
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
         nnc(&client, &a1).await.unwrap().spec,
