@@ -75,7 +75,7 @@ pub struct Conn {
     buf: Vec<u8>,
 }
 
-fn io(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
+pub(crate) fn io(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
     move |e| Error::Io {
         what: what.to_owned(),
         source: std::sync::Arc::new(e),
@@ -93,6 +93,23 @@ fn open_socket() -> Result<Socket> {
     let _ = sock.set_cap_ack(true);
     let _ = sock.set_ext_ack(true);
     Ok(sock)
+}
+
+/// The netlink messages in one datagram.
+pub(crate) fn parse(buf: &[u8]) -> Result<Vec<NetlinkMessage<RouteNetlinkMessage>>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < buf.len() {
+        let m = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&buf[at..])
+            .map_err(|e| Error::Decode(e.to_string()))?;
+        let len = m.header.length as usize;
+        if len == 0 {
+            break;
+        }
+        at += len.div_ceil(4) * 4;
+        out.push(m);
+    }
+    Ok(out)
 }
 
 /// Runs `make` in `ns`: for another namespace on a short-lived thread that enters it
@@ -179,19 +196,7 @@ impl Conn {
             .sock
             .recv(&mut &mut self.buf[..], 0)
             .map_err(io("netlink receive"))?;
-        let mut out = Vec::new();
-        let mut at = 0;
-        while at < n {
-            let m = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&self.buf[at..n])
-                .map_err(|e| Error::Decode(e.to_string()))?;
-            let len = m.header.length as usize;
-            if len == 0 {
-                break;
-            }
-            at += len.div_ceil(4) * 4;
-            out.push(m);
-        }
-        Ok(out)
+        parse(&self.buf[..n])
     }
 
     /// Dumps with `request` (`NLM_F_DUMP`) and returns every answer.

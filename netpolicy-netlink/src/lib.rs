@@ -646,26 +646,7 @@ impl Adapter {
             ));
             what.push((format!("rule {}", r.rule), Ok(2)));
         }
-        let mut answers = self.conn.execute(requests)?.into_iter();
-        let mut done: Vec<Disowned> =
-            what.into_iter()
-                .map(|(what, n)| {
-                    let outcome = match n {
-                        Err(message) => Outcome::Failed {
-                            errno: None,
-                            message,
-                        },
-                        Ok(n) => answers.by_ref().take(n).find_map(|a| a.err()).map_or(
-                            Outcome::Done,
-                            |e| Outcome::Failed {
-                                errno: Some(e.errno),
-                                message: e.message,
-                            },
-                        ),
-                    };
-                    Disowned { what, outcome }
-                })
-                .collect();
+        let mut done = self.execute_labelled(requests, what)?;
         // Some kernels (Debian 12's 6.1; not 6.18) keep an IPv4 address's protocol on
         // replace: read back, and give up any still marked by removing and re-adding it
         // without a protocol in one batch (a gap of one round trip, said in the outcome).
@@ -700,8 +681,32 @@ impl Adapter {
                     Err(e) => labels.push((label, Err(e))),
                 }
             }
-            let mut answers = self.conn.execute(requests)?.into_iter();
-            for (label, n) in labels {
+            for redone in self.execute_labelled(requests, labels)? {
+                let label = redone.what;
+                if let Some(d) = done.iter_mut().find(|d| d.what == label) {
+                    d.what = format!(
+                        "{label} (removed and re-added: this kernel keeps an address's \
+                         protocol on replace)"
+                    );
+                    d.outcome = redone.outcome;
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// Sends `requests` and gives each labelled object the outcome of its requests
+    /// (`Ok(n)`: its next `n` answers, the first failure wins; `Err`: it could not be
+    /// asked for, with why).
+    fn execute_labelled(
+        &mut self,
+        requests: Vec<(RouteNetlinkMessage, u16)>,
+        labels: Vec<(String, std::result::Result<usize, String>)>,
+    ) -> Result<Vec<Disowned>> {
+        let mut answers = self.conn.execute(requests)?.into_iter();
+        Ok(labels
+            .into_iter()
+            .map(|(what, n)| {
                 let outcome =
                     match n {
                         Err(message) => Outcome::Failed {
@@ -716,16 +721,9 @@ impl Adapter {
                             },
                         ),
                     };
-                if let Some(d) = done.iter_mut().find(|d| d.what == label) {
-                    d.what = format!(
-                        "{label} (removed and re-added: this kernel keeps an address's \
-                         protocol on replace)"
-                    );
-                    d.outcome = outcome;
-                }
-            }
-        }
-        Ok(done)
+                Disowned { what, outcome }
+            })
+            .collect())
     }
 
     /// Removes every owned object (a node leaving, its policy deleted).

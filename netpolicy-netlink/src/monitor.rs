@@ -28,7 +28,7 @@
 //! # Ok::<(), netpolicy_netlink::Error>(())
 //! ```
 
-use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
+use netlink_packet_core::NetlinkPayload;
 use netlink_packet_route::{
     RouteNetlinkMessage,
     link::LinkAttribute,
@@ -36,7 +36,10 @@ use netlink_packet_route::{
 };
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 
-use crate::{Error, Ownership, Result, codec, conn::Namespace};
+use crate::{
+    Ownership, Result, codec,
+    conn::{Namespace, io},
+};
 
 /// `RTMGRP_LINK`.
 const LINKS: u32 = 0x1;
@@ -162,15 +165,7 @@ impl Monitor {
             Err(e) => return Err(io("netlink receive")(e)),
         };
         let mut out = Vec::new();
-        let mut at = 0;
-        while at < n {
-            let m = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&self.buf[at..n])
-                .map_err(|e| Error::Decode(e.to_string()))?;
-            let len = m.header.length as usize;
-            if len == 0 {
-                break;
-            }
-            at += len.div_ceil(4) * 4;
+        for m in crate::conn::parse(&self.buf[..n])? {
             let port = m.header.port_number;
             if let NetlinkPayload::InnerMessage(inner) = m.payload
                 && let Some(c) = self.change(inner, port)
@@ -261,12 +256,5 @@ fn route_destination(r: &RouteMessage) -> String {
     match dst {
         Some(d) => format!("{d}/{}", r.header.destination_prefix_length),
         None => "default".into(),
-    }
-}
-
-fn io(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
-    move |e| Error::Io {
-        what: what.to_owned(),
-        source: std::sync::Arc::new(e),
     }
 }

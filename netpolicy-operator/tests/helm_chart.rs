@@ -51,6 +51,16 @@ fn render(namespace: &str, extra: &[&str]) -> Vec<Value> {
         .collect()
 }
 
+/// The first container's arguments of the first `kind` (DaemonSet, Deployment).
+fn container_args(docs: &[Value], kind: &str) -> Vec<String> {
+    of_kind(docs, kind)[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect()
+}
+
 fn numbers_as_f64(v: &Value) -> Value {
     match v {
         Value::Number(n) => json!(n.as_f64()),
@@ -139,14 +149,7 @@ fn the_chart_carries_the_current_crds() {
 
 #[test]
 fn the_agent_cleans_up_on_uninstall_unless_told_not_to() {
-    let args = |docs: &[Value]| -> Vec<String> {
-        of_kind(docs, "DaemonSet")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap().to_owned())
-            .collect()
-    };
+    let args = |docs: &[Value]| container_args(docs, "DaemonSet");
     let on = render("np", &[]);
     assert!(args(&on).contains(&"--cleanup-on-uninstall=np/t-agent".to_owned()));
     assert_eq!(
@@ -165,14 +168,7 @@ fn the_agent_cleans_up_on_uninstall_unless_told_not_to() {
 
 #[test]
 fn node_cleanup_on_deletion_is_the_operators_flag_not_the_uninstall_switch() {
-    let args = |docs: &[Value]| -> Vec<String> {
-        of_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap().to_owned())
-            .collect()
-    };
+    let args = |docs: &[Value]| container_args(docs, "Deployment");
     let on = render("np", &[]);
     assert!(args(&on).contains(&"--node-cleanup-on-deletion=true".to_owned()));
     let off = render("np", &["--set", "operator.nodeCleanupOnDeletion=false"]);

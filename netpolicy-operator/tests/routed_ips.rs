@@ -161,6 +161,20 @@ fn hetzner_state(cloud: &Shared) -> (usize, Value, Vec<Value>) {
     )
 }
 
+/// The Service `web` in `ns`: HTTPS (443 → 8443) and DNS (53/UDP).
+async fn web_service(client: &Client, ns: &str) {
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {"ports": [{"name": "https", "port": 443, "targetPort": 8443},
+                           {"name": "dns", "port": 53, "protocol": "UDP"}]}
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap();
+}
+
 async fn set_endpoints(client: &Client, ns: &str, ready: &[(&str, bool)]) {
     let eps: Vec<Value> = ready
         .iter()
@@ -205,16 +219,7 @@ async fn hetzner_failover_follows_readiness_and_endpoints_and_survives_a_kill() 
         .map(|(n, id)| (n, format!("hcloud://{id}")))
         .collect();
     cloud_nodes(&nodes, json!({"role": "edge"}), &ids).await;
-    let svc: Service = serde_json::from_value(json!({
-        "metadata": {"name": "web", "namespace": ns},
-        "spec": {"ports": [{"name": "https", "port": 443, "targetPort": 8443},
-                           {"name": "dns", "port": 53, "protocol": "UDP"}]}
-    }))
-    .unwrap();
-    Api::<Service>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &svc)
-        .await
-        .unwrap();
+    web_service(&client, &ns).await;
     set_endpoints(
         &client,
         &ns,
@@ -926,16 +931,7 @@ async fn aws_elastic_ips_fail_over_without_a_gap_in_the_seed_order_and_survive_a
         .map(|(n, i)| (*n, i.provider_id.clone()))
         .collect();
     cloud_nodes(&nodes, json!({"role": "aws-edge"}), &ids).await;
-    let svc: Service = serde_json::from_value(json!({
-        "metadata": {"name": "web", "namespace": ns},
-        "spec": {"ports": [{"name": "https", "port": 443, "targetPort": 8443},
-                           {"name": "dns", "port": 53, "protocol": "UDP"}]}
-    }))
-    .unwrap();
-    Api::<Service>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &svc)
-        .await
-        .unwrap();
+    web_service(&client, &ns).await;
     set_endpoints(
         &client,
         &ns,

@@ -337,10 +337,17 @@ pub fn tool(name: &str) -> PathBuf {
 
 /// The directory holding `etcd` and `kube-apiserver`.
 fn binaries() -> Result<PathBuf> {
-    if let Ok(dir) = std::env::var("NETPOLICY_CONTROL_PLANE") {
+    tool_dir("NETPOLICY_CONTROL_PLANE", "test-tools")
+}
+
+/// The directory `$var` names, else the one `scripts/<script>` builds or finds and prints.
+pub(crate) fn tool_dir(var: &str, script: &str) -> Result<PathBuf> {
+    if let Ok(dir) = std::env::var(var) {
         return Ok(PathBuf::from(dir));
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/test-tools");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scripts")
+        .join(script);
     let out = Command::new(&script)
         .stderr(Stdio::inherit())
         .output()

@@ -19,7 +19,7 @@
 use std::{
     collections::BTreeMap,
     net::{TcpListener, TcpStream},
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex, OnceLock},
     time::{Duration, Instant},
@@ -68,20 +68,7 @@ impl Drop for Moto {
 /// The directory with `moto_server` and `python` (boto3).
 fn bin_dir() -> PathBuf {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let dir = DIR.get_or_init(|| {
-        if let Ok(dir) = std::env::var("NETPOLICY_MOTO") {
-            return Ok(PathBuf::from(dir));
-        }
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/test-moto");
-        let out = Command::new(&script)
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| format!("running {}: {e}", script.display()))?;
-        if !out.status.success() {
-            return Err(format!("{} failed ({})", script.display(), out.status));
-        }
-        Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-    });
+    let dir = DIR.get_or_init(|| crate::tool_dir("NETPOLICY_MOTO", "test-moto"));
     match dir {
         Ok(d) => d.clone(),
         Err(e) => panic!("netpolicy-testenv: no moto: {e}"),

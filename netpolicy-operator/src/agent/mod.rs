@@ -612,6 +612,7 @@ async fn pass(
         .clone()
         .filter(|f| f.revision == revision)
         .or_else(|| failure_in_status(&current, &revision));
+    let mut not_given_up: Vec<(String, String)> = Vec::new();
     let outcome = if let Some(f) = failed {
         if let Some((_, good)) = ctx.mem.last_good.clone() {
             with_adapter(adapter, "keeping the last good config", move |a| {
@@ -622,12 +623,17 @@ async fn pass(
         PassOutcome::RolledBack(f)
     } else {
         let spec = nnc.spec.rendered.routing();
-        match spec.validate("spec") {
+        // Items of deleted policies stay (node cleanup off): an invalid list changes
+        // nothing (applying without it would remove them).
+        let left = nnc.spec.left_behind.routing();
+        match spec
+            .validate("spec")
+            .and_then(|d| Ok((d, left.validate("spec.leftBehind")?)))
+        {
             Err(e) => PassOutcome::Invalid(e.to_string()),
-            Ok(desired) => {
-                // Items of deleted policies stay (node cleanup off): given up before the
-                // reconcile below would remove them.
-                disown_left_behind(adapter, nnc).await?;
+            Ok((desired, left)) => {
+                // Given up before the reconcile below would remove them.
+                not_given_up = disown_left_behind(adapter, &node, left).await?;
                 let d = desired.clone();
                 let report = with_adapter(adapter, "applying the NodeNetworkConfig", move |a| {
                     a.reconcile(&d, false)
@@ -687,6 +693,11 @@ async fn pass(
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let mut next = next_status(&current, generation, &revision, &outcome, now);
     next.left_behind = left_behind_lines(&nnc.spec.left_behind);
+    next.left_behind.extend(
+        not_given_up
+            .iter()
+            .map(|(what, why)| format!("not given up (still netpolicy's): {what}: {why}")),
+    );
     if let PassOutcome::Invalid(e) = &outcome {
         warn!(node, "invalid NodeNetworkConfig (nothing changed): {e}");
     }
@@ -701,39 +712,32 @@ async fn pass(
         })
 }
 
-/// Gives up the NodeNetworkConfig's `spec.leftBehind` items that are still netpolicy's
+/// Gives up the left-behind `items` that are still netpolicy's; returns those the kernel
+/// refused to give up, with why
 /// (a no-op once they are given up).
-async fn disown_left_behind(adapter: &Arc<Mutex<Adapter>>, nnc: &NodeNetworkConfig) -> Result<()> {
-    let left = &nnc.spec.left_behind;
-    if left.vlans.is_empty()
-        && left.routes.is_empty()
-        && left.addresses.is_empty()
-        && left.rules.is_empty()
-    {
-        return Ok(());
+async fn disown_left_behind(
+    adapter: &Arc<Mutex<Adapter>>,
+    node: &str,
+    items: RoutingConfig,
+) -> Result<Vec<(String, String)>> {
+    if items == RoutingConfig::default() {
+        return Ok(Vec::new());
     }
-    let items = match left.routing().validate("spec.leftBehind") {
-        Ok(items) => items,
-        Err(e) => {
-            warn!(node = %nnc.name_any(), "spec.leftBehind does not validate; nothing given up: {e}");
-            return Ok(());
-        }
-    };
     let given = with_adapter(adapter, "giving up left-behind items", move |a| {
         a.disown(&items)
     })
     .await?;
+    let mut failed = Vec::new();
     for d in given {
         match d.outcome {
             netpolicy_netlink::Outcome::Failed { message, .. } => {
-                warn!(node = %nnc.name_any(), item = %d.what, "could not give up a left-behind item: {message}");
+                warn!(node, item = %d.what, "could not give up a left-behind item: {message}");
+                failed.push((d.what, message));
             }
-            _ => {
-                info!(node = %nnc.name_any(), item = %d.what, "left behind: no longer netpolicy's")
-            }
+            _ => info!(node, item = %d.what, "left behind: no longer netpolicy's"),
         }
     }
-    Ok(())
+    Ok(failed)
 }
 
 /// `spec.leftBehind` in readable form, each item with the policies it came from.

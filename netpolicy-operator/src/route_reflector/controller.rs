@@ -166,6 +166,7 @@ pub(crate) fn run(
         local,
         remote: None,
         remote_wake: Arc::clone(&remote_wake),
+        remote_backoff: None,
         peers_health: peers.health(),
         last_step: None,
         started: None,
@@ -405,6 +406,8 @@ struct Job {
     remote: Option<Remote>,
     /// Woken by the remote watches.
     remote_wake: Arc<tokio::sync::Notify>,
+    /// While the remote datastore cannot be used: when to look again.
+    remote_backoff: Option<Backoff>,
     /// Whether Calico's BGPPeer is served.
     peers_health: Arc<KindHealth>,
     /// The last `Ready` reason reported by an Event (one Event per change).
@@ -455,12 +458,14 @@ impl Job {
         if let Some(message) = self.use_remote(wanted.as_ref()).await {
             self.not_ready(&cur, rc::DATASTORE_UNREACHABLE, message, generation, &now)
                 .await?;
-            return Ok(Some(Duration::from_secs(if self.remote.is_some() {
-                2
-            } else {
-                10
-            })));
+            // Backed off (a missing Secret or an unreachable cluster is not retried
+            // every few seconds for ever); the remote watches wake the job sooner.
+            let b = self
+                .remote_backoff
+                .get_or_insert_with(|| ErrorClass::Transient.backoff());
+            return Ok(Some(b.next_delay()));
         }
+        self.remote_backoff = None;
         let etcd = match &rrc.spec.datastore.etcdv3 {
             None => {
                 self.etcd = None;
