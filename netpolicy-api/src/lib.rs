@@ -352,6 +352,21 @@ pub mod conditions {
         pub const ROLLOUT_HALTED: &str = "RolloutHalted";
     }
 
+    /// Condition type of a NodeNetworkConfig: something on the node keeps changing
+    /// netpolicy's objects back (each restored [`fighting::AFTER`] times within a
+    /// minute); the agent repairs them on resync only until it stops. Absent on a node
+    /// that never fought; `False` once a pass finds them intact.
+    pub const FIGHTING: &str = "Fighting";
+    /// Reasons and limits of the `Fighting` condition.
+    pub mod fighting {
+        /// Objects are being changed back against netpolicy.
+        pub const FIGHTING: &str = "Fighting";
+        /// The last pass found every object it had fought over intact.
+        pub const STOPPED: &str = "Stopped";
+        /// Repairs of one object within a minute that make it a fight.
+        pub const AFTER: usize = 10;
+    }
+
     /// Condition type of a policy: a node it selects would get a NodeNetworkConfig
     /// larger than the operator writes (`--max-object-bytes`); that node keeps its last
     /// config.
@@ -577,6 +592,11 @@ pub mod conditions {
         pub const MESH_DISABLED: &str = "MeshDisabled";
         /// The route-reflector config cannot be acted on (invalid, no Calico, datastore).
         pub const NOT_READY: &str = "NotReady";
+        /// The agent restored objects someone changed behind netpolicy's back (at most
+        /// one Event a minute per node, naming them).
+        pub const DRIFT_REPAIRED: &str = "DriftRepaired";
+        /// The agent keeps restoring the same objects: something fights over them.
+        pub const FIGHTING: &str = "Fighting";
     }
 
     /// Reasons of one entry of `status.itemErrors`.

@@ -108,6 +108,35 @@ pub enum Batch {
     Overrun,
 }
 
+impl Batch {
+    /// The first change made by someone else (not from `own_port`) to an object
+    /// netpolicy owns, or to a route inside one of the `hard_synced` tables, for people
+    /// and logs (`Deleted route 10.20.0.0/16 table 100`). A dropped batch counts: anything
+    /// may have changed. `None`: nothing here needs a repair.
+    pub fn foreign(&self, own_port: u32, hard_synced: &[u32]) -> Option<String> {
+        match self {
+            Self::Overrun => Some("notifications dropped by the kernel".into()),
+            Self::Changes(changes) => changes
+                .iter()
+                .find(|c| {
+                    c.port != own_port
+                        && (c.owned
+                            || (c.object == Object::Route
+                                && c.table.is_some_and(|t| hard_synced.contains(&t))))
+                })
+                .map(|c| format!("{:?} {}", c.action, c.what)),
+        }
+    }
+
+    fn merge(&mut self, more: Self) {
+        match (&mut *self, more) {
+            (Self::Overrun, _) => {}
+            (_, Self::Overrun) => *self = Self::Overrun,
+            (Self::Changes(a), Self::Changes(b)) => a.extend(b),
+        }
+    }
+}
+
 /// A socket subscribed to one namespace's link, address, route and rule notifications.
 #[derive(Debug)]
 pub struct Monitor {
@@ -174,6 +203,37 @@ impl Monitor {
             }
         }
         Ok(Batch::Changes(out))
+    }
+
+    /// As [`Monitor::recv`], then whatever else arrives within `settle`, as one batch:
+    /// a flush or a link going down is many notifications, and one repair.
+    ///
+    /// # Errors
+    /// As [`Monitor::recv`].
+    pub fn recv_burst(&mut self, settle: std::time::Duration) -> Result<Batch> {
+        let mut batch = self.recv()?;
+        if settle.is_zero() {
+            return Ok(batch);
+        }
+        std::thread::sleep(settle);
+        self.sock
+            .set_non_blocking(true)
+            .map_err(io("netlink socket non-blocking"))?;
+        let more = loop {
+            match self.recv() {
+                Ok(b) => batch.merge(b),
+                Err(crate::Error::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::WouldBlock =>
+                {
+                    break Ok(());
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        self.sock
+            .set_non_blocking(false)
+            .map_err(io("netlink socket blocking"))?;
+        more.map(|()| batch)
     }
 
     fn change(&self, m: RouteNetlinkMessage, port: u32) -> Option<Change> {
@@ -256,5 +316,94 @@ fn route_destination(r: &RouteMessage) -> String {
     match dst {
         Some(d) => format!("{d}/{}", r.header.destination_prefix_length),
         None => "default".into(),
+    }
+}
+
+/// How long [`keep`] (and the agent) lets a burst of notifications arrive before
+/// repairing: a flush or a link going down is many notifications, and one repair.
+pub const SETTLE: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// One repair made by [`keep`].
+#[derive(Debug, Clone)]
+pub struct Repair {
+    /// The change that started it ([`Batch::foreign`]).
+    pub trigger: String,
+    /// The reconcile's report (its [`crate::Report::drift`] names what was repaired).
+    pub report: crate::Report,
+}
+
+/// Keeps `desired` in the adapter's namespace for an embedder that has no loop of its
+/// own: applies it, then repairs it whenever someone else changes what netpolicy owns
+/// (or a route inside one of its hard-synced tables), and never on the adapter's own
+/// writes. Each repair is handed to `on_repair`; `ControlFlow::Break` ends the loop.
+/// Blocks the calling thread. `netpolicy agent` runs the same steps
+/// ([`Monitor::recv_burst`] with [`SETTLE`], [`Batch::foreign`], a reconcile) inside its
+/// own loop, which also writes status.
+///
+/// # Errors
+/// The first reconcile, a dump or the notification socket failed (kernel refusals are
+/// per-item outcomes in the reports).
+pub fn keep(
+    adapter: &mut crate::Adapter,
+    monitor: &mut Monitor,
+    desired: &netpolicy_core::model::RoutingConfig,
+    mut on_repair: impl FnMut(Repair) -> std::ops::ControlFlow<()>,
+) -> Result<()> {
+    let port = adapter.port()?;
+    adapter.reconcile(desired, false)?;
+    loop {
+        let batch = monitor.recv_burst(SETTLE)?;
+        let Some(trigger) = batch.foreign(port, &desired.table_hard_sync) else {
+            continue;
+        };
+        let report = adapter.reconcile(desired, false)?;
+        if on_repair(Repair { trigger, report }).is_break() {
+            return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_someone_elses_change_to_what_netpolicy_owns_needs_a_repair() {
+        let change = |port: u32, owned: bool, table: Option<u32>| Change {
+            object: Object::Route,
+            action: Action::Deleted,
+            port,
+            owned,
+            table,
+            what: "route 10.0.0.0/8 table 100".into(),
+        };
+        let b = |c: Change| Batch::Changes(vec![c]);
+        assert_eq!(
+            b(change(7, true, Some(100))).foreign(7, &[]),
+            None,
+            "our own"
+        );
+        assert_eq!(
+            b(change(9, true, Some(100))).foreign(7, &[]).as_deref(),
+            Some("Deleted route 10.0.0.0/8 table 100")
+        );
+        assert_eq!(
+            b(change(9, false, Some(100))).foreign(7, &[]),
+            None,
+            "theirs"
+        );
+        assert!(
+            b(change(9, false, Some(100))).foreign(7, &[100]).is_some(),
+            "inside a hard-synced table"
+        );
+        assert!(Batch::Overrun.foreign(7, &[]).is_some(), "dropped: re-read");
+        let mut m = b(change(7, true, None));
+        m.merge(b(change(9, true, None)));
+        assert!(
+            m.foreign(7, &[]).is_some(),
+            "a merged burst keeps every change"
+        );
+        m.merge(Batch::Overrun);
+        assert_eq!(m, Batch::Overrun);
     }
 }

@@ -530,6 +530,41 @@ async fn drift_is_repaired_when_the_kernel_reports_it_not_on_the_next_resync() {
             && ip(&["address", "show", "dev", "lo"]).contains("198.51.100.50/32")
     };
     eventually("applied", 20, || std::future::ready(applied())).await;
+    let condition = |o: &NodeNetworkConfig, type_: &str| {
+        o.status
+            .as_ref()
+            .and_then(|st| st.conditions.iter().find(|c| c.type_ == type_).cloned())
+    };
+    eventually("status Applied", 20, || async {
+        s.api
+            .get(&s.node)
+            .await
+            .ok()
+            .and_then(|o| condition(&o, "Applied"))
+            .is_some_and(|c| c.status == "True")
+    })
+    .await;
+    // NodeNetworkConfig writes (the agent's status) before the repairs: they cost none.
+    let writes = || {
+        s.cp.writes_where("nodenetworkconfigs", |n| n == s.node)
+            .len()
+    };
+    let events_api: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(s.client.clone(), "default");
+    let repair_events = || async {
+        events_api
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(s.node.as_str())
+                    && e.reporting_controller.as_deref() == Some("netpolicy-agent")
+            })
+            .collect::<Vec<_>>()
+    };
+    let before_repairs = writes();
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         !log_text().contains("changed behind netpolicy's back"),
@@ -561,13 +596,67 @@ async fn drift_is_repaired_when_the_kernel_reports_it_not_on_the_next_resync() {
         "{}",
         log_text()
     );
-    // Quiet once repaired.
-    let writes = || {
-        s.cp.writes_where("nodenetworkconfigs", |n| n == s.node)
-            .len()
-    };
+    // Quiet once repaired, and the repairs wrote no status.
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     let before = writes();
+    assert_eq!(before, before_repairs, "status writes for repairs");
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     assert_eq!(writes(), before, "writes while quiet");
+    // One Event in this minute, the first repair's (the next two wait for the minute).
+    let events = repair_events().await;
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0].reason.as_deref(), Some("DriftRepaired"));
+    let note = events[0].note.clone().unwrap_or_default();
+    assert!(
+        note.contains("route 10.50.0.0/16")
+            && note.contains("removed or changed by someone, restored"),
+        "{note}"
+    );
+
+    // A peer deleting the route again and again: after 10 repairs it is a fight, said in
+    // status naming the route, and notifications stop starting repairs (the agent looks
+    // again after 5 s, 10 s, 20 s, ...): no busy loop.
+    for _ in 0..12 {
+        ip(&["route", "del", "10.50.0.0/16", "table", "100"]);
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    eventually("Fighting", 10, || async {
+        s.api
+            .get(&s.node)
+            .await
+            .ok()
+            .and_then(|o| condition(&o, "Fighting"))
+            .is_some_and(|c| c.status == "True" && c.message.contains("10.50.0.0/16"))
+    })
+    .await;
+    let started = log_text()
+        .matches("changed behind netpolicy's back")
+        .count();
+    for _ in 0..20 {
+        ip(&["route", "del", "10.50.0.0/16", "table", "100"]);
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    assert_eq!(
+        log_text()
+            .matches("changed behind netpolicy's back")
+            .count(),
+        started,
+        "a notification started a repair during the fight:\n{}",
+        log_text()
+    );
+    // The peer stops: a later look finds the route intact (after restoring it once) and
+    // the fight is over.
+    eventually("restored after the fight", 30, || {
+        std::future::ready(applied())
+    })
+    .await;
+    eventually("Fighting False", 40, || async {
+        s.api
+            .get(&s.node)
+            .await
+            .ok()
+            .and_then(|o| condition(&o, "Fighting"))
+            .is_some_and(|c| c.status == "False")
+    })
+    .await;
 }

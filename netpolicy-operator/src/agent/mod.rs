@@ -147,8 +147,16 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
     let shared = Arc::new(Shared::default());
     let server = serve_probes(opts.listen, &shared, &client).await?;
     let api: Api<NodeNetworkConfig> = Api::all(client.clone());
+    let recorder = kube::runtime::events::Recorder::new(
+        client.clone(),
+        kube::runtime::events::Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: Some(opts.node.clone()),
+        },
+    );
     let mut ctx = Ctx {
         ns: ns.clone(),
+        repairs: Repairs::default(),
         client,
         mem: Memory {
             last_good: opts.state_file.as_deref().and_then(load_last_good),
@@ -218,16 +226,23 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
                     .as_ref()
                     .map(|o| o.spec.rendered.table_hard_sync.clone())
                     .unwrap_or_default();
-                let Some(what) = foreign_change(&batch, own_port, &hard) else {
+                let Some(what) = batch.foreign(own_port, &hard) else {
                     continue;
                 };
-                // A burst (a flush) is one repair: let it arrive.
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                while kernel.try_recv().is_ok() {}
-                if !guard.allow(Instant::now()) {
+                // A fight (Fighting condition) or a storm: the resync repairs.
+                if !ctx.repairs.fighting().is_empty() || !guard.allow(Instant::now()) {
                     continue;
                 }
                 info!(change = %what, "changed behind netpolicy's back: repairing");
+            }
+            () = event_timer(ctx.repairs.next_check()) => {
+                info!(objects = ?ctx.repairs.fighting(), "Fighting: looking again");
+            }
+            () = event_timer(ctx.repairs.next_event()) => {
+                if let Some(o) = &latest {
+                    ctx.repairs.publish(&recorder, o).await;
+                }
+                continue;
             }
         }
         let Some(nnc) = latest.clone() else {
@@ -250,6 +265,9 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
         shared
             .metrics
             .reconciled("agent", start.elapsed(), (!ok).then_some("transient"));
+        if let Some(o) = &latest {
+            ctx.repairs.publish(&recorder, o).await;
+        }
     }
     server.abort();
     if let Some(ds) = &opts.cleanup_on_uninstall
@@ -277,7 +295,7 @@ fn watch_kernel(
         .name("netlink-monitor".into())
         .spawn(move || {
             loop {
-                match monitor.recv() {
+                match monitor.recv_burst(netpolicy_netlink::monitor::SETTLE) {
                     Ok(b) => {
                         if tx.blocking_send(b).is_err() {
                             return;
@@ -292,29 +310,6 @@ fn watch_kernel(
         })
         .map_err(|e| Error::Incomplete(format!("starting the notification thread: {e}")))?;
     Ok(rx)
-}
-
-/// The first change in `batch` made by someone else (not from `own_port`) to an object
-/// netpolicy owns or inside a hard-synced table; a dropped batch counts (anything may
-/// have changed).
-pub fn foreign_change(
-    batch: &netpolicy_netlink::monitor::Batch,
-    own_port: u32,
-    hard_synced: &[u32],
-) -> Option<String> {
-    use netpolicy_netlink::monitor::{Batch, Object};
-    match batch {
-        Batch::Overrun => Some("notifications dropped by the kernel".into()),
-        Batch::Changes(changes) => changes
-            .iter()
-            .find(|c| {
-                c.port != own_port
-                    && (c.owned
-                        || (c.object == Object::Route
-                            && c.table.is_some_and(|t| hard_synced.contains(&t))))
-            })
-            .map(|c| format!("{:?} {}", c.action, c.what)),
-    }
 }
 
 /// Repairs started by notifications, per window: another agent fighting over the same
@@ -358,6 +353,324 @@ impl DriftGuard {
         self.recent.push_back(now);
         true
     }
+}
+
+/// The repairs the agent made, for the node's Events and its `Fighting` condition.
+///
+/// Events are rate-limited: at most one per [`Repairs::EVENT_EVERY`], naming what was
+/// restored since the last one (a process flushing routes every second costs one Event
+/// a minute and no status write per repair). An object restored
+/// [`conditions::fighting::AFTER`] times within [`Repairs::WINDOW`] is fought over: the
+/// NodeNetworkConfig says `Fighting` naming it, notifications stop starting passes,
+/// and the agent looks again after [`Repairs::CHECK_FIRST`], doubling each time up to
+/// [`Repairs::CHECK_MAX`] (a resync or a new spec looks too); the fight ends at the
+/// first pass that finds the object intact.
+#[derive(Debug, Default)]
+pub struct Repairs {
+    /// Lines not yet in an Event, and how many repairs they stand for.
+    pending: Vec<String>,
+    pending_count: usize,
+    last_event: Option<Instant>,
+    /// When the first repair not yet told was recorded.
+    since: Option<Instant>,
+    /// Repair times per object (the repairing operation, as `netpolicy plan` prints it).
+    history: std::collections::BTreeMap<String, std::collections::VecDeque<Instant>>,
+    fighting: std::collections::BTreeSet<String>,
+    /// While fighting: the next pass that looks again (backing off from
+    /// [`Repairs::CHECK_FIRST`], doubling to [`Repairs::CHECK_MAX`]), and its delay.
+    check: Option<(Instant, Duration)>,
+    /// Whether an Event said `Fighting` since the fight started (a fight with no new
+    /// repairs is not told again).
+    told_fight: bool,
+}
+
+impl Repairs {
+    /// At most one Event per this long.
+    pub const EVENT_EVERY: Duration = Duration::from_secs(60);
+    /// The window in which [`conditions::fighting::AFTER`] repairs of one object make a
+    /// fight.
+    pub const WINDOW: Duration = Duration::from_secs(60);
+    /// The first look again after a fight started.
+    pub const CHECK_FIRST: Duration = Duration::from_secs(5);
+    /// The longest wait between looks while fighting.
+    pub const CHECK_MAX: Duration = Duration::from_secs(300);
+    /// Lines an Event lists before "and N more" (an Event's note holds 1 KiB).
+    const LISTED: usize = 4;
+
+    /// Records one pass's repairs: `(object, line)` pairs ([`repaired`]). A pass is a
+    /// whole look at the node: an object in a fight that it did not have to repair is
+    /// intact, and that fight is over.
+    pub fn record(&mut self, now: Instant, repaired: &[(String, String)]) {
+        for h in self.history.values_mut() {
+            while h
+                .front()
+                .is_some_and(|t| now.duration_since(*t) > Self::WINDOW)
+            {
+                h.pop_front();
+            }
+        }
+        self.history.retain(|_, h| !h.is_empty());
+        if !repaired.is_empty() {
+            self.since.get_or_insert(now);
+        }
+        let now_repaired: std::collections::BTreeSet<&String> =
+            repaired.iter().map(|(k, _)| k).collect();
+        self.fighting.retain(|k| now_repaired.contains(k));
+        for (key, line) in repaired {
+            let h = self.history.entry(key.clone()).or_default();
+            h.push_back(now);
+            if h.len() >= conditions::fighting::AFTER && self.fighting.insert(key.clone()) {
+                warn!(object = %key, "Fighting: something keeps changing it back; repairing on resync only until it stops");
+            }
+            if !self.pending.contains(line) {
+                self.pending.push(line.clone());
+            }
+            self.pending_count += 1;
+        }
+        if self.fighting.is_empty() {
+            self.told_fight = false;
+            self.check = None;
+        } else {
+            // Back off: look again later, each time later, until a look finds it intact.
+            let delay = self
+                .check
+                .map_or(Self::CHECK_FIRST, |(_, d)| (d * 2).min(Self::CHECK_MAX));
+            self.check = Some((now + delay, delay));
+        }
+    }
+
+    /// While fighting, when the next pass should look again (notifications start none).
+    pub fn next_check(&self) -> Option<Instant> {
+        self.check.map(|(t, _)| t)
+    }
+
+    /// The objects fought over now.
+    pub fn fighting(&self) -> &std::collections::BTreeSet<String> {
+        &self.fighting
+    }
+
+    /// When the pending repairs may be told ([`Repairs::event_due`]); `None`: nothing
+    /// to tell.
+    pub fn next_event(&self) -> Option<Instant> {
+        if self.pending.is_empty() && (self.fighting.is_empty() || self.told_fight) {
+            return None;
+        }
+        let since = self.since?;
+        Some(
+            self.last_event
+                .map_or(since, |t| (t + Self::EVENT_EVERY).max(since)),
+        )
+    }
+
+    /// The Event to publish at `now`, if one is due: `(reason, note)`, with the
+    /// `Fighting` reason while a fight is on. Clears what it tells.
+    pub fn event_due(&mut self, now: Instant) -> Option<(&'static str, String)> {
+        if self.next_event().is_none_or(|t| t > now) {
+            return None;
+        }
+        self.last_event = Some(now);
+        self.since = None;
+        let list = |lines: &[String], total: usize| {
+            let mut s = lines
+                .iter()
+                .take(Self::LISTED)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ");
+            if lines.len() > Self::LISTED {
+                s.push_str(&format!("; and {} more", lines.len() - Self::LISTED));
+            }
+            if total > lines.len() {
+                s.push_str(&format!(" ({total} repairs)"));
+            }
+            s
+        };
+        let repairs = list(&self.pending, self.pending_count);
+        self.pending.clear();
+        self.pending_count = 0;
+        if self.fighting.is_empty() {
+            return Some((conditions::events::DRIFT_REPAIRED, repairs));
+        }
+        self.told_fight = true;
+        let objects: Vec<String> = self.fighting.iter().cloned().collect();
+        let mut note = format!(
+            "something keeps changing netpolicy's objects back (each restored {} times within \
+             {} s): {}; repairing on resync only until it stops",
+            conditions::fighting::AFTER,
+            Self::WINDOW.as_secs(),
+            list(&objects, objects.len())
+        );
+        if !repairs.is_empty() {
+            note.push_str(&format!(". Since the last Event: {repairs}"));
+        }
+        Some((conditions::events::FIGHTING, note))
+    }
+
+    /// Publishes the due Event on `nnc` (best effort: a refused Event is logged).
+    async fn publish(
+        &mut self,
+        recorder: &kube::runtime::events::Recorder,
+        nnc: &NodeNetworkConfig,
+    ) {
+        use kube::runtime::events::{Event as KubeEvent, EventType};
+        let Some((reason, note)) = self.event_due(Instant::now()) else {
+            return;
+        };
+        let type_ = if reason == conditions::events::FIGHTING {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        let mut note = note;
+        if note.len() > 1000 {
+            let mut cut = 996;
+            while !note.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            note.truncate(cut);
+            note.push_str(" ...");
+        }
+        let event = KubeEvent {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Repair".into(),
+            secondary: None,
+        };
+        if let Err(e) = recorder
+            .publish(&event, &kube::Resource::object_ref(nnc, &()))
+            .await
+        {
+            warn!(error = %e, "could not record the repair Event");
+        }
+    }
+}
+
+/// Sleeps until `at`, or for ever.
+async fn event_timer(at: Option<Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What a pass repaired: `(object, line)` per drift operation, the line saying what
+/// someone did and whether it was restored (`route 10.20.0.0/16 table 100 via
+/// 192.0.2.1 removed or changed by someone, restored`).
+pub fn repaired(report: &Report) -> Vec<(String, String)> {
+    report
+        .drift
+        .iter()
+        .map(|op| {
+            let failed =
+                report
+                    .results
+                    .iter()
+                    .find(|r| &r.op == op)
+                    .and_then(|r| match &r.outcome {
+                        Outcome::Failed { message, .. } => Some(message.as_str()),
+                        _ => None,
+                    });
+            (op.to_string(), repair_line(op, failed))
+        })
+        .collect()
+}
+
+fn repair_line(op: &Op, failed: Option<&str>) -> String {
+    let (what, done) = match op {
+        Op::ReplaceRoute(r) | Op::AddRoute(r) => (
+            format!("route {r} removed or changed by someone"),
+            "restored".to_owned(),
+        ),
+        Op::AddAddress { dev, address } => (
+            format!("address {address} dev {dev} removed by someone"),
+            "restored".to_owned(),
+        ),
+        Op::AddRule { family, rule } => (
+            format!("{family} rule {rule} removed by someone"),
+            "restored".to_owned(),
+        ),
+        Op::ReplaceRule { family, new, .. } => (
+            format!("{family} rule {new} changed by someone"),
+            "restored".to_owned(),
+        ),
+        Op::SetUp(dev) => (
+            format!("link {dev} set down by someone"),
+            "set up again".to_owned(),
+        ),
+        Op::SetMtu { dev, mtu } => (
+            format!("link {dev} MTU changed by someone"),
+            format!("set to {mtu} again"),
+        ),
+        Op::CreateLink(v) => (
+            format!("vlan {v} deleted by someone"),
+            "created again".to_owned(),
+        ),
+        Op::DeleteRoute { route, .. } => (
+            format!("route {route} added or changed by someone where netpolicy syncs"),
+            "removed".to_owned(),
+        ),
+        other => (format!("{other}: changed by someone"), "done".to_owned()),
+    };
+    match failed {
+        None => format!("{what}, {done}"),
+        Some(why) => format!("{what}, not {done}: {why}"),
+    }
+}
+
+/// The `Fighting` condition for the objects fought over now; `None` when the node never
+/// fought (and is not fighting).
+fn fighting_condition(
+    current: &NodeNetworkConfigStatus,
+    fighting: &std::collections::BTreeSet<String>,
+    generation: Option<i64>,
+    now: &Time,
+) -> Option<Condition> {
+    let was = current
+        .conditions
+        .iter()
+        .find(|c| c.type_ == conditions::FIGHTING);
+    if fighting.is_empty() && was.is_none() {
+        return None;
+    }
+    let (status, reason, message) = if fighting.is_empty() {
+        (
+            conditions::FALSE,
+            conditions::fighting::STOPPED,
+            "the last pass found every object it had fought over intact".to_owned(),
+        )
+    } else {
+        let mut objects: Vec<&str> = fighting.iter().map(String::as_str).take(10).collect();
+        let more = fighting.len().saturating_sub(objects.len());
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        objects.sort_unstable();
+        (
+            conditions::TRUE,
+            conditions::fighting::FIGHTING,
+            format!(
+                "something keeps changing these back (each restored {} times within {} s): \
+                 {}{more}; repairing on resync only until it stops",
+                conditions::fighting::AFTER,
+                Repairs::WINDOW.as_secs(),
+                objects.join("; ")
+            ),
+        )
+    };
+    let last_transition_time = was
+        .filter(|c| c.status == status)
+        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+    Some(Condition {
+        type_: conditions::FIGHTING.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time,
+        observed_generation: generation,
+    })
 }
 
 /// Removes everything netpolicy made in the namespace, checks the result, and fails
@@ -495,6 +808,7 @@ struct Memory {
 /// What a pass needs besides the object.
 struct Ctx {
     ns: Namespace,
+    repairs: Repairs,
     client: kube::Client,
     mem: Memory,
     state_file: Option<PathBuf>,
@@ -642,6 +956,7 @@ async fn pass(
                 if !report.drift.is_empty() {
                     info!(node, repaired = report.drift.len(), "drift repaired");
                 }
+                ctx.repairs.record(Instant::now(), &repaired(&report));
                 let proven = match &ctx.mem.last_good {
                     Some((r, _)) => *r == revision,
                     // A restarted agent: what its status reports applied was proven.
@@ -691,7 +1006,11 @@ async fn pass(
         }
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let mut next = next_status(&current, generation, &revision, &outcome, now);
+    let mut next = next_status(&current, generation, &revision, &outcome, now.clone());
+    if let Some(c) = fighting_condition(&current, ctx.repairs.fighting(), generation, &now) {
+        next.conditions.retain(|c| c.type_ != conditions::FIGHTING);
+        next.conditions.push(c);
+    }
     next.left_behind = left_behind_lines(&nnc.spec.left_behind);
     next.left_behind.extend(
         not_given_up
@@ -1325,34 +1644,140 @@ mod tests {
     }
 
     #[test]
-    fn only_someone_elses_change_to_what_netpolicy_owns_starts_a_repair() {
-        use netpolicy_netlink::monitor::{Action, Batch, Change, Object};
-        let change = |port: u32, owned: bool, table: Option<u32>| Change {
-            object: Object::Route,
-            action: Action::Deleted,
-            port,
-            owned,
-            table,
-            what: "route 10.0.0.0/8 table 100".into(),
+    fn repairs_are_told_at_most_once_a_minute_naming_what_was_restored() {
+        let mut r = Repairs::default();
+        let t0 = Instant::now();
+        let route = (
+            "add route 10.20.0.0/16 table 100".to_owned(),
+            "route 10.20.0.0/16 table 100 removed or changed by someone, restored".to_owned(),
+        );
+        assert_eq!(r.next_event(), None, "nothing to tell");
+        r.record(t0, std::slice::from_ref(&route));
+        let (reason, note) = r.event_due(t0).expect("the first one at once");
+        assert_eq!(reason, conditions::events::DRIFT_REPAIRED);
+        assert_eq!(note, route.1);
+        // A flusher every second: no Event for a minute, then one that counts them.
+        for k in 1..60 {
+            let t = t0 + Duration::from_secs(k);
+            r.record(
+                t,
+                &[(
+                    format!("add route 10.{k}.0.0/16 table 100"),
+                    format!("route 10.{k}.0.0/16 removed, restored"),
+                )],
+            );
+            assert_eq!(r.event_due(t), None, "second {k}");
+        }
+        assert_eq!(r.next_event(), Some(t0 + Repairs::EVENT_EVERY));
+        let (_, note) = r
+            .event_due(t0 + Repairs::EVENT_EVERY)
+            .expect("a minute later");
+        assert!(
+            note.starts_with("route 10.1.0.0/16 removed, restored; route 10.2.0.0/16"),
+            "{note}"
+        );
+        assert!(note.ends_with("and 55 more"), "{note}");
+        assert_eq!(r.next_event(), None);
+    }
+
+    #[test]
+    fn an_object_restored_again_and_again_is_a_fight_until_a_pass_finds_it_intact() {
+        let mut r = Repairs::default();
+        let t0 = Instant::now();
+        let route = (
+            "add route 10.20.0.0/16 table 100".to_owned(),
+            "route … restored".to_owned(),
+        );
+        for k in 0..conditions::fighting::AFTER - 1 {
+            r.record(
+                t0 + Duration::from_secs(k as u64),
+                std::slice::from_ref(&route),
+            );
+        }
+        assert!(r.fighting().is_empty(), "not yet");
+        let t = t0 + Duration::from_secs(20);
+        r.record(t, std::slice::from_ref(&route));
+        assert!(r.fighting().contains(&route.0));
+        assert_eq!(r.next_check(), Some(t + Repairs::CHECK_FIRST), "backs off");
+        let c = fighting_condition(
+            &NodeNetworkConfigStatus::default(),
+            r.fighting(),
+            Some(1),
+            &at("2026-01-01T00:00:00Z"),
+        )
+        .unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", conditions::fighting::FIGHTING)
+        );
+        assert!(
+            c.message.contains("add route 10.20.0.0/16 table 100"),
+            "{}",
+            c.message
+        );
+        // The fight is told as a Warning, in the next Event (still at most one a minute).
+        let _ = r.event_due(t);
+        r.record(t + Duration::from_secs(1), std::slice::from_ref(&route));
+        let (reason, note) = r.event_due(t + Repairs::EVENT_EVERY).unwrap();
+        assert_eq!(reason, conditions::events::FIGHTING);
+        assert!(note.contains("add route 10.20.0.0/16"), "{note}");
+        // A resync still repairing it: still a fight, told no more than once a minute.
+        r.record(t + Duration::from_secs(61), std::slice::from_ref(&route));
+        assert!(!r.fighting().is_empty());
+        assert_eq!(
+            r.next_check(),
+            Some(t + Duration::from_secs(61) + Repairs::CHECK_FIRST * 4),
+            "each look later than the one before"
+        );
+        // A pass that found it intact ends it; the condition turns False, once.
+        r.record(t + Duration::from_secs(121), &[]);
+        assert!(r.fighting().is_empty());
+        assert_eq!(r.next_check(), None);
+        let status = NodeNetworkConfigStatus {
+            conditions: vec![c],
+            ..NodeNetworkConfigStatus::default()
         };
-        let b = |c: Change| Batch::Changes(vec![c]);
-        assert!(
-            foreign_change(&b(change(7, true, Some(100))), 7, &[]).is_none(),
-            "our own"
+        let c2 = fighting_condition(&status, r.fighting(), Some(1), &at("2026-01-01T00:02:00Z"))
+            .unwrap();
+        assert_eq!(
+            (c2.status.as_str(), c2.reason.as_str()),
+            ("False", conditions::fighting::STOPPED)
         );
-        assert!(foreign_change(&b(change(9, true, Some(100))), 7, &[]).is_some());
-        assert!(
-            foreign_change(&b(change(9, false, Some(100))), 7, &[]).is_none(),
-            "theirs"
+        assert_eq!(
+            fighting_condition(
+                &NodeNetworkConfigStatus::default(),
+                r.fighting(),
+                Some(1),
+                &at("2026-01-01T00:00:00Z")
+            ),
+            None,
+            "a node that never fought has none"
         );
+    }
+
+    #[test]
+    fn a_repair_line_says_what_someone_did_and_whether_it_was_restored() {
+        let spec: RoutingSpec = serde_json::from_value(serde_json::json!({
+            "routes": [{"to": "10.20.0.0/16", "via": "192.0.2.1", "table": 100}]
+        }))
+        .unwrap();
+        let r = spec.validate("spec").unwrap().routes[0].clone();
+        let line = repair_line(&Op::ReplaceRoute(r.clone()), None);
         assert!(
-            foreign_change(&b(change(9, false, Some(100))), 7, &[100]).is_some(),
-            "inside a hard-synced table"
+            line.starts_with("route 10.20.0.0/16")
+                && line.ends_with("removed or changed by someone, restored"),
+            "{line}"
         );
+        let line = repair_line(&Op::ReplaceRoute(r), Some("Network is unreachable"));
         assert!(
-            foreign_change(&Batch::Overrun, 7, &[]).is_some(),
-            "dropped: re-read"
+            line.ends_with("not restored: Network is unreachable"),
+            "{line}"
         );
+        let line = repair_line(
+            &Op::SetUp(netpolicy_core::model::IfName::new("vlan100").unwrap()),
+            None,
+        );
+        assert_eq!(line, "link vlan100 set down by someone, set up again");
     }
 
     #[test]
