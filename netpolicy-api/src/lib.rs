@@ -609,6 +609,10 @@ pub mod conditions {
         pub const NAME_TAKEN: &str = "NameTakenByOtherLink";
         /// Applied without error, but a fresh read of the kernel still differs.
         pub const NOT_CONVERGED: &str = "NotConverged";
+        /// An address another host on the segment uses (answered the ARP probe, or
+        /// the IPv6 duplicate address detection failed): not added; the message names
+        /// the host's MAC when known. Probed again on the next spec change or resync.
+        pub const DUPLICATE_ADDRESS: &str = "DuplicateAddress";
     }
 }
 
@@ -622,7 +626,7 @@ pub struct ItemError {
     /// 192.0.2.1`), or the operation that failed on it.
     pub item: String,
     /// Why, as a constant of [`conditions::item`] (`Refused`, `BlockedByForeignObject`,
-    /// `NameTakenByOtherLink`, `NotConverged`).
+    /// `NameTakenByOtherLink`, `NotConverged`, `DuplicateAddress`).
     #[serde(default)]
     pub reason: String,
     /// The kernel's errno, when the kernel refused.

@@ -88,6 +88,10 @@ fn main() -> ExitCode {
             Outcome::Planned => "would do".to_owned(),
             Outcome::AlreadyPresent => "already there".to_owned(),
             Outcome::AlreadyGone => "already gone".to_owned(),
+            Outcome::Duplicate { by } => format!(
+                "NOT ADDED: in use by {}",
+                by.as_deref().unwrap_or("another host")
+            ),
             Outcome::Failed { message, .. } => format!("FAILED: {message}"),
         };
         println!("{what:>14}  {:?}", r.op);

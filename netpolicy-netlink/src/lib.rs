@@ -63,13 +63,14 @@
 
 pub mod codec;
 pub mod conn;
+pub mod dad;
 pub mod monitor;
 pub mod probe;
 #[cfg(feature = "test-util")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod testns;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ipnetwork::IpNetwork;
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
@@ -133,6 +134,12 @@ pub const DEFAULT_PROTOCOL: u8 = 203;
 /// no address protocol (0), as `ip address add` gives them.
 pub const DISOWNED_PROTOCOL: u8 = 4;
 
+/// The longest a pass waits for the kernel's duplicate address detection of the IPv6
+/// addresses it added (one probe after a random delay of up to a second, then a second
+/// of listening, with the kernel's defaults); still tentative after it, an address is
+/// left to finish on its own and read on the next pass.
+pub const IPV6_DAD_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// One object [`Adapter::disown`] gave up, and how that went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Disowned {
@@ -175,6 +182,14 @@ pub enum Outcome {
     AlreadyGone,
     /// Not applied: a dry run.
     Planned,
+    /// Not added: another host on the segment uses the address (an ARP reply to
+    /// netpolicy's probe, or the kernel's IPv6 duplicate address detection failed and
+    /// the address was removed again). `by`: what is known of that host (its MAC for
+    /// IPv4).
+    Duplicate {
+        /// The other host's MAC, when known.
+        by: Option<String>,
+    },
     /// Refused; the other operations went on.
     Failed {
         /// The kernel's errno, when the kernel refused.
@@ -187,7 +202,7 @@ pub enum Outcome {
 impl Outcome {
     /// Whether the item ended as desired.
     pub fn is_ok(&self) -> bool {
-        !matches!(self, Self::Failed { .. })
+        !matches!(self, Self::Failed { .. } | Self::Duplicate { .. })
     }
 }
 
@@ -240,6 +255,12 @@ pub struct Adapter {
     links: Links,
     /// The last desired state applied without failures.
     applied: Option<RoutingConfig>,
+    ns: Namespace,
+    /// IPv4 probing window; `None`: no duplicate address detection.
+    dad: Option<std::time::Duration>,
+    /// Addresses found in use by another host (and by whom), not probed or added again
+    /// until [`Adapter::forget_duplicates`].
+    duplicates: BTreeMap<(IfName, IpNetwork), Option<String>>,
 }
 
 impl Adapter {
@@ -253,7 +274,25 @@ impl Adapter {
             own,
             links: Links::default(),
             applied: None,
+            ns: ns.clone(),
+            dad: Some(dad::PROBE_WINDOW),
+            duplicates: BTreeMap::new(),
         })
+    }
+
+    /// Duplicate address detection before adding an address ([`dad`]): IPv4 addresses
+    /// are probed with ARP for `window` (all at once), IPv6 addresses go through the
+    /// kernel's DAD and are read back. On by default ([`dad::PROBE_WINDOW`]); `None`
+    /// turns it off (addresses are added without asking the segment).
+    pub fn set_duplicate_detection(&mut self, window: Option<std::time::Duration>) {
+        self.dad = window;
+    }
+
+    /// Addresses found in use by another host are not probed or added again until this
+    /// is called (the agent calls it on a new spec and on resync, not on a kernel
+    /// notification): a duplicate costs one probe per resync, not one per pass.
+    pub fn forget_duplicates(&mut self) {
+        self.duplicates.clear();
     }
 
     /// The netlink port ID this adapter writes from: a [`monitor::Change`] with this
@@ -757,6 +796,8 @@ impl Adapter {
                 self.refresh_links()?;
                 self.mark_created(&mut created)?;
                 results.extend(created);
+            } else if stage == 7 {
+                results.extend(self.add_addresses(&ops[i..j])?);
             } else {
                 results.extend(self.run(&ops[i..j])?);
             }
@@ -796,6 +837,153 @@ impl Adapter {
                         e.message
                     ),
                 };
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds addresses that no other host on their segment uses ([`dad`]): known
+    /// duplicates are refused at once, IPv4 addresses are probed first (every one at
+    /// once), IPv6 addresses that fail the kernel's DAD are removed again.
+    fn add_addresses(&mut self, ops: &[Op]) -> Result<Vec<OpResult>> {
+        let mut verdict: Vec<Option<Outcome>> = ops
+            .iter()
+            .map(|op| match op {
+                Op::AddAddress { dev, address } => self
+                    .duplicates
+                    .get(&(dev.clone(), *address))
+                    .map(|by| Outcome::Duplicate { by: by.clone() }),
+                _ => None,
+            })
+            .collect();
+        if let Some(window) = self.dad {
+            let targets: Vec<(usize, String, std::net::Ipv4Addr)> = ops
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| verdict[*k].is_none())
+                .filter_map(|(k, op)| match op {
+                    Op::AddAddress {
+                        dev,
+                        address: IpNetwork::V4(a),
+                    } => Some((k, dev.to_string(), a.ip())),
+                    _ => None,
+                })
+                .collect();
+            let asked: Vec<(String, std::net::Ipv4Addr)> =
+                targets.iter().map(|(_, d, ip)| (d.clone(), *ip)).collect();
+            let probes = dad::probe_ipv4(&self.ns, &asked, window)
+                .map_err(conn::io("ARP probes before adding addresses"))?;
+            for ((k, _, _), p) in targets.iter().zip(probes) {
+                if let dad::Probe::InUse(mac) = p
+                    && let Op::AddAddress { dev, address } = &ops[*k]
+                {
+                    self.duplicates
+                        .insert((dev.clone(), *address), Some(mac.clone()));
+                    verdict[*k] = Some(Outcome::Duplicate { by: Some(mac) });
+                }
+            }
+        }
+        let to_run: Vec<Op> = ops
+            .iter()
+            .zip(&verdict)
+            .filter(|(_, v)| v.is_none())
+            .map(|(op, _)| op.clone())
+            .collect();
+        let mut ran = self.run(&to_run)?.into_iter();
+        let mut out = Vec::with_capacity(ops.len());
+        for (op, v) in ops.iter().zip(verdict) {
+            match v {
+                Some(outcome) => out.push(OpResult {
+                    op: op.clone(),
+                    outcome,
+                }),
+                None => out.extend(ran.next()),
+            }
+        }
+        if self.dad.is_some() {
+            self.ipv6_dad(&mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// Waits (at most [`IPV6_DAD_WAIT`]) for the kernel's duplicate address detection
+    /// of the IPv6 addresses just added; those that failed it are removed again and
+    /// become [`Outcome::Duplicate`].
+    fn ipv6_dad(&mut self, out: &mut [OpResult]) -> Result<()> {
+        use netlink_packet_route::address::{AddressAttribute, AddressFlags};
+        let added: Vec<(usize, u32, std::net::IpAddr)> = out
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.outcome == Outcome::Done)
+            .filter_map(|(k, r)| match &r.op {
+                Op::AddAddress {
+                    dev,
+                    address: IpNetwork::V6(a),
+                } => Some((k, self.index(dev).ok()?, std::net::IpAddr::V6(a.ip()))),
+                _ => None,
+            })
+            .collect();
+        if added.is_empty() {
+            return Ok(());
+        }
+        let deadline = std::time::Instant::now() + IPV6_DAD_WAIT;
+        let mut failed: BTreeSet<usize> = BTreeSet::new();
+        loop {
+            let mut m = AddressMessage::default();
+            m.header.family = AddressFamily::Inet6;
+            let mut state: BTreeMap<(u32, std::net::IpAddr), (bool, bool)> = BTreeMap::new();
+            for msg in self.conn.dump(RouteNetlinkMessage::GetAddress(m))? {
+                let RouteNetlinkMessage::NewAddress(a) = msg else {
+                    continue;
+                };
+                let Some((net, _)) = codec::address_from(&a) else {
+                    continue;
+                };
+                let flags = a
+                    .attributes
+                    .iter()
+                    .find_map(|x| match x {
+                        AddressAttribute::Flags(f) => Some(*f),
+                        _ => None,
+                    })
+                    .unwrap_or_else(|| {
+                        AddressFlags::from_bits_truncate(u32::from(a.header.flags.bits()))
+                    });
+                state.insert(
+                    (a.header.index, net.ip()),
+                    (
+                        flags.contains(AddressFlags::Tentative),
+                        flags.contains(AddressFlags::Dadfailed),
+                    ),
+                );
+            }
+            let mut pending = false;
+            for (k, index, ip) in &added {
+                match state.get(&(*index, *ip)) {
+                    Some((_, true)) => {
+                        failed.insert(*k);
+                    }
+                    Some((true, false)) => pending = true,
+                    _ => {}
+                }
+            }
+            if !pending || std::time::Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        for k in failed {
+            if let Op::AddAddress { dev, address } = out[k].op.clone() {
+                let removed = self.run(&[Op::DeleteAddress {
+                    dev: dev.clone(),
+                    address,
+                }])?;
+                let by = removed
+                    .iter()
+                    .find(|r| !r.outcome.is_ok())
+                    .map(|r| format!("(and could not be removed again: {:?})", r.outcome));
+                self.duplicates.insert((dev, address), None);
+                out[k].outcome = Outcome::Duplicate { by };
             }
         }
         Ok(())

@@ -21,7 +21,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::Namespace;
 
 /// Runs `f` in `ns` (on a thread that entered it, for a named or path namespace).
-fn in_namespace<T: Send + 'static>(
+pub(crate) fn in_namespace<T: Send + 'static>(
     ns: &Namespace,
     f: impl FnOnce() -> io::Result<T> + Send + 'static,
 ) -> io::Result<T> {

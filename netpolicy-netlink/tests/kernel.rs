@@ -1423,3 +1423,276 @@ fn notifications_say_whose_change_it_was_and_whether_the_object_is_netpolicys() 
     let foreign = wait(&|c| c.what.contains("10.77.0.0/16"));
     assert!(foreign.port != port && !foreign.owned, "{foreign:?}");
 }
+
+/// Runs `monitor::keep` for `desired` on a thread of its own; each repair's trigger and
+/// drift arrive on the channel. The thread stays blocked on the socket when the test
+/// ends (the namespace goes; nothing else does).
+fn keeping(ns: &Netns, desired: &RoutingConfig) -> std::sync::mpsc::Receiver<(String, Vec<Op>)> {
+    use netpolicy_netlink::monitor::{Monitor, keep};
+    let mut a = ns.adapter();
+    let mut m = Monitor::open(&ns.inner.namespace()).unwrap();
+    let desired = desired.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = keep(&mut a, &mut m, &desired, |r| {
+            if tx.send((r.trigger, r.report.drift)).is_err() {
+                std::ops::ControlFlow::Break(())
+            } else {
+                std::ops::ControlFlow::Continue(())
+            }
+        });
+    });
+    rx
+}
+
+/// Waits (at most 5 s) for `restored`; how long it took, for the output.
+fn until_restored(what: &str, restored: &dyn Fn() -> bool) -> std::time::Duration {
+    let start = std::time::Instant::now();
+    while !restored() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(5),
+            "{what}: not restored within 5 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let took = start.elapsed();
+    eprintln!("{what}: restored after {took:?} (including `ip` polls)");
+    took
+}
+
+#[test]
+fn keep_repairs_someone_elses_changes_at_once_and_never_reacts_to_its_own_writes() {
+    let Some(ns) = Netns::new("keep") else {
+        return;
+    };
+    let desired = config(json!({
+        "routes": [{"to": "10.60.0.0/16", "via": "192.0.2.1", "table": 100}],
+        "rules": [{"priority": 1600, "from": "10.60.0.0/16", "table": 100}],
+        "addresses": [{"dev": "lo", "address": "198.51.100.60/32"}]
+    }));
+    let repairs = keeping(&ns, &desired);
+    let applied = || {
+        ns.table("-4", "100").contains("10.60.0.0/16 via 192.0.2.1")
+            && ns.ip(&["rule", "show"]).contains("1600:")
+            && ns
+                .ip(&["address", "show", "dev", "lo"])
+                .contains("198.51.100.60/32")
+    };
+    until_restored("first apply", &applied);
+    // Its own writes (the first apply's routes, rules and addresses) start no repair.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        repairs.try_recv().is_err(),
+        "the adapter's own writes started a repair"
+    );
+    for (what, args) in [
+        (
+            "route deleted",
+            &["route", "del", "10.60.0.0/16", "table", "100"][..],
+        ),
+        ("rules flushed", &["rule", "flush"][..]),
+        (
+            "address removed",
+            &["address", "del", "198.51.100.60/32", "dev", "lo"][..],
+        ),
+    ] {
+        ns.ip(args);
+        if what == "rules flushed" {
+            // Not netpolicy's to restore: put the kernel's lookups back as they were.
+            ns.ip(&["rule", "add", "priority", "32766", "lookup", "main"]);
+            ns.ip(&["rule", "add", "priority", "32767", "lookup", "default"]);
+        }
+        until_restored(what, &applied);
+        let (trigger, drift) = repairs
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .unwrap_or_else(|_| panic!("{what}: no repair reported"));
+        assert!(!drift.is_empty(), "{what}: {trigger}: repaired nothing");
+    }
+    // A foreign route outside netpolicy's objects (and no hard-synced table): no repair.
+    while repairs.try_recv().is_ok() {}
+    ns.ip(&[
+        "route",
+        "add",
+        "10.61.0.0/16",
+        "via",
+        "192.0.2.1",
+        "table",
+        "100",
+    ]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        repairs.try_recv().is_err(),
+        "a foreign route started a repair"
+    );
+}
+
+#[test]
+fn keep_sets_a_vlan_someone_set_down_up_again_with_its_routes() {
+    let Some(ns) = vlan_netns("vlan_set_down") else {
+        return;
+    };
+    let desired = config(json!({
+        "vlans": [{"link": "v0", "id": 100, "addresses": ["10.100.0.5/24"]}],
+        "routes": [{"to": "10.200.0.0/16", "via": "10.100.0.1", "table": 100}]
+    }));
+    let repairs = keeping(&ns, &desired);
+    let applied = || {
+        ns.ip(&["link", "show", "v0.100"]).contains(",UP")
+            && ns.table("-4", "100").contains("10.200.0.0/16")
+    };
+    until_restored("first apply", &applied);
+    // The kernel names no requester in link notifications: the first apply's own link
+    // changes may start one pass that finds nothing to repair. Let it pass.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    while let Ok((trigger, drift)) = repairs.try_recv() {
+        assert!(
+            drift.is_empty(),
+            "{trigger}: repaired {drift:#?} before any change"
+        );
+    }
+    ns.ip(&["link", "set", "v0.100", "down"]);
+    until_restored("vlan set down", &applied);
+    // The repair that set it up (a pass started by the first apply's own link changes
+    // may still be reported before it, with nothing repaired).
+    let mut seen = Vec::new();
+    loop {
+        let (_, drift) = repairs
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("no repair set v0.100 up; repairs: {seen:#?}"));
+        if drift
+            .iter()
+            .any(|op| matches!(op, Op::SetUp(d) if d.as_str() == "v0.100"))
+        {
+            break;
+        }
+        assert!(drift.is_empty(), "{drift:#?}");
+        seen.push(drift);
+    }
+}
+
+/// Two namespaces on one bridge (in a third): `a0` in the first, `b0` in the second.
+struct Segment {
+    a: Netns,
+    b: Netns,
+    _switch: Netns,
+}
+
+fn segment(test: &str) -> Option<Segment> {
+    let a = Netns::new(&format!("{test} (a)"))?;
+    let b = Netns::new(&format!("{test} (b)"))?;
+    let switch = Netns::new(&format!("{test} (bridge)"))?;
+    switch.ip(&["link", "add", "br0", "type", "bridge"]);
+    switch.ip(&["link", "set", "br0", "up"]);
+    for (ns, port, end) in [(&a, "sa", "a0"), (&b, "sb", "b0")] {
+        switch.ip(&[
+            "link", "add", port, "type", "veth", "peer", "name", end, "netns", &ns.name,
+        ]);
+        switch.ip(&["link", "set", port, "master", "br0", "up"]);
+        ns.ip(&["link", "set", end, "up"]);
+    }
+    Some(Segment {
+        a,
+        b,
+        _switch: switch,
+    })
+}
+
+fn mac_of(ns: &Netns, dev: &str) -> String {
+    let out = ns.ip(&["link", "show", dev]);
+    out.split_whitespace()
+        .skip_while(|w| *w != "link/ether")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no MAC in {out}"))
+        .to_owned()
+}
+
+#[test]
+fn an_address_another_host_on_the_segment_uses_is_not_added_and_names_that_host() {
+    use netpolicy_netlink::Outcome;
+    let Some(seg) = segment("dad") else {
+        return;
+    };
+    // The other host holds 10.88.0.2 and fd88::2 on the segment.
+    seg.b.ip(&["address", "add", "10.88.0.2/24", "dev", "b0"]);
+    seg.b
+        .ip(&["-6", "address", "add", "fd88::2/64", "dev", "b0", "nodad"]);
+    let theirs = mac_of(&seg.b, "b0");
+    let desired = config(json!({"addresses": [
+        {"dev": "a0", "address": "10.88.0.2/24"},
+        {"dev": "a0", "address": "10.88.0.3/24"},
+        {"dev": "a0", "address": "fd88::2/64"},
+        {"dev": "a0", "address": "fd88::3/64"}
+    ]}));
+    let mut a = seg.a.adapter();
+    let start = std::time::Instant::now();
+    let report = a.reconcile(&desired, false).unwrap();
+    eprintln!(
+        "dad: a pass adding 2 IPv4 and 2 IPv6 addresses took {:?}",
+        start.elapsed()
+    );
+    let outcome = |report: &netpolicy_netlink::Report, addr: &str| {
+        report
+            .results
+            .iter()
+            .find(
+                |r| matches!(&r.op, Op::AddAddress { address, .. } if address.to_string() == addr),
+            )
+            .map(|r| r.outcome.clone())
+            .unwrap_or_else(|| panic!("no add of {addr}: {report:#?}"))
+    };
+    assert_eq!(
+        outcome(&report, "10.88.0.2/24"),
+        Outcome::Duplicate {
+            by: Some(theirs.clone())
+        }
+    );
+    assert_eq!(outcome(&report, "10.88.0.3/24"), Outcome::Done);
+    assert!(
+        matches!(outcome(&report, "fd88::2/64"), Outcome::Duplicate { .. }),
+        "{report:#?}"
+    );
+    assert_eq!(outcome(&report, "fd88::3/64"), Outcome::Done);
+    let held = seg.a.ip(&["address", "show", "dev", "a0"]);
+    assert!(
+        held.contains("10.88.0.3/24") && held.contains("fd88::3/64"),
+        "{held}"
+    );
+    assert!(
+        !held.contains("10.88.0.2/") && !held.contains("fd88::2/"),
+        "a duplicate was left on the node: {held}"
+    );
+    assert!(!report.is_converged());
+    // Known duplicates are not probed again until forgotten (the agent: next spec or
+    // resync).
+    let again = a.reconcile(&desired, false).unwrap();
+    assert_eq!(
+        outcome(&again, "10.88.0.2/24"),
+        Outcome::Duplicate { by: Some(theirs) }
+    );
+    // The other host gives the addresses up: the next look adds them.
+    seg.b.ip(&["address", "del", "10.88.0.2/24", "dev", "b0"]);
+    seg.b
+        .ip(&["-6", "address", "del", "fd88::2/64", "dev", "b0"]);
+    a.forget_duplicates();
+    let freed = a.reconcile(&desired, false).unwrap();
+    assert!(freed.is_converged(), "{freed:#?}");
+    let held = seg.a.ip(&["address", "show", "dev", "a0"]);
+    assert!(
+        held.contains("10.88.0.2/24") && held.contains("fd88::2/64"),
+        "{held}"
+    );
+    // 200 free addresses are probed at once: one window, not 200.
+    let many: Vec<serde_json::Value> = (0..200)
+        .map(|k| json!({"dev": "a0", "address": format!("10.89.{}.{}/32", k / 200, k % 200 + 1)}))
+        .collect();
+    let start = std::time::Instant::now();
+    let report = a
+        .reconcile(&config(json!({"addresses": many})), false)
+        .unwrap();
+    eprintln!(
+        "dad: a pass adding 200 free IPv4 addresses took {:?} (probe window {:?})",
+        start.elapsed(),
+        netpolicy_netlink::dad::PROBE_WINDOW
+    );
+    assert!(report.is_converged(), "{:#?}", report.failures().next());
+}

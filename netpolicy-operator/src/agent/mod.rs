@@ -184,6 +184,9 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
     let mut relisted: Option<NodeNetworkConfig> = None;
     let mut acted: Option<(String, i64)> = None;
     loop {
+        // A pass started by the kernel's notifications does not probe known duplicate
+        // addresses again; a new spec, a resync or a fight's look does.
+        let mut from_kernel = false;
         tokio::select! {
             () = &mut signal => break,
             ev = events.next() => {
@@ -234,6 +237,7 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
                     continue;
                 }
                 info!(change = %what, "changed behind netpolicy's back: repairing");
+                from_kernel = true;
             }
             () = event_timer(ctx.repairs.next_check()) => {
                 info!(objects = ?ctx.repairs.fighting(), "Fighting: looking again");
@@ -248,6 +252,9 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
         let Some(nnc) = latest.clone() else {
             continue;
         };
+        if !from_kernel && let Ok(mut a) = adapter.lock() {
+            a.forget_duplicates();
+        }
         let start = Instant::now();
         let ok = match pass(&api, &nnc, &adapter, &mut ctx).await {
             Ok(written) => {
@@ -1439,13 +1446,25 @@ pub fn item_errors(report: &Report, desired: &RoutingConfig) -> Vec<ItemError> {
     let mut out: Vec<ItemError> = report
         .failures()
         .map(|r| {
-            let (errno, message) = match &r.outcome {
-                Outcome::Failed { errno, message } => (*errno, message.clone()),
-                _ => (None, String::new()),
+            let (reason, errno, message) = match &r.outcome {
+                Outcome::Failed { errno, message } => (item::REFUSED, *errno, message.clone()),
+                Outcome::Duplicate { by } => (
+                    item::DUPLICATE_ADDRESS,
+                    None,
+                    format!(
+                        "{} uses this address on the segment: not added (probed again on the \
+                         next spec change or resync)",
+                        by.as_deref().map_or_else(
+                            || "another host".to_owned(),
+                            |m| format!("the host with MAC {m}")
+                        )
+                    ),
+                ),
+                _ => (item::REFUSED, None, String::new()),
             };
             ItemError {
                 item: r.op.to_string(),
-                reason: item::REFUSED.into(),
+                reason: reason.into(),
                 errno,
                 message,
             }
@@ -1778,6 +1797,32 @@ mod tests {
             None,
         );
         assert_eq!(line, "link vlan100 set down by someone, set up again");
+    }
+
+    #[test]
+    fn a_duplicate_address_is_an_item_error_naming_the_other_hosts_mac() {
+        let address: ipnetwork::IpNetwork = "10.88.0.2/24".parse().unwrap();
+        let report = Report {
+            results: vec![netpolicy_netlink::OpResult {
+                op: Op::AddAddress {
+                    dev: netpolicy_core::model::IfName::new("eth1").unwrap(),
+                    address,
+                },
+                outcome: Outcome::Duplicate {
+                    by: Some("02:00:00:00:00:02".into()),
+                },
+            }],
+            ..Report::default()
+        };
+        let errors = item_errors(&report, &RoutingConfig::default());
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].reason, item::DUPLICATE_ADDRESS);
+        assert_eq!(errors[0].item, "add address 10.88.0.2/24 dev eth1");
+        assert!(
+            errors[0].message.contains("MAC 02:00:00:00:00:02"),
+            "{}",
+            errors[0].message
+        );
     }
 
     #[test]
