@@ -678,6 +678,43 @@ pub struct FloatingIPRangeSpec {
     /// `--rancher-clusters`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub harvester: Option<HarvesterSelector>,
+    /// Return traffic of this range's addresses leaves the way it came: the node that
+    /// announces a FloatingIP (kube-vip's `kube-vip.io/vipHost` on the LoadBalancer
+    /// Service holding the address) gets `from <ip> lookup <table>` and a default route
+    /// via `gateway` on `interface` in that table, in its NodeNetworkConfig (source
+    /// `FloatingIP/<namespace>/<name>`); they move with the address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub return_routing: Option<ReturnRouting>,
+}
+
+/// Policy routing for the replies of an address held by one node (a FloatingIP, a
+/// RoutedIP): `from <ip> lookup <table>` at `priority`, and `default via <gateway> dev
+/// <interface>` in `table`. Only addresses of the gateway's family get it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReturnRouting {
+    /// The interface replies leave through (`eth1`, `bond0.100`).
+    #[schemars(length(min = 1, max = 15))]
+    pub interface: String,
+    /// The next hop on that interface (an IPv4 or IPv6 address).
+    #[schemars(length(min = 2))]
+    pub gateway: String,
+    /// The routing table holding the default route (not 253, 254 or 255: the kernel's
+    /// own).
+    #[schemars(range(min = 1), extend("x-kubernetes-validations" = [{
+        "rule": "self < 253 || self > 255",
+        "message": "253 (default), 254 (main) and 255 (local) are the kernel's own tables: use a table of its own"
+    }]))]
+    pub table: u32,
+    /// The rule's priority (default 10000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 32765))]
+    pub priority: Option<u32>,
+}
+
+impl ReturnRouting {
+    /// The rule's priority when none is given.
+    pub const DEFAULT_PRIORITY: u32 = 10_000;
 }
 
 /// The Harvester cluster and network whose Rancher guests a range serves.
@@ -1327,6 +1364,12 @@ pub struct RoutedIPIssuerSpec {
     /// A cloud firewall kept in step with the IP's holder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firewall: Option<NameRef>,
+    /// Return traffic of the issuer's IPs leaves the way it came: the holder of a
+    /// RoutedIP gets `from <ip> lookup <table>` and a default route via `gateway` on
+    /// `interface` in that table, in its NodeNetworkConfig (source `RoutedIP/<name>`);
+    /// they move with the IP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub return_routing: Option<ReturnRouting>,
 }
 
 /// What the operator reports about a RoutedIPIssuer.

@@ -963,7 +963,10 @@ fn routed_ips_elect_an_eligible_node_keep_their_holder_and_name_bad_references()
     let v = plan_dir_json(&rr_examples());
     assert_eq!(
         v["routedIPs"],
-        serde_json::json!([{"name": "ingress", "node": "edge-a1"}])
+        serde_json::json!([
+            {"name": "lab-ingress", "node": "edge-a1"},
+            {"name": "ingress", "node": "edge-a1"}
+        ])
     );
 
     let nodes = "---
@@ -1940,4 +1943,78 @@ spec:
         .collect();
     assert!(fields.contains(&"spec.routez"), "{fields:?}");
     assert!(fields.contains(&"metadata.name"), "{fields:?}");
+}
+
+#[test]
+fn return_routing_is_planned_on_the_node_announcing_the_address_and_a_bad_table_is_named() {
+    let out = netpolicy()
+        .args(["plan", "-o", "json", "-f"])
+        .arg(examples())
+        .arg("-f")
+        .arg(examples().join("../return-routing"))
+        .assert()
+        .success();
+    let v: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert_eq!(v["errors"], Value::Array(vec![]));
+    let items = |node: &str, kind: &str, table: u64| -> Vec<Value> {
+        v["nodes"][node][kind]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["table"] == table)
+            .cloned()
+            .collect()
+    };
+    // kube-vip announces dmz/web from edge-a1 (the Service's vipHost).
+    let rules = items("edge-a1", "rules", 400);
+    assert_eq!(rules.len(), 1, "{rules:#?}");
+    assert_eq!(rules[0]["from"], "203.0.113.70/32");
+    assert_eq!(rules[0]["priority"], 10000);
+    assert_eq!(rules[0]["sources"][0]["kind"], "FloatingIP");
+    assert_eq!(rules[0]["sources"][0]["name"], "dmz/web");
+    let routes = items("edge-a1", "routes", 400);
+    assert_eq!(
+        (&routes[0]["to"], &routes[0]["via"], &routes[0]["dev"]),
+        (
+            &serde_json::json!("0.0.0.0/0"),
+            &serde_json::json!("192.0.2.254"),
+            &serde_json::json!("eth1")
+        )
+    );
+    // No other node has it.
+    assert!(items("edge-b1", "rules", 400).is_empty());
+    // The RoutedIP's holder gets its issuer's.
+    let holder = v["routedIPs"]
+        .as_array()
+        .or_else(|| v["routedIps"].as_array())
+        .and_then(|l| l.iter().find(|r| r["name"] == "lab-ingress"))
+        .map(|r| r["node"].as_str().unwrap().to_owned())
+        .expect("the RoutedIP is planned");
+    let rules = items(&holder, "rules", 401);
+    assert_eq!(rules[0]["from"], "198.51.100.80/32");
+    assert_eq!(rules[0]["priority"], 9000);
+    assert_eq!(rules[0]["sources"][0]["name"], "lab-ingress");
+
+    // The kernel's main table is no table of its own: named, exit 1.
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(examples().join("../return-routing/return-routing.yaml"))
+        .unwrap()
+        .replace("table: 400", "table: 254");
+    std::fs::write(dir.path().join("rr.yaml"), text).unwrap();
+    let out = netpolicy()
+        .args(["plan", "-o", "json", "-f"])
+        .arg(examples())
+        .arg("-f")
+        .arg(dir.path())
+        .assert()
+        .failure();
+    let v: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let errors = v["errors"].as_array().unwrap();
+    assert!(
+        errors.iter().any(|e| e["kind"] == "FloatingIPRange"
+            && e["name"] == "dmz-v4"
+            && e["field"] == "spec.returnRouting.table"
+            && e["message"].as_str().unwrap().contains("254")),
+        "{errors:#?}"
+    );
 }

@@ -3,11 +3,9 @@
 //! renders into NodeNetworkConfigs. It lives here, not in either job, because jobs do
 //! not import each other.
 
-use std::collections::BTreeMap;
-
 use netpolicy_core::spec::AddressSpec;
 
-use crate::api::{RoutedIP, RoutedIPIssuer};
+use crate::api::RoutedIPIssuer;
 
 /// The address a RoutedIP needs on its holder's host, when its provider needs one
 /// there (Hetzner floating IPs: routed to the server, expected on an interface of its
@@ -30,37 +28,6 @@ pub(crate) fn host_address(
             address: format!("{ip}/{len}"),
         },
     ))
-}
-
-/// Every address RoutedIPs need on their holders now (from their status), by node:
-/// `(item, RoutedIP name)`.
-pub(crate) fn host_addresses<'a>(
-    rips: impl IntoIterator<Item = &'a RoutedIP>,
-    issuers: impl Fn(&str) -> Option<&'a RoutedIPIssuer>,
-) -> BTreeMap<String, Vec<(AddressSpec, String)>> {
-    let mut out: BTreeMap<String, Vec<(AddressSpec, String)>> = BTreeMap::new();
-    for r in rips {
-        if r.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let Some(issuer) = issuers(&r.spec.issuer_ref.name) else {
-            continue;
-        };
-        let st = r.status.as_ref();
-        if let Some((node, item)) = host_address(
-            st.and_then(|s| s.node.as_deref()),
-            st.and_then(|s| s.address.as_deref()),
-            issuer,
-        ) {
-            out.entry(node)
-                .or_default()
-                .push((item, r.metadata.name.clone().unwrap_or_default()));
-        }
-    }
-    for v in out.values_mut() {
-        v.sort_by(|a, b| (&a.0.dev, &a.0.address, &a.1).cmp(&(&b.0.dev, &b.0.address, &b.1)));
-    }
-    out
 }
 
 #[cfg(test)]

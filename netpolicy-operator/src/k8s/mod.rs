@@ -4,8 +4,10 @@
 //! themselves are the runtime's shared informers (`crate::runtime`).
 
 mod host_address;
+pub(crate) mod job_items;
 pub(crate) mod traffic;
-pub(crate) use host_address::{host_address, host_addresses};
+pub(crate) use host_address::host_address;
+pub(crate) use job_items::{JobItems, job_items};
 
 use k8s_openapi::{
     api::core::v1::Node,

@@ -522,42 +522,99 @@ pub fn plan(m: &Manifests) -> PlanReport {
     report.kube_vip = kube_vip;
     report.route_reflectors = plan_route_reflectors(m, &mut errors);
     report.routed_ips = plan_routed_ips(m, &mut errors, &mut report.warnings);
-    // A Hetzner RoutedIP's address on its elected holder (when the address is known:
-    // `status.address` or `spec.address`), as the routing job adds it.
-    let mut extra: BTreeMap<String, Vec<(netpolicy_core::spec::AddressSpec, String)>> =
-        BTreeMap::new();
-    for r in &report.routed_ips {
-        let Some(rip) = m
-            .routed_ips
-            .iter()
-            .find(|x| x.object.metadata.name.as_deref() == Some(r.name.as_str()))
-        else {
-            continue;
-        };
-        let rip = &rip.object;
-        let Some(issuer) = m
-            .routed_ip_issuers
-            .iter()
-            .find(|i| i.object.metadata.name.as_deref() == Some(rip.spec.issuer_ref.name.as_str()))
-        else {
-            continue;
-        };
-        let address = rip
-            .status
-            .as_ref()
-            .and_then(|s| s.address.clone())
-            .or_else(|| rip.spec.address.clone());
-        if let Some((node, item)) = crate::k8s::host_address(
-            Some(r.node.as_str()).filter(|n| !n.is_empty()),
-            address.as_deref(),
-            &issuer.object,
-        ) {
-            extra.entry(node).or_default().push((item, r.name.clone()));
-        }
+    // What other jobs need on nodes, as the routing job adds it: a Hetzner RoutedIP's
+    // address and return routing on its elected holder (the address from its status or
+    // spec), return routing on the node announcing a FloatingIP (its planned address and
+    // its Service's vipHost).
+    let rips: Vec<crate::api::RoutedIP> = report
+        .routed_ips
+        .iter()
+        .filter(|r| !r.node.is_empty())
+        .filter_map(|r| {
+            let mut rip = m
+                .routed_ips
+                .iter()
+                .find(|x| x.object.metadata.name.as_deref() == Some(r.name.as_str()))?
+                .object
+                .clone();
+            let st = rip.status.get_or_insert_with(Default::default);
+            st.node = Some(r.node.clone());
+            if st.address.is_none() {
+                st.address.clone_from(&rip.spec.address);
+            }
+            Some(rip)
+        })
+        .collect();
+    let fips: Vec<crate::api::FloatingIP> = report
+        .floating_ips
+        .iter()
+        .filter(|f| !f.address.is_empty())
+        .filter_map(|f| {
+            let mut fip = m
+                .floating_ips
+                .iter()
+                .find(|x| {
+                    x.object.metadata.name.as_deref() == Some(f.name.as_str())
+                        && x.object.metadata.namespace.as_deref().unwrap_or("default")
+                            == f.namespace
+                })?
+                .object
+                .clone();
+            fip.metadata.namespace = Some(f.namespace.clone());
+            fip.status.get_or_insert_with(Default::default).address = Some(f.address.clone());
+            Some(fip)
+        })
+        .collect();
+    let services: Vec<k8s_openapi::api::core::v1::Service> = m
+        .services
+        .iter()
+        .map(|s| {
+            let mut o = s.object.clone();
+            o.metadata.namespace.get_or_insert_with(|| "default".into());
+            o
+        })
+        .collect();
+    let services: Vec<&k8s_openapi::api::core::v1::Service> = services.iter().collect();
+    let mut problems = Vec::new();
+    let extra = crate::k8s::job_items(
+        &rips,
+        |n| {
+            m.routed_ip_issuers
+                .iter()
+                .find(|i| i.object.metadata.name.as_deref() == Some(n))
+                .map(|i| &i.object)
+        },
+        &fips,
+        |n| {
+            m.floating_ip_ranges
+                .iter()
+                .find(|r| r.object.metadata.name.as_deref() == Some(n))
+                .map(|r| &r.object)
+        },
+        &services,
+        &mut problems,
+    );
+    for p in problems {
+        let (owner, message) = p.split_once(": ").unwrap_or(("", p.as_str()));
+        let (kind, name) = owner.split_once('/').unwrap_or((owner, ""));
+        let field = message
+            .split_once(':')
+            .map_or("spec.returnRouting", |(f, _)| f)
+            .to_owned();
+        errors.push(InputError {
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            field,
+            message: message.to_owned(),
+        });
     }
     for (node, items) in extra {
         if let Some(spec) = report.nodes.get_mut(&node) {
-            *spec = Arc::new(crate::routing::with_job_addresses(spec, &items));
+            let (with, skipped) = crate::routing::with_job_items(spec, &items);
+            report
+                .warnings
+                .extend(skipped.into_iter().map(|w| format!("node {node}: {w}")));
+            *spec = Arc::new(with);
         }
     }
     report.errors = errors;

@@ -43,13 +43,13 @@ use tracing::{debug, info, warn};
 
 use super::rollout::{self, NodeState};
 use super::{
-    PolicyFacts, Routing, carried_from, new_conflicts, node_spec, policy_status, with_job_addresses,
+    PolicyFacts, Routing, carried_from, new_conflicts, node_spec, policy_status, with_job_items,
 };
 use crate::k8s::traffic::{TRAFFIC_KINDS, TrafficStores};
 use crate::{
     api::{
-        ClusterConfig, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec, PolicyStatus,
-        RoutedIP, RoutedIPIssuer, conditions::events,
+        ClusterConfig, FloatingIP, FloatingIPRange, NodeConfig, NodeNetworkConfig,
+        NodeNetworkConfigSpec, PolicyStatus, RoutedIP, RoutedIPIssuer, conditions::events,
     },
     k8s::{labels_fingerprint, spec_fingerprint},
     runtime::{Changes, Informers, Job, JobError, Next, Setup, Wake},
@@ -75,7 +75,10 @@ pub(crate) struct RoutingJob {
     nnc_api: Api<NodeNetworkConfig>,
     status: StatusWriter,
     routing: Routing,
-    job_addresses: BTreeMap<String, Vec<(netpolicy_core::spec::AddressSpec, String)>>,
+    /// What other jobs need on each node ([`crate::k8s::JobItems`]), as last rendered.
+    job_items: BTreeMap<String, crate::k8s::JobItems>,
+    /// The problems of job items last told (each logged once).
+    job_problems: Vec<String>,
     pending: BTreeSet<String>,
     /// Nodes whose rendering is over the size limit: bytes, and the revision it was
     /// measured at (measured again only when the rendering changes).
@@ -110,6 +113,14 @@ pub(crate) fn setup(
     rips.subscribe(&wake, holder_fingerprint);
     let issuers = informers.get::<RoutedIPIssuer>();
     issuers.subscribe(&wake, spec_fingerprint);
+    // Return routing of floating addresses: where kube-vip announces a FloatingIP's
+    // address (its Service's vipHost), and the ranges' returnRouting.
+    let fips = informers.get::<FloatingIP>();
+    fips.subscribe(&wake, fip_fingerprint);
+    let ranges = informers.get::<FloatingIPRange>();
+    ranges.subscribe(&wake, return_routing_fingerprint);
+    let services = informers.get::<k8s_openapi::api::core::v1::Service>();
+    services.subscribe(&wake, vip_host_fingerprint);
     // Traffic domains: their objects, and what the trench job handed out (the
     // Trenches' status), compiled by crate::trench.
     let (traffic, mut kinds) = TrafficStores::subscribe(informers, &wake);
@@ -120,6 +131,9 @@ pub(crate) fn setup(
         nncs.health(),
         rips.health(),
         issuers.health(),
+        fips.health(),
+        ranges.health(),
+        services.health(),
     ]);
     let job = RoutingJob {
         stores: Stores {
@@ -129,6 +143,9 @@ pub(crate) fn setup(
             nncs: nncs.store(),
             rips: rips.store(),
             issuers: issuers.store(),
+            fips: fips.store(),
+            ranges: ranges.store(),
+            services: services.store(),
             traffic,
         },
         nnc_api: Api::all(client.clone()),
@@ -139,7 +156,8 @@ pub(crate) fn setup(
             recorder: crate::k8s::recorder(client),
         },
         routing: Routing::new(),
-        job_addresses: BTreeMap::new(),
+        job_items: BTreeMap::new(),
+        job_problems: Vec::new(),
         pending: BTreeSet::new(),
         too_large: BTreeMap::new(),
         max_object_bytes,
@@ -162,6 +180,9 @@ impl Job for RoutingJob {
                 "NodeNetworkConfig",
                 "RoutedIP",
                 "RoutedIPIssuer",
+                "FloatingIP",
+                "FloatingIPRange",
+                "Service",
             ]
             .iter()
             .chain(TRAFFIC_KINDS.iter())
@@ -232,7 +253,43 @@ struct Stores {
     nncs: Store<NodeNetworkConfig>,
     rips: Store<RoutedIP>,
     issuers: Store<RoutedIPIssuer>,
+    fips: Store<FloatingIP>,
+    ranges: Store<FloatingIPRange>,
+    services: Store<k8s_openapi::api::core::v1::Service>,
     traffic: TrafficStores,
+}
+
+/// What of a FloatingIP the routing job reads: its range and address.
+fn fip_fingerprint(f: &FloatingIP) -> String {
+    format!(
+        "{}|{:?}|{}",
+        f.spec.range,
+        f.status.as_ref().and_then(|s| s.address.as_deref()),
+        f.metadata.deletion_timestamp.is_some()
+    )
+}
+
+/// What of a FloatingIPRange the routing job reads: its return routing.
+fn return_routing_fingerprint(r: &FloatingIPRange) -> String {
+    format!("{:?}", r.spec.return_routing)
+}
+
+/// What of a Service the routing job reads: where kube-vip announces it, and its
+/// addresses.
+fn vip_host_fingerprint(s: &k8s_openapi::api::core::v1::Service) -> String {
+    let a = s.metadata.annotations.as_ref();
+    let host = a.and_then(|a| a.get(crate::k8s::job_items::VIP_HOST));
+    if host.is_none() {
+        return String::new();
+    }
+    format!(
+        "{host:?}|{:?}|{:?}|{:?}",
+        a.and_then(|a| a.get(crate::k8s::job_items::LOADBALANCER_IPS)),
+        s.spec
+            .as_ref()
+            .and_then(|sp| sp.load_balancer_ip.as_deref()),
+        s.status.as_ref().and_then(|st| st.load_balancer.as_ref())
+    )
 }
 
 /// What of a RoutedIP the routing job reads: where its address is held.
@@ -516,7 +573,8 @@ impl RoutingJob {
             stores,
             nnc_api: api,
             routing,
-            job_addresses,
+            job_items,
+            job_problems,
             pending,
             too_large,
             max_object_bytes,
@@ -593,21 +651,39 @@ impl RoutingJob {
             dirty.insert(name);
         }
         dirty.extend(names(changes, "NodeNetworkConfig", &stores.nncs, []));
-        // Addresses RoutedIPs need on their holders: the nodes whose set changed.
+        // What other jobs need on nodes (RoutedIP addresses, return routing of floating
+        // addresses): the nodes whose set changed.
         let issuers = stores.issuers.state();
         let rips = stores.rips.state();
-        let now = crate::k8s::host_addresses(rips.iter().map(AsRef::as_ref), |n| {
-            issuers
-                .iter()
-                .find(|i| i.name_any() == n)
-                .map(AsRef::as_ref)
-        });
-        for node in job_addresses.keys().chain(now.keys()) {
-            if job_addresses.get(node) != now.get(node) {
+        let fips = stores.fips.state();
+        let ranges = stores.ranges.state();
+        let services = stores.services.state();
+        let services: Vec<&k8s_openapi::api::core::v1::Service> =
+            services.iter().map(AsRef::as_ref).collect();
+        let mut problems = Vec::new();
+        let now = crate::k8s::job_items(
+            rips.iter().map(AsRef::as_ref),
+            |n| {
+                issuers
+                    .iter()
+                    .find(|i| i.name_any() == n)
+                    .map(AsRef::as_ref)
+            },
+            fips.iter().map(AsRef::as_ref),
+            |n| ranges.iter().find(|r| r.name_any() == n).map(AsRef::as_ref),
+            &services,
+            &mut problems,
+        );
+        for p in problems.iter().filter(|p| !job_problems.contains(p)) {
+            warn!("return routing not rendered: {p}");
+        }
+        *job_problems = problems;
+        for node in job_items.keys().chain(now.keys()) {
+            if job_items.get(node) != now.get(node) {
                 dirty.insert(node.clone());
             }
         }
-        *job_addresses = now;
+        *job_items = now;
         if full {
             dirty.extend(routing.nodes().into_iter().map(str::to_owned));
         }
@@ -647,18 +723,19 @@ impl RoutingJob {
                     // revision hash); job addresses make a node's own.
                     let (probes, rollback) = routing.node_probes(node);
                     let own;
-                    let spec = match job_addresses.get(node) {
+                    let spec = match job_items.get(node) {
                         None => &*rendered
                             .entry((cfg.memo_key(), probes.clone(), rollback))
                             .or_insert_with(|| {
                                 node_spec(RenderedSpec::from_config(cfg), probes, rollback)
                             }),
                         Some(extra) => {
-                            own = node_spec(
-                                with_job_addresses(&RenderedSpec::from_config(cfg), extra),
-                                probes,
-                                rollback,
-                            );
+                            let (with, skipped) =
+                                with_job_items(&RenderedSpec::from_config(cfg), extra);
+                            for why in skipped {
+                                debug!(node, "{why}");
+                            }
+                            own = node_spec(with, probes, rollback);
                             &own
                         }
                     };

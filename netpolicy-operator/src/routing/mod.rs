@@ -13,7 +13,7 @@ use netpolicy_core::{
     merge::{Engine, NodeOutcome, Policy, Problem, Source, SourceKind, with_node_name},
     render::{RenderedSpec, SourceRef, SourcedSpec},
     selector::{Labels, Selector},
-    spec::AddressSpec,
+    spec::{AddressSpec, RouteSpec, RuleSpec},
 };
 
 use crate::{
@@ -270,31 +270,92 @@ pub(crate) fn new_conflicts<'a>(
         .collect()
 }
 
-/// A node's rendering with the addresses other jobs need on it (a Hetzner RoutedIP's
-/// address on its holder: `(item, RoutedIP name)`), each with its source
-/// (`RoutedIP/<name>`). An address the policies already give gains the source; the
-/// list stays sorted by link and address.
-pub(crate) fn with_job_addresses(
+/// A node's rendering with the items other jobs need on it ([`crate::k8s::JobItems`]: a
+/// Hetzner RoutedIP's address on its holder, return routing of a floating address),
+/// each with its source (`RoutedIP/<name>`, `FloatingIP/<namespace>/<name>`). An item
+/// the policies already give gains the source; a rule or route whose identity the
+/// policies (or another job item) hold with other content is left out and told in the
+/// returned list (the policies win). Addresses stay sorted by link and address; job
+/// rules and routes follow the policies' own.
+pub(crate) fn with_job_items(
     spec: &RenderedSpec,
-    extra: &[(AddressSpec, String)],
-) -> RenderedSpec {
+    extra: &crate::k8s::JobItems,
+) -> (RenderedSpec, Vec<String>) {
     let mut out = spec.clone();
-    for (item, name) in extra {
-        let source = SourceRef {
-            kind: "RoutedIP".into(),
-            name: name.clone(),
-        };
-        match out.addresses.iter_mut().find(|a| a.item == *item) {
-            Some(a) => {
-                if !a.sources.contains(&source) {
-                    a.sources.push(source);
-                    a.sources.sort();
-                }
+    let mut skipped = Vec::new();
+    fn join<T: PartialEq + Clone>(
+        list: &mut Vec<SourcedSpec<T>>,
+        item: &T,
+        source: &SourceRef,
+        same_identity: impl Fn(&T) -> bool,
+    ) -> Result<(), ()> {
+        if let Some(a) = list.iter_mut().find(|a| a.item == *item) {
+            if !a.sources.contains(source) {
+                a.sources.push(source.clone());
+                a.sources.sort();
             }
-            None => out.addresses.push(SourcedSpec {
-                item: item.clone(),
-                sources: vec![source],
-            }),
+            return Ok(());
+        }
+        if list.iter().any(|a| same_identity(&a.item)) {
+            return Err(());
+        }
+        list.push(SourcedSpec {
+            item: item.clone(),
+            sources: vec![source.clone()],
+        });
+        Ok(())
+    }
+    for (item, source) in &extra.addresses {
+        let _ = join(&mut out.addresses, item, source, |_| false);
+    }
+    let rule_key = |r: &RuleSpec| {
+        netpolicy_core::spec::RoutingSpec {
+            rules: vec![r.clone()],
+            ..Default::default()
+        }
+        .validate("rule")
+        .ok()
+        .map(|c| c.rules[0].key.clone())
+    };
+    let route_key = |r: &RouteSpec| {
+        netpolicy_core::spec::RoutingSpec {
+            routes: vec![r.clone()],
+            ..Default::default()
+        }
+        .validate("route")
+        .ok()
+        .map(|c| c.routes[0].key())
+    };
+    for (item, source) in &extra.rules {
+        let key = rule_key(item);
+        if join(&mut out.rules, item, source, |r| {
+            key.is_some() && rule_key(r) == key
+        })
+        .is_err()
+        {
+            skipped.push(format!(
+                "{}/{}: rule priority {} from {} left out: a policy holds that rule with other content",
+                source.kind,
+                source.name,
+                item.priority,
+                item.from.as_deref().unwrap_or("all")
+            ));
+        }
+    }
+    for (item, source) in &extra.routes {
+        let key = route_key(item);
+        if join(&mut out.routes, item, source, |r| {
+            key.is_some() && route_key(r) == key
+        })
+        .is_err()
+        {
+            skipped.push(format!(
+                "{}/{}: route {} table {} left out: that route is held with other content",
+                source.kind,
+                source.name,
+                item.to,
+                item.table.unwrap_or(254)
+            ));
         }
     }
     let key = |a: &SourcedSpec<AddressSpec>| {
@@ -310,7 +371,7 @@ pub(crate) fn with_job_addresses(
         )
     };
     out.addresses.sort_by_key(key);
-    out
+    (out, skipped)
 }
 
 /// The NodeNetworkConfig the operator applies for `node` (owned by its Node, uid
@@ -846,6 +907,59 @@ mod tests {
     use super::*;
 
     #[test]
+    fn return_routing_joins_the_policies_and_yields_to_a_different_route_of_theirs() {
+        let src = |kind: &str, name: &str| SourceRef {
+            kind: kind.into(),
+            name: name.into(),
+        };
+        let route = |via: &str| RouteSpec {
+            to: "0.0.0.0/0".into(),
+            via: Some(via.into()),
+            dev: Some("eth1".into()),
+            table: Some(400),
+            ..RouteSpec::default()
+        };
+        let rule = RuleSpec {
+            priority: 10_000,
+            from: Some("203.0.113.70/32".into()),
+            table: Some(400),
+            ..RuleSpec::default()
+        };
+        let policy = RenderedSpec {
+            routes: vec![SourcedSpec {
+                item: route("192.0.2.1"),
+                sources: vec![src("NodeConfig", "uplinks")],
+            }],
+            ..RenderedSpec::default()
+        };
+        let fip = src("FloatingIP", "dmz/web");
+        let extra = crate::k8s::JobItems {
+            rules: vec![(rule.clone(), fip.clone())],
+            routes: vec![(route("192.0.2.254"), fip.clone())],
+            ..Default::default()
+        };
+        let (out, skipped) = with_job_items(&policy, &extra);
+        assert_eq!(out.rules.len(), 1);
+        assert_eq!(out.rules[0].sources, vec![fip.clone()]);
+        // The policy's default route in table 400 stays; the job's is left out, said.
+        assert_eq!(out.routes.len(), 1);
+        assert_eq!(out.routes[0].item.via.as_deref(), Some("192.0.2.1"));
+        assert_eq!(skipped.len(), 1, "{skipped:?}");
+        assert!(skipped[0].starts_with("FloatingIP/dmz/web: route 0.0.0.0/0 table 400"));
+        // The same route as the policy's: one item, both sources.
+        let same = crate::k8s::JobItems {
+            routes: vec![(route("192.0.2.1"), fip.clone())],
+            ..Default::default()
+        };
+        let (out, skipped) = with_job_items(&policy, &same);
+        assert!(skipped.is_empty());
+        assert_eq!(
+            out.routes[0].sources,
+            vec![src("FloatingIP", "dmz/web"), src("NodeConfig", "uplinks")]
+        );
+    }
+
+    #[test]
     fn job_addresses_join_the_policies_addresses_sorted_with_their_sources() {
         let item = |dev: &str, address: &str| AddressSpec {
             dev: dev.into(),
@@ -861,14 +975,22 @@ mod tests {
             }],
             ..RenderedSpec::default()
         };
-        let out = with_job_addresses(
+        let rip = |name: &str| SourceRef {
+            kind: "RoutedIP".into(),
+            name: name.into(),
+        };
+        let (out, skipped) = with_job_items(
             &spec,
-            &[
-                (item("lo", "203.0.113.9/32"), "web".into()),
-                (item("lo", "203.0.113.10/32"), "mail".into()),
-                (item("eth0", "198.51.100.4/32"), "dns".into()),
-            ],
+            &crate::k8s::JobItems {
+                addresses: vec![
+                    (item("lo", "203.0.113.9/32"), rip("web")),
+                    (item("lo", "203.0.113.10/32"), rip("mail")),
+                    (item("eth0", "198.51.100.4/32"), rip("dns")),
+                ],
+                ..Default::default()
+            },
         );
+        assert!(skipped.is_empty());
         let got: Vec<(String, Vec<String>)> = out
             .addresses
             .iter()

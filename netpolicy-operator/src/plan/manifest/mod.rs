@@ -85,6 +85,9 @@ pub struct Manifests {
     pub nodes: Vec<Located<Node>>,
     /// core/v1 Namespaces.
     pub namespaces: Vec<Located<Namespace>>,
+    /// core/v1 Services (kube-vip's `vipHost` on a LoadBalancer Service says which node
+    /// announces a FloatingIP: return routing).
+    pub services: Vec<Located<k8s_openapi::api::core::v1::Service>>,
     /// ClusterConfigs.
     pub cluster_configs: Vec<Located<ClusterConfig>>,
     /// NodeConfigs.
@@ -371,6 +374,7 @@ impl Manifests {
         match (head.api_version.as_str(), head.kind.as_str()) {
             ("v1", "Node") => self.parse_into(&d, None, false, |m| &mut m.nodes),
             ("v1", "Namespace") => self.parse_into(&d, None, true, |m| &mut m.namespaces),
+            ("v1", "Service") => self.parse_into(&d, None, false, |m| &mut m.services),
             (API_VERSION, "ClusterConfig") => {
                 self.parse_into(&d, crd("ClusterConfig"), false, |m| &mut m.cluster_configs)
             }
