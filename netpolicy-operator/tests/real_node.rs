@@ -1392,6 +1392,20 @@ fn rbac(cluster: &NodeCluster, installed: usize) {
             "get",
             "a claim's owner confirmed gone before its address is released",
         ),
+        (
+            AGENT,
+            "events.k8s.io",
+            "events",
+            "create",
+            "a repair of drift, or a fight (nothing changes the node here; tests/agent.rs records them)",
+        ),
+        (
+            AGENT,
+            "events.k8s.io",
+            "events",
+            "patch",
+            "the same repair Event again within the recorder's window (its series)",
+        ),
     ];
     let unused: Vec<String> = granted
         .iter()
