@@ -240,11 +240,18 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
                 from_kernel = true;
             }
             () = event_timer(ctx.repairs.next_check()) => {
+                if latest.is_none() {
+                    // No NodeNetworkConfig: nothing to fight over any more.
+                    ctx.repairs = Repairs::default();
+                    continue;
+                }
                 info!(objects = ?ctx.repairs.fighting(), "Fighting: looking again");
+                ctx.repairs.look_again(Instant::now());
             }
             () = event_timer(ctx.repairs.next_event()) => {
-                if let Some(o) = &latest {
-                    ctx.repairs.publish(&recorder, o).await;
+                match &latest {
+                    Some(o) => ctx.repairs.publish(&recorder, o).await,
+                    None => ctx.repairs = Repairs::default(),
                 }
                 continue;
             }
@@ -437,12 +444,19 @@ impl Repairs {
         if self.fighting.is_empty() {
             self.told_fight = false;
             self.check = None;
-        } else {
-            // Back off: look again later, each time later, until a look finds it intact.
-            let delay = self
-                .check
-                .map_or(Self::CHECK_FIRST, |(_, d)| (d * 2).min(Self::CHECK_MAX));
-            self.check = Some((now + delay, delay));
+        } else if self.check.is_none() {
+            // Back off: look again later, each time later ([`Repairs::look_again`]),
+            // until a look finds it intact.
+            self.check = Some((now + Self::CHECK_FIRST, Self::CHECK_FIRST));
+        }
+    }
+
+    /// A look is starting now (the timer of [`Repairs::next_check`] fired): the next one
+    /// waits twice as long (at most [`Repairs::CHECK_MAX`]), whatever this pass does.
+    pub fn look_again(&mut self, now: Instant) {
+        if let Some((_, d)) = self.check {
+            let d = (d * 2).min(Self::CHECK_MAX);
+            self.check = Some((now + d, d));
         }
     }
 
@@ -1745,8 +1759,21 @@ mod tests {
         assert!(!r.fighting().is_empty());
         assert_eq!(
             r.next_check(),
-            Some(t + Duration::from_secs(61) + Repairs::CHECK_FIRST * 4),
+            Some(t + Repairs::CHECK_FIRST),
+            "a resync does not move the look"
+        );
+        let look = t + Repairs::CHECK_FIRST;
+        r.look_again(look);
+        assert_eq!(
+            r.next_check(),
+            Some(look + Repairs::CHECK_FIRST * 2),
             "each look later than the one before"
+        );
+        r.look_again(look + Repairs::CHECK_FIRST * 2);
+        assert_eq!(
+            r.next_check(),
+            Some(look + Repairs::CHECK_FIRST * 6),
+            "doubling"
         );
         // A pass that found it intact ends it; the condition turns False, once.
         r.record(t + Duration::from_secs(121), &[]);
