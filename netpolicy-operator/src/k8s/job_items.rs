@@ -93,29 +93,36 @@ pub(crate) fn return_routing(
     Ok(Some((rule, route)))
 }
 
-/// The node announcing `address` in `namespace`: kube-vip's `vipHost` on a LoadBalancer
-/// Service there that holds the address (its status, kube-vip-cloud-provider's
-/// annotation, or `spec.loadBalancerIP`). Several: the first by name.
-pub(crate) fn vip_host<'a>(
+/// Where kube-vip announces each address: `(namespace, address)` → the node named by
+/// `vipHost` on a Service there that holds the address (its status,
+/// kube-vip-cloud-provider's annotation, or `spec.loadBalancerIP`). Several Services: the
+/// first by name. Built once per pass: O(Services), then one lookup per FloatingIP.
+pub(crate) fn vip_hosts<'a>(
     services: impl IntoIterator<Item = &'a Service>,
-    namespace: &str,
-    address: IpAddr,
-) -> Option<String> {
-    let mut found: Vec<(&str, &str)> = services
-        .into_iter()
-        .filter(|s| s.metadata.namespace.as_deref() == Some(namespace))
-        .filter(|s| service_addresses(s).contains(&address))
-        .filter_map(|s| {
-            let host = s.metadata.annotations.as_ref()?.get(VIP_HOST)?;
-            Some((
-                s.metadata.name.as_deref().unwrap_or_default(),
-                host.as_str(),
-            ))
-        })
-        .filter(|(_, h)| !h.is_empty())
-        .collect();
-    found.sort_unstable();
-    found.first().map(|(_, h)| (*h).to_owned())
+) -> BTreeMap<(String, IpAddr), String> {
+    let mut found: BTreeMap<(String, IpAddr), (String, String)> = BTreeMap::new();
+    for s in services {
+        let Some(host) = s
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(VIP_HOST))
+            .filter(|h| !h.is_empty())
+        else {
+            continue;
+        };
+        let name = s.metadata.name.clone().unwrap_or_default();
+        let namespace = s.metadata.namespace.clone().unwrap_or_default();
+        for ip in service_addresses(s) {
+            let e = found
+                .entry((namespace.clone(), ip))
+                .or_insert_with(|| (name.clone(), host.clone()));
+            if name < e.0 {
+                *e = (name.clone(), host.clone());
+            }
+        }
+    }
+    found.into_iter().map(|(k, (_, h))| (k, h)).collect()
 }
 
 /// Every address a Service is known to hold.
@@ -161,6 +168,7 @@ pub(crate) fn job_items<'a>(
     problems: &mut Vec<String>,
 ) -> BTreeMap<String, JobItems> {
     let mut out: BTreeMap<String, JobItems> = BTreeMap::new();
+    let hosts = vip_hosts(services.iter().copied());
     let mut add_return = |out: &mut BTreeMap<String, JobItems>,
                           node: String,
                           rr: &ReturnRouting,
@@ -234,7 +242,7 @@ pub(crate) fn job_items<'a>(
             continue;
         };
         let namespace = f.metadata.namespace.clone().unwrap_or_default();
-        let Some(node) = vip_host(services.iter().copied(), &namespace, ip) else {
+        let Some(node) = hosts.get(&(namespace.clone(), ip)).cloned() else {
             continue;
         };
         let source = SourceRef {
@@ -327,13 +335,14 @@ mod tests {
         let services = [
             svc("other-ns", "b", "203.0.113.10", Some("x")),
             svc("web", "a", "203.0.113.10", Some("node-a")),
+            svc("zz-shared", "a", "203.0.113.10", Some("node-z")),
             svc("unannounced", "a", "203.0.113.11", Some("node-c")),
         ];
-        assert_eq!(vip_host(&services, "a", ip).as_deref(), Some("node-a"));
-        assert_eq!(vip_host(&services, "c", ip), None);
-        assert_eq!(
-            vip_host(&[svc("web", "a", "203.0.113.10", None)], "a", ip),
-            None
-        );
+        let hosts = vip_hosts(&services);
+        let at = |ns: &str| hosts.get(&(ns.to_owned(), ip)).map(String::as_str);
+        assert_eq!(at("a"), Some("node-a"), "the first Service by name");
+        assert_eq!(at("b"), Some("x"));
+        assert_eq!(at("c"), None);
+        assert!(vip_hosts(&[svc("web", "a", "203.0.113.10", None)]).is_empty());
     }
 }

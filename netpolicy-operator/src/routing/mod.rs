@@ -326,13 +326,27 @@ pub(crate) fn with_job_items(
         .ok()
         .map(|c| c.routes[0].key())
     };
+    // The identities the node holds, read once (each a single-item validation), and
+    // grown by the job items joined.
+    let mut held_rules: BTreeSet<_> = if extra.rules.is_empty() {
+        BTreeSet::new()
+    } else {
+        out.rules.iter().filter_map(|r| rule_key(&r.item)).collect()
+    };
+    let mut held_routes: BTreeSet<_> = if extra.routes.is_empty() {
+        BTreeSet::new()
+    } else {
+        out.routes
+            .iter()
+            .filter_map(|r| route_key(&r.item))
+            .collect()
+    };
     for (item, source) in &extra.rules {
         let key = rule_key(item);
-        if join(&mut out.rules, item, source, |r| {
-            key.is_some() && rule_key(r) == key
-        })
-        .is_err()
-        {
+        let taken = key.as_ref().is_some_and(|k| held_rules.contains(k));
+        if join(&mut out.rules, item, source, |_| taken).is_ok() {
+            held_rules.extend(key);
+        } else {
             skipped.push(format!(
                 "{}/{}: rule priority {} from {} left out: a policy holds that rule with other content",
                 source.kind,
@@ -344,11 +358,10 @@ pub(crate) fn with_job_items(
     }
     for (item, source) in &extra.routes {
         let key = route_key(item);
-        if join(&mut out.routes, item, source, |r| {
-            key.is_some() && route_key(r) == key
-        })
-        .is_err()
-        {
+        let taken = key.as_ref().is_some_and(|k| held_routes.contains(k));
+        if join(&mut out.routes, item, source, |_| taken).is_ok() {
+            held_routes.extend(key);
+        } else {
             skipped.push(format!(
                 "{}/{}: route {} table {} left out: that route is held with other content",
                 source.kind,
@@ -946,6 +959,19 @@ mod tests {
         assert_eq!(out.routes[0].item.via.as_deref(), Some("192.0.2.1"));
         assert_eq!(skipped.len(), 1, "{skipped:?}");
         assert!(skipped[0].starts_with("FloatingIP/dmz/web: route 0.0.0.0/0 table 400"));
+        // Two ranges' routes for one table on one node: the first joined wins.
+        let other = src("FloatingIP", "dmz/mail");
+        let two = crate::k8s::JobItems {
+            routes: vec![
+                (route("192.0.2.254"), fip.clone()),
+                (route("192.0.2.253"), other),
+            ],
+            ..Default::default()
+        };
+        let (out, skipped) = with_job_items(&RenderedSpec::default(), &two);
+        assert_eq!(out.routes.len(), 1);
+        assert_eq!(out.routes[0].item.via.as_deref(), Some("192.0.2.254"));
+        assert!(skipped[0].starts_with("FloatingIP/dmz/mail"), "{skipped:?}");
         // The same route as the policy's: one item, both sources.
         let same = crate::k8s::JobItems {
             routes: vec![(route("192.0.2.1"), fip.clone())],
