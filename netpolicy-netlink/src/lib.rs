@@ -34,8 +34,20 @@
 //! # Results
 //! Every operation gets an [`Outcome`]: done; `EEXIST` on an add, or
 //! `ENOENT`/`ESRCH`/`ENODEV`/`EADDRNOTAVAIL` on a delete, is idempotent success
-//! ([`Outcome::AlreadyPresent`], [`Outcome::AlreadyGone`]); any other kernel error is
-//! attached to its item with errno and message and does not stop the other items.
+//! ([`Outcome::AlreadyPresent`], [`Outcome::AlreadyGone`]); an address another host
+//! uses is [`Outcome::Duplicate`]; any other kernel error is attached to its item with
+//! errno and message and does not stop the other items.
+//!
+//! # Drift, notifications, duplicates
+//! - [`monitor`]: the kernel's notifications as typed changes, each with the requesting
+//!   socket's port ([`Adapter::port`] is the adapter's own) and netpolicy's mark;
+//!   [`monitor::keep`] applies a desired state and repairs it whenever someone else
+//!   changes what it owns (p99 10.7 ms from a removal to the re-add, `benches/drift.rs`).
+//! - [`dad`]: an address another host on the segment uses is not added
+//!   ([`Outcome::Duplicate`], naming its MAC for IPv4): ARP probes as RFC 5227 says
+//!   before IPv4 addresses, the kernel's DAD read back after IPv6 ones.
+//! - [`Adapter::disown`]: owned objects left in the kernel as they are, no longer
+//!   netpolicy's.
 //!
 //! # Speed
 //! Requests are pipelined ([`conn::Conn::execute`]): sent in chunks of 512 with one
