@@ -319,6 +319,12 @@ pub struct NodeNetworkConfigStatus {
     /// removed any (at most [`MAX_LISTED_REMOVALS`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removed_foreign: Vec<String>,
+    /// Addresses added without a duplicate address check, each with why the ARP probe
+    /// could not run (`address 192.0.2.7/24 dev eth1: eth1 is down`; no `CAP_NET_RAW`):
+    /// another host on the segment may use them. Cleared for an address once a probe of
+    /// it runs, or it is no longer desired.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_probed: Vec<String>,
 }
 
 /// Removals listed in a NodeNetworkConfig's status at most.

@@ -22,7 +22,7 @@
 use std::process::ExitCode;
 
 use netpolicy_core::spec::RoutingSpec;
-use netpolicy_netlink::{Adapter, Namespace, Outcome, Ownership};
+use netpolicy_netlink::{Adapter, Namespace, Ownership};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -83,18 +83,7 @@ fn main() -> ExitCode {
         println!("nothing to do");
     }
     for r in &report.results {
-        let what = match &r.outcome {
-            Outcome::Done => "done".to_owned(),
-            Outcome::Planned => "would do".to_owned(),
-            Outcome::AlreadyPresent => "already there".to_owned(),
-            Outcome::AlreadyGone => "already gone".to_owned(),
-            Outcome::Duplicate { by } => format!(
-                "NOT ADDED: in use by {}",
-                by.as_deref().unwrap_or("another host")
-            ),
-            Outcome::Failed { message, .. } => format!("FAILED: {message}"),
-        };
-        println!("{what:>14}  {:?}", r.op);
+        println!("{r}");
     }
     for s in &report.skipped {
         println!("       skipped  {:?} ({:?})", s.item, s.reason);

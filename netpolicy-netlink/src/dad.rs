@@ -30,6 +30,11 @@ use crate::Namespace;
 /// How long IPv4 probing listens; three probes go out within it.
 pub const PROBE_WINDOW: Duration = Duration::from_millis(300);
 
+/// How long probing listens when an address netpolicy held a moment ago is restored
+/// (drift repair): three probes within it, answered on a segment in well under a
+/// millisecond; short enough for a repair within 100 ms.
+pub const RESTORE_WINDOW: Duration = Duration::from_millis(40);
+
 /// Probes sent per address.
 const PROBES: u32 = 3;
 
@@ -43,7 +48,11 @@ pub enum Probe {
     Free,
     /// Another host uses (or probes for) it; its MAC (`aa:bb:cc:dd:ee:ff`).
     InUse(String),
-    /// Not probed, and why (an interface without ARP, a link that is down).
+    /// Nothing to probe: the interface does not use ARP (loopback, `NOARP`, no hardware
+    /// address), so no other host can answer for the address there.
+    NoArp(String),
+    /// The probe could not run, and why (no interface, the link down, no
+    /// `CAP_NET_RAW` for the packet socket): the address was not checked.
     NotProbed(String),
 }
 
@@ -109,11 +118,15 @@ pub fn probe_ipv4(
 /// Probes `ips` on one interface.
 fn probe_link(iface: &NetworkInterface, ips: &[Ipv4Addr], window: Duration) -> Vec<Probe> {
     let not = |why: String| vec![Probe::NotProbed(why); ips.len()];
+    let no_arp = |why: String| vec![Probe::NoArp(why); ips.len()];
     let Some(mac) = iface.mac.filter(|m| *m != MacAddr::zero()) else {
-        return not(format!("{} has no hardware address", iface.name));
+        return no_arp(format!("{} has no hardware address", iface.name));
     };
     if iface.is_loopback() || iface.flags & IFF_NOARP != 0 {
-        return not(format!("{} does not use ARP", iface.name));
+        return no_arp(format!("{} does not use ARP", iface.name));
+    }
+    if !iface.is_up() {
+        return not(format!("{} is down", iface.name));
     }
     let config = Config {
         read_timeout: Some(Duration::from_millis(10)),

@@ -202,6 +202,13 @@ pub enum Outcome {
         /// The other host's MAC, when known.
         by: Option<String>,
     },
+    /// Added, but without a duplicate address check: the ARP probe could not run
+    /// (`why`: the link down, no `CAP_NET_RAW`, ...). Another host may use the
+    /// address; the agent says so in its status (`notProbed`).
+    Unprobed {
+        /// Why the probe could not run.
+        why: String,
+    },
     /// Refused; the other operations went on.
     Failed {
         /// The kernel's errno, when the kernel refused.
@@ -209,6 +216,41 @@ pub enum Outcome {
         /// What went wrong.
         message: String,
     },
+}
+
+impl std::fmt::Display for Outcome {
+    /// `done`, `already there`, `not added: in use by 02:00:00:00:00:02`, `refused:
+    /// File exists (errno 17)`, ...: for people, after the operation it belongs to.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Done => f.write_str("done"),
+            Self::AlreadyPresent => f.write_str("already there"),
+            Self::AlreadyGone => f.write_str("already gone"),
+            Self::Planned => f.write_str("would do (dry run)"),
+            Self::Duplicate { by } => write!(
+                f,
+                "not added: in use by {}",
+                by.as_deref().unwrap_or("another host")
+            ),
+            Self::Unprobed { why } => write!(f, "added without a duplicate check: {why}"),
+            Self::Failed {
+                errno: Some(n),
+                message,
+            } => write!(f, "refused: {message} (errno {n})"),
+            Self::Failed {
+                errno: None,
+                message,
+            } => write!(f, "failed: {message}"),
+        }
+    }
+}
+
+impl std::fmt::Display for OpResult {
+    /// The operation as `netpolicy plan` prints it, then its outcome: `add route
+    /// 10.20.0.0/16 table 100 via 192.0.2.1: done`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.op, self.outcome)
+    }
 }
 
 impl Outcome {
@@ -273,6 +315,9 @@ pub struct Adapter {
     /// Addresses found in use by another host (and by whom), not probed or added again
     /// until [`Adapter::forget_duplicates`].
     duplicates: BTreeMap<(IfName, IpNetwork), Option<String>>,
+    /// While a reconcile repairs drift (the one before it left this same desired state
+    /// whole in the kernel): the addresses it adds back were this node's a moment ago.
+    restoring: bool,
 }
 
 impl Adapter {
@@ -289,6 +334,7 @@ impl Adapter {
             ns: ns.clone(),
             dad: Some(dad::PROBE_WINDOW),
             duplicates: BTreeMap::new(),
+            restoring: false,
         })
     }
 
@@ -582,7 +628,10 @@ impl Adapter {
                 })
                 .collect()
         } else {
-            self.apply(&p.ops)?
+            self.restoring = !drift.is_empty();
+            let applied = self.apply(&p.ops);
+            self.restoring = false;
+            applied?
         };
         let mut unconverged = Vec::new();
         if !dry_run && !p.ops.is_empty() {
@@ -856,8 +905,13 @@ impl Adapter {
 
     /// Adds addresses that no other host on their segment uses ([`dad`]): known
     /// duplicates are refused at once, IPv4 addresses are probed first (every one at
-    /// once), IPv6 addresses that fail the kernel's DAD are removed again.
+    /// once), IPv6 addresses that fail the kernel's DAD are removed again. A repair
+    /// (the last reconcile left this desired state whole in the kernel, so each address
+    /// it adds back was this node's until someone removed it a moment ago) probes for
+    /// [`dad::RESTORE_WINDOW`] instead of the full window: another host that took the
+    /// address meanwhile still answers, and drift is repaired within 100 ms.
     fn add_addresses(&mut self, ops: &[Op]) -> Result<Vec<OpResult>> {
+        let mut unprobed: Vec<Option<String>> = vec![None; ops.len()];
         let mut verdict: Vec<Option<Outcome>> = ops
             .iter()
             .map(|op| match op {
@@ -869,6 +923,11 @@ impl Adapter {
             })
             .collect();
         if let Some(window) = self.dad {
+            let window = if self.restoring {
+                window.min(dad::RESTORE_WINDOW)
+            } else {
+                window
+            };
             let targets: Vec<(usize, String, std::net::Ipv4Addr)> = ops
                 .iter()
                 .enumerate()
@@ -886,12 +945,16 @@ impl Adapter {
             let probes = dad::probe_ipv4(&self.ns, &asked, window)
                 .map_err(conn::io("ARP probes before adding addresses"))?;
             for ((k, _, _), p) in targets.iter().zip(probes) {
-                if let dad::Probe::InUse(mac) = p
-                    && let Op::AddAddress { dev, address } = &ops[*k]
-                {
-                    self.duplicates
-                        .insert((dev.clone(), *address), Some(mac.clone()));
-                    verdict[*k] = Some(Outcome::Duplicate { by: Some(mac) });
+                match p {
+                    dad::Probe::InUse(mac) => {
+                        if let Op::AddAddress { dev, address } = &ops[*k] {
+                            self.duplicates
+                                .insert((dev.clone(), *address), Some(mac.clone()));
+                        }
+                        verdict[*k] = Some(Outcome::Duplicate { by: Some(mac) });
+                    }
+                    dad::Probe::NotProbed(why) => unprobed[*k] = Some(why),
+                    dad::Probe::Free | dad::Probe::NoArp(_) => {}
                 }
             }
         }
@@ -903,13 +966,18 @@ impl Adapter {
             .collect();
         let mut ran = self.run(&to_run)?.into_iter();
         let mut out = Vec::with_capacity(ops.len());
-        for (op, v) in ops.iter().zip(verdict) {
+        for ((op, v), why) in ops.iter().zip(verdict).zip(unprobed) {
             match v {
                 Some(outcome) => out.push(OpResult {
                     op: op.clone(),
                     outcome,
                 }),
-                None => out.extend(ran.next()),
+                None => out.extend(ran.next().map(|mut r| {
+                    if let (Outcome::Done, Some(why)) = (&r.outcome, why) {
+                        r.outcome = Outcome::Unprobed { why };
+                    }
+                    r
+                })),
             }
         }
         if self.dad.is_some() {

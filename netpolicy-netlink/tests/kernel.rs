@@ -1696,3 +1696,85 @@ fn an_address_another_host_on_the_segment_uses_is_not_added_and_names_that_host(
     );
     assert!(report.is_converged(), "{:#?}", report.failures().next());
 }
+
+#[test]
+fn an_address_on_a_link_that_is_down_is_added_unprobed_and_says_why() {
+    let Some(seg) = segment("unprobed") else {
+        return;
+    };
+    seg.a.ip(&["link", "set", "a0", "down"]);
+    let desired = config(json!({"addresses": [
+        {"dev": "a0", "address": "10.87.0.3/24"},
+        {"dev": "lo", "address": "10.87.1.3/32"}
+    ]}));
+    let report = seg.a.adapter().reconcile(&desired, false).unwrap();
+    let outcome = |addr: &str| {
+        report
+            .results
+            .iter()
+            .find(
+                |r| matches!(&r.op, Op::AddAddress { address, .. } if address.to_string() == addr),
+            )
+            .map(|r| r.outcome.clone())
+            .unwrap_or_else(|| panic!("no add of {addr}: {report:#?}"))
+    };
+    assert_eq!(
+        outcome("10.87.0.3/24"),
+        Outcome::Unprobed {
+            why: "a0 is down".into()
+        }
+    );
+    assert_eq!(
+        outcome("10.87.1.3/32"),
+        Outcome::Done,
+        "loopback has no ARP: nothing to probe, nothing to say"
+    );
+    assert!(report.is_converged(), "an unprobed address is applied");
+    assert_eq!(
+        outcome("10.87.0.3/24").to_string(),
+        "added without a duplicate check: a0 is down"
+    );
+}
+
+#[test]
+fn a_repaired_address_is_probed_briefly_and_not_restored_over_a_host_that_took_it() {
+    let Some(seg) = segment("restore probe") else {
+        return;
+    };
+    let desired = config(json!({"addresses": [
+        {"dev": "a0", "address": "10.86.0.3/24"},
+        {"dev": "a0", "address": "10.86.1.4/24"}
+    ]}));
+    let mut a = seg.a.adapter();
+    assert!(a.reconcile(&desired, false).unwrap().is_converged());
+    // Someone removes both (different subnets: removing a primary address removes its
+    // secondaries); meanwhile the other host takes one of them.
+    seg.a.ip(&["address", "del", "10.86.0.3/24", "dev", "a0"]);
+    seg.a.ip(&["address", "del", "10.86.1.4/24", "dev", "a0"]);
+    seg.b.ip(&["address", "add", "10.86.0.3/24", "dev", "b0"]);
+    let start = std::time::Instant::now();
+    let report = a.reconcile(&desired, false).unwrap();
+    let took = start.elapsed();
+    eprintln!(
+        "restore probe: a repair re-adding 2 addresses took {took:?} (window {:?})",
+        netpolicy_netlink::dad::RESTORE_WINDOW
+    );
+    assert_eq!(report.drift.len(), 2, "{report:#?}");
+    let outcomes: Vec<String> = report
+        .results
+        .iter()
+        .map(std::string::ToString::to_string)
+        .collect();
+    assert!(
+        outcomes.iter().any(
+            |o| o.starts_with("add address 10.86.0.3/24") && o.contains("not added: in use by")
+        ),
+        "{outcomes:#?}"
+    );
+    assert!(
+        outcomes
+            .iter()
+            .any(|o| o.starts_with("add address 10.86.1.4/24") && o.ends_with(": done")),
+        "{outcomes:#?}"
+    );
+}

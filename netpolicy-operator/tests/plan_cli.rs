@@ -1081,11 +1081,21 @@ status: {node: ec2-a, address: 198.51.100.9}
     );
     let warnings = stderr;
     assert!(
-        warnings.contains("RoutedIP web: elected node gcp has spec.providerID")
+        warnings.contains("RoutedIP web: spec.issuerRef: elected node gcp has spec.providerID")
             && warnings.contains("aws:///<zone>/<instance-id>"),
         "{warnings}"
     );
     assert!(!warnings.contains("RoutedIP held"), "{warnings}");
+    // The same warning in the JSON, as an object a pipeline can read.
+    let json: Vec<&serde_json::Value> = v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["kind"] == "RoutedIP")
+        .collect();
+    assert_eq!(json.len(), 1, "{v}");
+    assert_eq!(json[0]["name"], "web");
+    assert_eq!(json[0]["field"], "spec.issuerRef");
     // An Elastic IP is NATed to the instance: nothing goes on the holder's interfaces.
     assert!(v["nodes"]["ec2-a"].get("addresses").is_none(), "{v}");
 
@@ -1329,17 +1339,28 @@ spec:
     }
     let (code, v, stderr) = plan_json(&text);
     assert_eq!(v["nodes"]["n1"]["routes"].as_array().unwrap().len(), 50_000);
-    // It parses and renders; the rendering is more than the operator writes into one
-    // NodeNetworkConfig (--max-object-bytes), and that is the only problem reported.
+    // It parses and renders; the NodeConfig itself is over what the API server stores
+    // (kubectl apply would fail on it: an error on it, by name), and so is the
+    // rendering the operator would write into one NodeNetworkConfig (--max-object-bytes),
+    // which names the policy that fills it.
     assert_eq!(code, 1, "{stderr}");
     let errors = v["errors"].as_array().unwrap();
-    assert!(!errors.is_empty());
+    let kinds: Vec<&str> = errors.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert!(
+        kinds.contains(&"NodeConfig") && kinds.contains(&"NodeNetworkConfig"),
+        "{errors:#?}"
+    );
     for e in errors {
-        assert_eq!(e["kind"], "NodeNetworkConfig", "{e}");
-        assert!(
-            e["message"].as_str().unwrap().starts_with("TooLarge: "),
-            "{e}"
-        );
+        let message = e["message"].as_str().unwrap();
+        assert!(message.starts_with("TooLarge: "), "{e}");
+        match e["kind"].as_str().unwrap() {
+            "NodeConfig" => assert_eq!(e["name"], "big", "{e}"),
+            "NodeNetworkConfig" => assert!(
+                message.contains("most items from NodeConfig/big (50000 items)"),
+                "{e}"
+            ),
+            other => panic!("unexpected error on {other}: {e}"),
+        }
     }
 
     let mut bomb = String::from(
@@ -2017,4 +2038,194 @@ fn return_routing_is_planned_on_the_node_announcing_the_address_and_a_bad_table_
             && e["message"].as_str().unwrap().contains("254")),
         "{errors:#?}"
     );
+}
+
+/// The repository's examples, with `edit` applied to the traffic domain's text, and
+/// the example nodes, planned as JSON.
+fn plan_trench_example(edit: impl Fn(&str) -> String, extra: &str) -> (i32, Value, String) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let trench = fs::read_to_string(root.join("traffic-domains/trench-a.yaml")).unwrap();
+    let nodes = fs::read_to_string(root.join("cluster/nodes.yaml")).unwrap();
+    plan_json(&format!("{nodes}\n---\n{}\n---\n{extra}", edit(&trench)))
+}
+
+/// Issue 39: two `Trench`es `red/trench-a` with different `ipFamily` used to give no
+/// error (one was used, silently). Every kind is checked by (namespace, name): the
+/// second definition is an error naming both places, in a namespace or not; the same
+/// name in another namespace is another object.
+#[test]
+fn a_second_definition_of_a_namespaced_object_is_an_error_naming_both_places() {
+    let again = "apiVersion: netpolicy.io/v1alpha1
+kind: Trench
+metadata: {name: trench-a, namespace: red}
+spec: {ipFamily: ipv4, dataPlane: node}
+---
+apiVersion: netpolicy.io/v1alpha1
+kind: Trench
+metadata: {name: trench-a, namespace: blue}
+spec: {ipFamily: ipv4, dataPlane: node}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: blue}
+---
+apiVersion: netpolicy.io/v1alpha1
+kind: Gateway
+metadata: {name: gateway-v4-a, namespace: red, labels: {trench: trench-a}}
+spec: {address: 169.254.100.152, protocol: static}
+";
+    let (code, v, stderr) = plan_trench_example(str::to_owned, again);
+    assert_eq!(code, 1, "{stderr}");
+    let twice: Vec<(String, String)> = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["message"].as_str().unwrap().starts_with("defined twice"))
+        .map(|e| {
+            (
+                format!(
+                    "{}/{}",
+                    e["kind"].as_str().unwrap(),
+                    e["name"].as_str().unwrap()
+                ),
+                e["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let names: Vec<&str> = twice.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["Trench/red/trench-a", "Gateway/red/gateway-v4-a"],
+        "{twice:#?}"
+    );
+    // Both places, by file and line; the first stays in use.
+    assert!(twice[0].1.contains("in.yaml:") && twice[0].1.matches(":").count() >= 3);
+    let trench = v["trenches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["namespace"] == "red")
+        .unwrap();
+    assert_eq!(
+        trench["attractors"][0]["nodes"].as_array().unwrap().len(),
+        3
+    );
+}
+
+/// Issue 39: warnings were printed on stderr only; a pipeline reading `plan -o json`
+/// never learned that a `node` trench's BGP gateway carries no traffic. Now they are in
+/// the JSON (and YAML) as objects shaped like `errors`, and every example's JSON has the
+/// key.
+#[test]
+fn warnings_are_in_the_json_as_objects_and_every_example_carries_the_key() {
+    let bgp = "apiVersion: netpolicy.io/v1alpha1
+kind: Gateway
+metadata: {name: gateway-bgp, namespace: red, labels: {trench: trench-a}}
+spec: {address: 169.254.100.160, protocol: bgp, bgp: {localAsn: 8103, remoteAsn: 4248829953}}
+";
+    let (code, v, stderr) = plan_trench_example(
+        |t| {
+            t.replace(
+                "gateways: [gateway-v4-a,",
+                "gateways: [gateway-bgp, gateway-v4-a,",
+            )
+        },
+        bgp,
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let w: Vec<&Value> = v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["kind"] == "Gateway")
+        .collect();
+    assert_eq!(w.len(), 1, "{v}");
+    assert_eq!(w[0]["name"], "red/gateway-bgp");
+    assert_eq!(w[0]["field"], "spec.protocol");
+    assert!(
+        w[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no route goes via this gateway"),
+        "{w:?}"
+    );
+    assert!(
+        stderr.contains("warning: Gateway red/gateway-bgp: spec.protocol: "),
+        "{stderr}"
+    );
+    // YAML too.
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("in.yaml"),
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n",
+    )
+    .unwrap();
+    let out = netpolicy()
+        .args(["plan", "-o", "yaml", "-f"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let yaml = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        yaml.contains("warnings:") && yaml.contains("kind: Deployment"),
+        "{yaml}"
+    );
+    // Every example directory: the key is there (empty or not).
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    for e in fs::read_dir(&root).unwrap() {
+        let e = e.unwrap().path();
+        let out = netpolicy()
+            .args(["plan", "-o", "json", "-f"])
+            .arg(&e)
+            .arg("-f")
+            .arg(root.join("cluster/nodes.yaml"))
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(v["warnings"].is_array(), "{}: {v}", e.display());
+    }
+}
+
+/// Issue 39: in a `dualstack` node trench whose attractor's IPv4 prefix could not address
+/// every node, a node got its VLAN with IPv6 addresses only and `plan` exited 0. A node
+/// that cannot get both families gets nothing of that attractor, and the exhausted
+/// prefix is an error naming its field; the same when IPv6 runs out first.
+#[test]
+fn a_node_that_cannot_get_both_families_gets_neither_and_the_prefix_is_named() {
+    for (edit, field) in [
+        (
+            (
+                "ipv4Prefix: 169.254.100.0/24",
+                "ipv4Prefix: 169.254.100.148/30",
+            ),
+            "spec.interface.ipv4Prefix",
+        ),
+        (
+            ("ipv6Prefix: 100:100::/64", "ipv6Prefix: 100:100::150/127"),
+            "spec.interface.ipv6Prefix",
+        ),
+    ] {
+        let (code, v, stderr) = plan_trench_example(|t| t.replace(edit.0, edit.1), "");
+        assert_eq!(code, 1, "{field}: {stderr}");
+        let exhausted: Vec<&Value> = v["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "Attractor" && e["field"] == field)
+            .collect();
+        assert_eq!(exhausted.len(), 2, "{field}: {v}");
+        let mut with_vlan = 0;
+        for n in ["edge-a1", "edge-b1", "edge-c1"] {
+            let vlans = v["nodes"][n]["vlans"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            for vlan in &vlans {
+                let a = vlan["addresses"].as_array().unwrap();
+                assert_eq!(a.len(), 2, "{field}: {n} got half a dual stack: {vlan}");
+                with_vlan += 1;
+            }
+        }
+        assert_eq!(with_vlan, 1, "{field}: one node fits: {v}");
+    }
 }

@@ -5,10 +5,13 @@
 //! (`netpolicy_netlink::monitor`) of a change to an object netpolicy owns, or inside a
 //! hard-synced table, made by anyone but the agent's own socket (told apart by the
 //! netlink port the kernel names in each notification: no timing, no race), start a
-//! pass at once; the resync timer stays as the safety net. More than
-//! [`DriftGuard::MAX`] such repairs a minute (another agent fighting over the same
-//! objects) and notifications are ignored until it stops (logged `Fighting`; the resync
-//! still repairs). It listens only
+//! pass at once; the resync timer stays as the safety net. Fights are per object: an
+//! object restored [`conditions::fighting::AFTER`] times within a minute is `Fighting`
+//! (named in the status), and its notifications start no pass; it is looked at again
+//! with backoff ([`Repairs`]). Every other object is still repaired on its
+//! notification: the only global valve is a rate ([`netpolicy_netlink::monitor::Budget`],
+//! a burst of 200 passes, then 20 a second), which delays a repair by at most 50 ms and
+//! never drops it. It listens only
 //! for metrics and health (`/metrics`, `/healthz`, `/readyz`, default 127.0.0.1:8081):
 //! nothing reaches the node's routing except through the Kubernetes API and its RBAC.
 //!
@@ -48,7 +51,7 @@ use kube::{
     runtime::{WatchStreamExt, watcher, watcher::Event},
 };
 use netpolicy_core::{merge::ItemRef, model::RoutingConfig, plan::Op, spec::RoutingSpec};
-use netpolicy_netlink::{Adapter, Namespace, Outcome, Ownership, Report};
+use netpolicy_netlink::{Adapter, Namespace, Outcome, Ownership, Report, monitor::Subject};
 use tracing::{info, warn};
 
 use crate::error::{Chain, Error, Result};
@@ -142,7 +145,9 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
     // The kernel's notifications: a foreign change to what netpolicy owns (or inside a
     // hard-synced table) starts a pass at once; the resync stays as the safety net.
     let mut kernel = watch_kernel(&ns)?;
-    let mut guard = DriftGuard::default();
+    let mut budget = netpolicy_netlink::monitor::Budget::default();
+    // A repair the budget held back: the pass starts when its token is there.
+    let mut deferred: Option<Instant> = None;
     let client = client_from(opts.kubeconfig.as_ref()).await?;
     let shared = Arc::new(Shared::default());
     let server = serve_probes(opts.listen, &shared, &client).await?;
@@ -157,6 +162,8 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
     let mut ctx = Ctx {
         ns: ns.clone(),
         repairs: Repairs::default(),
+        from_kernel: false,
+        not_probed: NotProbed::default(),
         client,
         mem: Memory {
             last_good: opts.state_file.as_deref().and_then(load_last_good),
@@ -229,14 +236,24 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
                     .as_ref()
                     .map(|o| o.spec.rendered.table_hard_sync.clone())
                     .unwrap_or_default();
-                let Some(what) = batch.foreign(own_port, &hard) else {
+                // Objects fought over wait for their look (next_check); others are
+                // repaired now, or when the budget's next token is there.
+                let fought = ctx.repairs.fighting();
+                let Some(what) = batch.foreign_except(own_port, &hard, |s| fought.contains(s))
+                else {
                     continue;
                 };
-                // A fight (Fighting condition) or a storm: the resync repairs.
-                if !ctx.repairs.fighting().is_empty() || !guard.allow(Instant::now()) {
+                if let Err(when) = budget.take(Instant::now()) {
+                    info!(change = %what, "changed behind netpolicy's back: repairing shortly (a storm of changes)");
+                    deferred = Some(deferred.map_or(when, |d| d.min(when)));
                     continue;
                 }
                 info!(change = %what, "changed behind netpolicy's back: repairing");
+                from_kernel = true;
+            }
+            () = event_timer(deferred) => {
+                deferred = None;
+                let _ = budget.take(Instant::now());
                 from_kernel = true;
             }
             () = event_timer(ctx.repairs.next_check()) => {
@@ -263,6 +280,7 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
             a.forget_duplicates();
         }
         let start = Instant::now();
+        ctx.from_kernel = from_kernel;
         let ok = match pass(&api, &nnc, &adapter, &mut ctx).await {
             Ok(written) => {
                 acted = Some(generation_key(&nnc));
@@ -326,57 +344,14 @@ fn watch_kernel(
     Ok(rx)
 }
 
-/// Repairs started by notifications, per window: another agent fighting over the same
-/// objects must not turn into a busy loop. Past [`DriftGuard::MAX`] repairs in
-/// [`DriftGuard::WINDOW`], notifications are ignored until the window has passed (the
-/// resync still repairs), and the agent says so once.
-#[derive(Debug, Default)]
-pub struct DriftGuard {
-    recent: std::collections::VecDeque<Instant>,
-    fighting: bool,
-}
-
-impl DriftGuard {
-    /// Repairs allowed per window.
-    pub const MAX: usize = 20;
-    /// The window.
-    pub const WINDOW: Duration = Duration::from_secs(60);
-
-    /// Whether a notification may start a repair at `now`.
-    pub fn allow(&mut self, now: Instant) -> bool {
-        while self
-            .recent
-            .front()
-            .is_some_and(|t| now.duration_since(*t) > Self::WINDOW)
-        {
-            self.recent.pop_front();
-        }
-        if self.recent.len() >= Self::MAX {
-            if !self.fighting {
-                warn!(
-                    repairs = self.recent.len(),
-                    window = ?Self::WINDOW,
-                    "Fighting: something keeps changing netpolicy's objects back; repairing on \
-                     resync only until it stops"
-                );
-                self.fighting = true;
-            }
-            return false;
-        }
-        self.fighting = false;
-        self.recent.push_back(now);
-        true
-    }
-}
-
 /// The repairs the agent made, for the node's Events and its `Fighting` condition.
 ///
 /// Events are rate-limited: at most one per [`Repairs::EVENT_EVERY`], naming what was
 /// restored since the last one (a process flushing routes every second costs one Event
 /// a minute and no status write per repair). An object restored
 /// [`conditions::fighting::AFTER`] times within [`Repairs::WINDOW`] is fought over: the
-/// NodeNetworkConfig says `Fighting` naming it, notifications stop starting passes,
-/// and the agent looks again after [`Repairs::CHECK_FIRST`], doubling each time up to
+/// NodeNetworkConfig says `Fighting` naming it, its notifications stop starting passes
+/// (the other objects' still do), and the agent looks again after [`Repairs::CHECK_FIRST`], doubling each time up to
 /// [`Repairs::CHECK_MAX`] (a resync or a new spec looks too); the fight ends at the
 /// first pass that finds the object intact.
 #[derive(Debug, Default)]
@@ -387,9 +362,9 @@ pub struct Repairs {
     last_event: Option<Instant>,
     /// When the first repair not yet told was recorded.
     since: Option<Instant>,
-    /// Repair times per object (the repairing operation, as `netpolicy plan` prints it).
-    history: std::collections::BTreeMap<String, std::collections::VecDeque<Instant>>,
-    fighting: std::collections::BTreeSet<String>,
+    /// Repair times per object.
+    history: std::collections::BTreeMap<Subject, std::collections::VecDeque<Instant>>,
+    fighting: std::collections::BTreeSet<Subject>,
     /// While fighting: the next pass that looks again (backing off from
     /// [`Repairs::CHECK_FIRST`], doubling to [`Repairs::CHECK_MAX`]), and its delay.
     check: Option<(Instant, Duration)>,
@@ -414,7 +389,17 @@ impl Repairs {
     /// Records one pass's repairs: `(object, line)` pairs ([`repaired`]). A pass is a
     /// whole look at the node: an object in a fight that it did not have to repair is
     /// intact, and that fight is over.
-    pub fn record(&mut self, now: Instant, repaired: &[(String, String)]) {
+    pub fn record(&mut self, now: Instant, repaired: &[(Subject, String)]) {
+        self.record_pass(now, repaired, true);
+    }
+
+    /// As [`Repairs::record`], for a pass another object's notification started: it
+    /// ends no fight (the peer may be between two of its changes), it only counts.
+    pub fn record_unasked(&mut self, now: Instant, repaired: &[(Subject, String)]) {
+        self.record_pass(now, repaired, false);
+    }
+
+    fn record_pass(&mut self, now: Instant, repaired: &[(Subject, String)], look: bool) {
         for h in self.history.values_mut() {
             while h
                 .front()
@@ -427,9 +412,11 @@ impl Repairs {
         if !repaired.is_empty() {
             self.since.get_or_insert(now);
         }
-        let now_repaired: std::collections::BTreeSet<&String> =
-            repaired.iter().map(|(k, _)| k).collect();
-        self.fighting.retain(|k| now_repaired.contains(k));
+        if look {
+            let now_repaired: std::collections::BTreeSet<&Subject> =
+                repaired.iter().map(|(k, _)| k).collect();
+            self.fighting.retain(|k| now_repaired.contains(k));
+        }
         for (key, line) in repaired {
             let h = self.history.entry(key.clone()).or_default();
             h.push_back(now);
@@ -466,7 +453,7 @@ impl Repairs {
     }
 
     /// The objects fought over now.
-    pub fn fighting(&self) -> &std::collections::BTreeSet<String> {
+    pub fn fighting(&self) -> &std::collections::BTreeSet<Subject> {
         &self.fighting
     }
 
@@ -513,7 +500,7 @@ impl Repairs {
             return Some((conditions::events::DRIFT_REPAIRED, repairs));
         }
         self.told_fight = true;
-        let objects: Vec<String> = self.fighting.iter().cloned().collect();
+        let objects: Vec<String> = self.fighting.iter().map(ToString::to_string).collect();
         let mut note = format!(
             "something keeps changing netpolicy's objects back (each restored {} times within \
              {} s): {}; repairing on resync only until it stops",
@@ -578,7 +565,7 @@ async fn event_timer(at: Option<Instant>) {
 /// What a pass repaired: `(object, line)` per drift operation, the line saying what
 /// someone did and whether it was restored (`route 10.20.0.0/16 table 100 via
 /// 192.0.2.1 removed or changed by someone, restored`).
-pub fn repaired(report: &Report) -> Vec<(String, String)> {
+pub fn repaired(report: &Report) -> Vec<(Subject, String)> {
     report
         .drift
         .iter()
@@ -592,7 +579,7 @@ pub fn repaired(report: &Report) -> Vec<(String, String)> {
                         Outcome::Failed { message, .. } => Some(message.as_str()),
                         _ => None,
                     });
-            (op.to_string(), repair_line(op, failed))
+            (Subject::of(op), repair_line(op, failed))
         })
         .collect()
 }
@@ -643,7 +630,7 @@ fn repair_line(op: &Op, failed: Option<&str>) -> String {
 /// fought (and is not fighting).
 fn fighting_condition(
     current: &NodeNetworkConfigStatus,
-    fighting: &std::collections::BTreeSet<String>,
+    fighting: &std::collections::BTreeSet<Subject>,
     generation: Option<i64>,
     now: &Time,
 ) -> Option<Condition> {
@@ -661,7 +648,7 @@ fn fighting_condition(
             "the last pass found every object it had fought over intact".to_owned(),
         )
     } else {
-        let mut objects: Vec<&str> = fighting.iter().map(String::as_str).take(10).collect();
+        let mut objects: Vec<String> = fighting.iter().map(ToString::to_string).take(10).collect();
         let more = fighting.len().saturating_sub(objects.len());
         let more = if more > 0 {
             format!(" and {more} more")
@@ -830,6 +817,9 @@ struct Memory {
 struct Ctx {
     ns: Namespace,
     repairs: Repairs,
+    /// Whether this pass was started by a kernel notification (it ends no fight).
+    from_kernel: bool,
+    not_probed: NotProbed,
     client: kube::Client,
     mem: Memory,
     state_file: Option<PathBuf>,
@@ -977,7 +967,13 @@ async fn pass(
                 if !report.drift.is_empty() {
                     info!(node, repaired = report.drift.len(), "drift repaired");
                 }
-                ctx.repairs.record(Instant::now(), &repaired(&report));
+                ctx.not_probed.record(&report, &desired);
+                if ctx.from_kernel {
+                    ctx.repairs
+                        .record_unasked(Instant::now(), &repaired(&report));
+                } else {
+                    ctx.repairs.record(Instant::now(), &repaired(&report));
+                }
                 let proven = match &ctx.mem.last_good {
                     Some((r, _)) => *r == revision,
                     // A restarted agent: what its status reports applied was proven.
@@ -1033,6 +1029,7 @@ async fn pass(
         next.conditions.push(c);
     }
     next.left_behind = left_behind_lines(&nnc.spec.left_behind);
+    next.not_probed = ctx.not_probed.lines();
     next.left_behind.extend(
         not_given_up
             .iter()
@@ -1431,6 +1428,65 @@ pub fn next_status(
             }
             _ => current.removed_foreign.clone(),
         },
+        not_probed: current.not_probed.clone(),
+    }
+}
+
+/// Addresses the agent added without a duplicate address check ([`Outcome::Unprobed`]),
+/// kept across passes: an address stays listed until a probe of it runs or it is no
+/// longer desired. Each link is logged once, when its first such address is seen.
+#[derive(Debug, Default)]
+pub struct NotProbed {
+    /// `address A dev D` → why.
+    addresses: std::collections::BTreeMap<String, String>,
+    logged: std::collections::BTreeSet<String>,
+}
+
+impl NotProbed {
+    /// Takes one pass's outcomes; `desired` is what the pass applied.
+    pub fn record(&mut self, report: &Report, desired: &RoutingConfig) {
+        for r in &report.results {
+            let Op::AddAddress { dev, address } = &r.op else {
+                continue;
+            };
+            let key = format!("address {address} dev {dev}");
+            match &r.outcome {
+                Outcome::Unprobed { why } => {
+                    if self.logged.insert(dev.to_string()) {
+                        warn!(
+                            link = %dev,
+                            why,
+                            "NotProbed: addresses added on this link without a duplicate \
+                             address check (listed in status.notProbed)"
+                        );
+                    }
+                    self.addresses.insert(key, why.clone());
+                }
+                Outcome::Done | Outcome::Duplicate { .. } => {
+                    self.addresses.remove(&key);
+                }
+                _ => {}
+            }
+        }
+        let wanted: std::collections::BTreeSet<String> = desired
+            .addresses
+            .iter()
+            .map(|a| format!("address {} dev {}", a.address, a.dev))
+            .chain(desired.vlans.iter().flat_map(|v| {
+                v.addresses
+                    .iter()
+                    .map(move |a| format!("address {a} dev {}", v.name))
+            }))
+            .collect();
+        self.addresses.retain(|k, _| wanted.contains(k));
+    }
+
+    /// The status lines, in order.
+    pub fn lines(&self) -> Vec<String> {
+        self.addresses
+            .iter()
+            .map(|(k, why)| format!("{k}: {why}"))
+            .collect()
     }
 }
 
@@ -1661,19 +1717,12 @@ mod tests {
         assert_eq!(s.applied_revision, None);
     }
 
-    #[test]
-    fn a_fighting_peer_gets_a_bounded_number_of_repairs_per_window() {
-        let mut g = DriftGuard::default();
-        let t0 = Instant::now();
-        for k in 0..DriftGuard::MAX {
-            assert!(g.allow(t0 + Duration::from_millis(k as u64)), "repair {k}");
-        }
-        assert!(!g.allow(t0 + Duration::from_secs(1)), "the next one waits");
-        assert!(!g.allow(t0 + Duration::from_secs(30)));
-        assert!(
-            g.allow(t0 + DriftGuard::WINDOW + Duration::from_secs(1)),
-            "the window passed"
-        );
+    fn route_subject(to: &str) -> Subject {
+        Subject::Route(netpolicy_core::model::RouteKey {
+            table: 100,
+            to: to.parse().unwrap(),
+            metric: 0,
+        })
     }
 
     #[test]
@@ -1681,7 +1730,7 @@ mod tests {
         let mut r = Repairs::default();
         let t0 = Instant::now();
         let route = (
-            "add route 10.20.0.0/16 table 100".to_owned(),
+            route_subject("10.20.0.0/16"),
             "route 10.20.0.0/16 table 100 removed or changed by someone, restored".to_owned(),
         );
         assert_eq!(r.next_event(), None, "nothing to tell");
@@ -1695,7 +1744,7 @@ mod tests {
             r.record(
                 t,
                 &[(
-                    format!("add route 10.{k}.0.0/16 table 100"),
+                    route_subject(&format!("10.{k}.0.0/16")),
                     format!("route 10.{k}.0.0/16 removed, restored"),
                 )],
             );
@@ -1717,10 +1766,7 @@ mod tests {
     fn an_object_restored_again_and_again_is_a_fight_until_a_pass_finds_it_intact() {
         let mut r = Repairs::default();
         let t0 = Instant::now();
-        let route = (
-            "add route 10.20.0.0/16 table 100".to_owned(),
-            "route … restored".to_owned(),
-        );
+        let route = (route_subject("10.20.0.0/16"), "route … restored".to_owned());
         for k in 0..conditions::fighting::AFTER - 1 {
             r.record(
                 t0 + Duration::from_secs(k as u64),
@@ -1744,7 +1790,7 @@ mod tests {
             ("True", conditions::fighting::FIGHTING)
         );
         assert!(
-            c.message.contains("add route 10.20.0.0/16 table 100"),
+            c.message.contains("route 10.20.0.0/16 table 100"),
             "{}",
             c.message
         );
@@ -1753,7 +1799,7 @@ mod tests {
         r.record(t + Duration::from_secs(1), std::slice::from_ref(&route));
         let (reason, note) = r.event_due(t + Repairs::EVENT_EVERY).unwrap();
         assert_eq!(reason, conditions::events::FIGHTING);
-        assert!(note.contains("add route 10.20.0.0/16"), "{note}");
+        assert!(note.contains("route 10.20.0.0/16 table 100"), "{note}");
         // A resync still repairing it: still a fight, told no more than once a minute.
         r.record(t + Duration::from_secs(61), std::slice::from_ref(&route));
         assert!(!r.fighting().is_empty());
@@ -1775,6 +1821,13 @@ mod tests {
             Some(look + Repairs::CHECK_FIRST * 6),
             "doubling"
         );
+        // A pass another object's notification started finds it intact between two of
+        // the peer's changes: that is no look, the fight goes on.
+        r.record_unasked(
+            t + Duration::from_secs(120),
+            &[(route_subject("10.30.0.0/16"), "route … restored".to_owned())],
+        );
+        assert!(r.fighting().contains(&route.0), "still fought over");
         // A pass that found it intact ends it; the condition turns False, once.
         r.record(t + Duration::from_secs(121), &[]);
         assert!(r.fighting().is_empty());

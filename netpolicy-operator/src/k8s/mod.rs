@@ -21,7 +21,8 @@ pub(crate) const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "ne
 /// Field manager of the operator's server-side applies.
 pub(crate) const FIELD_MANAGER: &str = "netpolicy-operator";
 
-/// A problem with the input: one entry of `errors` in `netpolicy plan` output.
+/// A problem with the input: one entry of `errors` (or, for what is accepted but worth
+/// a person's look, of `warnings`) in `netpolicy plan` output.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct InputError {
     /// Kind of the object, when known.
@@ -34,7 +35,34 @@ pub struct InputError {
     pub message: String,
 }
 
+impl std::fmt::Display for InputError {
+    /// `Kind name: field: message`, leaving out what is empty.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let head: Vec<&str> = [self.kind.as_str(), self.name.as_str()]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect();
+        if !head.is_empty() {
+            write!(f, "{}: ", head.join(" "))?;
+        }
+        if !self.field.is_empty() {
+            write!(f, "{}: ", self.field)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
 impl InputError {
+    /// An entry about object `kind`/`name` at `field`.
+    pub fn new(kind: &str, name: &str, field: &str, message: impl Into<String>) -> Self {
+        Self {
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            field: field.to_owned(),
+            message: message.into(),
+        }
+    }
+
     /// One entry per field problem of object `kind`/`name`.
     pub fn from_fields(kind: &str, name: &str, problems: &[FieldError], out: &mut Vec<Self>) {
         out.extend(problems.iter().map(|p| Self {

@@ -161,9 +161,10 @@ pub struct PlanReport {
     pub route_reflectors: Option<RouteReflectorReport>,
     /// Every problem with the input.
     pub errors: Vec<InputError>,
-    /// Things skipped on purpose (printed to stderr, not part of the output).
-    #[serde(skip)]
-    pub warnings: Vec<String>,
+    /// What is accepted but worth a person's look (a gateway nothing routes through, a
+    /// document of a kind plan does not read, ...), in the shape of `errors`: a
+    /// pipeline gating on the JSON sees them. The table form prints them on stderr.
+    pub warnings: Vec<InputError>,
 }
 
 /// A count as JSON: a number while a double holds it exactly (up to 2^53), a decimal
@@ -315,11 +316,7 @@ pub fn plan(m: &Manifests) -> PlanReport {
     );
     let traffic = trench::evaluate(&domains, &nodes, &BTreeMap::new());
     errors.extend(traffic.errors.iter().cloned());
-    let mut report_warnings: Vec<String> = traffic
-        .notes
-        .iter()
-        .map(|n| format!("{} {}: {}: {}", n.kind, n.name, n.field, n.message))
-        .collect();
+    let mut report_warnings: Vec<InputError> = traffic.notes.clone();
     for ps in
         trench::policies(&domains, &traffic.valid, &traffic.allocations, &mut errors).into_values()
     {
@@ -509,8 +506,10 @@ pub fn plan(m: &Manifests) -> PlanReport {
                 field: "spec".into(),
                 message: format!(
                     "TooLarge: {bytes} bytes, over the {} the operator writes \
-                     (--max-object-bytes); the node would keep its last config",
-                    crate::runtime::DEFAULT_MAX_OBJECT_BYTES
+                     (--max-object-bytes); the node would keep its last config; most items \
+                     from {}",
+                    crate::runtime::DEFAULT_MAX_OBJECT_BYTES,
+                    crate::routing::largest_contributors(spec, 3).join(", ")
                 ),
             });
         }
@@ -521,6 +520,16 @@ pub fn plan(m: &Manifests) -> PlanReport {
     report.floating_ips = fips;
     report.kube_vip = kube_vip;
     report.route_reflectors = plan_route_reflectors(m, &mut errors);
+    if let Some(rr) = &report.route_reflectors {
+        report.warnings.extend(rr.warnings.iter().map(|w| {
+            InputError::new(
+                "RouteReflectorConfig",
+                ROUTE_REFLECTOR_CONFIG_NAME,
+                "spec",
+                w,
+            )
+        }));
+    }
     report.routed_ips = plan_routed_ips(m, &mut errors, &mut report.warnings);
     // What other jobs need on nodes, as the routing job adds it: a Hetzner RoutedIP's
     // address and return routing on its elected holder (the address from its status or
@@ -611,9 +620,11 @@ pub fn plan(m: &Manifests) -> PlanReport {
     for (node, items) in extra {
         if let Some(spec) = report.nodes.get_mut(&node) {
             let (with, skipped) = crate::routing::with_job_items(spec, &items);
-            report
-                .warnings
-                .extend(skipped.into_iter().map(|w| format!("node {node}: {w}")));
+            report.warnings.extend(
+                skipped
+                    .into_iter()
+                    .map(|w| InputError::new("NodeNetworkConfig", &node, "spec", w)),
+            );
             *spec = Arc::new(with);
         }
     }
@@ -711,7 +722,7 @@ fn plan_route_reflectors(
 fn plan_routed_ips(
     m: &Manifests,
     errors: &mut Vec<InputError>,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<InputError>,
 ) -> Vec<RoutedIPReport> {
     const KIND: &str = "RoutedIP";
     let issuers: BTreeMap<String, &crate::api::RoutedIPIssuerSpec> = m
@@ -762,10 +773,15 @@ fn plan_routed_ips(
             }
         };
         if let Some(svc) = &r.spec.service_ref {
-            warnings.push(format!(
-                "RoutedIP {name}: serviceRef {}/{} not checked (plan has no EndpointSlices); \
-                 every selected node is assumed to host a ready endpoint",
-                svc.namespace, svc.name
+            warnings.push(InputError::new(
+                KIND,
+                &name,
+                "spec.serviceRef",
+                format!(
+                    "{}/{} not checked (plan has no EndpointSlices); every selected node is \
+                     assumed to host a ready endpoint",
+                    svc.namespace, svc.name
+                ),
             ));
         }
         let candidates: Vec<netpolicy_issuers::Candidate> = m
@@ -783,9 +799,12 @@ fn plan_routed_ips(
         )
         .map(|c| c.name.clone());
         if node.is_none() {
-            warnings.push(format!(
-                "RoutedIP {name}: no eligible node (Ready, schedulable, selected, untainted, \
-                 with spec.providerID)"
+            warnings.push(InputError::new(
+                KIND,
+                &name,
+                "spec.nodeSelector",
+                "no eligible node (Ready, schedulable, selected, untainted, with \
+                 spec.providerID)",
             ));
         }
         // The provider would refuse a holder whose ID is not one of its machines.
@@ -799,10 +818,15 @@ fn plan_routed_ips(
                 .and_then(|c| c.provider_id.as_deref())
             && !id.starts_with(prefix)
         {
-            warnings.push(format!(
-                "RoutedIP {name}: elected node {n} has spec.providerID {id:?}, not a machine of \
-                 issuer {} ({reads}): the provider will refuse it",
-                r.spec.issuer_ref.name
+            warnings.push(InputError::new(
+                KIND,
+                &name,
+                "spec.issuerRef",
+                format!(
+                    "elected node {n} has spec.providerID {id:?}, not a machine of issuer {} \
+                     ({reads}): the provider will refuse it",
+                    r.spec.issuer_ref.name
+                ),
             ));
         }
         out.push(RoutedIPReport {
@@ -819,7 +843,7 @@ fn plan_routed_ips(
 fn plan_floating_ips(
     m: &Manifests,
     errors: &mut Vec<InputError>,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<InputError>,
 ) -> (
     Vec<RangeReport>,
     Vec<FloatingIPReport>,
@@ -921,11 +945,12 @@ fn plan_floating_ips(
         .collect();
     let kube_vip = fip::kube_vip(&ranges, &held, Some(&clusters));
     for r in ranges.iter().filter(|r| r.spec.harvester.is_some()) {
-        warnings.push(format!(
-            "FloatingIPRange {}: spec.harvester: plan cannot tell which Harvester cluster a \
-             guest runs on (the operator reads it from the guest's cloud credential), so \
-             its autoAllocate creates nothing here",
-            r.metadata.name.as_deref().unwrap_or_default()
+        warnings.push(InputError::new(
+            "FloatingIPRange",
+            r.metadata.name.as_deref().unwrap_or_default(),
+            "spec.harvester",
+            "plan cannot tell which Harvester cluster a guest runs on (the operator reads \
+             it from the guest's cloud credential), so its autoAllocate creates nothing here",
         ));
     }
     for h in held.iter().filter(|h| !fip::publishable(h.address)) {
@@ -934,10 +959,15 @@ fn plan_floating_ips(
                 && r.spec.kube_vip.as_ref().is_some_and(|k| k.publish)
         });
         if publishes {
-            warnings.push(format!(
-                "FloatingIP {}/{}: kube-vip never hands out {} (an IPv4 address ending in .0 \
-                 or .255); it is not published",
-                h.namespace, h.name, h.address
+            warnings.push(InputError::new(
+                "FloatingIP",
+                &format!("{}/{}", h.namespace, h.name),
+                "status.address",
+                format!(
+                    "kube-vip never hands out {} (an IPv4 address ending in .0 or .255); it is \
+                     not published",
+                    h.address
+                ),
             ));
         }
     }
@@ -986,7 +1016,7 @@ fn plan_guests(
     m: &Manifests,
     fips: &[FloatingIPReport],
     kube_vip: &[fip::KubeVipPublication],
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<InputError>,
 ) -> Vec<GuestReport> {
     let clusters: Vec<fip::guest::RancherCluster> = m
         .rancher_clusters
@@ -1005,7 +1035,12 @@ fn plan_guests(
         };
         match fip::guest_of(kv, &f.namespace, Some(&clusters)) {
             Ok(None) => {}
-            Err(e) => warnings.push(format!("FloatingIP {}/{}: {e}", f.namespace, f.name)),
+            Err(e) => warnings.push(InputError::new(
+                "FloatingIP",
+                &format!("{}/{}", f.namespace, f.name),
+                "spec.range",
+                e.to_string(),
+            )),
             Ok(Some((kubeconfig, target))) => {
                 let data = kube_vip
                     .iter()

@@ -412,6 +412,29 @@ pub(crate) fn node_object(
     })
 }
 
+/// The policies that contribute the most items to `spec`, most first, at most `n`:
+/// `NodeConfig/big (50000 items)`. What a person trims when a NodeNetworkConfig is too
+/// large to store.
+pub(crate) fn largest_contributors(spec: &RenderedSpec, n: usize) -> Vec<String> {
+    let mut count: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let sources = spec
+        .vlans
+        .iter()
+        .map(|i| &i.sources)
+        .chain(spec.routes.iter().map(|i| &i.sources))
+        .chain(spec.addresses.iter().map(|i| &i.sources))
+        .chain(spec.rules.iter().map(|i| &i.sources));
+    for s in sources.flatten() {
+        *count.entry((s.kind.clone(), s.name.clone())).or_default() += 1;
+    }
+    let mut v: Vec<((String, String), usize)> = count.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v.into_iter()
+        .take(n)
+        .map(|((kind, name), c)| format!("{kind}/{name} ({c} items)"))
+        .collect()
+}
+
 /// The size of an object as sent (bytes of JSON): what `--max-object-bytes` limits.
 pub(crate) fn object_bytes(o: &serde_json::Value) -> usize {
     serde_json::to_vec(o).map_or(0, |v| v.len())

@@ -1001,13 +1001,20 @@ pub(crate) fn allocate(
             let iface = &a.spec.interface;
             let fam = trench.spec.ip_family;
             // Only the trench's families: the other prefix is accepted and unused.
-            for prefix in [
-                iface.ipv4_prefix.as_ref().filter(|_| fam.v4()),
-                iface.ipv6_prefix.as_ref().filter(|_| fam.v6()),
+            let prefixes: Vec<(&str, &String)> = [
+                (
+                    "spec.interface.ipv4Prefix",
+                    iface.ipv4_prefix.as_ref().filter(|_| fam.v4()),
+                ),
+                (
+                    "spec.interface.ipv6Prefix",
+                    iface.ipv6_prefix.as_ref().filter(|_| fam.v6()),
+                ),
             ]
             .into_iter()
-            .flatten()
-            {
+            .filter_map(|(field, p)| Some((field, p?)))
+            .collect();
+            for &(field, prefix) in &prefixes {
                 let Ok(net) = prefix.parse::<IpNetwork>() else {
                     continue;
                 };
@@ -1054,12 +1061,18 @@ pub(crate) fn allocate(
                             "Attractor",
                             &d.namespace,
                             aname,
-                            "spec.interface",
-                            format!("{prefix} has no address left for node {n:?}"),
+                            field,
+                            format!(
+                                "Exhausted: {prefix} has no address left for node {n:?}; the \
+                                 node gets nothing of this attractor (no half dual stack)"
+                            ),
                         )),
                     }
                 }
             }
+            // The trench promised every family it names: a node that could not get an
+            // address of each gets none (nothing half-applied); the error above says why.
+            by_node.retain(|_, addrs| addrs.len() == prefixes.len());
             if !by_node.is_empty() {
                 st.node_addresses.insert(aname.to_owned(), by_node);
             }

@@ -123,9 +123,28 @@ pub struct Manifests {
     pub rancher_clusters: Vec<Located<kube::core::DynamicObject>>,
     /// Problems with documents (the rest of the input is still used).
     pub errors: Vec<InputError>,
-    /// Things skipped on purpose (unknown kinds), for a person to read.
-    pub warnings: Vec<String>,
+    /// Things skipped on purpose (unknown kinds), for a person to read; `field` is
+    /// the document's `file:line`.
+    pub warnings: Vec<InputError>,
+    /// Every object used, by (kind, namespace, name), with where it was read: a second
+    /// definition is an error naming both places, whatever the kind.
+    seen: std::collections::HashMap<(String, String, String), Origin>,
 }
+
+/// The kinds `plan` reads that live in a namespace (an object without
+/// `metadata.namespace` is in `default`, as `kubectl apply` puts it).
+const NAMESPACED: &[&str] = &[
+    "Service",
+    "FloatingIP",
+    "Trench",
+    "Attractor",
+    "Gateway",
+    "Vip",
+    "Conduit",
+    "Stream",
+    "Flow",
+    "Cluster",
+];
 
 /// Reads every path: a file, or a directory whose `*.yaml`/`*.yml` files are read in
 /// name order (recursively).
@@ -425,10 +444,9 @@ impl Manifests {
             ("provisioning.cattle.io/v1", "Cluster") => {
                 self.parse_into(&d, None, false, |m| &mut m.rancher_clusters)
             }
-            (API_VERSION, "NodeNetworkConfig") => self.warnings.push(format!(
-                "{}: ignoring NodeNetworkConfig {:?}: it is output, rendered by the \
-                 operator",
-                d.origin, head.metadata.name
+            (API_VERSION, "NodeNetworkConfig") => self.warnings.push(input_error(
+                d.origin.to_string(),
+                "ignored: a NodeNetworkConfig is output, rendered by the operator".into(),
             )),
             (v, k) if v.starts_with("netpolicy.io/") => self.errors.push(input_error(
                 "apiVersion".into(),
@@ -437,9 +455,9 @@ impl Manifests {
                     NodeNetworkConfig::api_version(&())
                 ),
             )),
-            (v, k) => self.warnings.push(format!(
-                "{}: ignoring {k} {:?} ({v}): not a kind netpolicy plan reads",
-                d.origin, head.metadata.name
+            (v, k) => self.warnings.push(input_error(
+                d.origin.to_string(),
+                format!("ignored: {k} ({v}) is not a kind netpolicy plan reads"),
             )),
         }
     }
@@ -509,7 +527,57 @@ impl Manifests {
             ));
             return;
         }
-        let object: T = match serde_path_to_error::deserialize(d.tree.to_json()) {
+        let json = d.tree.to_json();
+        // The API server would refuse it (etcd's request limit): `kubectl apply` fails.
+        let bytes = serde_json::to_vec(&json).map_or(0, |v| v.len());
+        if bytes > crate::runtime::DEFAULT_MAX_OBJECT_BYTES {
+            self.errors.push(error(
+                "spec".into(),
+                format!(
+                    "TooLarge: {bytes} bytes, over the {} an object may have \
+                     (--max-object-bytes; etcd's default request limit is 1.5 MiB): the API \
+                     server would refuse it, `kubectl apply` fails ({}); the plan below \
+                     shows what it would do if it were stored",
+                    crate::runtime::DEFAULT_MAX_OBJECT_BYTES,
+                    d.origin
+                ),
+            ));
+        }
+        let namespace = if NAMESPACED.contains(&d.head.kind.as_str()) {
+            let ns = d
+                .tree
+                .get("metadata")
+                .and_then(|m| m.get("namespace"))
+                .and_then(|n| n.as_str())
+                .unwrap_or_default();
+            if ns.is_empty() { "default" } else { ns }.to_owned()
+        } else {
+            String::new()
+        };
+        let key = (
+            d.head.kind.clone(),
+            namespace.clone(),
+            d.head.metadata.name.clone(),
+        );
+        if let Some(first) = self.seen.get(&key) {
+            let name = if namespace.is_empty() {
+                d.head.metadata.name.clone()
+            } else {
+                format!("{namespace}/{}", d.head.metadata.name)
+            };
+            let message = format!(
+                "defined twice: at {first} and at {}; the second is ignored",
+                d.origin
+            );
+            self.errors.push(InputError {
+                kind: d.head.kind.clone(),
+                name,
+                field: "metadata.name".into(),
+                message,
+            });
+            return;
+        }
+        let object: T = match serde_path_to_error::deserialize(json) {
             Ok(o) => o,
             Err(e) => {
                 self.errors.push(error(
@@ -524,6 +592,7 @@ impl Manifests {
                 return;
             }
         };
+        self.seen.insert(key, d.origin.clone());
         list(self).push(Located {
             object,
             origin: d.origin.clone(),
@@ -786,6 +855,6 @@ mod tests {
         );
         assert!(m.errors.is_empty());
         assert_eq!(m.warnings.len(), 1);
-        assert!(m.warnings[0].contains("Deployment"));
+        assert_eq!(m.warnings[0].kind, "Deployment");
     }
 }
