@@ -29,9 +29,10 @@ pub enum Command {
     Plan(PlanArgs),
     /// Print the CustomResourceDefinitions as YAML.
     Crds,
-    /// Convert ipruler's and kube-fip's objects in manifests on disk to netpolicy's
-    /// (printed as YAML; other documents pass through; what needs a person's check is
-    /// noted on stderr).
+    /// Convert the seeds' manifests on disk to netpolicy's: ipruler's, kube-fip's and
+    /// Meridio's objects, and the Calico route-reflector operator's Deployment (printed
+    /// as YAML; other documents pass through; what needs a person's check is noted on
+    /// stderr).
     Convert(ConvertArgs),
     /// Run the operator: leader election, controllers, metrics and health endpoints.
     Operator(crate::runtime::Options),

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::{fs, path::PathBuf};
+use std::{fs, io::Write, path::PathBuf};
 
 use assert_cmd::Command;
 use predicates::prelude::*;
@@ -1895,7 +1895,12 @@ fn plan_fits_the_terminal_and_keeps_full_width_when_piped() {
         "the examples have cells wider than 100 columns"
     );
     let Ok(script) = which("script") else {
-        eprintln!("SKIP plan on a terminal: util-linux's script is not installed");
+        // Not `eprintln!`: the test harness captures that, and scripts/test counts SKIP
+        // lines in the run's output.
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIP plan on a terminal: util-linux's script is not installed"
+        );
         return;
     };
     let bin = assert_cmd::cargo::cargo_bin("netpolicy");

@@ -1855,6 +1855,68 @@ mod tests {
     }
 
     #[test]
+    fn an_address_added_unprobed_is_listed_until_probed_or_no_longer_desired() {
+        use netpolicy_netlink::OpResult;
+        let spec: RoutingSpec = serde_json::from_value(serde_json::json!({
+            "addresses": [
+                {"dev": "eth1", "address": "192.0.2.7/24"},
+                {"dev": "eth2", "address": "198.51.100.7/24"}
+            ]
+        }))
+        .unwrap();
+        let desired = spec.validate("spec").unwrap();
+        let add = |dev: &str, a: &str| Op::AddAddress {
+            dev: netpolicy_core::model::IfName::new(dev).unwrap(),
+            address: a.parse().unwrap(),
+        };
+        let report = |results: Vec<OpResult>| Report {
+            results,
+            ..Report::default()
+        };
+        let mut np = NotProbed::default();
+        np.record(
+            &report(vec![
+                OpResult {
+                    op: add("eth1", "192.0.2.7/24"),
+                    outcome: Outcome::Unprobed {
+                        why: "eth1 is down".into(),
+                    },
+                },
+                OpResult {
+                    op: add("eth2", "198.51.100.7/24"),
+                    outcome: Outcome::Done,
+                },
+            ]),
+            &desired,
+        );
+        assert_eq!(np.lines(), ["address 192.0.2.7/24 dev eth1: eth1 is down"]);
+        // A pass with nothing to add keeps it listed (the address is still unchecked).
+        np.record(&report(vec![]), &desired);
+        assert_eq!(np.lines().len(), 1);
+        // Probed when added again (removed by someone, the link up): no longer listed.
+        np.record(
+            &report(vec![OpResult {
+                op: add("eth1", "192.0.2.7/24"),
+                outcome: Outcome::Done,
+            }]),
+            &desired,
+        );
+        assert!(np.lines().is_empty());
+        // No longer desired: no longer listed.
+        np.record(
+            &report(vec![OpResult {
+                op: add("eth1", "192.0.2.7/24"),
+                outcome: Outcome::Unprobed {
+                    why: "eth1 is down".into(),
+                },
+            }]),
+            &desired,
+        );
+        np.record(&report(vec![]), &RoutingConfig::default());
+        assert!(np.lines().is_empty());
+    }
+
+    #[test]
     fn a_repair_line_says_what_someone_did_and_whether_it_was_restored() {
         let spec: RoutingSpec = serde_json::from_value(serde_json::json!({
             "routes": [{"to": "10.20.0.0/16", "via": "192.0.2.1", "table": 100}]
