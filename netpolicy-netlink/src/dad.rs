@@ -32,8 +32,9 @@ pub const PROBE_WINDOW: Duration = Duration::from_millis(300);
 
 /// How long probing listens when an address netpolicy held a moment ago is restored
 /// (drift repair): three probes within it, answered on a segment in well under a
-/// millisecond; short enough for a repair within 100 ms.
-pub const RESTORE_WINDOW: Duration = Duration::from_millis(40);
+/// millisecond; short enough for a repair within 100 ms (opening the packet socket and
+/// the last read's timeout add 10 to 20 ms to it).
+pub const RESTORE_WINDOW: Duration = Duration::from_millis(20);
 
 /// Probes sent per address.
 const PROBES: u32 = 3;

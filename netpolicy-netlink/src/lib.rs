@@ -307,17 +307,19 @@ pub struct Adapter {
     conn: conn::Conn,
     own: Ownership,
     links: Links,
-    /// The last desired state applied without failures.
-    applied: Option<RoutingConfig>,
+    /// The desired state of the last (not dry-run) reconcile, and what it left not as
+    /// desired (failed or not converged): everything else of it was in the kernel as
+    /// desired when it ended, so a later difference is someone else's change (drift).
+    applied: Option<(RoutingConfig, BTreeSet<monitor::Subject>)>,
     ns: Namespace,
     /// IPv4 probing window; `None`: no duplicate address detection.
     dad: Option<std::time::Duration>,
     /// Addresses found in use by another host (and by whom), not probed or added again
     /// until [`Adapter::forget_duplicates`].
     duplicates: BTreeMap<(IfName, IpNetwork), Option<String>>,
-    /// While a reconcile repairs drift (the one before it left this same desired state
-    /// whole in the kernel): the addresses it adds back were this node's a moment ago.
-    restoring: bool,
+    /// While a reconcile repairs drift: the addresses it adds back, which were in the
+    /// kernel as desired when the last pass of this same desired state ended.
+    restoring: BTreeSet<Op>,
 }
 
 impl Adapter {
@@ -334,7 +336,7 @@ impl Adapter {
             ns: ns.clone(),
             dad: Some(dad::PROBE_WINDOW),
             duplicates: BTreeMap::new(),
-            restoring: false,
+            restoring: BTreeSet::new(),
         })
     }
 
@@ -607,17 +609,22 @@ impl Adapter {
     }
 
     /// Brings the namespace to `desired`: observe, plan, apply (or, with `dry_run`,
-    /// report the operations as [`Outcome::Planned`]). Drift is reported when owned
-    /// objects changed since the last complete pass with the same desired state.
+    /// report the operations as [`Outcome::Planned`]). Drift ([`Report::drift`]) is what
+    /// the last pass with the same desired state left in the kernel as desired and is
+    /// no longer: someone else's change (what that pass could not apply is not drift).
     ///
     /// # Errors
     /// A dump or the socket failed (kernel refusals are per-item outcomes).
     pub fn reconcile(&mut self, desired: &RoutingConfig, dry_run: bool) -> Result<Report> {
         let p = self.plan(desired)?;
-        let drift = if self.applied.as_ref() == Some(desired) {
-            p.ops.clone()
-        } else {
-            Vec::new()
+        let drift: Vec<Op> = match &self.applied {
+            Some((last, outstanding)) if last == desired => p
+                .ops
+                .iter()
+                .filter(|op| !outstanding.contains(&monitor::Subject::of(op)))
+                .cloned()
+                .collect(),
+            _ => Vec::new(),
         };
         let results = if dry_run {
             p.ops
@@ -628,9 +635,14 @@ impl Adapter {
                 })
                 .collect()
         } else {
-            self.restoring = !drift.is_empty();
+            // Addresses this pass restores were this node's until a moment ago.
+            self.restoring = drift
+                .iter()
+                .filter(|op| matches!(op, Op::AddAddress { .. }))
+                .cloned()
+                .collect();
             let applied = self.apply(&p.ops);
-            self.restoring = false;
+            self.restoring.clear();
             applied?
         };
         let mut unconverged = Vec::new();
@@ -650,8 +662,22 @@ impl Adapter {
                 .collect();
         }
         if !dry_run {
-            self.applied = (results.iter().all(|r| r.outcome.is_ok()) && unconverged.is_empty())
-                .then(|| desired.clone());
+            // What this pass tried and did not get: not drift next time. A difference
+            // that appeared while it ran (not among its operations) is someone's change.
+            let tried: BTreeSet<monitor::Subject> =
+                p.ops.iter().map(monitor::Subject::of).collect();
+            let outstanding = results
+                .iter()
+                .filter(|r| !r.outcome.is_ok())
+                .map(|r| monitor::Subject::of(&r.op))
+                .chain(
+                    unconverged
+                        .iter()
+                        .map(monitor::Subject::of)
+                        .filter(|s| tried.contains(s)),
+                )
+                .collect();
+            self.applied = Some((desired.clone(), outstanding));
         }
         Ok(Report {
             results,
@@ -905,11 +931,11 @@ impl Adapter {
 
     /// Adds addresses that no other host on their segment uses ([`dad`]): known
     /// duplicates are refused at once, IPv4 addresses are probed first (every one at
-    /// once), IPv6 addresses that fail the kernel's DAD are removed again. A repair
-    /// (the last reconcile left this desired state whole in the kernel, so each address
-    /// it adds back was this node's until someone removed it a moment ago) probes for
-    /// [`dad::RESTORE_WINDOW`] instead of the full window: another host that took the
-    /// address meanwhile still answers, and drift is repaired within 100 ms.
+    /// once), IPv6 addresses that fail the kernel's DAD are removed again. When every
+    /// IPv4 address a pass adds is a repair (it was in the kernel as desired when the
+    /// last pass of this same desired state ended, until someone removed it), the probe
+    /// listens for [`dad::RESTORE_WINDOW`] instead of the full window: another host that
+    /// took the address meanwhile still answers, and drift is repaired within 100 ms.
     fn add_addresses(&mut self, ops: &[Op]) -> Result<Vec<OpResult>> {
         let mut unprobed: Vec<Option<String>> = vec![None; ops.len()];
         let mut verdict: Vec<Option<Outcome>> = ops
@@ -923,7 +949,19 @@ impl Adapter {
             })
             .collect();
         if let Some(window) = self.dad {
-            let window = if self.restoring {
+            let restoring_only = ops
+                .iter()
+                .filter(|op| {
+                    matches!(
+                        op,
+                        Op::AddAddress {
+                            address: IpNetwork::V4(_),
+                            ..
+                        }
+                    )
+                })
+                .all(|op| self.restoring.contains(op));
+            let window = if restoring_only {
                 window.min(dad::RESTORE_WINDOW)
             } else {
                 window

@@ -432,8 +432,8 @@ impl Default for Budget {
 impl Budget {
     /// Passes a full bucket holds.
     pub const BURST: u32 = 200;
-    /// Passes a second once it is empty (a repair waits at most 50 ms for its token).
-    pub const PER_SECOND: u32 = 20;
+    /// Passes a second once it is empty (a repair waits at most 20 ms for its token).
+    pub const PER_SECOND: u32 = 50;
 
     /// A full bucket of `burst` passes refilled at `per_second` (at least 1 each).
     pub fn new(burst: u32, per_second: u32) -> Self {

@@ -688,7 +688,7 @@ async fn every_object_is_repaired_on_its_notification_while_a_peer_fights_over_a
         .map(|k| json!({"priority": 3000 + k, "from": format!("10.61.{k}.0/24"), "table": 100, "sources": src()}))
         .collect();
     rules.extend((0..RULES6).map(|k| {
-        json!({"priority": 3100 + k, "from": format!("2001:db8:61:{k:x}::/64"), "table": 100, "sources": src()})
+        json!({"priority": 3100 + k, "from": format!("2001:db8:61:{:x}::/64", k + 1), "table": 100, "sources": src()})
     }));
     obj.spec.rendered.rules = serde_json::from_value(Value::Array(rules)).unwrap();
     let mut addresses: Vec<(String, String)> = (0..LO4)
@@ -737,8 +737,9 @@ async fn every_object_is_repaired_on_its_notification_while_a_peer_fights_over_a
             "IPv6 rule",
             args(&format!("-6 rule del priority {}", 3100 + k)),
             format!(
-                "IPv6 rule priority {} from 2001:db8:61:{k:x}::/64",
-                3100 + k
+                "IPv6 rule priority {} from 2001:db8:61:{:x}::/64",
+                3100 + k,
+                k + 1
             ),
         ));
     }

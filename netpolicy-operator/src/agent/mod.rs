@@ -10,7 +10,7 @@
 //! (named in the status), and its notifications start no pass; it is looked at again
 //! with backoff ([`Repairs`]). Every other object is still repaired on its
 //! notification: the only global valve is a rate ([`netpolicy_netlink::monitor::Budget`],
-//! a burst of 200 passes, then 20 a second), which delays a repair by at most 50 ms and
+//! a burst of 200 passes, then 50 a second), which delays a repair by at most 20 ms and
 //! never drops it. It listens only
 //! for metrics and health (`/metrics`, `/healthz`, `/readyz`, default 127.0.0.1:8081):
 //! nothing reaches the node's routing except through the Kubernetes API and its RBAC.
