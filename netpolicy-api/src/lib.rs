@@ -5,10 +5,65 @@
 //! derive, k8s-openapi, netpolicy-core's routing items): an operator author who wants
 //! our kinds depends on it without pulling in a runtime, HTTP, CLI, metrics or netlink.
 //!
-//! Routing items are `netpolicy-core`'s wire types, so the CRDs, the `plan` CLI and
-//! embedders share one definition. The routing, floating-IP range, route-reflector and
-//! routed-IP kinds are cluster-scoped; `FloatingIP` and the traffic-domain kinds
-//! ([`traffic`]) are namespaced.
+//! ```toml
+//! [dependencies]
+//! netpolicy-api = "0.1"
+//! # Your operator's own kube, and the Kubernetes version it targets: this crate picks
+//! # none (k8s-openapi allows one per build; `latest`, or `v1_33` … `v1_37`).
+//! kube = { version = "5", features = ["runtime", "client", "derive"] }
+//! k8s-openapi = { version = "0.29", features = ["latest"] }
+//! ```
+//!
+//! Every type a kind's fields use is reachable from here: the routing items are
+//! netpolicy-core's wire types, re-exported as [`spec`] and [`render`] (and the whole
+//! crate as [`netpolicy_core`]), so one dependency line builds every kind. MSRV: Rust
+//! 1.88 (let chains; `scripts/test` builds with it).
+//!
+//! # Examples
+//!
+//! A NodeConfig built in Rust, as an operator would create it:
+//!
+//! ```
+//! use netpolicy_api::{
+//!     NodeConfig, NodeConfigSpec, conditions,
+//!     spec::{LabelSelector, RouteSpec, RoutingSpec},
+//! };
+//!
+//! let edge = NodeConfig::new(
+//!     "edge",
+//!     NodeConfigSpec {
+//!         node_selector: LabelSelector {
+//!             match_labels: [("role".to_owned(), "edge".to_owned())].into(),
+//!             ..LabelSelector::default()
+//!         },
+//!         priority: 10,
+//!         routing: RoutingSpec {
+//!             routes: vec![RouteSpec {
+//!                 to: "10.20.0.0/16".into(),
+//!                 via: Some("192.0.2.1".into()),
+//!                 table: Some(100),
+//!                 ..RouteSpec::default()
+//!             }],
+//!             ..RoutingSpec::default()
+//!         },
+//!         ..NodeConfigSpec::default()
+//!     },
+//! );
+//! // What `kubectl apply` would send, and the checks the operator runs on it.
+//! let json = serde_json::to_value(&edge).unwrap();
+//! assert_eq!(json["spec"]["routes"][0]["via"], "192.0.2.1");
+//! assert!(edge.spec.routing.validate("spec").is_ok());
+//! assert_eq!(conditions::APPLIED, "Applied");
+//! ```
+//!
+//! The routing, floating-IP range, route-reflector and routed-IP kinds are
+//! cluster-scoped; `FloatingIP` and the traffic-domain kinds ([`traffic`]) are
+//! namespaced.
+
+/// netpolicy-core, whose routing items ([`spec`]) and renderings ([`render`]) the kinds
+/// hold: a consumer names them through this crate and keeps one version in step.
+pub use netpolicy_core;
+pub use netpolicy_core::{render, spec};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use std::collections::BTreeMap;

@@ -7,6 +7,14 @@
 //! incrementally), and the plan of kernel operations that takes a node from what it has
 //! to what it should have.
 //!
+//! ```toml
+//! [dependencies]
+//! netpolicy-core = "0.1"
+//! ```
+//!
+//! MSRV: Rust 1.88. No Kubernetes version to choose: this crate has no kube or
+//! k8s-openapi dependency.
+//!
 //! No I/O: no tokio, no kube, no netlink, no clock. Adapters (`netpolicy-netlink`,
 //! `netpolicy-operator`) carry the results out.
 //!
@@ -79,10 +87,16 @@ pub mod merge;
 pub mod model;
 pub mod names;
 pub mod plan;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod render;
 pub mod rollout;
 pub mod selector;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod spec;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod validate;
 
 pub use error::{Error, FieldError, Result};
@@ -95,8 +109,11 @@ pub mod prelude {
         merge::{Engine, LayeredConfig, MergedConfig, NodeOutcome, Policy, Problem, Source},
         model::RoutingConfig,
         plan::{Observed, Op, Plan, plan},
-        render::RenderedSpec,
         selector::{Labels, Selector},
+    };
+    #[cfg(feature = "serde")]
+    pub use crate::{
+        render::RenderedSpec,
         spec::{LabelSelector, RouteSpec, RoutingSpec, RuleSpec, VlanSpec},
     };
 }

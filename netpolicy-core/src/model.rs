@@ -596,3 +596,19 @@ pub fn unspecified(family: IpFamily) -> IpAddr {
         IpFamily::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
     }
 }
+
+/// Checks that `net` names a network: its host bits are clear. The error says which
+/// prefix was probably meant (`10.0.0.1/24 has host bits set; did you mean 10.0.0.0/24?`).
+/// Every crate that takes prefixes (routes, rules, pools, parent prefixes) uses this.
+///
+/// # Errors
+/// The message, for a [`crate::FieldError`] at the caller's path.
+pub fn network_prefix(net: IpNetwork) -> std::result::Result<IpNetwork, String> {
+    match IpNetwork::new(net.network(), net.prefix()) {
+        Ok(canonical) if canonical.ip() == net.ip() => Ok(canonical),
+        Ok(canonical) => Err(format!(
+            "{net} has host bits set; did you mean {canonical}?"
+        )),
+        Err(e) => Err(format!("{net} is not a prefix: {e}")),
+    }
+}

@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 
+#[cfg(feature = "serde")]
 use crate::{error::Result, spec::LabelSelector, validate::Problems};
 
 /// A node's labels.
@@ -141,6 +142,7 @@ impl Selector {
     }
 }
 
+#[cfg(feature = "serde")]
 impl LabelSelector {
     /// Validates the selector. `path` names it in errors (`spec.nodeSelector`).
     ///
@@ -222,12 +224,14 @@ impl LabelSelector {
     }
 }
 
+#[cfg(feature = "serde")]
 fn check_key(k: &str, path: &str, p: &mut Problems) {
     if let Err(e) = crate::names::label_key(k) {
         p.push(path, e);
     }
 }
 
+#[cfg(feature = "serde")]
 fn check_value(v: &str, path: &str, p: &mut Problems) {
     if let Err(e) = crate::names::label_value(v) {
         p.push(path, e);

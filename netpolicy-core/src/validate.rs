@@ -273,21 +273,7 @@ pub(crate) fn prefix(s: &str, path: &str, p: &mut Problems) -> Option<IpNetwork>
     network_prefix(net).map_err(|m| p.push(path, m)).ok()
 }
 
-/// Checks that `net` names a network: its host bits are clear. The error says which
-/// prefix was probably meant (`10.0.0.1/24 has host bits set; did you mean 10.0.0.0/24?`).
-/// Every crate that takes prefixes (routes, rules, pools, parent prefixes) uses this.
-///
-/// # Errors
-/// The message, for a [`FieldError`] at the caller's path.
-pub fn network_prefix(net: IpNetwork) -> std::result::Result<IpNetwork, String> {
-    match IpNetwork::new(net.network(), net.prefix()) {
-        Ok(canonical) if canonical.ip() == net.ip() => Ok(canonical),
-        Ok(canonical) => Err(format!(
-            "{net} has host bits set; did you mean {canonical}?"
-        )),
-        Err(e) => Err(format!("{net} is not a prefix: {e}")),
-    }
-}
+pub use crate::model::network_prefix;
 
 fn validate_vlan(v: &VlanSpec, path: &str, p: &mut Problems) -> Option<Vlan> {
     let before = p.list.len();

@@ -3,6 +3,14 @@
 //! Floating IP pools and hierarchical prefix allocation for netpolicy. Pure: no I/O, no
 //! clock, no randomness.
 //!
+//! ```toml
+//! [dependencies]
+//! netpolicy-ipam = "0.1"
+//! ```
+//!
+//! Everything its signatures use is re-exported (`netpolicy_ipam::IpNetwork` and the
+//! `ipnetwork` crate, `FieldError`, `IpFamily`): no other line is needed. MSRV: Rust 1.88.
+//!
 //! - [`space`]: what a pool hands out. [`space::AddressSpace`]: CIDRs and start-end
 //!   ranges minus exclusions, with the architecture's (docs/architecture.md) usable-address rules
 //!   (`10.135.10.192/26` has 62). [`space::PrefixSpace`]: aligned child prefixes.
@@ -77,6 +85,11 @@ pub mod prefix;
 pub mod space;
 
 pub use error::{Error, RestoreProblem, Result};
+/// The foreign types in this crate's signatures, re-exported so that one dependency
+/// line is enough: `ipnetwork` (prefixes in and out), netpolicy-core's [`FieldError`]
+/// (what [`Error::Invalid`] lists) and [`IpFamily`].
+pub use ipnetwork::{self, IpNetwork};
+pub use netpolicy_core::{error::FieldError, model::IpFamily};
 
 /// What an embedder uses: `use netpolicy_ipam::prelude::*;` brings in pools, the
 /// allocators, the shared assignment rule and the errors.

@@ -9,7 +9,10 @@
 use std::{fmt, net::IpAddr, str::FromStr};
 
 use ipnetwork::IpNetwork;
-use netpolicy_core::{FieldError, model::IpFamily, validate::network_prefix};
+use netpolicy_core::{
+    FieldError,
+    model::{IpFamily, network_prefix},
+};
 
 use crate::error::{Error, Result};
 
@@ -380,6 +383,28 @@ impl AddressSpace {
                 )),
             }
         }
+        // An exclusion that touches no CIDR and no range excludes nothing: a mistyped
+        // reservation would go unnoticed, and the address it meant handed out.
+        for (i, n) in &ex {
+            let in_cidr = nets
+                .iter()
+                .any(|(_, c)| c.contains(n.network()) || n.contains(c.network()));
+            let in_range = rs.iter().any(|(_, r)| {
+                n.contains(r.start)
+                    || (n.is_ipv4() == r.start.is_ipv4()
+                        && r.start <= n.network()
+                        && n.network() <= r.end)
+            });
+            if !in_cidr && !in_range {
+                problems.push(FieldError::new(
+                    format!("{path}.exclude[{i}]"),
+                    format!(
+                        "{n} is outside every CIDR and range of this pool: it excludes nothing \
+                         (a mistyped reservation?)"
+                    ),
+                ));
+            }
+        }
         let built = Self::build(&nets, &rs, &ex).map_err(|e| match e {
             Error::Invalid(v) => v
                 .into_iter()
@@ -585,6 +610,29 @@ impl Space for PrefixSpace {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_exclusion_outside_every_cidr_and_range_is_an_error_naming_it() {
+        let err = AddressSpace::parse(
+            "spec",
+            &["10.0.0.0/24".into()],
+            &[("10.1.0.10".into(), "10.1.0.20".into())],
+            &[
+                "10.0.0.5".into(),
+                "10.1.0.15".into(),
+                "10.0.1.5".into(),
+                "10.1.0.0/28".into(),
+            ],
+        )
+        .unwrap_err();
+        let fields: Vec<&str> = err.field_errors().iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(fields, ["spec.exclude[2]"], "{err}");
+        assert!(
+            err.to_string()
+                .contains("10.0.1.5/32 is outside every CIDR"),
+            "{err}"
+        );
+    }
 
     fn net(s: &str) -> IpNetwork {
         s.parse().unwrap()

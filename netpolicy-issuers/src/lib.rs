@@ -5,6 +5,15 @@
 //! failover [`plan`], a [`reconcile`] driver, and providers behind cargo features
 //! (`memory`: in-process, with fault injection, for tests, demos and embedding).
 //!
+//! ```toml
+//! [dependencies]
+//! # Pick the providers you use: memory, hetzner, digitalocean, aws.
+//! netpolicy-issuers = { version = "0.1", features = ["hetzner"] }
+//! tokio = { version = "1", features = ["rt-multi-thread", "macros"] }
+//! ```
+//!
+//! MSRV: Rust 1.88 (the `aws` feature: 1.94.1, the AWS SDK's own).
+//!
 //! Providers: `memory` (in-process, scripted faults), `hetzner` (floating IPs found by
 //! labels), `digitalocean` (reserved IPs, found by address only: they carry no tags, so
 //! keep the address [`reconcile`] returns), `aws` (Elastic IPs found by tags, security

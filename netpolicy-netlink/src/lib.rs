@@ -5,6 +5,23 @@
 //! executes [`netpolicy_core::plan`]'s operations with one result per item,
 //! idempotently, never touching objects it did not create.
 //!
+//! ```toml
+//! [dependencies]
+//! netpolicy-netlink = "0.1"
+//! ```
+//!
+//! netpolicy-core (the desired state, `RoutingSpec` → `RoutingConfig`) and `ipnetwork` are
+//! re-exported (`netpolicy_netlink::netpolicy_core`, `netpolicy_netlink::prelude::*`): this
+//! one line is enough. MSRV: Rust 1.88.
+//!
+//! **Privileges.** Changing a namespace needs `CAP_NET_ADMIN` (root has it; the netpolicy
+//! chart grants the agent `NET_ADMIN`): without it a reconcile that would change something
+//! returns `Error::Capability` naming it, before any change (a dry run and reading need no
+//! capability). Duplicate-address probes of IPv4 addresses open a packet socket, which
+//! needs `CAP_NET_RAW`: without it (or on a link that is down) the address is added
+//! unchecked and its outcome says so (`Outcome::Unprobed { why }`). Entering a named
+//! namespace (`/run/netns/<name>`) needs `CAP_SYS_ADMIN`.
+//!
 //! # Ownership
 //! - Routes carry route protocol [`Ownership::route_protocol`] (default
 //!   [`DEFAULT_PROTOCOL`] = 203, unassigned in iproute2's `rt_protos`).
@@ -106,6 +123,11 @@ use netpolicy_core::{
 
 use codec::{LINK_ALIAS, Links};
 pub use conn::{KernelError, Namespace};
+/// netpolicy-core, whose desired state ([`netpolicy_core::model::RoutingConfig`], from a
+/// validated [`netpolicy_core::spec::RoutingSpec`]) and operations
+/// ([`netpolicy_core::plan::Op`]) this crate's signatures use, and `ipnetwork`: both
+/// re-exported, so an embedder needs this one dependency line.
+pub use {ipnetwork, netpolicy_core};
 
 /// What an embedder uses: `use netpolicy_netlink::prelude::*;` brings in the adapter,
 /// the namespace to open, ownership, and what a pass reports.
@@ -113,6 +135,7 @@ pub mod prelude {
     pub use crate::{
         Adapter, Error, KernelError, Namespace, OpResult, Outcome, Ownership, Report, Result,
     };
+    pub use netpolicy_core::{model::RoutingConfig, spec::RoutingSpec};
 }
 
 /// `Result` with [`Error`] as the default error.
@@ -121,8 +144,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Errors that stop a whole pass (per-item failures are [`Outcome::Failed`]).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
-    /// The socket or namespace failed.
-    #[error("{what}")]
+    /// The socket or namespace failed; the message ends with the system's reason
+    /// (`opening namespace /run/netns/x: No such file or directory (os error 2)`).
+    #[error("{what}: {source}")]
     Io {
         /// What was being done.
         what: String,
@@ -136,6 +160,34 @@ pub enum Error {
     /// A kernel answer did not parse.
     #[error("decoding a netlink answer: {0}")]
     Decode(String),
+    /// The process lacks a capability a change needs: said once, before any change is
+    /// attempted (rather than every item failing with `EPERM`).
+    #[error(
+        "{what} needs {capability}, which this process does not have (run it as root, or \
+         grant the capability: the netpolicy chart gives its agent NET_ADMIN and NET_RAW)"
+    )]
+    Capability {
+        /// The capability (`CAP_NET_ADMIN`).
+        capability: &'static str,
+        /// What was about to be done.
+        what: String,
+    },
+}
+
+/// `CAP_NET_ADMIN`'s bit in the capability sets.
+const CAP_NET_ADMIN: u32 = 12;
+
+/// Whether this thread's effective capabilities hold `bit` (`/proc/thread-self/status`);
+/// `true` when that cannot be read (the kernel then answers for itself).
+fn has_capability(bit: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string("/proc/thread-self/status") else {
+        return true;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_none_or(|caps| caps & (1 << bit) != 0)
 }
 
 /// The route protocol number that marks netpolicy's routes and rules by default.
@@ -626,6 +678,12 @@ impl Adapter {
                 .collect(),
             _ => Vec::new(),
         };
+        if !dry_run && !p.ops.is_empty() && !has_capability(CAP_NET_ADMIN) {
+            return Err(Error::Capability {
+                capability: "CAP_NET_ADMIN",
+                what: format!("changing the namespace ({} operation(s))", p.ops.len()),
+            });
+        }
         let results = if dry_run {
             p.ops
                 .iter()

@@ -54,13 +54,19 @@ pub struct Chain<'a>(pub &'a (dyn std::error::Error + 'static));
 
 impl std::fmt::Display for Chain<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
+        let mut out = self.0.to_string();
         let mut next = self.0.source();
         while let Some(e) = next {
-            write!(f, ": {e}")?;
+            // An error that already shows its source (netpolicy-netlink's `Io`) is not
+            // followed by the same text again.
+            let text = e.to_string();
+            if !out.ends_with(&text) {
+                out.push_str(": ");
+                out.push_str(&text);
+            }
             next = e.source();
         }
-        Ok(())
+        f.write_str(&out)
     }
 }
 

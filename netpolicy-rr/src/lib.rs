@@ -5,6 +5,14 @@
 //! state to the target without leaving any node without a session. Pure: no I/O, no
 //! clock, no randomness.
 //!
+//! ```toml
+//! [dependencies]
+//! netpolicy-rr = "0.1"
+//! ```
+//!
+//! Everything its signatures use is re-exported (`FieldError`, `Labels`, `Selector`, and
+//! netpolicy-core as `netpolicy_rr::netpolicy_core`). MSRV: Rust 1.88.
+//!
 //! # Pipeline
 //! 1. [`place`]: sizing, eligibility and stable placement with cluster IDs.
 //! 2. [`topology()`]: the `simple` or `multi` peering, its `BGPPeer` objects and the
@@ -83,7 +91,14 @@ pub use config::{
     Toleration,
 };
 pub use engine::{Change, Engine};
-use netpolicy_core::FieldError;
+/// netpolicy-core's types in this crate's signatures ([`FieldError`] in
+/// [`Error::Invalid`], [`Labels`] and [`Selector`] in [`NodeInfo`] and [`Config`]),
+/// re-exported so that one dependency line is enough; the whole crate as
+/// [`netpolicy_core`].
+pub use netpolicy_core::{
+    self, FieldError,
+    selector::{Labels, Selector},
+};
 pub use place::{Placement, ZonePlacement, place};
 pub use state::{
     BGP_PEER_PREFIX, BgpPeer, CLUSTER_ID_ANNOTATION, Current, Marks, SET_LABEL_PREFIX,
