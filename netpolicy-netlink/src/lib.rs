@@ -338,6 +338,40 @@ pub struct Report {
     pub unconverged: Vec<Op>,
 }
 
+impl std::fmt::Display for Report {
+    /// One line per operation with its outcome, per skipped item, and per difference
+    /// still found after applying (`not converged: …`); `nothing to do` for an empty
+    /// pass.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.results.is_empty() && self.skipped.is_empty() && self.unconverged.is_empty() {
+            return f.write_str("nothing to do");
+        }
+        let mut first = true;
+        let mut line = |f: &mut std::fmt::Formatter<'_>, s: &dyn std::fmt::Display| {
+            let sep = if first { "" } else { "\n" };
+            first = false;
+            write!(f, "{sep}{s}")
+        };
+        for r in &self.results {
+            line(f, r)?;
+        }
+        for s in &self.skipped {
+            line(f, &format_args!("skipped: {s}"))?;
+        }
+        for op in &self.unconverged {
+            line(f, &format_args!("not converged: {op}"))?;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for Disowned {
+    /// `route 10.0.0.0/8 … table 100: done`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.what, self.outcome)
+    }
+}
+
 impl Report {
     /// The failed operations.
     pub fn failures(&self) -> impl Iterator<Item = &OpResult> {

@@ -54,8 +54,6 @@ fn run(netns: &str) -> Result<(), Box<dyn std::error::Error>> {
     if !again.ops.is_empty() {
         return Err("read back differs".into());
     }
-    for r in &adapter.cleanup()?.results {
-        println!("{r}");
-    }
+    println!("{}", adapter.cleanup()?);
     Ok(())
 }
