@@ -132,6 +132,9 @@ fn probe_link(iface: &NetworkInterface, ips: &[Ipv4Addr], window: Duration) -> V
     let config = Config {
         read_timeout: Some(Duration::from_millis(10)),
         channel_type: ChannelType::Layer2,
+        // Replies come to our MAC, announcements and other probes are broadcast: no
+        // promiscuous mode (which would also be a link change every probe).
+        promiscuous: false,
         ..Config::default()
     };
     let (mut tx, mut rx) = match pnet_datalink::channel(iface, config) {

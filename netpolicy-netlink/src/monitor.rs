@@ -200,6 +200,20 @@ impl Batch {
         }
     }
 
+    /// The first link that was added, removed or changed state (up, down, carrier)
+    /// in this batch, anyone's, for people and logs (`link eth1`). The kernel removes
+    /// IPv4 routes through a link that goes down without a notification for each: a
+    /// reader that must know whether its routes are still there looks again.
+    pub fn link_change(&self) -> Option<String> {
+        match self {
+            Self::Overrun => None,
+            Self::Changes(changes) => changes
+                .iter()
+                .find(|c| c.object == Object::Link)
+                .map(|c| format!("{:?} {}", c.action, c.what)),
+        }
+    }
+
     fn merge(&mut self, more: Self) {
         match (&mut *self, more) {
             (Self::Overrun, _) => {}

@@ -868,3 +868,52 @@ async fn every_object_is_repaired_on_its_notification_while_a_peer_fights_over_a
         "the fought-over route started {started_by_peer} passes (10 make a fight):\n{text}"
     );
 }
+
+/// Issue 40: a link set down removes the IPv4 routes through it, and the kernel says so
+/// only for the link; the status stayed `Applied` until the resync (~30 s after the link
+/// came back). With a resync an hour away: the link going down makes the status say the
+/// route is not in the kernel, and the link coming up brings it back and `Applied` with
+/// it, at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_link_going_down_and_up_is_reflected_in_status_at_once() {
+    let Some(s) = setup("link down and up", "link-flap").await else {
+        return;
+    };
+    s.api
+        .create(
+            &PostParams::default(),
+            &nnc(&s.node, "r1", json!([route("10.70.0.0/16", "192.0.2.1")])),
+        )
+        .await
+        .unwrap();
+    let _agent = start_agent_with(s.cp, &s.node, &s.ns, &["--resync-seconds", "3600"]);
+    let applied = |want: &'static str| {
+        let api = s.api.clone();
+        let node = s.node.clone();
+        move || {
+            let api = api.clone();
+            let node = node.clone();
+            async move {
+                status_of(&api, &node)
+                    .await
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "Applied" && c.status == want)
+            }
+        }
+    };
+    eventually("Applied True", 20, applied("True")).await;
+    assert!(table_100(&s.ns).contains("10.70.0.0/16 via 192.0.2.1"));
+    s.ns.ip(&["link", "set", "v0", "down"]).unwrap();
+    eventually("Applied False once the link is down", 5, applied("False")).await;
+    let st = status_of(&s.api, &s.node).await;
+    assert!(
+        st.item_errors
+            .iter()
+            .any(|e| e.item.contains("10.70.0.0/16")),
+        "{st:?}"
+    );
+    s.ns.ip(&["link", "set", "v0", "up"]).unwrap();
+    eventually("Applied True once the link is up", 5, applied("True")).await;
+    assert!(table_100(&s.ns).contains("10.70.0.0/16 via 192.0.2.1"));
+}

@@ -239,7 +239,13 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
                 // Objects fought over wait for their look (next_check); others are
                 // repaired now, or when the budget's next token is there.
                 let fought = ctx.repairs.fighting();
-                let Some(what) = batch.foreign_except(own_port, &hard, |s| fought.contains(s))
+                // A link that went down took its IPv4 routes with it, and the kernel says
+                // so only for the link: any link change is a look, so that the status
+                // never says applied for a route the kernel dropped (and a link coming up
+                // gets its routes back at once).
+                let Some(what) = batch
+                    .foreign_except(own_port, &hard, |s| fought.contains(s))
+                    .or_else(|| batch.link_change())
                 else {
                     continue;
                 };

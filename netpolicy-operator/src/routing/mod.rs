@@ -702,8 +702,9 @@ impl Routing {
             &cc.spec.probes,
             &mut Vec::new(),
         );
+        let probes_changed = self.probes_changed(&key, &rollout);
         self.policies.insert(
-            key,
+            key.clone(),
             PolicyEntry {
                 fingerprint,
                 errors,
@@ -715,7 +716,28 @@ impl Routing {
             Some(p) => self.engine.upsert_policy(p),
             None => self.engine.remove_policy(&source),
         };
-        self.note(changed)
+        let changed = self.note(changed);
+        self.with_members(changed, probes_changed.then_some(&key))
+    }
+
+    /// Whether policy `key` is known with other probes or `rollbackSeconds` than
+    /// `rollout`: part of what its nodes apply (their NodeNetworkConfig's revision), so a
+    /// change of them alone reaches every node it selects (and resumes a halted rollout).
+    fn probes_changed(&self, key: &str, rollout: &rollout::Rollout) -> bool {
+        self.policies.get(key).is_some_and(|e| {
+            e.rollout.probes != rollout.probes
+                || e.rollout.rollback_seconds != rollout.rollback_seconds
+        })
+    }
+
+    /// `changed`, plus every node policy `key` selects when there is one.
+    fn with_members(&self, mut changed: Vec<String>, key: Option<&String>) -> Vec<String> {
+        if let Some(key) = key {
+            changed.extend(self.members(key));
+            changed.sort();
+            changed.dedup();
+        }
+        changed
     }
 
     /// Brings NodeConfig `name` in (`None`: it is gone). As [`Routing::cluster_config`].
@@ -744,8 +766,9 @@ impl Routing {
             &nc.spec.probes,
             &mut Vec::new(),
         );
+        let probes_changed = self.probes_changed(&key, &rollout);
         self.policies.insert(
-            key,
+            key.clone(),
             PolicyEntry {
                 fingerprint,
                 errors,
@@ -754,7 +777,8 @@ impl Routing {
             },
         );
         let changed = self.engine.upsert_policy(policy);
-        self.note(changed)
+        let changed = self.note(changed);
+        self.with_members(changed, probes_changed.then_some(&key))
     }
 
     /// Brings Node `name` in with its labels (`None`: it is gone). Returns the nodes
@@ -1353,5 +1377,42 @@ mod tests {
         assert_eq!(routing.node_config("edge", Some(&nc)), ["n1"]);
         assert!(routing.node_config("edge", Some(&nc)).is_empty());
         assert_eq!(routing.node_config("edge", None), ["n1"]);
+    }
+
+    /// Issue 40: after a failed probe, fixing only the NodeConfig's `probes` never
+    /// reached the node (the merge outcome was the same, so no node was re-rendered) and
+    /// the rollout stayed halted. Probes and `rollbackSeconds` are part of what a node
+    /// applies: a change of them alone re-renders every node the policy selects.
+    #[test]
+    fn a_change_of_probes_alone_reaches_every_node_the_policy_selects() {
+        let mut routing = Routing::new();
+        let labels = Labels::from([("role".to_owned(), "a".to_owned())]);
+        routing.node("n1", Some(&labels));
+        routing.node("n2", Some(&labels));
+        let mut nc = node_config("edge", 1, "a", "10.1.0.1", 0);
+        nc.spec.probes = vec![crate::api::ProbeSpec {
+            ping: Some("192.0.2.99".into()),
+            tcp: None,
+        }];
+        assert_eq!(routing.node_config("edge", Some(&nc)), ["n1", "n2"]);
+        assert_eq!(routing.node_probes("n1").0, nc.spec.probes);
+        // The fix: another probe target, nothing else.
+        nc.metadata.generation = Some(2);
+        nc.spec.probes[0].ping = Some("192.0.2.1".into());
+        assert_eq!(routing.node_config("edge", Some(&nc)), ["n1", "n2"]);
+        assert_eq!(
+            routing.node_probes("n2").0[0].ping.as_deref(),
+            Some("192.0.2.1")
+        );
+        // rollbackSeconds alone too; an unrelated change (same probes) reaches none.
+        nc.metadata.generation = Some(3);
+        nc.spec.rollout = Some(crate::api::RolloutSpec {
+            max_unavailable: None,
+            rollback_seconds: Some(60),
+        });
+        assert_eq!(routing.node_config("edge", Some(&nc)), ["n1", "n2"]);
+        nc.metadata.generation = Some(4);
+        nc.metadata.labels = Some([("team".to_owned(), "x".to_owned())].into());
+        assert!(routing.node_config("edge", Some(&nc)).is_empty());
     }
 }
