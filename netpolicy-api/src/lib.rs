@@ -674,6 +674,14 @@ pub mod conditions {
         /// the IPv6 duplicate address detection failed): not added; the message names
         /// the host's MAC when known. Probed again on the next spec change or resync.
         pub const DUPLICATE_ADDRESS: &str = "DuplicateAddress";
+        /// Every reason above.
+        pub const ALL: [&str; 5] = [
+            REFUSED,
+            BLOCKED_BY_FOREIGN,
+            NAME_TAKEN,
+            NOT_CONVERGED,
+            DUPLICATE_ADDRESS,
+        ];
     }
 }
 
@@ -1142,7 +1150,8 @@ pub struct RouteReflectorConfigSpec {
     /// Size per `zone` or for the whole `cluster`.
     #[serde(default)]
     pub per: ReflectorsPer,
-    /// Node label holding the zone.
+    /// Node label holding the zone; `""`: no zones, the whole cluster is one (the
+    /// Calico route-reflector operator without `ROUTE_REFLECTOR_ZONE_LABEL`).
     #[serde(default = "default_zone_label")]
     pub zone_label: String,
     /// Nodes that may be reflectors (empty: all).

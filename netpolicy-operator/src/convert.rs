@@ -132,6 +132,20 @@ fn routing(
 
 /// Converts `docs` (each with where it came from, for messages).
 pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Converted {
+    // A `kubectl get -o yaml` export is a `List` (apiVersion v1): its items are the
+    // objects.
+    let docs = docs.into_iter().flat_map(|(at, d)| {
+        let list =
+            d["apiVersion"] == "v1" && d["kind"].as_str().is_some_and(|k| k.ends_with("List"));
+        match (list, d["items"].as_array()) {
+            (true, Some(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| (format!("{at} items[{i}]"), item.clone()))
+                .collect::<Vec<_>>(),
+            _ => vec![(at, d)],
+        }
+    });
     let mut out = Converted::default();
     let mut next_priority = FIRST_RULE_PRIORITY;
     let mut cluster: Option<Map<String, Value>> = None;
@@ -325,8 +339,10 @@ fn seed_rr_env(d: &Value) -> Option<BTreeMap<String, Option<String>>> {
 }
 
 /// calico-route-reflector-operator's environment as RouteReflectorConfig `default`.
-/// Its defaults where netpolicy's differ are written out (max 25; no zone label: one
-/// count for the cluster; cluster ID 224.0.0.0), so the topology stays what it was.
+/// Its defaults are written out (max 10, what its code uses at every tag; no zone
+/// label: no zones, one count and one cluster ID for the whole cluster; cluster ID
+/// 224.0.0.0; any taint tolerated, as it skips only unready and unschedulable nodes), so
+/// the topology stays what it was.
 /// The Secret `convert` names for the seed's `K8S_API_ENDPOINT` cluster's kubeconfig.
 const REMOTE_KUBECONFIG_SECRET: &str = "calico-cluster-kubeconfig";
 
@@ -359,13 +375,8 @@ fn route_reflector_config(
         "min".into(),
         json!(number("ROUTE_REFLECTOR_MIN", 3.0, out) as u32),
     );
-    let max = number("ROUTE_REFLECTOR_MAX", 25.0, out) as u32;
-    if get("ROUTE_REFLECTOR_MAX").is_none() {
-        out.notes.push(format!(
-            "{at}: ROUTE_REFLECTOR_MAX unset: the seed's default 25 is written out \
-             (netpolicy's own default is 10 per zone)"
-        ));
-    }
+    // The seed's code has used 10 at every tag (its README says 25).
+    let max = number("ROUTE_REFLECTOR_MAX", 10.0, out) as u32;
     spec.insert("max".into(), json!(max));
     spec.insert(
         "ratio".into(),
@@ -375,16 +386,28 @@ fn route_reflector_config(
         "clusterID".into(),
         json!(get("ROUTE_REFLECTOR_CLUSTER_ID").unwrap_or_else(|| "224.0.0.0".into())),
     );
+    if get("ROUTE_REFLECTOR_CLUSTER_ID").is_none() {
+        out.notes.push(format!(
+            "{at}: ROUTE_REFLECTOR_CLUSTER_ID unset: 224.0.0.0, the seed's default since \
+             v0.0.4 (images up to v0.0.3 used 224.0.0.1): check the reflector nodes' \
+             routeReflectorClusterID before applying"
+        ));
+    }
     match get("ROUTE_REFLECTOR_ZONE_LABEL").filter(|z| !z.is_empty()) {
         Some(zone) => {
             spec.insert("zoneLabel".into(), json!(zone));
             spec.insert("per".into(), json!("zone"));
         }
         None => {
-            // The seed without a zone label sizes the whole cluster as one zone.
+            // The seed without a zone label knows no zones: the whole cluster is one,
+            // with one cluster ID, whatever zone labels the nodes carry.
+            spec.insert("zoneLabel".into(), json!(""));
             spec.insert("per".into(), json!("cluster"));
         }
     }
+    // The seed skips only unready and unschedulable nodes: a tainted node (a control
+    // plane's) may be its reflector, and stays one.
+    spec.insert("tolerations".into(), json!([{"operator": "Exists"}]));
     let label =
         get("ROUTE_REFLECTOR_NODE_LABEL").unwrap_or_else(|| "calico-route-reflector=".into());
     let (key, value) = label.split_once('=').unwrap_or((label.as_str(), ""));
@@ -424,22 +447,28 @@ fn route_reflector_config(
     );
     match get("DATASTORE_TYPE").as_deref() {
         None | Some("incluster") => {}
-        Some("kubernetes") => {
-            if let Some(endpoint) = get("K8S_API_ENDPOINT") {
-                spec.insert(
-                    "datastore".into(),
-                    json!({"kubernetes": {"kubeconfigSecretRef":
-                        {"namespace": namespace, "name": REMOTE_KUBECONFIG_SECRET}}}),
-                );
-                out.notes.push(format!(
-                    "{at}: DATASTORE_TYPE=kubernetes with K8S_API_ENDPOINT={endpoint}: Calico's \
-                     datastore is that cluster's; create Secret \
-                     {namespace}/{REMOTE_KUBECONFIG_SECRET} with its kubeconfig (key \
-                     kubeconfig) before applying, and set the chart's \
-                     routeReflectors.kubeconfigSecret to it"
-                ));
-            }
+        Some("kubernetes")
+            if env.contains_key("K8S_API_ENDPOINT") || env.contains_key("KUBECONFIG") =>
+        {
+            // Another cluster's datastore, whether the endpoint is written out or comes
+            // from a Secret: never this cluster's in its place.
+            let endpoint = get("K8S_API_ENDPOINT")
+                .or_else(|| get("KUBECONFIG"))
+                .unwrap_or_else(|| "(from a Secret or ConfigMap)".into());
+            spec.insert(
+                "datastore".into(),
+                json!({"kubernetes": {"kubeconfigSecretRef":
+                    {"namespace": namespace, "name": REMOTE_KUBECONFIG_SECRET}}}),
+            );
+            out.notes.push(format!(
+                "{at}: DATASTORE_TYPE=kubernetes with K8S_API_ENDPOINT/KUBECONFIG {endpoint}: \
+                 Calico's datastore is that cluster's; create Secret \
+                 {namespace}/{REMOTE_KUBECONFIG_SECRET} with its kubeconfig (key kubeconfig) \
+                 before applying, and set the chart's routeReflectors.kubeconfigSecret to it"
+            ));
         }
+        // This cluster's own API server, as `incluster`.
+        Some("kubernetes") => {}
         Some("etcdv3") => {
             let endpoints: Vec<String> = get("ETCD_ENDPOINTS")
                 .unwrap_or_default()
@@ -448,10 +477,23 @@ fn route_reflector_config(
                 .filter(|e| !e.is_empty())
                 .map(str::to_owned)
                 .collect();
-            if endpoints.is_empty() {
+            if env.get("ETCD_ENDPOINTS").is_some_and(Option::is_none) {
+                out.errors.push(format!(
+                    "{at}: ETCD_ENDPOINTS comes from a Secret or ConfigMap (valueFrom): write \
+                     its value into datastore.etcdv3.endpoints"
+                ));
+            } else if endpoints.is_empty() {
                 out.errors.push(format!(
                     "{at}: DATASTORE_TYPE=etcdv3 without ETCD_ENDPOINTS"
                 ));
+            }
+            for k in ["ETCD_USERNAME", "ETCD_PASSWORD", "ETCD_DISCOVERY_SRV"] {
+                if env.contains_key(k) {
+                    out.errors.push(format!(
+                        "{at}: {k} has no counterpart: netpolicy reaches etcd at the listed \
+                         endpoints with client certificates (datastore.etcdv3.tlsSecretRef)"
+                    ));
+                }
             }
             spec.insert(
                 "datastore".into(),
@@ -537,7 +579,12 @@ fn camel_keys(v: &Value) -> Value {
 /// (camelCase; the Attractor's interface flat). Metadata (name, namespace, labels with
 /// the `trench` label, annotations such as `resource-template`) is kept.
 fn meridio_object(kind: &str, d: &Value, at: &str, out: &mut Converted) -> Option<Value> {
-    let mut spec = camel_keys(&d["spec"]);
+    // Meridio accepts a Trench or Conduit without `spec` (its defaults): ours too, as an
+    // empty spec (never `spec: null`, which the schema refuses).
+    let mut spec = match camel_keys(&d["spec"]) {
+        Value::Null => json!({}),
+        s => s,
+    };
     let mut metadata = Map::new();
     for k in ["name", "namespace", "labels", "annotations"] {
         if let Some(v) = d["metadata"].get(k).filter(|v| !v.is_null()) {
@@ -628,6 +675,29 @@ fn meridio_object(kind: &str, d: &Value, at: &str, out: &mut Converted) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 42: a `kubectl get -o yaml` export (`kind: List`) converted nothing and
+    /// exited 0; a Trench or Conduit without `spec` (Meridio's v1alpha1 samples) became
+    /// `spec: null`, which plan refuses.
+    #[test]
+    fn a_list_is_read_item_by_item_and_a_missing_spec_is_an_empty_one() {
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": IPRULER, "kind": "NodeConfig", "metadata": {"name": "a"},
+             "spec": {"nodeSelector": {"role": "a"},
+                      "config": {"routes": [{"to": "10.0.0.0/8", "via": "192.0.2.1"}]}}},
+            {"apiVersion": "meridio.nordix.org/v1", "kind": "Trench",
+             "metadata": {"name": "t", "namespace": "red"}}
+        ]});
+        let c = convert([("export.yaml".to_owned(), list)]);
+        assert!(c.errors.is_empty(), "{:?}", c.errors);
+        let kinds: Vec<&str> = c
+            .objects
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["NodeConfig", "Trench"]);
+        assert_eq!(c.objects[1]["spec"], json!({}));
+    }
 
     #[test]
     fn ipruler_objects_become_ours_field_by_field() {
@@ -804,7 +874,15 @@ mod tests {
         assert_eq!(rr["metadata"]["name"], "default");
         let spec = &rr["spec"];
         assert_eq!(spec["min"], 2);
-        assert_eq!(spec["max"], 25, "the seed's default, not ours");
+        assert_eq!(
+            spec["max"], 10,
+            "the seed's code's default (its README says 25)"
+        );
+        assert_eq!(
+            spec["tolerations"],
+            json!([{"operator": "Exists"}]),
+            "the seed keeps reflectors on tainted nodes"
+        );
         assert_eq!(spec["clusterID"], "224.0.0.0");
         assert_eq!(spec["per"], "zone");
         assert_eq!(spec["zoneLabel"], "topology.kubernetes.io/zone");
@@ -842,11 +920,11 @@ mod tests {
                 {"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"}]})
         );
         let typed: crate::api::RouteReflectorConfig = serde_json::from_value(rr.clone()).unwrap();
-        assert_eq!(typed.spec.max, 25);
+        assert_eq!(typed.spec.max, 10);
         assert!(
             c.notes
                 .iter()
-                .any(|n| n.contains("ROUTE_REFLECTOR_MAX unset")),
+                .any(|n| n.contains("ROUTE_REFLECTOR_CLUSTER_ID unset") && n.contains("224.0.0.1")),
             "{:?}",
             c.notes
         );
@@ -863,6 +941,10 @@ mod tests {
         )]);
         let spec = &c.objects[0]["spec"];
         assert_eq!(spec["per"], "cluster");
+        assert_eq!(
+            spec["zoneLabel"], "",
+            "no zones, whatever labels the nodes carry"
+        );
         assert_eq!(
             spec["datastore"],
             json!({"etcdv3": {"endpoints": ["https://10.0.0.1:2379", "https://10.0.0.2:2379"]}})
@@ -1016,5 +1098,58 @@ mod tests {
             };
             assert_eq!(data.get(*k), Some(&want), "key {k}");
         }
+    }
+
+    /// Issue 42: a remote Calico datastore whose endpoint comes from a Secret silently
+    /// became this cluster's; `ETCD_ENDPOINTS` from a Secret was "missing"; etcd user
+    /// names, passwords and DNS discovery were dropped without a word.
+    #[test]
+    fn a_datastore_from_a_secret_is_never_replaced_by_this_cluster() {
+        let deployment = |env: Value| {
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                   "metadata": {"name": "rr-operator", "namespace": "kube-system"},
+                   "spec": {"template": {"spec": {"containers": [{"name": "m", "env": env}]}}}})
+        };
+        let secret = json!({"valueFrom": {"secretKeyRef": {"name": "calico", "key": "x"}}});
+        let mut endpoint = secret.clone();
+        endpoint["name"] = json!("K8S_API_ENDPOINT");
+        let c = convert([(
+            "seed.yaml".to_owned(),
+            deployment(json!([{"name": "DATASTORE_TYPE", "value": "kubernetes"}, endpoint])),
+        )]);
+        assert!(
+            c.objects[0]["spec"]["datastore"]["kubernetes"].is_object(),
+            "{:?}",
+            c.objects
+        );
+        let mut etcd = secret.clone();
+        etcd["name"] = json!("ETCD_ENDPOINTS");
+        let c = convert([(
+            "seed.yaml".to_owned(),
+            deployment(json!([
+                {"name": "DATASTORE_TYPE", "value": "etcdv3"},
+                etcd,
+                {"name": "ETCD_USERNAME", "value": "calico"},
+            ])),
+        )]);
+        assert!(
+            c.errors
+                .iter()
+                .any(|e| e.contains("ETCD_ENDPOINTS comes from a Secret")),
+            "{:?}",
+            c.errors
+        );
+        assert!(
+            c.errors
+                .iter()
+                .any(|e| e.contains("ETCD_USERNAME has no counterpart")),
+            "{:?}",
+            c.errors
+        );
+        assert!(
+            !c.errors
+                .iter()
+                .any(|e| e.contains("without ETCD_ENDPOINTS"))
+        );
     }
 }

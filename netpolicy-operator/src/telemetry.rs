@@ -46,6 +46,10 @@ pub struct Metrics {
     rip_steps: Family<StepLabel, Histogram>,
     rip_errors: Family<ErrorKindLabel, Counter>,
     rip_rate_limited: Counter,
+    agent_item_errors: Family<ReasonLabel, Gauge<i64, AtomicI64>>,
+    agent_repairs: Counter,
+    agent_fighting: Gauge<i64, AtomicI64>,
+    agent_not_probed: Gauge<i64, AtomicI64>,
 }
 
 /// Labels of the per-controller error metrics.
@@ -62,6 +66,13 @@ pub struct ErrorClassLabel {
 pub struct StepLabel {
     /// `addPort`, `addNode`, `assign`, ...
     pub step: String,
+}
+
+/// Labels of the agent's item errors.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// An item error's reason (`Refused`, `BlockedByForeignObject`, `DuplicateAddress`, ...).
+    pub reason: String,
 }
 
 /// Labels of the provider error metrics.
@@ -263,8 +274,37 @@ impl Default for Metrics {
             "Times a routed IP waited out the provider's Retry-After",
             rip_rate_limited.clone(),
         );
+        let agent_item_errors = Family::<ReasonLabel, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "agent_item_errors",
+            "Desired items not in the kernel as desired on this node, by reason (the \
+             NodeNetworkConfig's status.itemErrors)",
+            agent_item_errors.clone(),
+        );
+        let agent_repairs = Counter::default();
+        registry.register(
+            "agent_repairs",
+            "Objects the agent restored after someone else changed them (drift repairs)",
+            agent_repairs.clone(),
+        );
+        let agent_fighting = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "agent_fighting_objects",
+            "Objects something keeps changing back on this node (the Fighting condition)",
+            agent_fighting.clone(),
+        );
+        let agent_not_probed = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "agent_not_probed_addresses",
+            "Addresses added without a duplicate address check (status.notProbed)",
+            agent_not_probed.clone(),
+        );
         Self {
             registry,
+            agent_item_errors,
+            agent_repairs,
+            agent_fighting,
+            agent_not_probed,
             reconciles,
             errors,
             error_classes,
@@ -292,6 +332,34 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The agent's view of its node after a pass: item errors by reason (reasons with
+    /// none go to 0), objects fought over, addresses not probed.
+    pub fn agent_status(&self, reasons: &[&str], fighting: usize, not_probed: usize) {
+        let mut by: std::collections::BTreeMap<&str, i64> = std::collections::BTreeMap::new();
+        for r in reasons {
+            *by.entry(r).or_default() += 1;
+        }
+        for known in crate::api::conditions::item::ALL {
+            by.entry(known).or_default();
+        }
+        for (reason, n) in by {
+            self.agent_item_errors
+                .get_or_create(&ReasonLabel {
+                    reason: reason.to_owned(),
+                })
+                .set(n);
+        }
+        self.agent_fighting
+            .set(i64::try_from(fighting).unwrap_or(i64::MAX));
+        self.agent_not_probed
+            .set(i64::try_from(not_probed).unwrap_or(i64::MAX));
+    }
+
+    /// `n` objects restored by one pass.
+    pub fn agent_repaired(&self, n: usize) {
+        self.agent_repairs.inc_by(n as u64);
+    }
+
     /// Records one reconcile pass of `controller`, failed with an error of class
     /// `error` (`transient`, `conflict`, `permanent`) or not.
     pub fn reconciled(&self, controller: &str, took: Duration, error: Option<&str>) {

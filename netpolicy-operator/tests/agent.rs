@@ -90,29 +90,42 @@ fn start_agent_with(
     ns: &TestNamespace,
     extra: &[&str],
 ) -> Agent {
+    start_agent_on(cp, node, ns, extra).0
+}
+
+/// As [`start_agent_with`]; also the port its metrics are on (127.0.0.1).
+fn start_agent_on(
+    cp: &netpolicy_testenv::ControlPlane,
+    node: &str,
+    ns: &TestNamespace,
+    extra: &[&str],
+) -> (Agent, u16) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let log = cp.dir.join(format!("agent-{node}.log"));
-    Agent(
-        Command::new(env!("CARGO_BIN_EXE_netpolicy"))
-            .args(["agent", "--node", node, "--netns", ns.name()])
-            // A second `--resync-seconds` in `extra` would be a usage error.
-            .args(if extra.contains(&"--resync-seconds") {
-                &[][..]
-            } else {
-                &["--resync-seconds", "1"][..]
-            })
-            .arg("--kubeconfig")
-            .arg(&cp.kubeconfig)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
+    (
+        Agent(
+            Command::new(env!("CARGO_BIN_EXE_netpolicy"))
+                .args(["agent", "--node", node, "--netns", ns.name()])
+                // A second `--resync-seconds` in `extra` would be a usage error.
+                .args(if extra.contains(&"--resync-seconds") {
+                    &[][..]
+                } else {
+                    &["--resync-seconds", "1"][..]
+                })
+                .arg("--kubeconfig")
+                .arg(&cp.kubeconfig)
+                .args(["--listen", &format!("127.0.0.1:{port}")])
+                .args(extra)
+                .env("RUST_LOG", "info")
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .unwrap(),
+        ),
+        port,
     )
 }
 
@@ -886,7 +899,7 @@ async fn a_link_going_down_and_up_is_reflected_in_status_at_once() {
         )
         .await
         .unwrap();
-    let _agent = start_agent_with(s.cp, &s.node, &s.ns, &["--resync-seconds", "3600"]);
+    let (_agent, port) = start_agent_on(s.cp, &s.node, &s.ns, &["--resync-seconds", "3600"]);
     let applied = |want: &'static str| {
         let api = s.api.clone();
         let node = s.node.clone();
@@ -913,7 +926,36 @@ async fn a_link_going_down_and_up_is_reflected_in_status_at_once() {
             .any(|e| e.item.contains("10.70.0.0/16")),
         "{st:?}"
     );
+    // The node's /metrics says the same (issue 40: it had no item-error series).
+    let reason = st.item_errors[0].reason.clone();
+    let series = format!("netpolicy_agent_item_errors{{reason=\"{reason}\"}} 1");
+    let metrics = || http_get(port, "/metrics");
+    eventually("the item error in /metrics", 5, || async {
+        metrics().await.contains(&series)
+    })
+    .await;
     s.ns.ip(&["link", "set", "v0", "up"]).unwrap();
     eventually("Applied True once the link is up", 5, applied("True")).await;
     assert!(table_100(&s.ns).contains("10.70.0.0/16 via 192.0.2.1"));
+    let cleared = format!("netpolicy_agent_item_errors{{reason=\"{reason}\"}} 0");
+    eventually("no item error in /metrics", 5, || async {
+        metrics().await.contains(&cleared)
+    })
+    .await;
+}
+
+/// The body of a plain HTTP GET of `path` on 127.0.0.1:`port` (the agent's metrics), or
+/// an empty string.
+async fn http_get(port: u16, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return String::new();
+    };
+    let req = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    if stream.write_all(req.as_bytes()).await.is_err() {
+        return String::new();
+    }
+    let mut body = String::new();
+    let _ = stream.read_to_string(&mut body).await;
+    body
 }

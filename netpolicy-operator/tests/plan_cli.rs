@@ -2179,6 +2179,10 @@ spec: {address: 169.254.100.160, protocol: bgp, bgp: {localAsn: 8103, remoteAsn:
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples");
     for e in fs::read_dir(&root).unwrap() {
         let e = e.unwrap().path();
+        // examples/consumers holds Rust programs, no manifests.
+        if e.join("Cargo.toml").exists() || e.join("README.md").exists() {
+            continue;
+        }
         let out = netpolicy()
             .args(["plan", "-o", "json", "-f"])
             .arg(&e)
@@ -2233,4 +2237,26 @@ fn a_node_that_cannot_get_both_families_gets_neither_and_the_prefix_is_named() {
         }
         assert_eq!(with_vlan, 1, "{field}: one node fits: {v}");
     }
+}
+
+/// Issue 42: `plan` of a `kubectl get -o yaml` export (`kind: List`) read nothing and
+/// exited 0. A List's items are read as documents.
+#[test]
+fn a_list_export_is_read_item_by_item() {
+    let text = "apiVersion: v1
+kind: List
+items:
+  - apiVersion: v1
+    kind: Node
+    metadata: {name: n1, labels: {zone: a}}
+  - apiVersion: netpolicy.io/v1alpha1
+    kind: NodeConfig
+    metadata: {name: a}
+    spec:
+      nodeSelector: {matchLabels: {zone: a}}
+      routes: [{to: 10.20.0.0/16, via: 192.0.2.1}]
+";
+    let (code, v, stderr) = plan_json(text);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(v["nodes"]["n1"]["routes"][0]["to"], "10.20.0.0/16", "{v}");
 }

@@ -595,3 +595,74 @@ async fn a_trench_is_compiled_into_node_routing_and_programmed_by_the_agents() {
         after - before
     );
 }
+
+/// Issue 40: deleting a Trench that never became valid left its children behind: only a
+/// valid `meridio` trench's children got an ownerReference. Now every child of an
+/// existing Trench is owned by it, valid or not, whatever its data plane, so the garbage
+/// collector removes them with it (this control plane runs no garbage collector: the
+/// ownerReferences are what is checked).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_children_of_an_invalid_trench_are_owned_by_it() {
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    common::admission_policy(&client).await;
+    let lease_ns = cp.namespace("td-owned-lease").await;
+    let ns = cp.namespace("td-owned").await;
+    let _op = common::operator(
+        cp,
+        &lease_ns,
+        &cp.dir.join("operator-traffic-owned.log"),
+        "info",
+    );
+    create(
+        &client,
+        &ns,
+        "Trench",
+        "trench-a",
+        json!({"ipFamily": "ipv4", "dataPlane": "node"}),
+    )
+    .await;
+    // Invalid: the Flow names a stream that does not exist.
+    create(
+        &client,
+        &ns,
+        "Flow",
+        "flow-a",
+        json!({"stream": "no-such-stream", "vips": ["no-such-vip"], "protocols": ["tcp"], "priority": 1}),
+    )
+    .await;
+    create(
+        &client,
+        &ns,
+        "Gateway",
+        "gw-a",
+        json!({"address": "192.0.2.1", "protocol": "static"}),
+    )
+    .await;
+    let uid = Api::<Trench>::namespaced(client.clone(), &ns)
+        .get("trench-a")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    for kind in ["Flow", "Gateway"] {
+        let api = common::traffic_api(&client, kind, &ns);
+        let name = if kind == "Flow" { "flow-a" } else { "gw-a" };
+        eventually(&format!("{kind} owned by the Trench"), 20, || async {
+            api.get(name).await.ok().is_some_and(|o| {
+                o.metadata
+                    .owner_references
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|r| r.kind == "Trench" && r.uid == uid)
+            })
+        })
+        .await;
+    }
+    eventually("the Flow says it is invalid", 20, || async {
+        ready(&client, &ns, "Flow", "flow-a").await.0 == "False"
+    })
+    .await;
+}

@@ -184,12 +184,8 @@ impl Config {
                 format!("ratio {} is not in (0, 1]", self.ratio),
             ));
         }
-        if self.zone_label.is_empty() {
-            p.push(FieldError::new(
-                "spec.zoneLabel",
-                "the zone label must not be empty",
-            ));
-        }
+        // An empty zone label: no zones, the whole cluster is one (the Calico
+        // route-reflector operator without ROUTE_REFLECTOR_ZONE_LABEL).
         for (path, key) in [
             ("spec.zoneLabel", &self.zone_label),
             ("spec.reflectorLabel", &self.reflector_label),

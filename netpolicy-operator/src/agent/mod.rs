@@ -152,7 +152,7 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
     let shared = Arc::new(Shared::default());
     let server = serve_probes(opts.listen, &shared, &client).await?;
     let api: Api<NodeNetworkConfig> = Api::all(client.clone());
-    let recorder = kube::runtime::events::Recorder::new(
+    let recorder = crate::k8s::events::Recorder::new(
         client.clone(),
         kube::runtime::events::Reporter {
             controller: FIELD_MANAGER.into(),
@@ -163,6 +163,7 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
         ns: ns.clone(),
         repairs: Repairs::default(),
         from_kernel: false,
+        repaired: 0,
         not_probed: NotProbed::default(),
         client,
         mem: Memory {
@@ -303,6 +304,17 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
         shared
             .metrics
             .reconciled("agent", start.elapsed(), (!ok).then_some("transient"));
+        shared
+            .metrics
+            .agent_repaired(std::mem::take(&mut ctx.repaired));
+        if let Some(st) = latest.as_ref().and_then(|o| o.status.as_ref()) {
+            let reasons: Vec<&str> = st.item_errors.iter().map(|e| e.reason.as_str()).collect();
+            shared.metrics.agent_status(
+                &reasons,
+                ctx.repairs.fighting().len(),
+                st.not_probed.len(),
+            );
+        }
         if let Some(o) = &latest {
             ctx.repairs.publish(&recorder, o).await;
         }
@@ -521,11 +533,7 @@ impl Repairs {
     }
 
     /// Publishes the due Event on `nnc` (best effort: a refused Event is logged).
-    async fn publish(
-        &mut self,
-        recorder: &kube::runtime::events::Recorder,
-        nnc: &NodeNetworkConfig,
-    ) {
+    async fn publish(&mut self, recorder: &crate::k8s::events::Recorder, nnc: &NodeNetworkConfig) {
         use kube::runtime::events::{Event as KubeEvent, EventType};
         let Some((reason, note)) = self.event_due(Instant::now()) else {
             return;
@@ -825,6 +833,8 @@ struct Ctx {
     repairs: Repairs,
     /// Whether this pass was started by a kernel notification (it ends no fight).
     from_kernel: bool,
+    /// Objects the last pass restored (for the repairs counter).
+    repaired: usize,
     not_probed: NotProbed,
     client: kube::Client,
     mem: Memory,
@@ -974,6 +984,7 @@ async fn pass(
                     info!(node, repaired = report.drift.len(), "drift repaired");
                 }
                 ctx.not_probed.record(&report, &desired);
+                ctx.repaired = report.drift.len();
                 if ctx.from_kernel {
                     ctx.repairs
                         .record_unasked(Instant::now(), &repaired(&report));

@@ -57,7 +57,7 @@ use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::{
-        events::{Event, EventType, Recorder},
+        events::{Event, EventType},
         reflector::{ObjectRef, Store},
     },
 };
@@ -229,7 +229,7 @@ fn rancher_clusters_resource() -> kube::core::ApiResource {
 /// The floating-IP job: carries each [`Pass`] out.
 pub(crate) struct Writer {
     client: Client,
-    recorder: Recorder,
+    recorder: crate::k8s::events::Recorder,
     shared: Arc<Shared>,
     stores: Stores,
     /// Problems already logged (logged again only when they change).

@@ -3,6 +3,7 @@
 //! Events, and the problem type every job reports about an object. The watches
 //! themselves are the runtime's shared informers (`crate::runtime`).
 
+pub(crate) mod events;
 mod host_address;
 pub(crate) mod job_items;
 pub(crate) mod traffic;
@@ -269,8 +270,8 @@ pub(crate) async fn client_from_secret(
     kube::Client::try_from(config).map_err(|e| KubeconfigError::Client(e.to_string()))
 }
 
-pub(crate) fn recorder(client: &kube::Client) -> kube::runtime::events::Recorder {
-    kube::runtime::events::Recorder::new(
+pub(crate) fn recorder(client: &kube::Client) -> events::Recorder {
+    events::Recorder::new(
         client.clone(),
         kube::runtime::events::Reporter {
             controller: "netpolicy-operator".into(),

@@ -50,7 +50,7 @@ use kube::{
     runtime::{
         Controller,
         controller::Action,
-        events::{Event, EventType, Recorder},
+        events::{Event, EventType},
         reflector::{ObjectRef, Store},
     },
 };
@@ -395,7 +395,7 @@ where
 
 struct Job {
     client: Client,
-    recorder: Recorder,
+    recorder: crate::k8s::events::Recorder,
     shared: Arc<Shared>,
     configs: Store<RouteReflectorConfig>,
     /// Where Calico's Nodes and BGPPeers are read and written: `local`, or `remote`'s.

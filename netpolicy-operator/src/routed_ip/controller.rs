@@ -60,7 +60,7 @@ use kube::{
     runtime::{
         Controller,
         controller::Action,
-        events::{Event, EventType, Recorder},
+        events::{Event, EventType},
         finalizer::{Event as Finalizer, finalizer},
         reflector::{ObjectRef, Store},
     },
@@ -454,7 +454,7 @@ fn issuer_error_policy(_: Arc<RoutedIPIssuer>, e: &kube::Error, _: Arc<Context>)
 /// per-RoutedIP backoff and provider-check times.
 pub(crate) struct Context {
     client: Client,
-    recorder: Recorder,
+    recorder: crate::k8s::events::Recorder,
     shared: Arc<Shared>,
     cluster: String,
     issuers: Store<RoutedIPIssuer>,

@@ -34,7 +34,7 @@ use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
     runtime::{
-        events::{Event, EventType, Recorder},
+        events::{Event, EventType},
         reflector::{ObjectRef, Store},
     },
 };
@@ -394,7 +394,7 @@ struct StatusWriter {
     /// Trench's status belongs to the trench job, so its conflicts are Events only,
     /// remembered here: a restarted operator reports a standing conflict once more.
     trench_conflicts: BTreeMap<String, Vec<crate::api::PolicyConflict>>,
-    recorder: Recorder,
+    recorder: crate::k8s::events::Recorder,
 }
 
 impl StatusWriter {

@@ -24,7 +24,7 @@ use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time};
 use kube::{
     Api, Client, Resource, ResourceExt,
     runtime::{
-        events::{Event, EventType, Recorder},
+        events::{Event, EventType},
         reflector::Store,
     },
 };
@@ -77,7 +77,7 @@ pub(crate) fn setup(
 /// The trench job.
 pub(crate) struct TrenchJob {
     client: Client,
-    recorder: Recorder,
+    recorder: crate::k8s::events::Recorder,
     stores: TrafficStores,
     /// Nodes (none when limited to one namespace).
     nodes: Option<Store<Node>>,
@@ -178,6 +178,10 @@ impl TrenchJob {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let mut written = 0;
         for d in &domains {
+            // Every child of an existing Trench is owned by it, valid or not, whatever
+            // its data plane: deleting the Trench removes them (issue 40: the children
+            // of a Trench that never became valid stayed behind).
+            written += self.owned_by_trench(d).await?;
             // Meridio's workloads before the statuses that report them.
             let deployed = if !d.node_mode() && outcome.valid.contains(&d.key()) {
                 let (n, problems) = self.meridio(d).await?;
@@ -205,7 +209,7 @@ impl TrenchJob {
         use super::rollout::State;
         let mut out = Deployed::default();
         let objects = super::meridio::workloads(d, &self.settings, &mut out.problems);
-        let mut written = self.owned_by_trench(d).await?;
+        let mut written = 0;
         // Meridio's `update-sync-group` on Conduits: of the proxy DaemonSets of one
         // group, one is updated at a time, the next only once it has rolled out. Which
         // DaemonSet holds each group: the one rolling out now.
@@ -311,8 +315,8 @@ impl TrenchJob {
         Ok((written, out))
     }
 
-    /// As Meridio's operator: every child of a `meridio` trench (Attractor, Conduit,
-    /// Gateway, Vip, Stream, Flow) gets a (non-controller) ownerReference to its Trench,
+    /// As Meridio's operator: every child of a trench (Attractor, Conduit, Gateway, Vip,
+    /// Stream, Flow), valid or not, gets a (non-controller) ownerReference to its Trench,
     /// so that deleting the Trench removes them and, through the Attractors' and
     /// Conduits', their workloads. Written once per object.
     async fn owned_by_trench(&self, d: &Domain<'_>) -> Result<usize, kube::Error> {

@@ -352,7 +352,27 @@ impl Manifests {
                 return;
             }
         };
+        self.add_tree(origin, &tree);
+    }
+
+    /// Adds one parsed object (a document, or an item of a `List` document).
+    fn add_tree(&mut self, origin: Origin, tree: &yaml::Node) {
         let text = |k: &str| tree.get(k).and_then(|n| n.as_str()).unwrap_or_default();
+        // `kubectl get -o yaml` exports a `List` (apiVersion v1, any kind ending in
+        // `List`): its items are the objects, each read as its own document (its lines
+        // counted from the List's start).
+        if text("apiVersion") == "v1" && text("kind").ends_with("List") {
+            if let Some(yaml::Node {
+                value: yaml::Value::Seq(items),
+                ..
+            }) = tree.get("items")
+            {
+                for item in items {
+                    self.add_tree(origin.clone(), item);
+                }
+            }
+            return;
+        }
         let head = Head {
             api_version: text("apiVersion").to_owned(),
             kind: text("kind").to_owned(),
@@ -387,7 +407,7 @@ impl Manifests {
         }
         let d = Doc {
             origin,
-            tree: &tree,
+            tree,
             head: &head,
         };
         match (head.api_version.as_str(), head.kind.as_str()) {

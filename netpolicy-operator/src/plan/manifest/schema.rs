@@ -131,6 +131,25 @@ pub fn check(s: &JSONSchemaProps, n: &Node, path: &str, out: &mut Vec<Problem>) 
         Some("object") => check_object(s, n, path, out),
         Some("array") => match &n.value {
             Value::Seq(items) => {
+                // The API server's own count limits (`endpoints: []` passed plan and
+                // failed `kubectl apply`).
+                let n_items = items.len() as i64;
+                if let Some(min) = s.min_items.filter(|m| n_items < *m) {
+                    push(
+                        out,
+                        path,
+                        n,
+                        format!("has {n_items} item(s), at least {min} required"),
+                    );
+                }
+                if let Some(max) = s.max_items.filter(|m| n_items > *m) {
+                    push(
+                        out,
+                        path,
+                        n,
+                        format!("has {n_items} items, at most {max} allowed"),
+                    );
+                }
                 if let Some(JSONSchemaPropsOrArray::Schema(item)) = &s.items {
                     for (i, v) in items.iter().enumerate() {
                         check(item, v, &format!("{path}[{i}]"), out);
