@@ -405,8 +405,9 @@ impl Repairs {
     const LISTED: usize = 4;
 
     /// Records one pass's repairs: `(object, line)` pairs ([`repaired`]). A pass is a
-    /// whole look at the node: an object in a fight that it did not have to repair is
-    /// intact, and that fight is over.
+    /// whole look at the node: an object in a fight that it did not have to repair, and
+    /// that nothing restored for [`Repairs::CHECK_FIRST`], is intact, and that fight is
+    /// over.
     pub fn record(&mut self, now: Instant, repaired: &[(Subject, String)]) {
         self.record_pass(now, repaired, true);
     }
@@ -431,9 +432,19 @@ impl Repairs {
             self.since.get_or_insert(now);
         }
         if look {
+            // Intact at a look ends a fight only when it has stayed so for a while: a
+            // pass another object started may have restored it a moment before, between
+            // two of the peer's changes.
             let now_repaired: std::collections::BTreeSet<&Subject> =
                 repaired.iter().map(|(k, _)| k).collect();
-            self.fighting.retain(|k| now_repaired.contains(k));
+            let history = &self.history;
+            self.fighting.retain(|k| {
+                now_repaired.contains(k)
+                    || history
+                        .get(k)
+                        .and_then(|h| h.back())
+                        .is_some_and(|t| now.duration_since(*t) < Self::CHECK_FIRST)
+            });
         }
         for (key, line) in repaired {
             let h = self.history.entry(key.clone()).or_default();
@@ -1845,8 +1856,17 @@ mod tests {
             &[(route_subject("10.30.0.0/16"), "route … restored".to_owned())],
         );
         assert!(r.fighting().contains(&route.0), "still fought over");
-        // A pass that found it intact ends it; the condition turns False, once.
-        r.record(t + Duration::from_secs(121), &[]);
+        // A look right after such a pass restored it finds it intact: that is no proof
+        // the peer stopped, the fight goes on.
+        r.record_unasked(
+            t + Duration::from_millis(120_500),
+            std::slice::from_ref(&route),
+        );
+        r.record(t + Duration::from_millis(120_600), &[]);
+        assert!(r.fighting().contains(&route.0), "intact for 100 ms only");
+        // A look that finds it intact, nothing having restored it for a while, ends it;
+        // the condition turns False, once.
+        r.record(t + Duration::from_secs(130), &[]);
         assert!(r.fighting().is_empty());
         assert_eq!(r.next_check(), None);
         let status = NodeNetworkConfigStatus {

@@ -133,18 +133,10 @@ pub struct Manifests {
 
 /// The kinds `plan` reads that live in a namespace (an object without
 /// `metadata.namespace` is in `default`, as `kubectl apply` puts it).
-const NAMESPACED: &[&str] = &[
-    "Service",
-    "FloatingIP",
-    "Trench",
-    "Attractor",
-    "Gateway",
-    "Vip",
-    "Conduit",
-    "Stream",
-    "Flow",
-    "Cluster",
-];
+fn namespaced(kind: &str) -> bool {
+    crate::k8s::traffic::TRAFFIC_KINDS.contains(&kind)
+        || ["Service", "FloatingIP", "Cluster"].contains(&kind)
+}
 
 /// Reads every path: a file, or a directory whose `*.yaml`/`*.yml` files are read in
 /// name order (recursively).
@@ -563,7 +555,7 @@ impl Manifests {
                 ),
             ));
         }
-        let namespace = if NAMESPACED.contains(&d.head.kind.as_str()) {
+        let namespace = if namespaced(&d.head.kind) {
             let ns = d
                 .tree
                 .get("metadata")
