@@ -739,8 +739,11 @@ pub(crate) fn validate(d: &Domain<'_>) -> Checked {
             ("spec.interface.ipv6Prefix", &i.ipv6_prefix, false),
         ] {
             let needed = if v4 { fam.v4() } else { fam.v6() };
+            // A `network-attachment` interface (Multus) takes its addresses from the
+            // attachment: Meridio's webhook forbids the prefixes there.
+            let attached = !i.network_attachments.is_empty();
             match p {
-                None if needed => c.errors.push(err(
+                None if needed && !attached => c.errors.push(err(
                     "Attractor",
                     ns,
                     name,

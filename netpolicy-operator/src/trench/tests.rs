@@ -558,3 +558,23 @@ fn a_node_trench_refuses_a_network_attachment_interface() {
         "{errors:?}"
     );
 }
+
+/// Issue 42: every `network-attachment` Attractor `convert` wrote failed `plan`, which
+/// demanded `ipv4Prefix`/`ipv6Prefix`; Meridio's webhook forbids them for that type (the
+/// attachment gives the addresses).
+#[test]
+fn a_network_attachment_interface_needs_no_prefixes() {
+    let mut i = Input::sample("red", "t");
+    i.trenches[0].spec.data_plane = Default::default();
+    let iface = &mut i.attractors[0].spec.interface;
+    iface.network_attachments = vec![serde_json::from_value(json!({"name": "vlan-100"})).unwrap()];
+    iface.ipv4_prefix = None;
+    iface.ipv6_prefix = None;
+    let ds = domains(i.objects(), &mut Vec::new());
+    let fields: Vec<String> = validate(&ds[0])
+        .errors
+        .iter()
+        .map(|e| e.field.clone())
+        .collect();
+    assert!(!fields.iter().any(|f| f.ends_with("Prefix")), "{fields:?}");
+}
