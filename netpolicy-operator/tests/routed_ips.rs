@@ -29,6 +29,7 @@ use netpolicy_operator::api::{NodeNetworkConfig, RoutedIP, RoutedIPIssuer, Route
 use netpolicy_testenv::{
     ControlPlane,
     cloud::{self, Shared},
+    eventually,
     moto::{ACCESS_KEY, Gate, Instance, Moto, REGION, SECRET_KEY},
 };
 use serde_json::{Value, json};
@@ -1217,4 +1218,90 @@ async fn aws_elastic_ips_fail_over_without_a_gap_in_the_seed_order_and_survive_a
         .await
         .unwrap();
     drop(op);
+}
+
+/// Issue 40: a RoutedIP deleted while its provider is unreachable stayed Terminating for
+/// good, saying nothing. The deletion still waits for the provider (with backoff), and a
+/// Warning Event says what it waits for and how to let the RoutedIP go without it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deletion_that_waits_for_an_unreachable_provider_says_how_to_let_it_go() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let ns = cp.namespace("rip-gone").await;
+    let log = cp.dir.join("operator-rip-gone.log");
+    token_secret(&client, &ns, "hcloud", "token", "any").await;
+    // Nothing listens there: every call fails at once.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let issuer: RoutedIPIssuer = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIPIssuer",
+        "metadata": {"name": "hz-gone"},
+        "spec": {"hetzner": {"tokenSecretRef": {"namespace": ns, "name": "hcloud"},
+                             "location": "fsn1",
+                             "endpoint": format!("http://127.0.0.1:{closed}/v1")}}
+    }))
+    .unwrap();
+    Api::<RoutedIPIssuer>::all(client.clone())
+        .create(&PostParams::default(), &issuer)
+        .await
+        .unwrap();
+    let rip: RoutedIP = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIP",
+        "metadata": {"name": "gone"},
+        "spec": {"issuerRef": {"name": "hz-gone"}, "address": "198.51.100.77",
+                 "nodeSelector": {"matchLabels": {"role": "nowhere"}}}
+    }))
+    .unwrap();
+    let rips = Api::<RoutedIP>::all(client.clone());
+    rips.create(&PostParams::default(), &rip).await.unwrap();
+    let _op = operator(cp, &ns, &log);
+    eventually("the finalizer", 30, || async {
+        rips.get("gone")
+            .await
+            .ok()
+            .and_then(|r| r.metadata.finalizers)
+            .is_some_and(|f| f.iter().any(|f| f == "netpolicy.io/routed-ip"))
+    })
+    .await;
+    rips.delete("gone", &Default::default()).await.unwrap();
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    eventually("a Warning Event saying how to let it go", 60, || async {
+        events
+            .list(&Default::default())
+            .await
+            .map(|l| {
+                l.items.iter().any(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("gone")
+                        && e.type_.as_deref() == Some("Warning")
+                        && e.note.as_deref().is_some_and(|n| {
+                            n.contains("deletion waits for issuer hz-gone to unassign")
+                                && n.contains("kubectl patch routedip gone")
+                        })
+                })
+            })
+            .unwrap_or(false)
+    })
+    .await;
+    // Let it go as the Event says.
+    rips.patch(
+        "gone",
+        &PatchParams::default(),
+        &Patch::Json::<()>(
+            serde_json::from_value(json!([
+                {"op": "remove", "path": "/metadata/finalizers"}
+            ]))
+            .unwrap(),
+        ),
+    )
+    .await
+    .unwrap();
+    eventually("gone", 20, || async {
+        rips.get_opt("gone").await.unwrap().is_none()
+    })
+    .await;
 }

@@ -655,19 +655,42 @@ impl Context {
             ReclaimPolicy::Retain => netpolicy_issuers::ReclaimPolicy::Retain,
             ReclaimPolicy::Delete => netpolicy_issuers::ReclaimPolicy::Delete,
         };
-        match &*provider {
+        let released = match &*provider {
             Provider::Aws(i) => {
-                netpolicy_issuers::release(i, &tags, address.as_deref(), policy).await?;
+                netpolicy_issuers::release(i, &tags, address.as_deref(), policy).await
             }
             Provider::Hetzner(i) => {
-                netpolicy_issuers::release(i, &tags, address.as_deref(), policy).await?;
+                netpolicy_issuers::release(i, &tags, address.as_deref(), policy).await
             }
             Provider::DigitalOcean(i) => {
-                netpolicy_issuers::release(i, &tags, address.as_deref(), policy).await?;
+                netpolicy_issuers::release(i, &tags, address.as_deref(), policy).await
             }
             Provider::Memory(i) => {
-                netpolicy_issuers::release(&**i, &tags, address.as_deref(), policy).await?;
+                netpolicy_issuers::release(&**i, &tags, address.as_deref(), policy).await
             }
+        };
+        if let Err(e) = released {
+            // Say what the deletion waits for and how to let it go without the provider
+            // (issue 40: a Retain delete stayed Terminating for good, silently).
+            let what = match policy {
+                netpolicy_issuers::ReclaimPolicy::Retain => "unassign",
+                netpolicy_issuers::ReclaimPolicy::Delete => "release",
+            };
+            self.event(
+                rip,
+                EventType::Warning,
+                rc::PROVIDER_ERROR,
+                format!(
+                    "deletion waits for issuer {} to {what} {:?} (retried with backoff): {e}. \
+                     To let the RoutedIP go and leave the IP at the provider as it is: \
+                     kubectl patch routedip {name} --type=json -p \
+                     '[{{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}}]'",
+                    rip.spec.issuer_ref.name,
+                    address.as_deref().unwrap_or("its IP")
+                ),
+            )
+            .await;
+            return Err(e.into());
         }
         info!(routed_ip = %name, ?policy, ?address, "routed IP released");
         lock(&self.checked).remove(&name);
