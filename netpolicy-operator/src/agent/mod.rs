@@ -145,9 +145,7 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
     // The kernel's notifications: a foreign change to what netpolicy owns (or inside a
     // hard-synced table) starts a pass at once; the resync stays as the safety net.
     let mut kernel = watch_kernel(&ns)?;
-    let mut budget = netpolicy_netlink::monitor::Budget::default();
-    // A repair the budget held back: the pass starts when its token is there.
-    let mut deferred: Option<Instant> = None;
+    let mut trigger = Trigger::default();
     let client = client_from(opts.kubeconfig.as_ref()).await?;
     let shared = Arc::new(Shared::default());
     let server = serve_probes(opts.listen, &shared, &client).await?;
@@ -237,30 +235,21 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
                     .as_ref()
                     .map(|o| o.spec.rendered.table_hard_sync.clone())
                     .unwrap_or_default();
-                // Objects fought over wait for their look (next_check); others are
-                // repaired now, or when the budget's next token is there.
-                let fought = ctx.repairs.fighting();
-                // A link that went down took its IPv4 routes with it, and the kernel says
-                // so only for the link: any link change is a look, so that the status
-                // never says applied for a route the kernel dropped (and a link coming up
-                // gets its routes back at once).
-                let Some(what) = batch
-                    .foreign_except(own_port, &hard, |s| fought.contains(s))
-                    .or_else(|| batch.link_change())
-                else {
-                    continue;
-                };
-                if let Err(when) = budget.take(Instant::now()) {
-                    info!(change = %what, "changed behind netpolicy's back: repairing shortly (a storm of changes)");
-                    deferred = Some(deferred.map_or(when, |d| d.min(when)));
-                    continue;
+                let now = Instant::now();
+                match trigger.on_batch(&batch, own_port, &hard, ctx.repairs.fighting(), now) {
+                    KernelTrigger::Nothing => continue,
+                    KernelTrigger::Later(what) => {
+                        info!(change = %what, "changed behind netpolicy's back: repairing shortly (a storm of changes)");
+                        continue;
+                    }
+                    KernelTrigger::Now(what) => {
+                        info!(change = %what, "changed behind netpolicy's back: repairing");
+                        from_kernel = true;
+                    }
                 }
-                info!(change = %what, "changed behind netpolicy's back: repairing");
-                from_kernel = true;
             }
-            () = event_timer(deferred) => {
-                deferred = None;
-                let _ = budget.take(Instant::now());
+            () = event_timer(trigger.deferred()) => {
+                trigger.fire(Instant::now());
                 from_kernel = true;
             }
             () = event_timer(ctx.repairs.next_check()) => {
@@ -360,6 +349,67 @@ fn watch_kernel(
         })
         .map_err(|e| Error::Incomplete(format!("starting the notification thread: {e}")))?;
     Ok(rx)
+}
+
+/// What a batch of kernel notifications asks of the agent ([`Trigger::on_batch`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KernelTrigger {
+    /// Nothing of netpolicy's changed (or only objects fought over, which wait for
+    /// their look).
+    Nothing,
+    /// A pass now; the change, for the log.
+    Now(String),
+    /// A pass when the rate allows ([`Trigger::deferred`]); the change, for the log.
+    Later(String),
+}
+
+/// Decides when kernel notifications start a pass: someone else's change to what
+/// netpolicy owns (or inside a hard-synced table), or any link change (a link that went
+/// down took its IPv4 routes with it, and the kernel says so only for the link), except
+/// objects fought over (they wait for their look); at the rate of a
+/// [`netpolicy_netlink::monitor::Budget`], which delays a pass, never drops it.
+#[derive(Debug, Default)]
+pub struct Trigger {
+    budget: netpolicy_netlink::monitor::Budget,
+    /// A pass the budget held back: it starts when its token is there.
+    deferred: Option<Instant>,
+}
+
+impl Trigger {
+    /// What `batch` asks for at `now`.
+    pub fn on_batch(
+        &mut self,
+        batch: &netpolicy_netlink::monitor::Batch,
+        own_port: u32,
+        hard_synced: &[u32],
+        fought: &std::collections::BTreeSet<Subject>,
+        now: Instant,
+    ) -> KernelTrigger {
+        let Some(what) = batch
+            .foreign_except(own_port, hard_synced, |s| fought.contains(s))
+            .or_else(|| batch.link_change())
+        else {
+            return KernelTrigger::Nothing;
+        };
+        match self.budget.take(now) {
+            Ok(()) => KernelTrigger::Now(what),
+            Err(when) => {
+                self.deferred = Some(self.deferred.map_or(when, |d| d.min(when)));
+                KernelTrigger::Later(what)
+            }
+        }
+    }
+
+    /// When a held-back pass is due.
+    pub fn deferred(&self) -> Option<Instant> {
+        self.deferred
+    }
+
+    /// The held-back pass starts now.
+    pub fn fire(&mut self, now: Instant) {
+        self.deferred = None;
+        let _ = self.budget.take(now);
+    }
 }
 
 /// The repairs the agent made, for the node's Events and its `Fighting` condition.
@@ -1751,6 +1801,52 @@ mod tests {
             to: to.parse().unwrap(),
             metric: 0,
         })
+    }
+
+    #[test]
+    fn a_storm_of_notifications_delays_passes_and_a_fought_object_starts_none() {
+        use netpolicy_netlink::monitor::{Action, Batch, Change, Object};
+        let route = |to: &str, port: u32| {
+            Batch::Changes(vec![Change {
+                object: Object::Route,
+                action: Action::Deleted,
+                port,
+                owned: true,
+                table: Some(100),
+                what: format!("route {to} table 100"),
+                subject: Some(route_subject(to)),
+            }])
+        };
+        let mut t = Trigger::default();
+        let none = std::collections::BTreeSet::new();
+        let t0 = Instant::now();
+        assert_eq!(
+            t.on_batch(&route("10.1.0.0/16", 7), 7, &[], &none, t0),
+            KernelTrigger::Nothing,
+            "our own write"
+        );
+        let fought = std::collections::BTreeSet::from([route_subject("10.9.0.0/16")]);
+        assert_eq!(
+            t.on_batch(&route("10.9.0.0/16", 9), 7, &[], &fought, t0),
+            KernelTrigger::Nothing,
+            "fought over: its look, not a pass"
+        );
+        // The burst, then the rate: later, never dropped.
+        let burst = netpolicy_netlink::monitor::Budget::BURST as usize;
+        for _ in 0..burst {
+            assert!(matches!(
+                t.on_batch(&route("10.1.0.0/16", 9), 7, &[], &fought, t0),
+                KernelTrigger::Now(_)
+            ));
+        }
+        assert!(matches!(
+            t.on_batch(&route("10.2.0.0/16", 9), 7, &[], &fought, t0),
+            KernelTrigger::Later(_)
+        ));
+        let due = t.deferred().expect("a pass is due");
+        assert!(due - t0 <= Duration::from_millis(20), "{:?}", due - t0);
+        t.fire(due);
+        assert_eq!(t.deferred(), None);
     }
 
     #[test]
