@@ -59,7 +59,8 @@
 //! - [`monitor`]: the kernel's notifications as typed changes, each with the requesting
 //!   socket's port ([`Adapter::port`] is the adapter's own) and netpolicy's mark;
 //!   [`monitor::keep`] applies a desired state and repairs it whenever someone else
-//!   changes what it owns (p99 10.7 ms from a removal to the re-add, `benches/drift.rs`).
+//!   changes what it owns (p99 17-20 ms per kind from a removal to the re-add, 92 ms for
+//!   addresses probed for duplicates first; `benches/drift.rs`).
 //! - [`dad`]: an address another host on the segment uses is not added
 //!   ([`Outcome::Duplicate`], naming its MAC for IPv4): ARP probes as RFC 5227 says
 //!   before IPv4 addresses, the kernel's DAD read back after IPv6 ones.
