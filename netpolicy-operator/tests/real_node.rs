@@ -1393,6 +1393,14 @@ fn rbac(cluster: &NodeCluster, installed: usize) {
             "a claim's owner confirmed gone before its address is released",
         ),
         (
+            OPERATOR,
+            "events.k8s.io",
+            "events",
+            "patch",
+            "the same Event (same note) again within the recorder's window, its series: \
+             a new fact is a new Event (k8s::events), so this run's facts were all new",
+        ),
+        (
             AGENT,
             "events.k8s.io",
             "events",
