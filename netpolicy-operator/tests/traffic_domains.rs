@@ -50,6 +50,25 @@ async fn create(client: &Client, ns: &str, kind: &str, name: &str, spec: Value) 
         .unwrap_or_else(|e| panic!("{kind}/{name}: {e}"));
 }
 
+/// The shared control plane with the CRDs and the agents' admission policy, a client,
+/// and two fresh namespaces: the operator's lease's (`<name>-lease`) and the trench's.
+async fn fresh(
+    name: &str,
+) -> (
+    &'static netpolicy_testenv::ControlPlane,
+    Client,
+    String,
+    String,
+) {
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    common::admission_policy(&client).await;
+    let lease_ns = cp.namespace(&format!("{name}-lease")).await;
+    let ns = cp.namespace(name).await;
+    (cp, client, lease_ns, ns)
+}
+
 async fn trench_status(client: &Client, ns: &str) -> TrenchStatus {
     Api::<Trench>::namespaced(client.clone(), ns)
         .get("trench-a")
@@ -143,12 +162,7 @@ fn route_get(ns: &TestNamespace, args: &[&str]) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_trench_is_compiled_into_node_routing_and_programmed_by_the_agents() {
-    let cp = netpolicy_testenv::shared();
-    let client = cp.client().await;
-    netpolicy_testenv::install_crds(&client, crds()).await;
-    common::admission_policy(&client).await;
-    let lease_ns = cp.namespace("td-lease").await;
-    let ns = cp.namespace("td").await;
+    let (cp, client, lease_ns, ns) = fresh("td").await;
     let nodes: Api<Node> = Api::all(client.clone());
     let (a1, a2, a3, b1) = (
         cp.unique("td-a1"),
@@ -603,12 +617,7 @@ async fn a_trench_is_compiled_into_node_routing_and_programmed_by_the_agents() {
 /// ownerReferences are what is checked).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_children_of_an_invalid_trench_are_owned_by_it() {
-    let cp = netpolicy_testenv::shared();
-    let client = cp.client().await;
-    netpolicy_testenv::install_crds(&client, crds()).await;
-    common::admission_policy(&client).await;
-    let lease_ns = cp.namespace("td-owned-lease").await;
-    let ns = cp.namespace("td-owned").await;
+    let (cp, client, lease_ns, ns) = fresh("td-owned").await;
     let _op = common::operator(
         cp,
         &lease_ns,
