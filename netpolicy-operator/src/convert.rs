@@ -309,6 +309,21 @@ pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Conver
                 cluster_names.join(", ")
             ));
         }
+        // ipruler applies a ClusterConfig only through each NodeConfig's FullConfig, so
+        // only on nodes some NodeConfig selects; netpolicy's applies to every node.
+        let hard = spec.contains_key("tableHardSync");
+        out.notes.push(format!(
+            "ipruler ClusterConfig(s) {}: ipruler applied them only on nodes some NodeConfig \
+             selects; the ClusterConfig `default` applies to every node{}. Check `netpolicy \
+             plan` for nodes no NodeConfig selects before applying",
+            cluster_names.join(", "),
+            if hard {
+                ", and its tableHardSync removes foreign routes and rules in those tables \
+                 there too"
+            } else {
+                ""
+            }
+        ));
         out.objects
             .push(json!({"apiVersion": OURS, "kind": "ClusterConfig",
                                 "metadata": {"name": "default"}, "spec": spec}));
@@ -743,6 +758,14 @@ mod tests {
                 .any(|n| n.contains("drops `protocol: static`"))
         );
         assert!(c.notes.iter().any(|n| n.contains("gets priority 1001")));
+        // Issue 42: the ClusterConfig's scope widens from the NodeConfigs' nodes to every
+        // node; said, with what tableHardSync then does.
+        assert!(
+            c.notes.iter().any(|n| n.contains("applies to every node")
+                && n.contains("tableHardSync removes foreign routes")),
+            "{:?}",
+            c.notes
+        );
     }
 
     #[test]
