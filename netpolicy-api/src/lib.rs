@@ -17,7 +17,7 @@
 //! Every type a kind's fields use is reachable from here: the routing items are
 //! netpolicy-core's wire types, re-exported as [`spec`] and [`render`] (and the whole
 //! crate as [`netpolicy_core`]), so one dependency line builds every kind. MSRV: Rust
-//! 1.88 (let chains; `scripts/test` builds with it).
+//! 1.89 (kube 5's; `scripts/test` builds with it).
 //!
 //! # Examples
 //!

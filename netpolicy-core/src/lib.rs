@@ -12,7 +12,7 @@
 //! netpolicy-core = "0.1"
 //! ```
 //!
-//! MSRV: Rust 1.88. No Kubernetes version to choose: this crate has no kube or
+//! MSRV: Rust 1.89. No Kubernetes version to choose: this crate has no kube or
 //! k8s-openapi dependency.
 //!
 //! No I/O: no tokio, no kube, no netlink, no clock. Adapters (`netpolicy-netlink`,

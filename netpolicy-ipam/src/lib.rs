@@ -9,7 +9,7 @@
 //! ```
 //!
 //! Everything its signatures use is re-exported (`netpolicy_ipam::IpNetwork` and the
-//! `ipnetwork` crate, `FieldError`, `IpFamily`): no other line is needed. MSRV: Rust 1.88.
+//! `ipnetwork` crate, `FieldError`, `IpFamily`): no other line is needed. MSRV: Rust 1.89.
 //!
 //! - [`space`]: what a pool hands out. [`space::AddressSpace`]: CIDRs and start-end
 //!   ranges minus exclusions, with the architecture's (docs/architecture.md) usable-address rules

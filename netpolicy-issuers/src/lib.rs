@@ -12,7 +12,7 @@
 //! tokio = { version = "1", features = ["rt-multi-thread", "macros"] }
 //! ```
 //!
-//! MSRV: Rust 1.88 (the `aws` feature: 1.94.1, the AWS SDK's own).
+//! MSRV: Rust 1.89 (the `aws` feature: 1.94.1, the AWS SDK's own).
 //!
 //! Providers: `memory` (in-process, scripted faults), `hetzner` (floating IPs found by
 //! labels), `digitalocean` (reserved IPs, found by address only: they carry no tags, so

@@ -12,7 +12,7 @@
 //!
 //! netpolicy-core (the desired state, `RoutingSpec` → `RoutingConfig`) and `ipnetwork` are
 //! re-exported (`netpolicy_netlink::netpolicy_core`, `netpolicy_netlink::prelude::*`): this
-//! one line is enough. MSRV: Rust 1.88.
+//! one line is enough. MSRV: Rust 1.89.
 //!
 //! **Privileges.** Changing a namespace needs `CAP_NET_ADMIN` (root has it; the netpolicy
 //! chart grants the agent `NET_ADMIN`): without it a reconcile that would change something

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Everything its signatures use is re-exported (`FieldError`, `Labels`, `Selector`, and
-//! netpolicy-core as `netpolicy_rr::netpolicy_core`). MSRV: Rust 1.88.
+//! netpolicy-core as `netpolicy_rr::netpolicy_core`). MSRV: Rust 1.89.
 //!
 //! # Pipeline
 //! 1. [`place`]: sizing, eligibility and stable placement with cluster IDs.
