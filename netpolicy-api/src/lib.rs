@@ -415,7 +415,8 @@ pub mod conditions {
 
     /// Condition type of a NodeNetworkConfig: something on the node keeps changing
     /// netpolicy's objects back (each restored [`fighting::AFTER`] times within a
-    /// minute); the agent repairs them on resync only until it stops. Absent on a node
+    /// minute); their notifications start no repair, the agent looks at them again with
+    /// backoff (5 s, doubling to 5 min) while it repairs every other object at once. Absent on a node
     /// that never fought; `False` once a pass finds them intact.
     pub const FIGHTING: &str = "Fighting";
     /// Reasons and limits of the `Fighting` condition.

@@ -1600,6 +1600,16 @@ fn segment(test: &str) -> Option<Segment> {
     })
 }
 
+/// The outcome of the pass's add of address `addr` (`10.88.0.2/24`).
+fn add_outcome(report: &netpolicy_netlink::Report, addr: &str) -> Outcome {
+    report
+        .results
+        .iter()
+        .find(|r| matches!(&r.op, Op::AddAddress { address, .. } if address.to_string() == addr))
+        .map(|r| r.outcome.clone())
+        .unwrap_or_else(|| panic!("no add of {addr}: {report:#?}"))
+}
+
 fn mac_of(ns: &Netns, dev: &str) -> String {
     let out = ns.ip(&["link", "show", dev]);
     out.split_whitespace()
@@ -1633,16 +1643,7 @@ fn an_address_another_host_on_the_segment_uses_is_not_added_and_names_that_host(
         "dad: a pass adding 2 IPv4 and 2 IPv6 addresses took {:?}",
         start.elapsed()
     );
-    let outcome = |report: &netpolicy_netlink::Report, addr: &str| {
-        report
-            .results
-            .iter()
-            .find(
-                |r| matches!(&r.op, Op::AddAddress { address, .. } if address.to_string() == addr),
-            )
-            .map(|r| r.outcome.clone())
-            .unwrap_or_else(|| panic!("no add of {addr}: {report:#?}"))
-    };
+    let outcome = add_outcome;
     assert_eq!(
         outcome(&report, "10.88.0.2/24"),
         Outcome::Duplicate {
@@ -1711,16 +1712,7 @@ fn an_address_on_a_link_that_is_down_is_added_unprobed_and_says_why() {
         {"dev": "lo", "address": "10.87.1.3/32"}
     ]}));
     let report = seg.a.adapter().reconcile(&desired, false).unwrap();
-    let outcome = |addr: &str| {
-        report
-            .results
-            .iter()
-            .find(
-                |r| matches!(&r.op, Op::AddAddress { address, .. } if address.to_string() == addr),
-            )
-            .map(|r| r.outcome.clone())
-            .unwrap_or_else(|| panic!("no add of {addr}: {report:#?}"))
-    };
+    let outcome = |addr: &str| add_outcome(&report, addr);
     assert_eq!(
         outcome("10.87.0.3/24"),
         Outcome::Unprobed {

@@ -962,18 +962,11 @@ async fn a_link_going_down_and_up_is_reflected_in_status_at_once() {
     .await;
 }
 
-/// The body of a plain HTTP GET of `path` on 127.0.0.1:`port` (the agent's metrics), or
-/// an empty string.
+/// The body of a GET of `path` on 127.0.0.1:`port` (the agent's metrics), or an empty
+/// string.
 async fn http_get(port: u16, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
-        return String::new();
-    };
-    let req = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-    if stream.write_all(req.as_bytes()).await.is_err() {
-        return String::new();
+    match reqwest::get(format!("http://127.0.0.1:{port}{path}")).await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
     }
-    let mut body = String::new();
-    let _ = stream.read_to_string(&mut body).await;
-    body
 }

@@ -500,7 +500,7 @@ impl Repairs {
             let h = self.history.entry(key.clone()).or_default();
             h.push_back(now);
             if h.len() >= conditions::fighting::AFTER && self.fighting.insert(key.clone()) {
-                warn!(object = %key, "Fighting: something keeps changing it back; repairing on resync only until it stops");
+                warn!(object = %key, "Fighting: something keeps changing it back; looked at again with backoff (5 s, doubling to 5 min) until it stops");
             }
             if !self.pending.contains(line) {
                 self.pending.push(line.clone());
@@ -582,7 +582,7 @@ impl Repairs {
         let objects: Vec<String> = self.fighting.iter().map(ToString::to_string).collect();
         let mut note = format!(
             "something keeps changing netpolicy's objects back (each restored {} times within \
-             {} s): {}; repairing on resync only until it stops",
+             {} s): {}; looked at again with backoff (5 s, doubling to 5 min) until it stops",
             conditions::fighting::AFTER,
             Self::WINDOW.as_secs(),
             list(&objects, objects.len())
@@ -736,7 +736,7 @@ fn fighting_condition(
             conditions::fighting::FIGHTING,
             format!(
                 "something keeps changing these back (each restored {} times within {} s): \
-                 {}{more}; repairing on resync only until it stops",
+                 {}{more}; looked at again with backoff (5 s, doubling to 5 min) until it stops",
                 conditions::fighting::AFTER,
                 Repairs::WINDOW.as_secs(),
                 objects.join("; ")
