@@ -132,20 +132,7 @@ fn routing(
 
 /// Converts `docs` (each with where it came from, for messages).
 pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Converted {
-    // A `kubectl get -o yaml` export is a `List` (apiVersion v1): its items are the
-    // objects.
-    let docs = docs.into_iter().flat_map(|(at, d)| {
-        let list =
-            d["apiVersion"] == "v1" && d["kind"].as_str().is_some_and(|k| k.ends_with("List"));
-        match (list, d["items"].as_array()) {
-            (true, Some(items)) => items
-                .iter()
-                .enumerate()
-                .map(|(i, item)| (format!("{at} items[{i}]"), item.clone()))
-                .collect::<Vec<_>>(),
-            _ => vec![(at, d)],
-        }
-    });
+    let docs = docs.into_iter().flat_map(list_items);
     let mut out = Converted::default();
     let mut next_priority = FIRST_RULE_PRIORITY;
     let mut cluster: Option<Map<String, Value>> = None;
@@ -330,6 +317,20 @@ pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Conver
     }
     out.objects.extend(rest);
     out
+}
+
+/// A document, or the items of a `List` (apiVersion v1: what `kubectl get -o yaml`
+/// exports), each with where it came from.
+fn list_items((at, d): (String, Value)) -> Vec<(String, Value)> {
+    let list = d["apiVersion"] == "v1" && d["kind"].as_str().is_some_and(|k| k.ends_with("List"));
+    match (list, d["items"].as_array()) {
+        (true, Some(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| (format!("{at} items[{i}]"), item.clone()))
+            .collect(),
+        _ => vec![(at, d)],
+    }
 }
 
 /// The seed route-reflector operator's settings: the environment of a Deployment's
