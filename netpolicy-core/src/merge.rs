@@ -334,7 +334,7 @@ impl Keyed for Route {
 
 impl Keyed for HostAddress {
     fn key_cmp(&self, other: &Self) -> Ordering {
-        self.cmp(other)
+        self.key().cmp(&other.key())
     }
     fn item_ref(&self) -> ItemRef {
         ItemRef::Address(self.clone())

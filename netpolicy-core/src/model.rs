@@ -180,19 +180,45 @@ impl fmt::Display for Vlan {
 }
 
 /// An address netpolicy keeps on a link it did not create (`lo`, `eth0`): a routed
-/// cloud IP on its holder, a service address. Identity: the link and the address.
+/// cloud IP on its holder, a service address. Identity: the link and the address
+/// ([`HostAddress::key`]).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct HostAddress {
     /// The link.
     pub dev: IfName,
     /// The address with its prefix length (host bits allowed, as on any interface).
     pub address: IpNetwork,
+    /// Whether the kernel's `local` route for the address (its own host route in table
+    /// local, 255) is there: desired, `false` means removed and kept removed (the host
+    /// sends from the address and receives on it only where a rule-selected table
+    /// delivers it); observed, whether the kernel has it.
+    pub local_route: bool,
+}
+
+impl HostAddress {
+    /// A plain address: the kernel's local route stays.
+    pub fn new(dev: IfName, address: IpNetwork) -> Self {
+        Self {
+            dev,
+            address,
+            local_route: true,
+        }
+    }
+
+    /// The identity: the link and the address.
+    pub fn key(&self) -> (&IfName, &IpNetwork) {
+        (&self.dev, &self.address)
+    }
 }
 
 impl fmt::Display for HostAddress {
-    /// `203.0.113.7/32 dev lo`.
+    /// `203.0.113.7/32 dev lo` (`…, no local route` when that route is removed).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} dev {}", self.address, self.dev)
+        write!(f, "{} dev {}", self.address, self.dev)?;
+        if !self.local_route {
+            f.write_str(", no local route")?;
+        }
+        Ok(())
     }
 }
 

@@ -51,7 +51,8 @@ pub struct ObservedVlan {
 /// foreign one only when a desired address has its identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObservedAddress {
-    /// The link and the address.
+    /// The link and the address; `local_route` says whether the kernel's local route
+    /// for it (table local) is there.
     pub address: HostAddress,
     /// Whether netpolicy added it (its address protocol is netpolicy's).
     pub owned: bool,
@@ -148,6 +149,15 @@ pub enum Op {
         /// Address with prefix length.
         address: IpNetwork,
     },
+    /// Delete the kernel's own `local` route of an address (its host route in table
+    /// local, 255): the address stays, and only a rule-selected table delivers to it.
+    /// Planned after the address is added, and whenever that route is back.
+    DeleteLocalRoute {
+        /// Interface the address is on.
+        dev: IfName,
+        /// The address (a host address).
+        address: IpNetwork,
+    },
     /// Create or replace a route (`NLM_F_CREATE | NLM_F_REPLACE`).
     ReplaceRoute(Route),
     /// Add a route beside a foreign route with the same identity (`NLM_F_CREATE`
@@ -182,6 +192,7 @@ impl Op {
                 | Self::DeleteRoute { .. }
                 | Self::DeleteAddress { .. }
                 | Self::DeleteLink(_)
+                | Self::DeleteLocalRoute { .. }
         )
     }
 
@@ -195,7 +206,7 @@ impl Op {
             Self::SetMtu { .. } => 5,
             Self::SetUp(_) => 6,
             Self::AddAddress { .. } => 7,
-            Self::ReplaceRoute(_) | Self::AddRoute(_) => 8,
+            Self::DeleteLocalRoute { .. } | Self::ReplaceRoute(_) | Self::AddRoute(_) => 8,
             Self::AddRule { .. } | Self::ReplaceRule { .. } => 9,
         }
     }
@@ -216,6 +227,9 @@ impl std::fmt::Display for Op {
             Self::SetMtu { dev, mtu } => write!(f, "set mtu {mtu} dev {dev}"),
             Self::SetUp(dev) => write!(f, "set link {dev} up"),
             Self::AddAddress { dev, address } => write!(f, "add address {address} dev {dev}"),
+            Self::DeleteLocalRoute { dev, address } => {
+                write!(f, "delete local route {address} dev {dev} table local")
+            }
             Self::ReplaceRoute(r) => write!(f, "add route {r}"),
             Self::AddRoute(r) => write!(f, "add route {r} (beside a foreign route)"),
             Self::AddRule { family, rule } => write!(f, "add {family} rule {rule}"),
@@ -419,35 +433,55 @@ fn plan_vlans(
 
 /// Host addresses: an owned one not desired is deleted, a desired one not there is
 /// added; a desired one that is there but not netpolicy's is left alone (and never
-/// deleted later).
+/// deleted later). An owned address whose kernel local route is to be gone loses it
+/// (after it is added, and whenever it is back); one whose local route is to stay and
+/// is gone is added again (the kernel makes that route with the address).
 fn plan_addresses(
     observed: &Observed,
     desired: &RoutingConfig,
     ops: &mut Vec<Op>,
     skipped: &mut Vec<Skipped>,
 ) {
-    let want: BTreeSet<&HostAddress> = desired.addresses.iter().collect();
-    let have: BTreeMap<&HostAddress, bool> = observed
+    let want: BTreeSet<_> = desired.addresses.iter().map(HostAddress::key).collect();
+    let have: BTreeMap<_, &ObservedAddress> = observed
         .addresses
         .iter()
-        .map(|o| (&o.address, o.owned))
+        .map(|o| (o.address.key(), o))
         .collect();
+    let delete = |a: &HostAddress| Op::DeleteAddress {
+        dev: a.dev.clone(),
+        address: a.address,
+    };
+    let add = |a: &HostAddress| Op::AddAddress {
+        dev: a.dev.clone(),
+        address: a.address,
+    };
+    let drop_local = |a: &HostAddress| Op::DeleteLocalRoute {
+        dev: a.dev.clone(),
+        address: a.address,
+    };
     for o in &observed.addresses {
-        if o.owned && !want.contains(&o.address) {
-            ops.push(Op::DeleteAddress {
-                dev: o.address.dev.clone(),
-                address: o.address.address,
-            });
+        if o.owned && !want.contains(&o.address.key()) {
+            ops.push(delete(&o.address));
         }
     }
     for a in &desired.addresses {
-        match have.get(a) {
-            None => ops.push(Op::AddAddress {
-                dev: a.dev.clone(),
-                address: a.address,
-            }),
-            Some(true) => {}
-            Some(false) => skipped.push(Skipped {
+        match have.get(&a.key()) {
+            None => {
+                ops.push(add(a));
+                if !a.local_route {
+                    ops.push(drop_local(a));
+                }
+            }
+            Some(o) if o.owned => match (a.local_route, o.address.local_route) {
+                (false, true) => ops.push(drop_local(a)),
+                (true, false) => {
+                    ops.push(delete(a));
+                    ops.push(add(a));
+                }
+                _ => {}
+            },
+            Some(_) => skipped.push(Skipped {
                 item: ItemRef::Address(a.clone()),
                 reason: SkipReason::ForeignIdentical,
             }),
@@ -689,10 +723,12 @@ mod tests {
                 AddressSpec {
                     dev: "lo".into(),
                     address: "203.0.113.7/32".into(),
+                    ..Default::default()
                 },
                 AddressSpec {
                     dev: "eth0".into(),
                     address: "192.0.2.9/24".into(),
+                    ..Default::default()
                 },
             ],
             ..Default::default()
@@ -715,6 +751,73 @@ mod tests {
         let empty = RoutingConfig::default();
         assert_eq!(plan(&observed_from(&want, true), &empty).ops.len(), 2);
         assert!(plan(&observed_from(&want, false), &empty).is_empty());
+    }
+
+    #[test]
+    fn an_address_without_its_local_route_loses_it_when_added_and_whenever_it_is_back() {
+        let want = desired(RoutingSpec {
+            addresses: vec![AddressSpec {
+                dev: "lo".into(),
+                address: "20.0.0.1/32".into(),
+                local_route: Some(false),
+            }],
+            ..Default::default()
+        });
+        let text = |p: Plan| p.ops.iter().map(ToString::to_string).collect::<Vec<_>>();
+        // Added, then its local route goes (the kernel makes it with the address).
+        assert_eq!(
+            text(plan(&Observed::default(), &want)),
+            [
+                "add address 20.0.0.1/32 dev lo",
+                "delete local route 20.0.0.1/32 dev lo table local"
+            ]
+        );
+        // As desired: nothing. The local route back (lo set down and up): it goes.
+        let mut o = observed_from(&want, true);
+        assert!(plan(&o, &want).is_empty());
+        o.addresses[0].address.local_route = true;
+        assert_eq!(
+            text(plan(&o, &want)),
+            ["delete local route 20.0.0.1/32 dev lo table local"]
+        );
+        // Desired with its local route again: the address is added again (which is
+        // what makes the kernel's route), not left without it.
+        let plain = desired(RoutingSpec {
+            addresses: vec![AddressSpec {
+                dev: "lo".into(),
+                address: "20.0.0.1/32".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        assert_eq!(
+            text(plan(&observed_from(&want, true), &plain)),
+            [
+                "delete address 20.0.0.1/32 dev lo",
+                "add address 20.0.0.1/32 dev lo"
+            ]
+        );
+        // Someone else's address of that identity: left alone, local route and all.
+        let mut foreign = observed_from(&plain, false);
+        foreign.addresses[0].address.local_route = true;
+        let p = plan(&foreign, &want);
+        assert!(p.ops.is_empty() && p.skipped.len() == 1, "{p:?}");
+    }
+
+    #[test]
+    fn removing_the_local_route_of_a_prefix_is_refused_naming_the_field() {
+        let e = RoutingSpec {
+            addresses: vec![AddressSpec {
+                dev: "lo".into(),
+                address: "20.0.0.0/24".into(),
+                local_route: Some(false),
+            }],
+            ..Default::default()
+        }
+        .validate("spec")
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("spec.addresses[0].localRoute"), "{e}");
     }
 
     fn full() -> RoutingConfig {

@@ -46,6 +46,7 @@ impl From<&HostAddress> for AddressSpec {
         Self {
             dev: a.dev.to_string(),
             address: a.address.to_string(),
+            local_route: (!a.local_route).then_some(false),
         }
     }
 }

@@ -80,6 +80,14 @@ pub struct AddressSpec {
     pub dev: String,
     /// Address with prefix length, IPv4 or IPv6 (`203.0.113.7/32`).
     pub address: String,
+    /// Whether the kernel's `local` route for the address (table local, 255) stays:
+    /// `true` (default) delivers every packet to the address to this host. `false`
+    /// removes that route and keeps it removed: the host sends from the address (an
+    /// IPv4 source must be an address of the host) and receives on it only where a
+    /// `local` route in a table a rule selects delivers it (a traffic domain's VIP:
+    /// only what its flows select).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_route: Option<bool>,
 }
 
 /// A route.

@@ -93,8 +93,30 @@ impl RoutingSpec {
                 continue;
             }
             let address = interface_address(&a.address, &format!("{at}.address"), &mut p);
+            if a.local_route == Some(false)
+                && let Some(net) = address
+                && net.prefix() != if net.is_ipv4() { 32 } else { 128 }
+            {
+                // Only a host address's local route is its own: a prefix on `lo`
+                // has a second one for the whole prefix.
+                p.push(
+                    format!("{at}.localRoute"),
+                    format!(
+                        "false needs a host address (/32 or /128), not {net}: only a \
+                         host address has exactly one local route to remove"
+                    ),
+                );
+                continue;
+            }
             if let (Some(dev), Some(address)) = (dev, address) {
-                addresses.push((i, HostAddress { dev, address }));
+                addresses.push((
+                    i,
+                    HostAddress {
+                        dev,
+                        address,
+                        local_route: a.local_route.unwrap_or(true),
+                    },
+                ));
             }
         }
         let mut rules = Vec::new();
@@ -137,7 +159,7 @@ impl RoutingSpec {
         );
         let addresses = dedup_by_identity(
             addresses,
-            Clone::clone,
+            |a: &HostAddress| (a.dev.clone(), a.address),
             &format!("{path}.addresses"),
             "link and address",
             &mut p,
@@ -1157,22 +1179,27 @@ mod tests {
                 AddressSpec {
                     dev: "lo".into(),
                     address: "203.0.113.7".into(),
+                    ..Default::default()
                 },
                 AddressSpec {
                     dev: "eth0.7".into(),
                     address: "10.7.0.2/24".into(),
+                    ..Default::default()
                 },
                 AddressSpec {
                     dev: "a-name-far-too-long".into(),
                     address: "10.7.0.3/24".into(),
+                    ..Default::default()
                 },
                 AddressSpec {
                     dev: "lo".into(),
                     address: "203.0.113.8/32".into(),
+                    ..Default::default()
                 },
                 AddressSpec {
                     dev: "lo".into(),
                     address: "203.0.113.8/32".into(),
+                    ..Default::default()
                 },
             ],
             ..Default::default()
@@ -1232,6 +1259,7 @@ mod tests {
             addresses: vec![AddressSpec {
                 dev: "lo".into(),
                 address: "2001:DB8::7/128".into(),
+                ..Default::default()
             }],
             table_hard_sync: vec![100],
         };

@@ -97,6 +97,7 @@ fn spec_strategy() -> impl Strategy<Value = RoutingSpec> {
     let address = (0..2usize, 0..2usize).prop_map(|(dev, a)| AddressSpec {
         dev: ["lo", "eth0"][dev].into(),
         address: ["203.0.113.7/32", "2001:db8::7/128"][a].into(),
+        ..Default::default()
     });
     (
         proptest::collection::vec(route, 0..4),

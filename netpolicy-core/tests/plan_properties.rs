@@ -207,6 +207,15 @@ fn apply(o: &mut Observed, ops: &[Op]) {
                 v.vlan.addresses.push(*address);
                 v.vlan.addresses.sort();
             }
+            Op::DeleteLocalRoute { dev, address } => {
+                for a in o
+                    .addresses
+                    .iter_mut()
+                    .filter(|a| a.address.key() == (dev, address))
+                {
+                    a.address.local_route = false;
+                }
+            }
             // NLM_F_REPLACE overwrites the first route of that identity, whoever's.
             Op::ReplaceRoute(r) => {
                 let new = ObservedRoute {

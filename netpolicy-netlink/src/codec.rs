@@ -98,6 +98,61 @@ fn route_type(k: RouteKind) -> RouteType {
     }
 }
 
+/// The table the kernel keeps every address's `local` route in (`RT_TABLE_LOCAL`).
+pub const LOCAL_TABLE: u8 = 255;
+
+/// The kernel's `local` route of the host address `address` on link `index`, to delete
+/// it: table local, type local, protocol kernel, that link.
+pub fn local_route_delete_message(index: u32, address: IpNetwork) -> RouteMessage {
+    let mut m = RouteMessage::default();
+    m.header.address_family = family_of(&address);
+    m.header.destination_prefix_length = if address.is_ipv4() { 32 } else { 128 };
+    m.header.table = LOCAL_TABLE;
+    m.header.protocol = RouteProtocol::Kernel;
+    m.header.scope = NlScope::Host;
+    m.header.kind = RouteType::Local;
+    m.attributes
+        .push(RouteAttribute::Destination(RouteAddress::from(
+            address.ip(),
+        )));
+    m.attributes.push(RouteAttribute::Oif(index));
+    m
+}
+
+/// The link index and address of a kernel `local` route for one host address in table
+/// local (what [`local_route_delete_message`] removes).
+pub fn local_route_of(m: &RouteMessage) -> Option<(u32, IpAddr)> {
+    let table = m
+        .attributes
+        .iter()
+        .find_map(|a| match a {
+            RouteAttribute::Table(t) => Some(*t),
+            _ => None,
+        })
+        .unwrap_or_else(|| u32::from(m.header.table));
+    let host = match m.header.address_family {
+        AddressFamily::Inet => 32,
+        AddressFamily::Inet6 => 128,
+        _ => return None,
+    };
+    if table != u32::from(LOCAL_TABLE)
+        || m.header.kind != RouteType::Local
+        || m.header.destination_prefix_length != host
+    {
+        return None;
+    }
+    let mut dst = None;
+    let mut oif = None;
+    for a in &m.attributes {
+        match a {
+            RouteAttribute::Destination(d) => dst = ip_of(d),
+            RouteAttribute::Oif(i) => oif = Some(*i),
+            _ => {}
+        }
+    }
+    Some((oif?, dst?))
+}
+
 /// The message that creates, replaces or deletes `r` (the key fields suffice to delete).
 pub fn route_message(r: &Route, protocol: u8, links: &Links) -> Result<RouteMessage, String> {
     let mut m = RouteMessage::default();

@@ -536,11 +536,32 @@ impl Adapter {
                 });
             }
         }
+        let links = self.links.clone();
+        let route_msgs = self.dump_family(
+            |f| {
+                let mut m = RouteMessage::default();
+                m.header.address_family = f;
+                RouteNetlinkMessage::GetRoute(m)
+            },
+            |m| match m {
+                RouteNetlinkMessage::NewRoute(r) => Some(r),
+                _ => None,
+            },
+        )?;
+        // The kernel's own local routes of host addresses (table local), by link.
+        let local_routes: BTreeSet<(u32, std::net::IpAddr)> = route_msgs
+            .iter()
+            .filter_map(codec::local_route_of)
+            .collect();
+        let routes = route_msgs
+            .iter()
+            .filter_map(|r| codec::route_from(r, &links));
         // Addresses on links netpolicy did not create: ours by their address protocol;
         // someone else's only when a desired address has the identity. Addresses of the
         // VLANs above are theirs.
         let vlan_names: BTreeSet<&IfName> = observed.vlans.iter().map(|v| &v.vlan.name).collect();
-        let wanted_addresses: BTreeSet<&HostAddress> = desired.addresses.iter().collect();
+        let wanted_addresses: BTreeSet<_> =
+            desired.addresses.iter().map(HostAddress::key).collect();
         for a in &addrs {
             let Some(dev) = self
                 .links
@@ -556,24 +577,16 @@ impl Adapter {
             let Some((address, protocol)) = codec::address_from(a) else {
                 continue;
             };
-            let address = HostAddress { dev, address };
+            let address = HostAddress {
+                dev,
+                address,
+                local_route: local_routes.contains(&(a.header.index, address.ip())),
+            };
             let owned = protocol == self.own.route_protocol;
-            if owned || wanted_addresses.contains(&address) {
+            if owned || wanted_addresses.contains(&address.key()) {
                 observed.addresses.push(ObservedAddress { address, owned });
             }
         }
-        let links = self.links.clone();
-        let routes = self.dump_family(
-            |f| {
-                let mut m = RouteMessage::default();
-                m.header.address_family = f;
-                RouteNetlinkMessage::GetRoute(m)
-            },
-            |m| match m {
-                RouteNetlinkMessage::NewRoute(r) => codec::route_from(&r, &links),
-                _ => None,
-            },
-        )?;
         let hard: BTreeSet<u32> = desired.table_hard_sync.iter().copied().collect();
         let wanted_routes: std::collections::BTreeMap<_, &Route> =
             desired.routes.iter().map(|r| (r.key(), r)).collect();
@@ -1313,6 +1326,13 @@ impl Adapter {
                 )),
                 NLM_F_CREATE | NLM_F_EXCL,
             )],
+            Op::DeleteLocalRoute { dev, address } => vec![(
+                RouteNetlinkMessage::DelRoute(codec::local_route_delete_message(
+                    self.index(dev)?,
+                    *address,
+                )),
+                0,
+            )],
             Op::ReplaceRoute(r) => vec![(
                 RouteNetlinkMessage::NewRoute(codec::route_message(r, p, &self.links)?),
                 NLM_F_CREATE | NLM_F_REPLACE,
@@ -1385,7 +1405,7 @@ fn stage(op: &Op) -> u8 {
         Op::SetMtu { .. } => 5,
         Op::SetUp(_) => 6,
         Op::AddAddress { .. } => 7,
-        Op::ReplaceRoute(_) | Op::AddRoute(_) => 8,
+        Op::DeleteLocalRoute { .. } | Op::ReplaceRoute(_) | Op::AddRoute(_) => 8,
         Op::AddRule { .. } | Op::ReplaceRule { .. } => 9,
     }
 }

@@ -134,9 +134,9 @@ impl Subject {
             Op::DeleteRoute { route, .. } | Op::ReplaceRoute(route) | Op::AddRoute(route) => {
                 Self::Route(route.key())
             }
-            Op::DeleteAddress { address, .. } | Op::AddAddress { address, .. } => {
-                Self::Address(*address)
-            }
+            Op::DeleteAddress { address, .. }
+            | Op::AddAddress { address, .. }
+            | Op::DeleteLocalRoute { address, .. } => Self::Address(*address),
             Op::DeleteLink(dev) | Op::SetUp(dev) | Op::SetMtu { dev, .. } => {
                 Self::Link(dev.as_str().to_owned())
             }

@@ -101,6 +101,25 @@ impl TestNamespace {
         Namespace::Named(self.name.clone())
     }
 
+    /// Runs `f` on a short-lived thread inside the namespace and returns what it
+    /// returned. A socket made there stays in this namespace wherever it is used
+    /// afterwards: a listener for a test's server, a connected stream for its client.
+    ///
+    /// ```no_run
+    /// # use netpolicy_netlink::testns::TestNamespace;
+    /// # let ns = TestNamespace::new("doc")?.unwrap();
+    /// let listener = ns.run(|| std::net::TcpListener::bind("[::]:8080"))??;
+    /// # let _ = listener;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// The namespace cannot be entered, or `f` panicked.
+    pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> io::Result<T> {
+        crate::conn::in_namespace(&self.namespace(), move || Ok(f()))
+            .map_err(|e| io::Error::other(e.to_string()))
+    }
+
     /// Runs `ip -n NAME args…`; its standard output.
     ///
     /// # Errors

@@ -330,6 +330,61 @@ fn drift_is_repaired_and_reported_and_dry_run_changes_nothing() {
     assert!(a.plan(&desired).unwrap().ops.is_empty());
 }
 
+#[test]
+fn an_address_without_its_local_route_is_a_source_and_its_local_route_stays_gone() {
+    let Some(ns) = Netns::new("address without local route") else {
+        return;
+    };
+    let desired = config(json!({
+        "addresses": [
+            {"dev": "lo", "address": "20.0.0.1/32", "localRoute": false},
+            {"dev": "lo", "address": "2000::1/128", "localRoute": false},
+            {"dev": "lo", "address": "20.0.0.2/32"}
+        ]
+    }));
+    let mut a = ns.adapter();
+    let r = a.reconcile(&desired, false).unwrap();
+    assert!(r.failures().next().is_none(), "{r:?}");
+    assert!(a.plan(&desired).unwrap().ops.is_empty());
+    let local = |to: &str, fam: &str| ns.ip(&[fam, "route", "show", "table", "local", to]);
+    assert!(
+        local("20.0.0.1", "-4").trim().is_empty(),
+        "{}",
+        local("20.0.0.1", "-4")
+    );
+    assert!(
+        local("2000::1", "-6").trim().is_empty(),
+        "{}",
+        local("2000::1", "-6")
+    );
+    assert!(local("20.0.0.2", "-4").contains("local 20.0.0.2"));
+    // The address is the host's: a source for the routing decision (an IPv4 source
+    // that is no address of the host has no route at all).
+    let out = ns.ip(&["route", "get", "192.0.2.1", "from", "20.0.0.1"]);
+    assert!(out.contains("dev v0"), "{out}");
+    // Not delivered by the local table: no rule selects a table that delivers it.
+    let inbound = ns
+        .inner
+        .ip(&["route", "get", "20.0.0.1", "from", "192.0.2.1", "iif", "v0"])
+        .unwrap_or_else(|e| e.to_string());
+    assert!(!inbound.starts_with("local"), "{inbound}");
+    // lo down and up: the kernel makes the local routes again; the next pass removes
+    // them and calls it drift.
+    ns.ip(&["link", "set", "lo", "down"]);
+    ns.ip(&["link", "set", "lo", "up"]);
+    assert!(local("20.0.0.1", "-4").contains("local 20.0.0.1"));
+    let r = a.reconcile(&desired, false).unwrap();
+    assert!(
+        r.drift
+            .iter()
+            .any(|op| matches!(op, Op::DeleteLocalRoute { address, .. } if address.to_string() == "20.0.0.1/32")),
+        "{:#?}",
+        r.drift
+    );
+    assert!(local("20.0.0.1", "-4").trim().is_empty());
+    assert!(a.plan(&desired).unwrap().ops.is_empty());
+}
+
 /// A namespace for VLAN tests, with a dummy link `d0` (up) beside the veth pair; `None`
 /// (and a SKIP line naming the VM runner) when the kernel has no 802.1Q or dummy.
 fn vlan_netns(test: &str) -> Option<Netns> {

@@ -226,14 +226,19 @@ fn run_plan(a: &PlanArgs) -> ExitCode {
         }
     };
     let report = plan::plan(&manifests);
+    let width = terminal_width();
     for w in &report.warnings {
-        eprintln!("warning: {w}");
+        let line = format!("warning: {w}\n");
+        match width {
+            Some(n) => eprint!("{}", plan::wrap_prose(&line, usize::from(n))),
+            None => eprint!("{line}"),
+        }
     }
     // JSON is streamed: on a large cluster it is far bigger than the report in memory
     // (nodes with the same result share it; the output spells it out per node).
     let mut out = BufWriter::new(std::io::stdout().lock());
     let written = match a.output {
-        Output::Table => out.write_all(report.to_table_width(terminal_width()).as_bytes()),
+        Output::Table => out.write_all(report.to_table_width(width).as_bytes()),
         Output::Json => serde_json::to_writer_pretty(&mut out, &report)
             .map_err(std::io::Error::from)
             .and_then(|()| out.write_all(b"\n")),

@@ -689,6 +689,10 @@ fn repair_line(op: &Op, failed: Option<&str>) -> String {
             format!("vlan {v} deleted by someone"),
             "created again".to_owned(),
         ),
+        Op::DeleteLocalRoute { dev, address } => (
+            format!("the kernel's local route of address {address} dev {dev} is back"),
+            "removed".to_owned(),
+        ),
         Op::DeleteRoute { route, .. } => (
             format!("route {route} added or changed by someone where netpolicy syncs"),
             "removed".to_owned(),

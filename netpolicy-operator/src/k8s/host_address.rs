@@ -26,6 +26,7 @@ pub(crate) fn host_address(
         AddressSpec {
             dev: h.host_device.clone().unwrap_or_else(|| "lo".into()),
             address: format!("{ip}/{len}"),
+            ..Default::default()
         },
     ))
 }

@@ -1037,6 +1037,7 @@ mod tests {
         let item = |dev: &str, address: &str| AddressSpec {
             dev: dev.into(),
             address: address.into(),
+            ..Default::default()
         };
         let spec = RenderedSpec {
             addresses: vec![SourcedSpec {

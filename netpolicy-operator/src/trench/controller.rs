@@ -581,6 +581,20 @@ impl TrenchJob {
                     _ => (true, reason::CONFIGURED, in_map),
                 };
             }
+            if let Some(ns) = notes.get(&k)
+                && kind == "Vip"
+                && ns.iter().all(|n| n.starts_with("spec.address"))
+            {
+                // Compiled, with a caveat about what it does on the node.
+                return (
+                    true,
+                    reason::COMPILED,
+                    format!(
+                        "compiled into its attractor nodes' routing; {}",
+                        ns.join("; ")
+                    ),
+                );
+            }
             if let Some(ns) = notes.get(&k) {
                 let why = if kind == "Gateway" {
                     reason::NOT_PROGRAMMABLE

@@ -19,6 +19,11 @@
 //!   streams' tables delivers the attractor's VIPs to the node itself (`local <vip> dev
 //!   lo`): traffic a flow selects is the node's, and no table sends inbound VIP traffic
 //!   back to the gateways; traffic no flow selects is left to the node's own routing;
+//! - each IPv4 host VIP (`/32`) as an address on `lo` without its kernel `local` route
+//!   (`localRoute: false`): Linux sends from an IPv4 source only when it is one of the
+//!   host's addresses, so without it a reply from the VIP has no route out; without
+//!   the local route only what a flow selects is delivered. (IPv6 sends from any
+//!   source; an IPv4 VIP wider than /32 gets no address: replies from it need one);
 //! - a rule per VIP (`from <vip> lookup <trench table>`, priority [`VIP_RULE_PRIORITY`]):
 //!   replies leave through the gateways;
 //! - FIB rules per flow: for each VIP × protocol × source subnet × source ports ×
@@ -412,6 +417,22 @@ pub(crate) fn validate(d: &Domain<'_>) -> Checked {
                 "spec.address",
                 format!("{} is not of the trench's ipFamily", v.spec.address),
             )),
+            Ok(IpNetwork::V4(n))
+                if n.prefix() < 32 && trench.spec.data_plane == crate::api::DataPlane::Node =>
+            {
+                c.notes.push(err(
+                    "Vip",
+                    ns,
+                    name,
+                    "spec.address",
+                    format!(
+                        "{n} is wider than one address: the node data plane delivers what \
+                         flows select to it, but Linux sends from an IPv4 source only when \
+                         it is an address of the host, so replies from it need that \
+                         address on the node (give one Vip per /32 to have them made)"
+                    ),
+                ));
+            }
             Ok(_) => {}
             Err(e) => c.errors.push(err("Vip", ns, name, "spec.address", e)),
         }
@@ -1300,6 +1321,22 @@ pub(crate) fn compile(d: &Domain<'_>, alloc: &TrenchStatus) -> BTreeMap<String, 
                 }
             }
         }
+        // An IPv4 host VIP is also an address of the node, on `lo` without its local
+        // route: the kernel sends from an IPv4 source only when the source is one of
+        // the host's addresses (a reply from the VIP had no route out), and without
+        // that route only what a flow selects is delivered. IPv6 sends from any source.
+        let vip_addresses: Vec<AddressSpec> = a
+            .spec
+            .vips
+            .iter()
+            .filter_map(|v| vips.get(v.as_str()))
+            .filter(|net| matches!(net, IpNetwork::V4(n) if n.prefix() == 32))
+            .map(|net| AddressSpec {
+                dev: "lo".into(),
+                address: net.to_string(),
+                local_route: Some(false),
+            })
+            .collect();
         let mut rules = Vec::new();
         for v in &a.spec.vips {
             if let Some(net) = vips.get(v.as_str()) {
@@ -1383,6 +1420,7 @@ pub(crate) fn compile(d: &Domain<'_>, alloc: &TrenchStatus) -> BTreeMap<String, 
                 0 => spec.addresses.extend(addrs.iter().map(|ad| AddressSpec {
                     dev: iface.link.clone(),
                     address: ad.clone(),
+                    ..Default::default()
                 })),
                 id => spec.vlans.push(VlanSpec {
                     link: iface.link.clone(),
@@ -1393,6 +1431,7 @@ pub(crate) fn compile(d: &Domain<'_>, alloc: &TrenchStatus) -> BTreeMap<String, 
                     addresses: addrs.clone(),
                 }),
             }
+            spec.addresses.extend(vip_addresses.iter().cloned());
             spec.routes.extend(routes.iter().cloned());
             spec.rules.extend(rules.iter().cloned());
         }

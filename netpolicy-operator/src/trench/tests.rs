@@ -578,3 +578,147 @@ fn a_network_attachment_interface_needs_no_prefixes() {
         .collect();
     assert!(!fields.iter().any(|f| f.ends_with("Prefix")), "{fields:?}");
 }
+
+/// A node of an attractor (its interface untagged on `v0`) and a gateway (`v1`, moved
+/// into a namespace of its own): TCP from the gateway side to each VIP on a port a flow
+/// selects connects and gets the node's answer, for both families; a port no flow
+/// selects is not the node's.
+#[test]
+fn a_tcp_connection_to_each_vip_from_the_gateway_side_is_answered_by_the_node() {
+    use std::{
+        io::{Read, Write},
+        net::{SocketAddr, TcpListener, TcpStream},
+        time::Duration,
+    };
+
+    use netpolicy_netlink::{Adapter, Ownership, testns::TestNamespace};
+
+    let Some(node) = TestNamespace::new("trench node data plane: TCP to each VIP").unwrap() else {
+        return;
+    };
+    let gw = TestNamespace::new("the gateway side").unwrap().unwrap();
+    // The gateway's end of the node's pair replaces the gateway namespace's own pair.
+    gw.ip(&["link", "del", "v0"]).unwrap();
+    node.ip(&["link", "set", "v1", "netns", gw.name()]).unwrap();
+    for step in [
+        &["link", "set", "v1", "up"][..],
+        &["addr", "add", "169.254.100.1/24", "dev", "v1"],
+        &["-6", "addr", "add", "100:100::1/64", "dev", "v1", "nodad"],
+    ] {
+        gw.ip(step).unwrap();
+    }
+    node.ip(&["link", "set", "lo", "up"]).unwrap();
+
+    let (ns, t) = ("red", Some("trench-a"));
+    let mut i = Input::default();
+    i.trenches.push(obj(
+        "Trench",
+        ns,
+        "trench-a",
+        None,
+        json!({"ipFamily": "dualstack", "dataPlane": "node"}),
+    ));
+    i.attractors.push(obj(
+        "Attractor",
+        ns,
+        "attr",
+        t,
+        json!({
+            "nodeSelector": {"matchLabels": {"role": "a"}},
+            "interface": {"name": "v0", "link": "v0",
+                          "ipv4Prefix": "169.254.100.0/24", "ipv6Prefix": "100:100::/64"},
+            "gateways": ["gw-v4", "gw-v6"], "vips": ["vip-v4", "vip-v6"], "composites": ["c1"]
+        }),
+    ));
+    for (name, address) in [("gw-v4", "169.254.100.1"), ("gw-v6", "100:100::1")] {
+        i.gateways.push(obj(
+            "Gateway",
+            ns,
+            name,
+            t,
+            json!({"address": address, "protocol": "static"}),
+        ));
+    }
+    for (name, address) in [("vip-v4", "20.0.0.1/32"), ("vip-v6", "2000::1/128")] {
+        i.vips
+            .push(obj("Vip", ns, name, t, json!({"address": address})));
+    }
+    i.conduits.push(obj("Conduit", ns, "c1", t, json!({})));
+    i.streams
+        .push(obj("Stream", ns, "s1", t, json!({"conduit": "c1"})));
+    i.flows.push(obj("Flow", ns, "f", t, json!({"stream": "s1", "vips": ["vip-v4", "vip-v6"], "sourceSubnets": ["0.0.0.0/0", "::/0"], "destinationPorts": ["80"], "protocols": ["tcp"], "priority": 1})));
+    let (out, _) = run(&i, &nodes(&[("n1", "a")]), &BTreeMap::new());
+    let st = &out.allocations["red/trench-a"];
+    let spec = compile(&domains(i.objects(), &mut Vec::new())[0], st);
+    let desired = spec["n1"].validate("spec").unwrap();
+    let mut adapter = Adapter::open(&node.namespace(), Ownership::default()).unwrap();
+    let report = adapter.reconcile(&desired, false).unwrap();
+    assert_eq!(report.failures().count(), 0, "{report:?}");
+    assert!(
+        adapter
+            .reconcile(&desired, false)
+            .unwrap()
+            .results
+            .is_empty()
+    );
+    // The gateways route the VIPs to the node's address on the attractor interface.
+    let mine = &st.node_addresses["attr"]["n1"];
+    let host = |a: &str| a.split('/').next().unwrap().to_owned();
+    gw.ip(&["route", "add", "20.0.0.1/32", "via", &host(&mine[0])])
+        .unwrap();
+    gw.ip(&["-6", "route", "add", "2000::1/128", "via", &host(&mine[1])])
+        .unwrap();
+
+    let listener = node.run(|| TcpListener::bind("[::]:80")).unwrap().unwrap();
+    std::thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            let mut s = s;
+            let _ = s.write_all(format!("node {}", s.local_addr().unwrap().ip()).as_bytes());
+        }
+    });
+    for vip in ["20.0.0.1:80", "[2000::1]:80"] {
+        let to: SocketAddr = vip.parse().unwrap();
+        let got = gw
+            .run(move || -> std::io::Result<String> {
+                let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(3))?;
+                s.set_read_timeout(Some(Duration::from_secs(3)))?;
+                let mut b = String::new();
+                s.read_to_string(&mut b)?;
+                Ok(b)
+            })
+            .unwrap();
+        let got = got.unwrap_or_else(|e| {
+            panic!(
+                "TCP to {vip} from the gateway side: {e}\n{}\n{}",
+                node.ip(&["rule"]).unwrap_or_default(),
+                node.ip(&["addr"]).unwrap_or_default()
+            )
+        });
+        assert!(got.starts_with("node "), "{vip}: {got}");
+        println!("kernel: TCP to {vip} from the gateway side answered ({got})");
+    }
+    // Only what a flow selects is the node's: another port is not delivered.
+    let other = node
+        .ip(&[
+            "route",
+            "get",
+            "20.0.0.1",
+            "from",
+            "169.254.100.1",
+            "iif",
+            "v0",
+            "ipproto",
+            "tcp",
+            "dport",
+            "22",
+        ])
+        .unwrap_or_else(|e| e.to_string());
+    assert!(!other.starts_with("local"), "{other}");
+    let local = node
+        .ip(&["route", "show", "table", "local", "20.0.0.1"])
+        .unwrap();
+    assert!(
+        local.trim().is_empty(),
+        "the VIP's kernel local route is back: {local}"
+    );
+}

@@ -37,6 +37,7 @@ fn run(netns: &str) -> Result<(), Box<dyn std::error::Error>> {
         addresses: vec![AddressSpec {
             dev: "lo".into(),
             address: "203.0.113.7/32".into(),
+            ..Default::default()
         }],
         ..RoutingSpec::default()
     };
