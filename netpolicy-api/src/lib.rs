@@ -538,7 +538,8 @@ pub mod conditions {
         pub const APPLYING: &str = "ApplyingStep";
         /// Reason: no node may hold the IP (it stays where it is).
         pub const NO_CANDIDATE: &str = "NoEligibleNode";
-        /// Reason: the issuer is missing or its token cannot be read.
+        /// Reason: the issuer is missing, its token cannot be read, or its provider's
+        /// API does not answer (no connection within seconds).
         pub const ISSUER_UNAVAILABLE: &str = "IssuerUnavailable";
         /// Reason: the provider refused or failed (retried).
         pub const PROVIDER_ERROR: &str = "ProviderError";

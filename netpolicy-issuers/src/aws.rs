@@ -342,6 +342,7 @@ impl AwsIssuer {
             return Err(Error::Provider("AWS: the region is empty".into()));
         }
         let http = reqwest::Client::builder()
+            .connect_timeout(crate::CONNECT_TIMEOUT)
             .timeout(Duration::from_secs(30))
             .build()
             .map_err(|e| Error::Provider(format!("HTTP client: {e}")))?;
@@ -411,10 +412,19 @@ impl AwsIssuer {
             body.push_str(&form(v));
         }
         let mut attempt = 0;
+        let mut unanswered = 0;
         loop {
             let request = self.signed(action, &body).await?;
             let resp = match self.http.execute(request).await {
                 Ok(r) => r,
+                Err(e) if crate::unreachable(&e) => {
+                    unanswered += 1;
+                    if unanswered < crate::CONNECT_ATTEMPTS {
+                        tokio::time::sleep(self.backoff(0)).await;
+                        continue;
+                    }
+                    return Err(Error::Unreachable(format!("{action}: {}", e.without_url())));
+                }
                 Err(_) if attempt < self.retries => {
                     attempt += 1;
                     tokio::time::sleep(self.backoff(attempt)).await;

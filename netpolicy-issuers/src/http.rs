@@ -1,5 +1,6 @@
 //! The HTTP side shared by the cloud clients: bearer auth, JSON, 30 s timeouts, retries
-//! with a short exponential backoff on 5xx and connection failures; on 429 the provider's
+//! with a short exponential backoff on 5xx; a connection that fails or takes longer than
+//! [`crate::CONNECT_TIMEOUT`] twice is [`Error::Unreachable`] at once; on 429 the provider's
 //! delay (`Retry-After`, else `RateLimit-Reset`), waited out here only when it is short
 //! (≤ 2 s) and otherwise returned at once as [`Error::RateLimited`] for the caller to
 //! schedule; errors mapped to [`Error`] without the token anywhere in them.
@@ -46,6 +47,7 @@ impl Api {
     /// The HTTP client cannot be built.
     pub fn new(base: impl Into<String>, token: impl Into<String>) -> Result<Self> {
         let http = reqwest::Client::builder()
+            .connect_timeout(crate::CONNECT_TIMEOUT)
             .timeout(Duration::from_secs(30))
             .build()
             .map_err(|e| Error::Provider(format!("HTTP client: {e}")))?;
@@ -70,6 +72,7 @@ impl Api {
     pub async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value> {
         let url = format!("{}{path}", self.base);
         let mut attempt = 0;
+        let mut unanswered = 0;
         loop {
             let mut req = self
                 .http
@@ -80,6 +83,19 @@ impl Api {
             }
             let resp = match req.send().await {
                 Ok(r) => r,
+                // No connection: tried once more, then said at once (the caller backs
+                // off), never the whole retry budget of timeouts.
+                Err(e) if crate::unreachable(&e) => {
+                    unanswered += 1;
+                    if unanswered < crate::CONNECT_ATTEMPTS {
+                        tokio::time::sleep(self.backoff(0, None)).await;
+                        continue;
+                    }
+                    return Err(Error::Unreachable(format!(
+                        "{method} {path}: {}",
+                        e.without_url()
+                    )));
+                }
                 Err(_) if attempt < self.retries => {
                     attempt += 1;
                     tokio::time::sleep(self.backoff(attempt, None)).await;

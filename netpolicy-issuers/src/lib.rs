@@ -105,9 +105,30 @@ pub enum Error {
     /// group, ...): retrying soon does not help; raise the quota or free what holds it.
     #[error("limit exceeded: {0}")]
     LimitExceeded(String),
+    /// The provider's API did not answer: no connection within
+    /// [`CONNECT_TIMEOUT`] (twice), or refused. Said within seconds, retried with
+    /// backoff by the caller.
+    #[error("provider API unreachable: {0}")]
+    Unreachable(String),
     /// Anything else the provider reports.
     #[error("provider error: {0}")]
     Provider(String),
+}
+
+/// How long the clients wait for a connection to a provider's API before trying once
+/// more and then saying [`Error::Unreachable`]: an unreachable API is said within
+/// seconds (an answer, once connected, may take up to 30 s).
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Attempts at a connection that fails or times out, within one call.
+#[cfg(any(feature = "aws", feature = "hetzner", feature = "digitalocean"))]
+pub(crate) const CONNECT_ATTEMPTS: u32 = 2;
+
+/// Whether a request failed for want of a connection (refused, timed out connecting,
+/// no route, name not resolved), not after the provider got it.
+#[cfg(any(feature = "aws", feature = "hetzner", feature = "digitalocean"))]
+pub(crate) fn unreachable(e: &reqwest::Error) -> bool {
+    e.is_connect() || (e.is_timeout() && !e.is_body() && !e.is_decode())
 }
 
 /// A firewall port rule (inbound, TCP or UDP, to the routed IP's nodes).

@@ -444,3 +444,23 @@ proptest! {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endpoint_that_takes_no_connection_is_unreachable_after_one_more_try() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let aws = AwsIssuer::with_credentials(
+        REGION,
+        Some(&format!("http://127.0.0.1:{closed}")),
+        ACCESS_KEY,
+        SECRET_KEY,
+        None,
+    )
+    .unwrap();
+    let e = aws.find_ip(None, &tags()).await.unwrap_err();
+    assert!(matches!(e, Error::Unreachable(_)), "{e:?}");
+    assert!(!e.to_string().contains(SECRET_KEY), "{e}");
+}

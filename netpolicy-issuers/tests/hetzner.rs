@@ -197,6 +197,21 @@ async fn errors_are_typed_and_never_show_the_token() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_api_that_takes_no_connection_is_unreachable_after_one_more_try() {
+    // Nothing listens on this port: every connection is refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let hz = client(&format!("http://127.0.0.1:{closed}/v1"), TOKEN);
+    let e = hz.find_ip(None, &tags()).await.unwrap_err();
+    assert!(matches!(e, Error::Unreachable(_)), "{e:?}");
+    assert!(e.to_string().starts_with("provider API unreachable"), "{e}");
+    assert!(!e.to_string().contains(TOKEN));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn rate_limits_beyond_the_retries_surface_with_retry_after() {
     let (base, cloud) = serve(api, "/v1").await;
     let mut hz = client(&base, TOKEN);

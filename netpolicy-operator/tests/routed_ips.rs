@@ -761,9 +761,12 @@ async fn digitalocean_ips_are_found_again_by_their_recorded_address_after_a_rest
         "do-stuck reports its provider",
         &log,
         |s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == "ProviderError")
+            s.conditions.iter().any(|c| {
+                c.type_ == "Ready"
+                    && c.status == "False"
+                    && c.reason == "IssuerUnavailable"
+                    && c.message.contains("unreachable")
+            })
         },
     )
     .await;
@@ -1260,6 +1263,29 @@ async fn a_deletion_that_waits_for_an_unreachable_provider_says_how_to_let_it_go
     let rips = Api::<RoutedIP>::all(client.clone());
     rips.create(&PostParams::default(), &rip).await.unwrap();
     let _op = operator(cp, &ns, &log);
+    // An API that does not answer is said within seconds, on the RoutedIP and on its
+    // issuer (not after the whole retry budget, as a ProviderError).
+    let said = |c: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition| {
+        c.type_ == "Ready"
+            && c.status == "False"
+            && c.reason == "IssuerUnavailable"
+            && c.message.contains("provider API unreachable")
+    };
+    eventually("the RoutedIP says IssuerUnavailable", 10, || async {
+        status(&client, "gone")
+            .await
+            .is_some_and(|s| s.conditions.iter().any(said))
+    })
+    .await;
+    eventually("the issuer says IssuerUnavailable", 10, || async {
+        Api::<RoutedIPIssuer>::all(client.clone())
+            .get("hz-gone")
+            .await
+            .ok()
+            .and_then(|i| i.status)
+            .is_some_and(|s| s.conditions.iter().any(said))
+    })
+    .await;
     eventually("the finalizer", 30, || async {
         rips.get("gone")
             .await

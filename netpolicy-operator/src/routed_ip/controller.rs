@@ -175,6 +175,10 @@ impl Failed {
             Self::Provider(ProviderError::Provider(_)) => {
                 (ErrorClass::Transient, rc::PROVIDER_ERROR)
             }
+            // The issuer cannot be used now: said as such, retried with backoff.
+            Self::Provider(ProviderError::Unreachable(_)) => {
+                (ErrorClass::Transient, rc::ISSUER_UNAVAILABLE)
+            }
             Self::Kube(e) => (ErrorClass::of(e), rc::PROVIDER_ERROR),
             Self::Finalizer(_) => (ErrorClass::Transient, rc::PROVIDER_ERROR),
             Self::Changed(_) => (ErrorClass::Conflict, rc::PROVIDER_ERROR),
@@ -441,8 +445,23 @@ async fn reconcile_issuer(
     ctx: Arc<Context>,
 ) -> Result<Action, kube::Error> {
     let names: BTreeSet<String> = ctx.rips.state().iter().map(|r| r.name_any()).collect();
-    ctx.check_issuer(&issuer, &names).await;
-    Ok(Action::requeue(ctx.resync))
+    let key = format!("RoutedIPIssuer/{}", issuer.name_any());
+    match ctx.check_issuer(&issuer, &names).await {
+        None => {
+            lock(&ctx.backoff).remove(&key);
+            Ok(Action::requeue(ctx.resync))
+        }
+        // Not usable now (a Secret not yet granted, an API not answering): looked at
+        // again by its class's backoff, not at the next resync, so a fix shows soon.
+        Some(class) => {
+            let mut b = lock(&ctx.backoff);
+            let entry = b.entry(key).or_insert_with(|| (class, class.backoff()));
+            if entry.0 != class {
+                *entry = (class, class.backoff());
+            }
+            Ok(Action::requeue(entry.1.next_delay().min(ctx.resync)))
+        }
+    }
 }
 
 fn issuer_error_policy(_: Arc<RoutedIPIssuer>, e: &kube::Error, _: Arc<Context>) -> Action {
@@ -480,18 +499,29 @@ pub(crate) struct Context {
 impl Context {
     /// The issuer's status: `Ready` (its token was read and the provider answered a
     /// listing) and `Orphans` (IPs tagged for this cluster whose RoutedIP is gone).
-    async fn check_issuer(&self, issuer: &RoutedIPIssuer, routed_ips: &BTreeSet<String>) {
+    /// Returns the class of the failure when the issuer is not usable.
+    async fn check_issuer(
+        &self,
+        issuer: &RoutedIPIssuer,
+        routed_ips: &BTreeSet<String>,
+    ) -> Option<ErrorClass> {
         let name = issuer.name_any();
-        let listed = match self.provider(issuer).await {
+        let listed: Result<_, Failed> = match self.provider(issuer).await {
             Ok(p) => match &*p {
                 Provider::Aws(i) => i.tagged_ips(&self.cluster).await,
                 Provider::Hetzner(i) => i.tagged_ips(&self.cluster).await,
                 Provider::DigitalOcean(i) => i.tagged_ips(&self.cluster).await,
                 Provider::Memory(i) => i.tagged_ips(&self.cluster).await,
             }
-            .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
+            .map_err(Failed::Provider),
+            Err(e) => Err(e),
         };
+        if let Err(Failed::Provider(ProviderError::Unauthorized(_))) = &listed {
+            // Read the token again next time.
+            lock(&self.providers).remove(&name);
+        }
+        let failed = listed.as_ref().err().map(|e| e.class().0);
+        let listed = listed.map_err(|e| e.to_string());
         let cur = issuer.status.clone().unwrap_or_default();
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let g = issuer.metadata.generation;
@@ -585,12 +615,13 @@ impl Context {
             }
         };
         if st == cur {
-            return;
+            return failed;
         }
         let api = Api::<RoutedIPIssuer>::all(self.client.clone());
         if let Err(e) = apply_status(&api, FIELD_MANAGER, &name, &st).await {
             warn!(error = %e, "routed IP issuer: status not written");
         }
+        failed
     }
 
     /// Reports a failure: the `Ready` condition (False, with the reason), and a log
@@ -1112,6 +1143,7 @@ fn kind_of(e: &ProviderError) -> &'static str {
         ProviderError::RateLimited { .. } => "rate_limited",
         ProviderError::Unauthorized(_) => "unauthorized",
         ProviderError::LimitExceeded(_) => "limit_exceeded",
+        ProviderError::Unreachable(_) => "unreachable",
         ProviderError::Provider(_) => "provider",
     }
 }
