@@ -704,3 +704,100 @@ async fn a_move_keeps_the_old_address_until_the_new_one_is_held_and_a_range_wait
     )
     .await;
 }
+
+/// Issue 40: `examples/floating-ips/` applied as a reader applies it (one `kubectl apply
+/// -f`, the operator already running) ends with every FloatingIP, the one `autoAllocate`
+/// makes included, holding the address `netpolicy plan -f` printed for it. On a control
+/// plane of its own: no other test's range selects the example's namespaces.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_floating_ips_example_applied_ends_with_the_addresses_plan_prints() {
+    use kube::{
+        api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams},
+        core::gvk::ParseGroupVersionError,
+    };
+
+    let _serial = SERIAL.lock().await;
+    let cp = netpolicy_testenv::second();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/floating-ips");
+    let plan = Command::new(env!("CARGO_BIN_EXE_netpolicy"))
+        .args(["plan", "-o", "json", "-f"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(plan.status.success(), "{plan:?}");
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let want: BTreeMap<String, String> = plan["floatingIPs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                format!(
+                    "{}/{}",
+                    f["namespace"].as_str().unwrap(),
+                    f["name"].as_str().unwrap()
+                ),
+                f["address"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(want.len() >= 5, "{want:?}");
+
+    let _op = Operator::start(cp, "default", "fip-example", "a");
+    // kubectl's order: files by name, documents in order.
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    let pp = PatchParams::apply("kubectl").force();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for doc in text.split("\n---") {
+            let Ok(v) = serde_saphyr::from_str::<serde_json::Value>(doc) else {
+                continue;
+            };
+            let Some(kind) = v["kind"].as_str() else {
+                continue;
+            };
+            let gvk = GroupVersionKind::try_from(&kube::core::TypeMeta {
+                api_version: v["apiVersion"].as_str().unwrap().to_owned(),
+                kind: kind.to_owned(),
+            })
+            .map_err(|e: ParseGroupVersionError| e.to_string())
+            .unwrap();
+            let plural = format!("{}s", kind.to_lowercase());
+            let ar = ApiResource::from_gvk_with_plural(&gvk, &plural);
+            let obj: DynamicObject = serde_json::from_value(v.clone()).unwrap();
+            let name = obj.metadata.name.clone().unwrap();
+            let api: Api<DynamicObject> = match obj.metadata.namespace.as_deref() {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+                None => Api::all_with(client.clone(), &ar),
+            };
+            api.patch(&name, &pp, &Patch::Apply(&obj))
+                .await
+                .unwrap_or_else(|e| panic!("{}: {kind} {name}: {e}", file.display()));
+        }
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut now = BTreeMap::new();
+        for key in want.keys() {
+            let (ns, name) = key.split_once('/').unwrap();
+            if let Some(a) = address(&client, ns, name).await {
+                now.insert(key.clone(), a);
+            }
+        }
+        if now == want {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "plan printed {want:?}, the cluster holds {now:?} after 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -481,13 +481,16 @@ fn the_floating_ip_example_allocates_without_errors() {
         .map(|f| f["namespace"].as_str().unwrap())
         .collect();
     assert_eq!(auto, ["guest-1"]);
+    // The FloatingIPs that exist are served first; the one autoAllocate makes exists
+    // only in the operator's next pass and gets what is left (as on a live cluster:
+    // floating_ips.rs applies this example and checks exactly these addresses).
     // kube-vip-cloud-provider's ConfigMap, as the operator would keep it.
     assert_eq!(
         v["kubeVip"],
         serde_json::json!([{
             "cluster": "local", "namespace": "kube-system", "name": "kubevip",
-            "data": {"cidr-guest-1": "203.0.113.194/32", "cidr-team-a": "203.0.113.200/32",
-                     "cidr-team-b": "203.0.113.195/32"}
+            "data": {"cidr-guest-1": "203.0.113.195/32", "cidr-team-a": "203.0.113.200/32",
+                     "cidr-team-b": "203.0.113.194/32"}
         }])
     );
 }

@@ -886,8 +886,10 @@ fn plan_floating_ips(
         .collect();
     let namespaces: Vec<&k8s_openapi::api::core::v1::Namespace> =
         m.namespaces.iter().map(|n| &n.object).collect();
-    let mut claims = fip::missing_auto(&ranges, &namespaces, &existing, None, errors);
-    claims.extend(explicit);
+    // As the operator serves a cluster that gets all of this at once: the FloatingIPs
+    // that exist are served in the pass that sees them; the ones autoAllocate creates,
+    // in the pass after (they exist only then), from what the first left free.
+    let auto = fip::missing_auto(&ranges, &namespaces, &existing, None, errors);
     // Addresses already handed out (FloatingIP status) are restored first.
     let recorded: Vec<(String, String, String)> = m
         .floating_ips
@@ -902,7 +904,9 @@ fn plan_floating_ips(
         .iter()
         .filter_map(|r| r.metadata.name.clone())
         .collect();
-    let mut fips: Vec<FloatingIPReport> = fip::serve(&mut pools, &recorded, claims, &known, errors)
+    let mut answers = fip::serve(&mut pools, &recorded, explicit, &known, errors);
+    answers.extend(fip::serve(&mut pools, &[], auto, &known, errors));
+    let mut fips: Vec<FloatingIPReport> = answers
         .into_iter()
         .map(|a| {
             let address = match a.result {
@@ -1178,7 +1182,7 @@ fn rule_row(r: &RuleSpec) -> (String, String) {
 
 /// The lines of `text` that are not tables, wrapped at word boundaries into `width`
 /// columns (continuations indented two more than the line); tables are fitted already.
-fn wrap_prose(text: &str, width: usize) -> String {
+pub(crate) fn wrap_prose(text: &str, width: usize) -> String {
     let mut out = String::with_capacity(text.len());
     for line in text.split_inclusive('\n') {
         let body = line.trim_end_matches('\n');
