@@ -174,10 +174,22 @@ fn read_documents(paths: &[PathBuf]) -> Result<Vec<(String, serde_json::Value)>,
     let mut docs = Vec::new();
     for f in all {
         let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
-        let values: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
-            .map_err(|e| format!("{}: not YAML: {e}", f.display()))?;
-        for (i, v) in values.into_iter().filter(|v| !v.is_null()).enumerate() {
-            docs.push((format!("{}#{}", f.display(), i + 1), v));
+        // The reader `plan` uses: what kubectl reads, this reads (manifest::yaml).
+        let mut i = 0;
+        for (line, doc) in manifest::split_documents(&text) {
+            let v = manifest::yaml::parse(&doc)
+                .map_err(|e| {
+                    let e = e.without_snippet();
+                    let at = e
+                        .location()
+                        .map_or(line, |l| line + l.line().saturating_sub(1));
+                    format!("{}:{at}: not YAML: {e}", f.display())
+                })?
+                .to_json();
+            if !v.is_null() {
+                i += 1;
+                docs.push((format!("{}#{i}", f.display()), v));
+            }
         }
     }
     Ok(docs)

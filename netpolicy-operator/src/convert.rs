@@ -6,8 +6,9 @@
 //!
 //! What has no counterpart is said, never guessed silently: an ipruler rule has no
 //! priority (the kernel picks one), so converted rules get 1000, 1001, … in order and a
-//! note asks to check them against `ip rule show`; several ipruler ClusterConfigs become
-//! the one ClusterConfig `default`; kube-fip's Rancher annotations are noted and dropped.
+//! note asks to check them against `ip rule show`; an ipruler ClusterConfig's items go into
+//! every converted NodeConfig (ipruler's FullConfig: they reach the nodes some NodeConfig
+//! selects, no other); kube-fip's Rancher annotations are noted and dropped.
 
 use std::collections::BTreeMap;
 
@@ -16,7 +17,7 @@ use serde_json::{Map, Value, json};
 /// The result of a conversion.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Converted {
-    /// netpolicy objects, in input order (the merged ClusterConfig first).
+    /// netpolicy objects, in input order.
     pub(crate) objects: Vec<Value>,
     /// What a person should check (choices made, fields dropped).
     pub(crate) notes: Vec<String>,
@@ -138,6 +139,8 @@ pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Conver
     let mut cluster: Option<Map<String, Value>> = None;
     let mut cluster_names = Vec::new();
     let mut rest = Vec::new();
+    // Where the ipruler NodeConfigs are in `rest`.
+    let mut node_configs = Vec::new();
     for (at, d) in docs {
         let api = d["apiVersion"].as_str().unwrap_or_default();
         let kind = d["kind"].as_str().unwrap_or_default();
@@ -164,6 +167,7 @@ pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Conver
                     "nodeSelector".into(),
                     json!({"matchLabels": if labels.is_object() { labels } else { json!({}) }}),
                 );
+                node_configs.push(rest.len());
                 rest.push(json!({"apiVersion": OURS, "kind": "NodeConfig",
                                  "metadata": {"name": name}, "spec": spec}));
             }
@@ -290,33 +294,72 @@ pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Conver
         }
     }
     if let Some(spec) = cluster {
-        if cluster_names.len() > 1 {
+        // ipruler applies a ClusterConfig only through each NodeConfig's FullConfig (the
+        // NodeConfig's items, then the ClusterConfig's it lacks), so only on nodes some
+        // NodeConfig selects. The same here: its items go into every converted
+        // NodeConfig, never into a ClusterConfig that would reach every node.
+        let names = cluster_names.join(", ");
+        if node_configs.is_empty() {
             out.notes.push(format!(
-                "ipruler ClusterConfigs {} are merged into the one ClusterConfig `default`",
-                cluster_names.join(", ")
+                "ipruler ClusterConfig(s) {names}: no ipruler NodeConfig in the input, so \
+                 ipruler applied them on no node: not converted (convert them together with \
+                 the NodeConfigs that carried them)"
+            ));
+        } else {
+            for &k in &node_configs {
+                if let Some(node) = rest[k]["spec"].as_object_mut() {
+                    full_config(node, &spec);
+                }
+            }
+            out.notes.push(format!(
+                "ipruler ClusterConfig(s) {names}: their items are in each converted \
+                 NodeConfig (as ipruler's FullConfig carried them), so they reach the same \
+                 nodes as before and no other; a NodeConfig's own item of the same identity \
+                 wins"
             ));
         }
-        // ipruler applies a ClusterConfig only through each NodeConfig's FullConfig, so
-        // only on nodes some NodeConfig selects; netpolicy's applies to every node.
-        let hard = spec.contains_key("tableHardSync");
-        out.notes.push(format!(
-            "ipruler ClusterConfig(s) {}: ipruler applied them only on nodes some NodeConfig \
-             selects; the ClusterConfig `default` applies to every node{}. Check `netpolicy \
-             plan` for nodes no NodeConfig selects before applying",
-            cluster_names.join(", "),
-            if hard {
-                ", and its tableHardSync removes foreign routes and rules in those tables \
-                 there too"
-            } else {
-                ""
-            }
-        ));
-        out.objects
-            .push(json!({"apiVersion": OURS, "kind": "ClusterConfig",
-                                "metadata": {"name": "default"}, "spec": spec}));
     }
     out.objects.extend(rest);
     out
+}
+
+/// ipruler's FullConfig: `node`'s items, then each of `cluster`'s that `node` has no item
+/// of the same identity for (VLAN name, route table/destination/metric, address, rule
+/// priority and selector); table lists united.
+fn full_config(node: &mut Map<String, Value>, cluster: &Map<String, Value>) {
+    let identity = |field: &str, v: &Value| -> Value {
+        match field {
+            "vlans" => json!([v["name"], v["link"], v["id"]]),
+            "routes" => json!([v["to"], v["table"], v["metric"]]),
+            "addresses" => json!([v["dev"], v["address"]]),
+            "rules" => {
+                let mut k = v.clone();
+                if let Some(o) = k.as_object_mut() {
+                    o.remove("table");
+                    o.remove("action");
+                }
+                k
+            }
+            _ => v.clone(),
+        }
+    };
+    for (field, items) in cluster {
+        let Value::Array(items) = items else {
+            continue;
+        };
+        let have = node
+            .entry(field.clone())
+            .or_insert_with(|| Value::Array(Vec::new()));
+        let Value::Array(have) = have else {
+            continue;
+        };
+        for item in items {
+            let id = identity(field, item);
+            if !have.iter().any(|h| identity(field, h) == id) {
+                have.push(item.clone());
+            }
+        }
+    }
 }
 
 /// A document, or the items of a `List` (apiVersion v1: what `kubectl get -o yaml`
@@ -731,27 +774,22 @@ mod tests {
                                                    "protocol": "static", "on-link": true}]}}}),
             json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}),
         ];
-        let c = convert(docs.into_iter().map(|d| ("in.yaml".to_owned(), d)));
+        let c = convert(docs.clone().into_iter().map(|d| ("in.yaml".to_owned(), d)));
         assert!(c.errors.is_empty(), "{:?}", c.errors);
         assert_eq!(c.passed, 1);
+        // Issue 42: the ClusterConfigs reach the nodes the NodeConfig selects and no
+        // other (ipruler's FullConfig): their items are in the NodeConfig, no
+        // ClusterConfig `default` reaches every node.
+        assert!(c.objects.iter().all(|o| o["kind"] != "ClusterConfig"));
         assert_eq!(
-            c.objects[0],
-            json!({"apiVersion": OURS, "kind": "ClusterConfig", "metadata": {"name": "default"},
-                   "spec": {"rules": [{"priority": 1000, "from": "172.31.201.11/32", "table": 102},
-                                      {"priority": 1001, "from": "172.31.201.12/32", "table": 102}],
-                            "tableHardSync": [102]}})
-        );
-        assert_eq!(
-            c.objects[1]["spec"],
+            c.objects[0]["spec"],
             json!({"nodeSelector": {"matchLabels": {"networking.type": "eth2-vlan-104"}},
                    "vlans": [{"name": "eth2.104", "link": "eth2", "id": 104}],
                    "routes": [{"to": "default", "via": "172.31.201.1", "dev": "eth2.104",
-                               "table": 102, "onlink": true}]})
-        );
-        assert!(
-            c.notes
-                .iter()
-                .any(|n| n.contains("merged into the one ClusterConfig"))
+                               "table": 102, "onlink": true}],
+                   "rules": [{"priority": 1000, "from": "172.31.201.11/32", "table": 102},
+                             {"priority": 1001, "from": "172.31.201.12/32", "table": 102}],
+                   "tableHardSync": [102]})
         );
         assert!(
             c.notes
@@ -759,13 +797,20 @@ mod tests {
                 .any(|n| n.contains("drops `protocol: static`"))
         );
         assert!(c.notes.iter().any(|n| n.contains("gets priority 1001")));
-        // Issue 42: the ClusterConfig's scope widens from the NodeConfigs' nodes to every
-        // node; said, with what tableHardSync then does.
         assert!(
-            c.notes.iter().any(|n| n.contains("applies to every node")
-                && n.contains("tableHardSync removes foreign routes")),
+            c.notes
+                .iter()
+                .any(|n| n.contains("a, b: their items are in each converted NodeConfig")),
             "{:?}",
             c.notes
+        );
+        // Without a NodeConfig, ipruler applied a ClusterConfig nowhere: not converted.
+        let c = convert([("in.yaml".to_owned(), docs[0].clone())]);
+        assert!(c.objects.is_empty(), "{:?}", c.objects);
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n.contains("applied them on no node"))
         );
     }
 

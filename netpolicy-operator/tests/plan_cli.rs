@@ -2263,3 +2263,89 @@ items:
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(v["nodes"]["n1"]["routes"][0]["to"], "10.20.0.0/16", "{v}");
 }
+
+/// Issue 42: the migration corpus (tests/data/migration: small files in the seeds' own
+/// shapes) converts, plans without errors, and ends where the seed left things: the
+/// route-reflector operator's reflectors, cluster ID and peering on nodes carrying zone
+/// labels and a control-plane taint; Meridio's NAD quoting, spec-less Trench and
+/// network-attachment Attractor; a kube-fip `List` export; an ipruler ClusterConfig that
+/// reaches only the nodes its NodeConfigs select.
+#[test]
+fn the_migration_corpus_converts_and_plans_to_the_seeds_end_state() {
+    let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/migration");
+    let converted = |file: &str| -> (Value, String) {
+        let out = netpolicy()
+            .args(["convert", "-f"])
+            .arg(corpus.join(file))
+            .output()
+            .unwrap();
+        let notes = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(0), "{file}: {notes}");
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("converted.yaml"), &out.stdout).unwrap();
+        let v = plan_dir_json(dir.path());
+        assert_eq!(v["errors"], serde_json::json!([]), "{file}: {v:#}");
+        (v, notes)
+    };
+
+    // The seed's reflectors stay, with its cluster ID; every client keeps peering with
+    // all three; no reflector is demoted or another promoted in its place; every
+    // BGPPeer selector is one Calico accepts.
+    let (v, notes) = converted("rr-seed.yaml");
+    let rr = &v["routeReflectors"];
+    let reflectors: Vec<(String, String)> = rr["reflectors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["node"].as_str().unwrap().to_owned(),
+                r["clusterID"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        reflectors,
+        [
+            ("cp-1", "224.0.0.0"),
+            ("w-1", "224.0.0.0"),
+            ("w-2", "224.0.0.0")
+        ]
+        .map(|(n, c)| (n.to_owned(), c.to_owned()))
+    );
+    for (client, rs) in rr["clients"].as_object().unwrap() {
+        assert_eq!(rs, &serde_json::json!(["cp-1", "w-1", "w-2"]), "{client}");
+    }
+    let ops = rr["steps"].to_string();
+    assert!(
+        !ops.contains("demote") && !ops.contains("w-3 as reflector"),
+        "{ops}"
+    );
+    for p in rr["bgpPeers"].as_array().unwrap() {
+        let s = p["spec"].to_string();
+        assert!(!s.contains("has()"), "{s}");
+    }
+    assert!(notes.contains("224.0.0.1"), "{notes}");
+
+    // Meridio: every object read (the NAD's quoting too) and the trench planned.
+    let (v, _) = converted("meridio.yaml");
+    let t = &v["trenches"][0];
+    assert_eq!(t["name"], "trench-a", "{v:#}");
+    assert_eq!(t["attractors"][0]["name"], "attractor-a");
+    assert!(
+        !v["warnings"].to_string().contains("not YAML"),
+        "{}",
+        v["warnings"]
+    );
+
+    // kube-fip: a List export, read item by item.
+    let (v, _) = converted("kube-fip-list.yaml");
+    assert_eq!(v["floatingIPs"][0]["name"], "demo-vip");
+    assert_eq!(v["floatingIPs"][0]["address"], "10.135.10.200");
+
+    // ipruler: the ClusterConfig's rule on the NodeConfig's node, and not elsewhere.
+    let (v, notes) = converted("ipruler.yaml");
+    assert_eq!(v["nodes"]["edge-1"]["rules"][0]["from"], "172.31.201.11/32");
+    assert_eq!(v["nodes"]["other-1"]["rules"], serde_json::json!([]));
+    assert!(notes.contains("each converted NodeConfig"), "{notes}");
+}

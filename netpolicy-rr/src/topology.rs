@@ -295,10 +295,14 @@ fn simple(config: &Config, placement: &Placement, clients: &[(&str, usize)]) -> 
     let mut peers = Vec::new();
     let mut used = BTreeSet::new();
     for z in &placement.zones {
-        let in_zone = if z.zone.is_empty() {
-            format!("!has({})", config.zone_label)
+        // No zone label (`zoneLabel: ""`): one zone, the whole cluster; a selector
+        // names no label (`has()` is not a Calico selector).
+        let in_zone = if config.zone_label.is_empty() {
+            String::new()
+        } else if z.zone.is_empty() {
+            format!(" && !has({})", config.zone_label)
         } else {
-            format!("{} == {}", config.zone_label, quoted(&z.zone))
+            format!(" && {} == {}", config.zone_label, quoted(&z.zone))
         };
         // A zone without reflectors of its own peers with every reflector: another
         // object (another name), so a zone gaining or losing reflectors is a create and a
@@ -312,11 +316,11 @@ fn simple(config: &Config, placement: &Placement, clients: &[(&str, usize)]) -> 
         }
         peers.push(BgpPeer {
             name,
-            node_selector: format!("!has({rl}) && {in_zone}"),
+            node_selector: format!("!has({rl}){in_zone}"),
             peer_selector: if z.reflectors.is_empty() {
                 format!("has({rl})")
             } else {
-                format!("has({rl}) && {in_zone}")
+                format!("has({rl}){in_zone}")
             },
         });
     }
@@ -789,6 +793,36 @@ mod tests {
             topology: Kind::Multi,
             ..Config::default()
         }
+    }
+
+    #[test]
+    fn without_a_zone_label_every_client_peers_with_every_reflector_by_valid_selectors() {
+        // The Calico route-reflector operator without ROUTE_REFLECTOR_ZONE_LABEL,
+        // converted: the nodes' zone labels are not read.
+        let nodes = zones(&[("a", 3), ("b", 3)]);
+        let c = Config {
+            zone_label: String::new(),
+            per: Per::Cluster,
+            min: 3,
+            ..Config::default()
+        };
+        let t = topology(&nodes, &c, &Current::default()).unwrap();
+        let reflectors = t.loads().len();
+        assert_eq!(reflectors, 3);
+        assert!(t.clients.values().all(|rs| rs.len() == reflectors));
+        for p in &t.bgp_peers {
+            for sel in [&p.node_selector, &p.peer_selector] {
+                assert!(!sel.contains("has()") && !sel.contains("&& &&"), "{p:?}");
+            }
+        }
+        assert!(
+            t.bgp_peers
+                .iter()
+                .any(|p| p.node_selector == "!has(calico-route-reflector)"
+                    && p.peer_selector == "has(calico-route-reflector)"),
+            "{:?}",
+            t.bgp_peers
+        );
     }
 
     #[test]

@@ -814,7 +814,11 @@ pub(crate) fn validate(d: &Domain<'_>) -> Checked {
                     &field,
                     format!("Gateway {g:?} does not exist in trench {:?}", d.name),
                 )),
-                Some(gw) => {
+                // Only the node data plane routes via the gateway from the node's
+                // interface, so needs it on-link. Meridio's frontends peer with it
+                // wherever it is (its own samples put gateways outside the prefixes),
+                // and a network-attachment interface has no prefixes to check.
+                Some(gw) if trench.spec.data_plane == crate::api::DataPlane::Node => {
                     if let Ok(ip) = gw.spec.address.parse::<IpAddr>()
                         && !prefixes.iter().any(|p| p.contains(ip))
                     {
@@ -827,6 +831,7 @@ pub(crate) fn validate(d: &Domain<'_>) -> Checked {
                         ));
                     }
                 }
+                Some(_) => {}
             }
         }
         // VIPs and conduits: they exist, and no other attractor of the trench has them.

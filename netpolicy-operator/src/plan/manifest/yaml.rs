@@ -117,8 +117,63 @@ fn options() -> Options {
 /// Malformed YAML, or a document over the parser's limits (the message names the
 /// limit).
 pub fn parse(doc: &str) -> Result<Node, serde_saphyr::Error> {
-    let root: Spanned<Raw> = serde_saphyr::from_str_with_options(doc, options())?;
-    Ok(node(doc, root))
+    let first = match serde_saphyr::from_str_with_options::<Spanned<Raw>>(doc, options()) {
+        Ok(root) => return Ok(node(doc, root)),
+        Err(e) => e,
+    };
+    // What kubectl (go-yaml), kustomize and PyYAML read, this parser refuses: a quoted
+    // scalar's continuation line indented no deeper than its key (Meridio's
+    // NetworkAttachmentDefinitions close `config: '{ … }'` at the key's column). Line
+    // folding drops a continuation line's leading spaces, so indenting those lines
+    // deeper changes no value: read it so, line numbers unchanged.
+    let mut text = doc.to_owned();
+    let mut err = first;
+    for _ in 0..doc.lines().count().min(1000) {
+        let Some(line) = quoted_indentation_error(&err) else {
+            break;
+        };
+        let Some(fixed) = indent_deeper(&text, line) else {
+            break;
+        };
+        text = fixed;
+        match serde_saphyr::from_str_with_options::<Spanned<Raw>>(&text, options()) {
+            Ok(root) => return Ok(node(&text, root)),
+            Err(e) => err = e,
+        }
+    }
+    Err(
+        serde_saphyr::from_str_with_options::<Spanned<Raw>>(doc, options())
+            .err()
+            .unwrap_or(err),
+    )
+}
+
+/// The 1-based line of an "invalid indentation in multiline quoted scalar" error.
+fn quoted_indentation_error(e: &serde_saphyr::Error) -> Option<usize> {
+    let inner = e.without_snippet();
+    inner
+        .to_string()
+        .contains("invalid indentation in multiline quoted scalar")
+        .then(|| inner.location().map(|l| l.line()))
+        .flatten()
+        .and_then(|l| usize::try_from(l).ok())
+}
+
+/// `doc` with line `line` (1-based) indented one space deeper than the line before it.
+fn indent_deeper(doc: &str, line: usize) -> Option<String> {
+    let lines: Vec<&str> = doc.split('\n').collect();
+    let at = line.checked_sub(1)?;
+    let this = *lines.get(at)?;
+    let indent = |l: &str| l.len() - l.trim_start_matches(' ').len();
+    let before = lines[..at]
+        .iter()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map_or(0, |l| indent(l));
+    let want = before.max(indent(this)) + 1;
+    let mut out: Vec<String> = lines.iter().map(|l| (*l).to_owned()).collect();
+    out[at] = format!("{}{}", " ".repeat(want - indent(this)), this);
+    Some(out.join("\n"))
 }
 
 /// The deserialized value before quoting is known.
@@ -316,6 +371,22 @@ mod tests {
         assert_eq!(v[4].1, &Value::Bool(true));
         // Duplicate keys are kept for the schema check to report.
         assert_eq!(v.iter().filter(|(k, _, _)| *k == "f").count(), 2);
+    }
+
+    #[test]
+    fn a_quoted_scalar_closed_at_its_keys_column_reads_as_kubectl_reads_it() {
+        // Meridio's NetworkAttachmentDefinitions: PyYAML and go-yaml read this.
+        let doc = "spec:\n  config: '{\n    \"cniVersion\": \"0.4.0\",\n  \"type\": \"vlan\"\n  }'\n  other: x\n";
+        let n = parse(doc).unwrap();
+        assert_eq!(
+            n.to_json(),
+            serde_json::json!({"spec": {
+                "config": "{ \"cniVersion\": \"0.4.0\", \"type\": \"vlan\" }",
+                "other": "x"
+            }})
+        );
+        // Still refused: what no YAML reader accepts.
+        assert!(parse("a: 'unclosed\nb: c\n").is_err());
     }
 
     #[test]
