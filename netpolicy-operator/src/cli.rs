@@ -57,6 +57,12 @@ pub struct ConvertArgs {
     /// A manifest file or a directory of them (multi-document YAML); repeatable.
     #[arg(short = 'f', long = "filename", value_name = "PATH", required = true)]
     pub files: Vec<PathBuf>,
+    /// The priority of the first ipruler rule (ipruler's rules have none; each next rule
+    /// gets one more). Converting in several runs, give each its own start, so rules of
+    /// different runs never share a priority.
+    #[arg(long, value_name = "N", default_value_t = crate::convert::FIRST_RULE_PRIORITY,
+          value_parser = clap::value_parser!(u32).range(1..32000))]
+    pub rule_priority_start: u32,
 }
 
 /// Output formats.
@@ -203,7 +209,7 @@ fn run_convert(a: &ConvertArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let c = crate::convert::convert(docs);
+    let c = crate::convert::convert_from(docs, a.rule_priority_start);
     let mut out = String::new();
     for o in &c.objects {
         out.push_str("---\n");

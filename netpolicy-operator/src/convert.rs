@@ -42,6 +42,24 @@ fn name_of(v: &Value) -> String {
         .to_owned()
 }
 
+/// The device of the most specific route of `config` with a device and no gateway whose
+/// destination holds `gateway`, and that route's destination.
+fn device_towards(config: &Value, gateway: &str) -> Option<(String, String)> {
+    let gw: std::net::IpAddr = gateway.parse().ok()?;
+    config["routes"]
+        .as_array()?
+        .iter()
+        .filter(|r| r.get("via").is_none_or(Value::is_null))
+        .filter_map(|r| {
+            let dev = r["dev"].as_str()?;
+            let to: ipnetwork::IpNetwork = r["to"].as_str()?.parse().ok()?;
+            to.contains(gw)
+                .then(|| (to.prefix(), dev.to_owned(), to.to_string()))
+        })
+        .max_by_key(|(len, _, _)| *len)
+        .map(|(_, dev, to)| (dev, to))
+}
+
 /// netpolicy routing items from ipruler's `spec.config`; `next_priority` numbers rules.
 fn routing(
     config: &Value,
@@ -81,11 +99,24 @@ fn routing(
             }
         }
         if r["on-link"] == true && r.get("dev").is_none_or(Value::is_null) {
-            out.errors.push(format!(
-                "{at}: route {}: on-link without dev: the kernel needs the output device for \
-                 an on-link gateway; add `dev` to the converted route",
-                r["to"].as_str().unwrap_or("?")
-            ));
+            // ipruler finds the device when it applies, from the route to the gateway:
+            // the same here, from this config's routes.
+            match r["via"].as_str().and_then(|gw| device_towards(config, gw)) {
+                Some((dev, by)) => {
+                    out.notes.push(format!(
+                        "{at}: route {}: on-link without dev: dev {dev} (from route {by}, \
+                         the route to the gateway, as ipruler finds it when it applies)",
+                        r["to"].as_str().unwrap_or("?")
+                    ));
+                    route.insert("dev".into(), json!(dev));
+                }
+                None => out.errors.push(format!(
+                    "{at}: route {}: on-link without dev: the kernel needs the output device \
+                     for an on-link gateway and no route of this config leads to the gateway \
+                     through one; add `dev` to the converted route",
+                    r["to"].as_str().unwrap_or("?")
+                )),
+            }
         }
         if r.get("protocol").is_some_and(|p| !p.is_null()) {
             out.notes.push(format!(
@@ -107,7 +138,8 @@ fn routing(
         }
         out.notes.push(format!(
             "{at}: rule from {} table {} gets priority {} (ipruler rules have none: check \
-             against `ip rule show` on a node)",
+             against `ip rule show` on a node; converting in several runs, give each run \
+             its own --rule-priority-start)",
             r["from"].as_str().unwrap_or("any"),
             r["table"],
             *next_priority
@@ -131,16 +163,28 @@ fn routing(
     spec
 }
 
-/// Converts `docs` (each with where it came from, for messages).
-pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Converted {
+/// [`convert_from`] with the default first rule priority (the tests' shorthand).
+#[cfg(test)]
+fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Converted {
+    convert_from(docs, FIRST_RULE_PRIORITY)
+}
+
+/// Converts `docs` (each with where it came from, for messages), numbering ipruler's
+/// rules from `first_rule_priority` (a second run's rules must not take the first run's
+/// priorities).
+pub(crate) fn convert_from(
+    docs: impl IntoIterator<Item = (String, Value)>,
+    first_rule_priority: u32,
+) -> Converted {
     let docs = docs.into_iter().flat_map(list_items);
     let mut out = Converted::default();
-    let mut next_priority = FIRST_RULE_PRIORITY;
+    let mut next_priority = first_rule_priority;
     let mut cluster: Option<Map<String, Value>> = None;
     let mut cluster_names = Vec::new();
     let mut rest = Vec::new();
     // Where the ipruler NodeConfigs are in `rest`.
     let mut node_configs = Vec::new();
+    let mut kube_fip_config: Option<(String, Value)> = None;
     for (at, d) in docs {
         let api = d["apiVersion"].as_str().unwrap_or_default();
         let kind = d["kind"].as_str().unwrap_or_default();
@@ -213,11 +257,26 @@ pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Conver
                     &at,
                     &mut out,
                 );
-                if let Some(v) = ann["cloudCredentialSecret"].as_str() {
-                    out.notes.push(format!(
+                match (
+                    ann["cloudCredentialSecret"].as_str(),
+                    ann["harvesterClusterName"].is_string(),
+                ) {
+                    (Some(v), true) => out.notes.push(format!(
                         "{at}: annotation cloudCredentialSecret={v} is not needed: a guest's \
                          cloud credential is read from its Rancher Cluster"
-                    ));
+                    )),
+                    // kube-fip v0.1: the range served the guests made with this cloud
+                    // credential. netpolicy ties a range to guests by the Harvester
+                    // cluster that credential reaches, which only the cluster knows.
+                    (Some(v), false) => out.notes.push(format!(
+                        "{at}: annotation cloudCredentialSecret={v} (kube-fip v0.1) tied this \
+                         range to the guests made with that cloud credential; netpolicy ties \
+                         a range to guests by spec.harvester.cluster, the Harvester cluster \
+                         the credential reaches (its harvestercredentialConfig-clusterId): \
+                         set spec.harvester.cluster (and autoAllocate: {{namespaceNamePrefix: \
+                         c-m-}}); until then this range serves no guest by itself"
+                    )),
+                    (None, _) => {}
                 }
                 rest.push(json!({"apiVersion": OURS, "kind": "FloatingIPRange",
                                  "metadata": {"name": name}, "spec": spec}));
@@ -241,6 +300,14 @@ pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Conver
                         "{at}: updateConfigMap=true: FloatingIPRange {range} needs \
                          kubeVip: {{publish: true, guests: {{discovery: rancher}}}} (set on \
                          Harvester ranges by this conversion)"
+                    ));
+                }
+                if ann["updateConfigMap"] == "false" {
+                    out.notes.push(format!(
+                        "{at}: updateConfigMap=false: kube-fip wrote the guest's kube-vip \
+                         ConfigMap once and never again; netpolicy keeps it in step (repairs \
+                         it) for ranges with kubeVip.guests, and leaves it alone for ranges \
+                         without: FloatingIPRange {range} decides"
                     ));
                 }
                 if let Some(c) = ann["clustername"].as_str() {
@@ -273,6 +340,10 @@ pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Conver
                 out.errors
                     .push(format!("{at}: kind {k} has no netpolicy counterpart"));
             }
+            // kube-fip's operator configuration: its keys become range fields (below).
+            ("v1", "ConfigMap") if name == KUBE_FIP_CONFIG => {
+                kube_fip_config = Some((at.clone(), d["data"].clone()));
+            }
             ("apps/v1", "Deployment") if seed_rr_env(&d).is_some() => {
                 let env = seed_rr_env(&d).unwrap_or_default();
                 let namespace = d["metadata"]["namespace"].as_str().unwrap_or("default");
@@ -281,6 +352,13 @@ pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Conver
                     "{at}: the calico-route-reflector-operator manager: its environment became \
                      RouteReflectorConfig `default` (the Deployment is not kept; remove the \
                      seed's operator once netpolicy runs)"
+                ));
+            }
+            (IPRULER, "FullConfig") => {
+                out.notes.push(format!(
+                    "{at}: ipruler's own generated object (a NodeConfig with the \
+                     ClusterConfigs merged in): skipped; convert the ClusterConfig and \
+                     NodeConfigs it is made from"
                 ));
             }
             (IPRULER | KUBEFIP, k) => {
@@ -319,8 +397,105 @@ pub(crate) fn convert(docs: impl IntoIterator<Item = (String, Value)>) -> Conver
             ));
         }
     }
+    if let Some((at, data)) = kube_fip_config {
+        apply_kube_fip_config(&at, &data, &mut rest, &mut out);
+    }
     out.objects.extend(rest);
     out
+}
+
+/// The name of kube-fip's operator ConfigMap.
+const KUBE_FIP_CONFIG: &str = "kube-fip-config";
+
+/// kube-fip's operator ConfigMap: each key where netpolicy keeps it (docs/migration.md),
+/// set on the converted ranges that publish to guests; what lives elsewhere is said.
+fn apply_kube_fip_config(at: &str, data: &Value, rest: &mut [Value], out: &mut Converted) {
+    let at = format!("{at}: kube-fip's configuration");
+    let get = |k: &str| data[k].as_str().map(str::trim);
+    let mut guests: Map<String, Value> = Map::new();
+    match get("kubevipGuestInstall") {
+        Some("enabled") => {
+            guests.insert("install".into(), json!("enabled"));
+        }
+        Some("clusterlabel" | "clusterLabel") => {
+            guests.insert("install".into(), json!("clusterLabel"));
+        }
+        Some("" | "disabled" | "false") | None => {}
+        Some(v) => out.errors.push(format!(
+            "{at}: kubevipGuestInstall={v:?} is not enabled, clusterlabel or disabled"
+        )),
+    }
+    if let Some(v) = get("kubevipUpdate") {
+        guests.insert("update".into(), json!(v == "true"));
+    }
+    if let Some(v) = get("operateGuestClusterInterval") {
+        match v.trim_end_matches('s').parse::<u32>() {
+            Ok(n) => {
+                guests.insert("intervalSeconds".into(), json!(n.max(10)));
+            }
+            Err(_) => out.errors.push(format!(
+                "{at}: operateGuestClusterInterval={v:?} is not a number of seconds"
+            )),
+        }
+    }
+    let namespace = get("kubevipNamespace").filter(|n| !n.is_empty());
+    let mut set = Vec::new();
+    for o in rest
+        .iter_mut()
+        .filter(|o| o["apiVersion"] == OURS && o["kind"] == "FloatingIPRange")
+    {
+        let Some(kv) = o["spec"]["kubeVip"].as_object_mut() else {
+            continue;
+        };
+        if let Some(n) = namespace {
+            kv.insert("namespace".into(), json!(n));
+        }
+        if let Some(g) = kv.get_mut("guests").and_then(Value::as_object_mut) {
+            g.extend(guests.clone());
+        }
+        set.push(name_of(o));
+    }
+    let keys: Vec<&str> = [
+        "kubevipNamespace",
+        "kubevipGuestInstall",
+        "kubevipUpdate",
+        "operateGuestClusterInterval",
+    ]
+    .into_iter()
+    .filter(|k| get(k).is_some())
+    .collect();
+    if !keys.is_empty() {
+        out.notes.push(if set.is_empty() {
+            format!(
+                "{at}: {} have no range to go on here (no converted range publishes to \
+                 kube-vip): they are kubeVip.namespace and kubeVip.guests.install, .update, \
+                 .intervalSeconds of a FloatingIPRange",
+                keys.join(", ")
+            )
+        } else {
+            format!(
+                "{at}: {} set on FloatingIPRange(s) {} (kubeVip.namespace, kubeVip.guests)",
+                keys.join(", "),
+                set.join(", ")
+            )
+        });
+    }
+    if get("kubevipChartValues").is_some() {
+        out.notes.push(format!(
+            "{at}: kubevipChartValues are Helm values kube-fip passed to kube-vip's chart: \
+             set their counterparts in kubeVip.guests.kubeVip (image, interface, \
+             nodeSelector, arp) and kubeVip.guests.cloudProvider.image by hand"
+        ));
+    }
+    if get("traceIpamData") == Some("true") {
+        out.notes.push(format!(
+            "{at}: traceIpamData=true is the operator's --trace-ipam-data (chart \
+             floatingIPs.traceIpamData)"
+        ));
+    }
+    out.notes.push(format!(
+        "{at}: the ConfigMap is not kept (netpolicy reads none)"
+    ));
 }
 
 /// ipruler's FullConfig: `node`'s items, then each of `cluster`'s that `node` has no item
@@ -812,6 +987,92 @@ mod tests {
                 .iter()
                 .any(|n| n.contains("applied them on no node"))
         );
+    }
+
+    #[test]
+    fn iprulers_full_example_converts_as_ipruler_applies_it() {
+        // ipruler's example: the on-link default route names no device; ipruler finds it
+        // from the route to the gateway when it applies. Its FullConfigs are its own.
+        let docs = [
+            json!({"apiVersion": IPRULER, "kind": "NodeConfig", "metadata": {"name": "v104"},
+                   "spec": {"nodeSelector": {"networking.type": "eth2-vlan-104"},
+                            "config": {"vlans": [{"name": "eth2.104", "link": "eth2", "id": 104}],
+                                       "routes": [
+                                           {"to": "172.31.0.0/16", "dev": "eth2", "scope": "link"},
+                                           {"to": "172.31.201.0/24", "dev": "eth2.104", "scope": "link"},
+                                           {"to": "default", "via": "172.31.201.1", "table": 102,
+                                            "on-link": true}],
+                                       "rules": [{"from": "172.31.201.11/32", "table": 102}]}}}),
+            json!({"apiVersion": IPRULER, "kind": "FullConfig", "metadata": {"name": "v104-full"},
+                   "spec": {}}),
+        ];
+        let c = convert_from(docs.into_iter().map(|d| ("in.yaml".to_owned(), d)), 2000);
+        assert!(c.errors.is_empty(), "{:?}", c.errors);
+        assert_eq!(c.objects.len(), 1, "{:?}", c.objects);
+        let routes = &c.objects[0]["spec"]["routes"];
+        assert_eq!(
+            routes[2]["dev"], "eth2.104",
+            "the most specific route: {routes}"
+        );
+        assert_eq!(c.objects[0]["spec"]["rules"][0]["priority"], 2000);
+        let notes = c.notes.join("\n");
+        assert!(
+            notes.contains("dev eth2.104 (from route 172.31.201.0/24"),
+            "{notes}"
+        );
+        assert!(
+            notes.contains("FullConfig/v104-full): ipruler's own generated object"),
+            "{notes}"
+        );
+    }
+
+    #[test]
+    fn kube_fips_configuration_v0_1_ranges_and_create_once_configmaps_are_carried_or_said() {
+        let docs = [
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "kube-fip-config", "namespace": "kube-fip"},
+                   "data": {"kubevipNamespace": "kube-vip", "kubevipGuestInstall": "clusterlabel",
+                            "kubevipUpdate": "true", "operateGuestClusterInterval": "480",
+                            "kubevipChartValues": "image: x", "traceIpamData": "true"}}),
+            json!({"apiVersion": KUBEFIP, "kind": "FloatingIPRange", "metadata": {"name": "h",
+                   "annotations": {"harvesterClusterName": "hv1"}},
+                   "spec": {"iprange": "10.0.0.0/28"}}),
+            json!({"apiVersion": KUBEFIP, "kind": "FloatingIPRange", "metadata": {"name": "old",
+                   "annotations": {"cloudCredentialSecret": "cattle-global-data:cc-1"}},
+                   "spec": {"iprange": "10.0.1.0/28"}}),
+            json!({"apiVersion": KUBEFIP, "kind": "FloatingIP",
+                   "metadata": {"name": "f", "namespace": "c-m-1",
+                                "annotations": {"fiprange": "h", "updateConfigMap": "false"}},
+                   "spec": {}}),
+        ];
+        let c = convert(docs.into_iter().map(|d| ("in.yaml".to_owned(), d)));
+        assert!(c.errors.is_empty(), "{:?}", c.errors);
+        // The ConfigMap is not passed through: its keys are on the Harvester range.
+        assert!(c.objects.iter().all(|o| o["kind"] != "ConfigMap"));
+        let h = c
+            .objects
+            .iter()
+            .find(|o| o["metadata"]["name"] == "h")
+            .unwrap();
+        assert_eq!(h["spec"]["kubeVip"]["namespace"], "kube-vip");
+        let g = &h["spec"]["kubeVip"]["guests"];
+        assert_eq!(
+            (&g["install"], &g["update"], &g["intervalSeconds"]),
+            (&json!("clusterLabel"), &json!(true), &json!(480))
+        );
+        let notes = c.notes.join("\n");
+        assert!(notes.contains("kubevipChartValues"), "{notes}");
+        assert!(notes.contains("--trace-ipam-data"), "{notes}");
+        // A v0.1 range keyed by its cloud credential: the lost tie is said, not "not
+        // needed".
+        assert!(
+            notes.contains("cloudCredentialSecret=cattle-global-data:cc-1 (kube-fip v0.1)")
+                && notes.contains("spec.harvester.cluster"),
+            "{notes}"
+        );
+        assert!(!notes.contains("cc-1 is not needed"), "{notes}");
+        // Create-once becomes keep-in-step: said.
+        assert!(notes.contains("updateConfigMap=false"), "{notes}");
     }
 
     #[test]

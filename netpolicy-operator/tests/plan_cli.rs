@@ -2326,6 +2326,12 @@ fn the_migration_corpus_converts_and_plans_to_the_seeds_end_state() {
         assert!(!s.contains("has()"), "{s}");
     }
     assert!(notes.contains("224.0.0.1"), "{notes}");
+    // The seed's own BGPPeers are named, with what to do about them.
+    let w = v["warnings"].to_string();
+    assert!(
+        w.contains("peer-to-rrs") && w.contains("rrs-to-rrs") && w.contains("delete it once"),
+        "{w}"
+    );
 
     // Meridio: every object read (the NAD's quoting too) and the trench planned.
     let (v, _) = converted("meridio.yaml");

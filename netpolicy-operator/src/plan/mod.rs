@@ -529,6 +529,7 @@ pub fn plan(m: &Manifests) -> PlanReport {
                 w,
             )
         }));
+        report.warnings.extend(foreign_bgp_peers(m));
     }
     report.routed_ips = plan_routed_ips(m, &mut errors, &mut report.warnings);
     // What other jobs need on nodes, as the routing job adds it: a Hetzner RoutedIP's
@@ -630,6 +631,55 @@ pub fn plan(m: &Manifests) -> PlanReport {
     }
     report.errors = errors;
     report
+}
+
+/// BGPPeers in the input that are not netpolicy's and peer nodes by a reflector label
+/// (the route-reflector operator's `peer-to-rrs`, `rrs-to-rrs`): they stay beside
+/// netpolicy's and keep their sessions up, whatever topology netpolicy chooses.
+fn foreign_bgp_peers(m: &Manifests) -> Vec<InputError> {
+    let label = m
+        .route_reflector_configs
+        .iter()
+        .find(|c| c.object.metadata.name.as_deref() == Some(ROUTE_REFLECTOR_CONFIG_NAME))
+        .and_then(|c| rr::config(&c.object.spec).ok())
+        .map(|c| c.reflector_label)
+        .unwrap_or_default();
+    if label.is_empty() {
+        return Vec::new();
+    }
+    m.bgp_peers
+        .iter()
+        .map(|p| &p.object)
+        .filter(|p| {
+            !p.metadata
+                .name
+                .as_deref()
+                .unwrap_or_default()
+                .starts_with(netpolicy_rr::BGP_PEER_PREFIX)
+        })
+        .filter(|p| {
+            [&p.spec.node_selector, &p.spec.peer_selector]
+                .into_iter()
+                .flatten()
+                .any(|s| s.contains(&label))
+        })
+        .map(|p| {
+            InputError::new(
+                "BGPPeer",
+                p.metadata.name.as_deref().unwrap_or_default(),
+                "spec",
+                format!(
+                    "not netpolicy's and selects nodes by the reflector label {label:?} \
+                     (nodeSelector {:?}, peerSelector {:?}): its sessions stay beside \
+                     netpolicy's whatever topology netpolicy chooses; delete it once \
+                     netpolicy's BGPPeers are in place (the route-reflector operator's \
+                     peer-to-rrs and rrs-to-rrs are such)",
+                    p.spec.node_selector.as_deref().unwrap_or(""),
+                    p.spec.peer_selector.as_deref().unwrap_or("")
+                ),
+            )
+        })
+        .collect()
 }
 
 /// The route-reflector topology for the Nodes in the input, and the steps from the state
