@@ -825,6 +825,17 @@ fn meridio_object(kind: &str, d: &Value, at: &str, out: &mut Converted) -> Optio
             metadata.insert(k.into(), v.clone());
         }
     }
+    if kind == "Conduit"
+        && let Some(r) = spec.as_object_mut().and_then(|o| o.remove("replicas"))
+    {
+        // v1alpha1: the load balancers' replicas were the Conduit's; later Meridio (and
+        // netpolicy) count them on the Attractor.
+        out.notes.push(format!(
+            "{at}: spec.replicas {r} (Meridio v1alpha1's load-balancer replicas) is the \
+             Attractor's spec.replicas in the later API and here: dropped from the \
+             Conduit; set it on the Attractor whose composites name this Conduit"
+        ));
+    }
     if kind == "Attractor" {
         let i = d["spec"]["interface"].clone();
         let ty = i["type"].as_str().unwrap_or("nsm-vlan");

@@ -2268,7 +2268,8 @@ items:
 /// shapes) converts, plans without errors, and ends where the seed left things: the
 /// route-reflector operator's reflectors, cluster ID and peering on nodes carrying zone
 /// labels and a control-plane taint; Meridio's NAD quoting, spec-less Trench and
-/// network-attachment Attractor; a kube-fip `List` export; an ipruler ClusterConfig that
+/// network-attachment Attractor, v1alpha1's Conduit replicas and an untagged interface
+/// named apart from its link; a kube-fip `List` export; an ipruler ClusterConfig that
 /// reaches only the nodes its NodeConfigs select.
 #[test]
 fn the_migration_corpus_converts_and_plans_to_the_seeds_end_state() {
@@ -2343,6 +2344,13 @@ fn the_migration_corpus_converts_and_plans_to_the_seeds_end_state() {
         "{}",
         v["warnings"]
     );
+
+    let (v, notes) = converted("meridio-v1alpha1.yaml");
+    assert_eq!(
+        v["trenches"][0]["attractors"][0]["name"], "attractor-a",
+        "{v:#}"
+    );
+    assert!(notes.contains("spec.replicas 2"), "{notes}");
 
     // kube-fip: a List export, read item by item.
     let (v, _) = converted("kube-fip-list.yaml");

@@ -745,7 +745,13 @@ pub(crate) fn validate(d: &Domain<'_>) -> Checked {
                 "vlanId is within 0..4094 (0: untagged)",
             ));
         }
-        if i.vlan_id.unwrap_or(0) == 0 && i.name != i.link {
+        // The node data plane programs an untagged interface on the link itself. Meridio
+        // (`meridio`) names the interface in its pods whatever the VLAN (its docs show
+        // `vlan-id: 0` with another name).
+        if i.vlan_id.unwrap_or(0) == 0
+            && i.name != i.link
+            && trench.spec.data_plane == crate::api::DataPlane::Node
+        {
             c.errors.push(err(
                 "Attractor",
                 ns,
