@@ -1,6 +1,6 @@
 //! The operator's and the agent's errors: what failed (`what`, for people) and the
 //! underlying error as the `source`, so callers can inspect it and log the whole chain
-//! (`{:#}` through `anyhow`, or [`Chain`]).
+//! ([`Chain`]).
 
 /// `Result` with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
