@@ -519,6 +519,12 @@ impl Writer {
             );
         }
         let range_api = Api::<FloatingIPRange>::all(self.client.clone());
+        // Range finalizers coming, before the status: the merge patch names the cached
+        // resourceVersion, which a status write of this pass would make stale (a 409,
+        // and the finalizer left for a later pass).
+        writes += self
+            .range_finalizers(&range_api, &s.ranges, &p.range_finalizers, true)
+            .await?;
         for (name, status) in &p.range_status {
             let Some(cur) = get(&s.ranges, None, name) else {
                 continue;
@@ -569,9 +575,30 @@ impl Writer {
                     .is_some(),
             );
         }
-        // 5. Range finalizers.
-        for (name, add) in &p.range_finalizers {
-            let Some(cur) = get(&s.ranges, None, name) else {
+        // 5. Range finalizers going (after the status: the range may go with them).
+        writes += self
+            .range_finalizers(&range_api, &s.ranges, &p.range_finalizers, false)
+            .await?;
+        // 6. kube-vip in guest clusters.
+        self.publish_guests(&p.guests).await;
+        if writes > 0 {
+            debug!(writes, "floating IPs: pass wrote");
+        }
+        Ok(())
+    }
+
+    /// Adds (`adding`) or removes the range finalizers `list` asks for; how many were
+    /// written. A range changed or gone meanwhile is left to the next pass.
+    async fn range_finalizers(
+        &self,
+        range_api: &Api<FloatingIPRange>,
+        ranges: &Store<FloatingIPRange>,
+        list: &[(String, bool)],
+        adding: bool,
+    ) -> Result<usize, kube::Error> {
+        let mut writes = 0;
+        for (name, add) in list.iter().filter(|(_, add)| *add == adding) {
+            let Some(cur) = get(ranges, None, name) else {
                 continue;
             };
             let mut list: Vec<String> = cur.metadata.finalizers.clone().unwrap_or_default();
@@ -595,12 +622,7 @@ impl Writer {
                 Err(e) => return Err(e),
             }
         }
-        // 6. kube-vip in guest clusters.
-        self.publish_guests(&p.guests).await;
-        if writes > 0 {
-            debug!(writes, "floating IPs: pass wrote");
-        }
-        Ok(())
+        Ok(writes)
     }
 
     /// Writes the kube-vip ConfigMaps of this cluster that differ and are not waiting
