@@ -884,8 +884,8 @@ fn operator_writes(cluster: &NodeCluster) -> Vec<String> {
         .filter(|r| r.resource != "leases" && r.resource != "events")
         .map(|r| {
             format!(
-                "{} {} {}/{} ({})",
-                r.verb, r.resource, r.namespace, r.name, r.code
+                "{} {} {}/{} ({}) by {}",
+                r.verb, r.resource, r.namespace, r.name, r.code, r.pod
             )
         })
         .collect()
@@ -960,10 +960,21 @@ async fn leader_killed(cluster: &NodeCluster, client: &Client, cloud: &cloud::Sh
     )
     .await;
     tokio::time::sleep(Duration::from_secs(10)).await;
+    // The new leader's writes (the old one may have finished a write of its own after
+    // `before` was read, before it was killed: said, not counted).
     let after = operator_writes(cluster);
+    let by_new: Vec<&String> = after[before..]
+        .iter()
+        .filter(|w| w.ends_with(&format!(" by {new}")))
+        .collect();
+    eprintln!("  writes after the kill: {:?}", &after[before..]);
+    assert!(
+        !after.is_empty() && after.iter().all(|w| !w.ends_with(" by ")),
+        "the audit log must name the writing pod: {after:?}"
+    );
     assert_eq!(
-        &after[before..],
-        &[] as &[String],
+        by_new,
+        [] as [&String; 0],
         "the new leader rewrote what the old one had written"
     );
     let c = cloud.lock().unwrap();

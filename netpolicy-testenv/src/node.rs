@@ -168,6 +168,11 @@ impl NodeCluster {
                 let resource = s(&e, &["objectRef", "resource"]);
                 Request {
                     user: s(&e, &["user", "username"]),
+                    // A bound service-account token names its pod.
+                    pod: e["user"]["extra"]["authentication.kubernetes.io/pod-name"][0]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
                     verb: s(&e, &["verb"]),
                     group: s(&e, &["objectRef", "apiGroup"]),
                     resource: if sub.is_empty() {
@@ -217,6 +222,8 @@ impl NodeCluster {
 pub struct Request {
     /// `system:serviceaccount:<namespace>:<name>`.
     pub user: String,
+    /// The pod whose service-account token made the request (empty when unknown).
+    pub pod: String,
     /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, ...
     pub verb: String,
     /// The API group (empty for the core group).
