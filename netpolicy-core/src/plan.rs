@@ -434,8 +434,8 @@ fn plan_vlans(
 /// Host addresses: an owned one not desired is deleted, a desired one not there is
 /// added; a desired one that is there but not netpolicy's is left alone (and never
 /// deleted later). An owned address whose kernel local route is to be gone loses it
-/// (after it is added, and whenever it is back); one whose local route is to stay and
-/// is gone is added again (the kernel makes that route with the address).
+/// (after it is added, and whenever it is back); one on `lo` whose local route is to
+/// stay and is gone is added again (the kernel makes that route with the address).
 fn plan_addresses(
     observed: &Observed,
     desired: &RoutingConfig,
@@ -475,7 +475,10 @@ fn plan_addresses(
             }
             Some(o) if o.owned => match (a.local_route, o.address.local_route) {
                 (false, true) => ops.push(drop_local(a)),
-                (true, false) => {
+                // Only on `lo`: elsewhere the kernel also lacks the route while the link
+                // is down or an IPv6 address is tentative, and adding the address again
+                // would restart that every pass. (Only lo's VIPs are made without it.)
+                (true, false) if a.dev.as_str() == "lo" => {
                     ops.push(delete(a));
                     ops.push(add(a));
                 }
@@ -797,6 +800,14 @@ mod tests {
                 "add address 20.0.0.1/32 dev lo"
             ]
         );
+        // Elsewhere than lo, a missing local route is the kernel's doing (a link down, an
+        // IPv6 address still tentative): no churn.
+        let mut down = observed_from(&plain, true);
+        down.addresses[0].address.dev = IfName::new("eth0").unwrap();
+        down.addresses[0].address.local_route = false;
+        let mut on_eth0 = plain.clone();
+        on_eth0.addresses[0].dev = IfName::new("eth0").unwrap();
+        assert!(plan(&down, &on_eth0).is_empty());
         // Someone else's address of that identity: left alone, local route and all.
         let mut foreign = observed_from(&plain, false);
         foreign.addresses[0].address.local_route = true;

@@ -85,7 +85,8 @@ pub struct AddressSpec {
     /// removes that route and keeps it removed: the host sends from the address (an
     /// IPv4 source must be an address of the host) and receives on it only where a
     /// `local` route in a table a rule selects delivers it (a traffic domain's VIP:
-    /// only what its flows select).
+    /// only what its flows select). Set back to `true`, the route returns when the
+    /// address is next added: on `lo` at once, elsewhere when the item is re-added.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_route: Option<bool>,
 }
