@@ -215,120 +215,8 @@ pub(crate) fn convert_from(
                 rest.push(json!({"apiVersion": OURS, "kind": "NodeConfig",
                                  "metadata": {"name": name}, "spec": spec}));
             }
-            (KUBEFIP, "FloatingIPRange") => {
-                let Some(cidr) = d["spec"]["iprange"].as_str() else {
-                    out.errors.push(format!("{at}: spec.iprange is missing"));
-                    continue;
-                };
-                let ann = &d["metadata"]["annotations"];
-                let mut spec = json!({"cidrs": [cidr]});
-                if let Some(cluster) = ann["harvesterClusterName"].as_str() {
-                    // A Harvester guest range: kube-fip gives each new c-m-… namespace of
-                    // a guest on that cluster (and network) a FloatingIP from it and
-                    // publishes it in the guest.
-                    let mut h = json!({"cluster": cluster});
-                    if let Some(n) = ann["harvesterNetworkName"].as_str() {
-                        h["network"] = json!(n);
-                    }
-                    spec["harvester"] = h;
-                    spec["autoAllocate"] = json!({"namespaceNamePrefix": "c-m-"});
-                    spec["kubeVip"] = json!({"publish": true, "guests": {"discovery": "rancher"}});
-                    out.notes.push(format!(
-                        "{at}: Harvester range: spec.harvester, autoAllocate in c-m-* \
-                         namespaces and kubeVip.guests (discovery rancher) set; kube-fip's \
-                         kubevipGuestInstall is operator configuration, not in this manifest: \
-                         set kubeVip.guests.install (enabled or clusterLabel) to install \
-                         kube-vip in the guests, and run the operator with \
-                         --rancher-clusters (chart floatingIPs.rancher.enabled, .harvester)"
-                    ));
-                } else if let Some(n) = ann["harvesterNetworkName"].as_str() {
-                    out.notes.push(format!(
-                        "{at}: annotation harvesterNetworkName={n} without \
-                         harvesterClusterName: dropped (a network is matched within a cluster)"
-                    ));
-                }
-                kube_fip_annotations(
-                    ann,
-                    &[
-                        "harvesterClusterName",
-                        "harvesterNetworkName",
-                        "cloudCredentialSecret",
-                    ],
-                    &at,
-                    &mut out,
-                );
-                match (
-                    ann["cloudCredentialSecret"].as_str(),
-                    ann["harvesterClusterName"].is_string(),
-                ) {
-                    (Some(v), true) => out.notes.push(format!(
-                        "{at}: annotation cloudCredentialSecret={v} is not needed: a guest's \
-                         cloud credential is read from its Rancher Cluster"
-                    )),
-                    // kube-fip v0.1: the range served the guests made with this cloud
-                    // credential. netpolicy ties a range to guests by the Harvester
-                    // cluster that credential reaches, which only the cluster knows.
-                    (Some(v), false) => out.notes.push(format!(
-                        "{at}: annotation cloudCredentialSecret={v} (kube-fip v0.1) tied this \
-                         range to the guests made with that cloud credential; netpolicy ties \
-                         a range to guests by spec.harvester.cluster, the Harvester cluster \
-                         the credential reaches (its harvestercredentialConfig-clusterId): \
-                         set spec.harvester.cluster (and autoAllocate: {{namespaceNamePrefix: \
-                         c-m-}}); until then this range serves no guest by itself"
-                    )),
-                    (None, _) => {}
-                }
-                rest.push(json!({"apiVersion": OURS, "kind": "FloatingIPRange",
-                                 "metadata": {"name": name}, "spec": spec}));
-            }
-            (KUBEFIP, "FloatingIP") => {
-                let ns = d["metadata"]["namespace"].as_str().unwrap_or_default();
-                let Some(range) = d["metadata"]["annotations"]["fiprange"].as_str() else {
-                    out.errors.push(format!(
-                        "{at}: no fiprange annotation: netpolicy needs spec.range"
-                    ));
-                    continue;
-                };
-                let mut spec = Map::new();
-                spec.insert("range".into(), json!(range));
-                if let Some(a) = d["spec"]["ipaddress"].as_str().filter(|a| !a.is_empty()) {
-                    spec.insert("address".into(), json!(a));
-                }
-                let ann = &d["metadata"]["annotations"];
-                if ann["updateConfigMap"] == "true" {
-                    out.notes.push(format!(
-                        "{at}: updateConfigMap=true: FloatingIPRange {range} needs \
-                         kubeVip: {{publish: true, guests: {{discovery: rancher}}}} (set on \
-                         Harvester ranges by this conversion)"
-                    ));
-                }
-                if ann["updateConfigMap"] == "false" {
-                    out.notes.push(format!(
-                        "{at}: updateConfigMap=false: kube-fip wrote the guest's kube-vip \
-                         ConfigMap once and never again; netpolicy keeps it in step (repairs \
-                         it) for ranges with kubeVip.guests, and leaves it alone for ranges \
-                         without: FloatingIPRange {range} decides"
-                    ));
-                }
-                if let Some(c) = ann["clustername"].as_str() {
-                    out.notes.push(format!(
-                        "{at}: annotation clustername={c}: the guest is the Rancher Cluster \
-                         whose status.clusterName is {ns:?} (no field needed)"
-                    ));
-                }
-                kube_fip_annotations(
-                    ann,
-                    &["fiprange", "clustername", "updateConfigMap"],
-                    &at,
-                    &mut out,
-                );
-                let mut metadata = json!({"name": name});
-                if !ns.is_empty() {
-                    metadata["namespace"] = json!(ns);
-                }
-                rest.push(json!({"apiVersion": OURS, "kind": "FloatingIP",
-                                 "metadata": metadata, "spec": spec}));
-            }
+            (KUBEFIP, "FloatingIPRange") => rest.extend(kube_fip_range(&d, &name, &at, &mut out)),
+            (KUBEFIP, "FloatingIP") => rest.extend(kube_fip_floating_ip(&d, &name, &at, &mut out)),
             (
                 MERIDIO | MERIDIO_ALPHA,
                 "Trench" | "Attractor" | "Gateway" | "Vip" | "Conduit" | "Stream" | "Flow",
@@ -402,6 +290,124 @@ pub(crate) fn convert_from(
     }
     out.objects.extend(rest);
     out
+}
+
+/// A kube-fip FloatingIPRange as ours; `None` (an error said) when it has no range.
+fn kube_fip_range(d: &Value, name: &str, at: &str, out: &mut Converted) -> Option<Value> {
+    let Some(cidr) = d["spec"]["iprange"].as_str() else {
+        out.errors.push(format!("{at}: spec.iprange is missing"));
+        return None;
+    };
+    let ann = &d["metadata"]["annotations"];
+    let mut spec = json!({"cidrs": [cidr]});
+    if let Some(cluster) = ann["harvesterClusterName"].as_str() {
+        // A Harvester guest range: kube-fip gives each new c-m-… namespace of
+        // a guest on that cluster (and network) a FloatingIP from it and
+        // publishes it in the guest.
+        let mut h = json!({"cluster": cluster});
+        if let Some(n) = ann["harvesterNetworkName"].as_str() {
+            h["network"] = json!(n);
+        }
+        spec["harvester"] = h;
+        spec["autoAllocate"] = json!({"namespaceNamePrefix": "c-m-"});
+        spec["kubeVip"] = json!({"publish": true, "guests": {"discovery": "rancher"}});
+        out.notes.push(format!(
+            "{at}: Harvester range: spec.harvester, autoAllocate in c-m-* \
+                 namespaces and kubeVip.guests (discovery rancher) set; kube-fip's \
+                 kubevipGuestInstall is operator configuration, not in this manifest: \
+                 set kubeVip.guests.install (enabled or clusterLabel) to install \
+                 kube-vip in the guests, and run the operator with \
+                 --rancher-clusters (chart floatingIPs.rancher.enabled, .harvester)"
+        ));
+    } else if let Some(n) = ann["harvesterNetworkName"].as_str() {
+        out.notes.push(format!(
+            "{at}: annotation harvesterNetworkName={n} without \
+                 harvesterClusterName: dropped (a network is matched within a cluster)"
+        ));
+    }
+    kube_fip_annotations(
+        ann,
+        &[
+            "harvesterClusterName",
+            "harvesterNetworkName",
+            "cloudCredentialSecret",
+        ],
+        at,
+        out,
+    );
+    match (
+        ann["cloudCredentialSecret"].as_str(),
+        ann["harvesterClusterName"].is_string(),
+    ) {
+        (Some(v), true) => out.notes.push(format!(
+            "{at}: annotation cloudCredentialSecret={v} is not needed: a guest's \
+                 cloud credential is read from its Rancher Cluster"
+        )),
+        // kube-fip v0.1: the range served the guests made with this cloud
+        // credential. netpolicy ties a range to guests by the Harvester
+        // cluster that credential reaches, which only the cluster knows.
+        (Some(v), false) => out.notes.push(format!(
+            "{at}: annotation cloudCredentialSecret={v} (kube-fip v0.1) tied this \
+                 range to the guests made with that cloud credential; netpolicy ties \
+                 a range to guests by spec.harvester.cluster, the Harvester cluster \
+                 the credential reaches (its harvestercredentialConfig-clusterId): \
+                 set spec.harvester.cluster (and autoAllocate: {{namespaceNamePrefix: \
+                 c-m-}}); until then this range serves no guest by itself"
+        )),
+        (None, _) => {}
+    }
+    Some(json!({"apiVersion": OURS, "kind": "FloatingIPRange",
+                         "metadata": {"name": name}, "spec": spec}))
+}
+
+/// A kube-fip FloatingIP as ours; `None` (an error said) when it names no range.
+fn kube_fip_floating_ip(d: &Value, name: &str, at: &str, out: &mut Converted) -> Option<Value> {
+    let ns = d["metadata"]["namespace"].as_str().unwrap_or_default();
+    let Some(range) = d["metadata"]["annotations"]["fiprange"].as_str() else {
+        out.errors.push(format!(
+            "{at}: no fiprange annotation: netpolicy needs spec.range"
+        ));
+        return None;
+    };
+    let mut spec = Map::new();
+    spec.insert("range".into(), json!(range));
+    if let Some(a) = d["spec"]["ipaddress"].as_str().filter(|a| !a.is_empty()) {
+        spec.insert("address".into(), json!(a));
+    }
+    let ann = &d["metadata"]["annotations"];
+    if ann["updateConfigMap"] == "true" {
+        out.notes.push(format!(
+            "{at}: updateConfigMap=true: FloatingIPRange {range} needs \
+                 kubeVip: {{publish: true, guests: {{discovery: rancher}}}} (set on \
+                 Harvester ranges by this conversion)"
+        ));
+    }
+    if ann["updateConfigMap"] == "false" {
+        out.notes.push(format!(
+            "{at}: updateConfigMap=false: kube-fip wrote the guest's kube-vip \
+                 ConfigMap once and never again; netpolicy keeps it in step (repairs \
+                 it) for ranges with kubeVip.guests, and leaves it alone for ranges \
+                 without: FloatingIPRange {range} decides"
+        ));
+    }
+    if let Some(c) = ann["clustername"].as_str() {
+        out.notes.push(format!(
+            "{at}: annotation clustername={c}: the guest is the Rancher Cluster \
+                 whose status.clusterName is {ns:?} (no field needed)"
+        ));
+    }
+    kube_fip_annotations(
+        ann,
+        &["fiprange", "clustername", "updateConfigMap"],
+        at,
+        out,
+    );
+    let mut metadata = json!({"name": name});
+    if !ns.is_empty() {
+        metadata["namespace"] = json!(ns);
+    }
+    Some(json!({"apiVersion": OURS, "kind": "FloatingIP",
+                         "metadata": metadata, "spec": spec}))
 }
 
 /// The name of kube-fip's operator ConfigMap.

@@ -711,10 +711,7 @@ async fn a_move_keeps_the_old_address_until_the_new_one_is_held_and_a_range_wait
 /// plane of its own: no other test's range selects the example's namespaces.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_floating_ips_example_applied_ends_with_the_addresses_plan_prints() {
-    use kube::{
-        api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams},
-        core::gvk::ParseGroupVersionError,
-    };
+    use kube::api::{DynamicObject, GroupVersionKind, Patch, PatchParams};
 
     let _serial = SERIAL.lock().await;
     let cp = netpolicy_testenv::second();
@@ -756,21 +753,18 @@ async fn the_floating_ips_example_applied_ends_with_the_addresses_plan_prints() 
     let pp = PatchParams::apply("kubectl").force();
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
-        for doc in text.split("\n---") {
-            let Ok(v) = serde_saphyr::from_str::<serde_json::Value>(doc) else {
-                continue;
-            };
-            let Some(kind) = v["kind"].as_str() else {
-                continue;
-            };
+        for (line, doc) in netpolicy_operator::manifest::split_documents(&text) {
+            let v = netpolicy_operator::manifest::yaml::parse(&doc)
+                .unwrap_or_else(|e| panic!("{}:{line}: {e}", file.display()))
+                .to_json();
+            let kind = v["kind"].as_str().unwrap().to_owned();
             let gvk = GroupVersionKind::try_from(&kube::core::TypeMeta {
                 api_version: v["apiVersion"].as_str().unwrap().to_owned(),
-                kind: kind.to_owned(),
+                kind: kind.clone(),
             })
-            .map_err(|e: ParseGroupVersionError| e.to_string())
             .unwrap();
-            let plural = format!("{}s", kind.to_lowercase());
-            let ar = ApiResource::from_gvk_with_plural(&gvk, &plural);
+            // The API server's own name for the kind (as kubectl finds it).
+            let (ar, _) = kube::discovery::pinned_kind(&client, &gvk).await.unwrap();
             let obj: DynamicObject = serde_json::from_value(v.clone()).unwrap();
             let name = obj.metadata.name.clone().unwrap();
             let api: Api<DynamicObject> = match obj.metadata.namespace.as_deref() {

@@ -436,6 +436,102 @@ impl Runner {
     }
 }
 
+/// What the guides assume a cluster has: Calico's CRDs (the route-reflector guide), a
+/// cloud provider (the local Hetzner API the routed-IP guide's issuer is pointed at) that
+/// knows this node as server 1, and the routed-IP guide's Service with its endpoint on
+/// this node. Returns the provider's base URL and its state.
+async fn what_a_reader_has(client: &kube::Client) -> (String, cloud::Shared) {
+    use k8s_openapi::api::{
+        core::v1::{Namespace, Node, Service},
+        discovery::v1::EndpointSlice,
+    };
+    use kube::api::PostParams;
+
+    netpolicy_testenv::install_crds(client, common::calico_crds()).await;
+    let provider = cloud::serve_on(HOST_IP, cloud::hetzner::api, "/v1").await;
+    Api::<Node>::all(client.clone())
+        .patch(
+            NODE,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"providerID": "hcloud://1"}})),
+        )
+        .await
+        .unwrap();
+    let pp = PostParams::default();
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "web"}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&pp, &ns)
+        .await
+        .unwrap();
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "ingress", "namespace": "web"},
+        "spec": {"ports": [{"port": 443, "protocol": "TCP"}]}
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), "web")
+        .create(&pp, &svc)
+        .await
+        .unwrap();
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": "ingress-1", "namespace": "web",
+                     "labels": {"kubernetes.io/service-name": "ingress"}},
+        "addressType": "IPv4",
+        "ports": [{"port": 443, "protocol": "TCP"}],
+        "endpoints": [{"addresses": ["10.232.0.50"], "nodeName": NODE,
+                       "conditions": {"ready": true}}]
+    }))
+    .unwrap();
+    Api::<EndpointSlice>::namespaced(client.clone(), "web")
+        .create(&pp, &slice)
+        .await
+        .unwrap();
+    provider
+}
+
+/// What a reader on this node writes in place of the guides' names (`hetzner`: the
+/// provider's base URL; `vlans`: whether this kernel makes them).
+fn adaptations(cluster: &NodeCluster, hetzner: &str, vlans: bool) -> Adapt {
+    let mut pairs: Vec<(String, String)> = vec![
+        ("<node>".into(), NODE.into()),
+        ("<holder>".into(), NODE.into()),
+        // This node's uplink is eth0; the guides' eth1/eth2 are a second NIC.
+        ("eth1".into(), "eth0".into()),
+        ("eth2".into(), "eth0".into()),
+        ("<Hetzner API token>".into(), cloud::hetzner::TOKEN.into()),
+        (
+            "    location: fsn1\n".into(),
+            format!("    location: fsn1\n    endpoint: {hetzner}\n"),
+        ),
+        // The route-reflector example's pools: this node's is `edge`.
+        (
+            "values: [general, storage]".into(),
+            "values: [general, storage, edge]".into(),
+        ),
+        // The chart from this checkout, its agent state inside the cluster's directory
+        // (this node shares the machine's filesystem).
+        (
+            "helm install netpolicy charts/netpolicy -n netpolicy-system --create-namespace".into(),
+            format!(
+                "helm install netpolicy charts/netpolicy -n netpolicy-system \
+                 --create-namespace --wait --timeout 5m --set agent.stateDir={}/agent-state",
+                cluster.dir.display()
+            ),
+        ),
+    ];
+    if !vlans {
+        // Without 802.1Q the routing guide's VLAN goes, and its gateway is the node's.
+        pairs.extend([
+            (
+                "  vlans:\n    - {link: eth0, id: 100, addresses: [10.10.0.5/24]}\n".into(),
+                String::new(),
+            ),
+            ("10.10.0.1".into(), HOST_IP.into()),
+            ("10.10.0.0/24".into(), "10.231.0.0/30".into()),
+        ]);
+    }
+    Adapt { pairs }
+}
+
 #[test]
 fn guides_read_their_steps_files_and_expectations() {
     let g = read_guide(
@@ -486,48 +582,7 @@ async fn every_guide_followed_step_by_step_on_a_real_node() {
     let t0 = Instant::now();
     let cluster = NodeCluster::up(2400).unwrap_or_else(|e| panic!("{e}"));
     let client = cluster.client().await;
-    // What the node has that the guides assume of a cluster: Calico's CRDs (the
-    // route-reflector guide), a cloud provider (the local Hetzner API the routed-IP
-    // guide's issuer is pointed at) that knows this node as server 1.
-    netpolicy_testenv::install_crds(&client, common::calico_crds()).await;
-    let (hetzner, _cloud) = cloud::serve_on(HOST_IP, cloud::hetzner::api, "/v1").await;
-    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
-        .patch(
-            NODE,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"providerID": "hcloud://1"}})),
-        )
-        .await
-        .unwrap();
-
-    // The routed-IP guide's Service: a reader has it (its endpoint on this node).
-    let setup = std::process::Command::new(root().join("scripts/node-cluster"))
-        .args(["kubectl", "apply", "-f", "-"])
-        .env("NETPOLICY_NODE_DIR", &cluster.dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin.take().unwrap().write_all(
-                format!(
-                    "apiVersion: v1\nkind: Namespace\nmetadata: {{name: web}}\n---\n\
-                     apiVersion: v1\nkind: Service\nmetadata: {{name: ingress, namespace: web}}\n\
-                     spec: {{ports: [{{port: 443, protocol: TCP}}]}}\n---\n\
-                     apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
-                     metadata: {{name: ingress-1, namespace: web, labels: \
-                     {{kubernetes.io/service-name: ingress}}}}\naddressType: IPv4\n\
-                     ports: [{{port: 443, protocol: TCP}}]\n\
-                     endpoints: [{{addresses: [10.232.0.50], nodeName: {NODE}, \
-                     conditions: {{ready: true}}}}]\n"
-                )
-                .as_bytes(),
-            )?;
-            c.wait()
-        })
-        .unwrap();
-    assert!(setup.success());
-
+    let (hetzner, _cloud) = what_a_reader_has(&client).await;
     let vlans = kernel_has_vlans();
     if !vlans {
         common::skip(
@@ -535,45 +590,7 @@ async fn every_guide_followed_step_by_step_on_a_real_node() {
              VLAN items are left out of their files here, scripts/vm-test runs VLANs)",
         );
     }
-    let mut pairs: Vec<(String, String)> = vec![
-        ("<node>".into(), NODE.into()),
-        ("<holder>".into(), NODE.into()),
-        // This node's uplink is eth0; the guides' eth1/eth2 are a second NIC.
-        ("eth1".into(), "eth0".into()),
-        ("eth2".into(), "eth0".into()),
-        ("<Hetzner API token>".into(), cloud::hetzner::TOKEN.into()),
-        (
-            "    location: fsn1\n".into(),
-            format!("    location: fsn1\n    endpoint: {hetzner}\n"),
-        ),
-        // The route-reflector example's pools: this node's is `edge`.
-        (
-            "values: [general, storage]".into(),
-            "values: [general, storage, edge]".into(),
-        ),
-        // The chart from this checkout, its agent state inside the cluster's directory
-        // (this node shares the machine's filesystem).
-        (
-            "helm install netpolicy charts/netpolicy -n netpolicy-system --create-namespace".into(),
-            format!(
-                "helm install netpolicy charts/netpolicy -n netpolicy-system \
-                 --create-namespace --wait --timeout 5m --set agent.stateDir={}/agent-state",
-                cluster.dir.display()
-            ),
-        ),
-    ];
-    if !vlans {
-        // Without 802.1Q the routing guide's VLAN goes, and its gateway is the node's.
-        pairs.extend([
-            (
-                "  vlans:\n    - {link: eth0, id: 100, addresses: [10.10.0.5/24]}\n".into(),
-                String::new(),
-            ),
-            ("10.10.0.1".into(), HOST_IP.into()),
-            ("10.10.0.0/24".into(), "10.231.0.0/30".into()),
-        ]);
-    }
-    let adapt = Adapt { pairs };
+    let adapt = adaptations(&cluster, &hetzner, vlans);
     let (work, bin) = workdir(&cluster, &adapt);
     let mut runner = Runner {
         work,

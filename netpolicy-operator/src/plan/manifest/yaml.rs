@@ -127,25 +127,19 @@ pub fn parse(doc: &str) -> Result<Node, serde_saphyr::Error> {
     // folding drops a continuation line's leading spaces, so indenting those lines
     // deeper changes no value: read it so, line numbers unchanged.
     let mut text = doc.to_owned();
-    let mut err = first;
+    let mut line = quoted_indentation_error(&first);
     for _ in 0..doc.lines().count().min(1000) {
-        let Some(line) = quoted_indentation_error(&err) else {
-            break;
-        };
-        let Some(fixed) = indent_deeper(&text, line) else {
+        let Some(fixed) = line.and_then(|l| indent_deeper(&text, l)) else {
             break;
         };
         text = fixed;
         match serde_saphyr::from_str_with_options::<Spanned<Raw>>(&text, options()) {
             Ok(root) => return Ok(node(&text, root)),
-            Err(e) => err = e,
+            Err(e) => line = quoted_indentation_error(&e),
         }
     }
-    Err(
-        serde_saphyr::from_str_with_options::<Spanned<Raw>>(doc, options())
-            .err()
-            .unwrap_or(err),
-    )
+    // What the reader wrote is what the error points at.
+    Err(first)
 }
 
 /// The 1-based line of an "invalid indentation in multiline quoted scalar" error.
