@@ -197,6 +197,13 @@ pub struct HostAddress {
 
 impl HostAddress {
     /// A plain address: the kernel's local route stays.
+    ///
+    /// ```
+    /// use netpolicy_core::model::{HostAddress, IfName};
+    /// let a = HostAddress::new(IfName::new("lo").unwrap(), "203.0.113.7/32".parse().unwrap());
+    /// assert!(a.local_route);
+    /// assert_eq!(a.to_string(), "203.0.113.7/32 dev lo");
+    /// ```
     pub fn new(dev: IfName, address: IpNetwork) -> Self {
         Self {
             dev,
