@@ -2,10 +2,13 @@
 //! Calico's `BGPPeer`s → reflector labels and cluster-ID annotations on Nodes and our
 //! `BGPPeer` objects (docs/architecture.md, RouteReflectorConfig; the rules are netpolicy-rr's).
 //!
-//! Shape: kube-runtime's `Controller` on the one RouteReflectorConfig `default`, woken by
-//! Node and BGPPeer changes (`reconcile_all_on`); `Action::requeue` paces the transition
-//! steps (`stepDelaySeconds`) and `error_policy` backs off by error class. Transitions,
-//! steps, settling, the mesh switch and not-ready reasons are Events on the config.
+//! Shape: a global job on the runtime's [`Runner`](crate::runtime::Runner) — its rule
+//! needs the whole cluster at once. The RouteReflectorConfig, Nodes and Calico's
+//! `BGPPeer`s (this cluster's informers, or another cluster's through its own
+//! [`Informers`]) and Calico's etcd (polled) wake it; [`Next::After`] paces the
+//! transition steps (`stepDelaySeconds`) and the runner backs off by error class.
+//! Transitions, steps, settling, the mesh switch and not-ready reasons are Events on the
+//! config.
 //!
 //! # Guarantees
 //! - Nothing is written before every cache has synced, and nothing without a
@@ -14,6 +17,9 @@
 //!   and applies only the plan's first step, then waits `stepDelaySeconds` for BIRD to
 //!   bring the new sessions up before the next step relies on them (make before
 //!   break). A restart resumes where the cluster is: the plan is recomputed from it.
+//! - The next plan is never made from a cache that does not show the last step yet:
+//!   a pass that finds the step's objects not yet cached waits for the watch to bring
+//!   them (up to 10 s; the watch wakes the job, nothing polls).
 //! - Plans are netpolicy-rr's, whose property tests replay them operation by operation
 //!   with [`netpolicy_rr::sim::verify`] (sessions and route propagation); the
 //!   end-to-end test checks the same on the cluster's real states. The check is not
@@ -35,26 +41,20 @@
 
 use std::{
     collections::BTreeMap,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::Arc,
     time::{Duration, Instant},
 };
 
-use futures::StreamExt;
 use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams},
     runtime::{
-        Controller,
-        controller::Action,
         events::{Event, EventType},
         reflector::{ObjectRef, Store},
     },
 };
-use netpolicy_rr::{Op, topology, transition};
+use netpolicy_rr::{Op, Topology, topology, transition};
 use serde_json::json;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -71,7 +71,10 @@ use crate::{
         conditions::{self, events, route_reflector as rc},
     },
     k8s::{FIELD_MANAGER, MANAGED_BY, NodeFacts, apply_status, condition, spec_fingerprint},
-    runtime::{Backoff, ErrorClass, Informers, JobReadiness, KindHealth, KindState},
+    runtime::{
+        Backoff, Changes, ErrorClass, Informer, Informers, Job, JobError, KindHealth, KindState,
+        Next, ObjectKey, Setup, Wake,
+    },
     telemetry::Shared,
 };
 
@@ -113,6 +116,11 @@ fn node_fingerprint(n: &Node) -> String {
     )
 }
 
+/// What of a `BGPPeer` the job reads: its spec.
+fn peer_fingerprint(p: &DynamicObject) -> String {
+    format!("{:?}", p.data.get("spec"))
+}
+
 /// Why a pass failed.
 #[derive(Debug, thiserror::Error)]
 enum Failed {
@@ -125,202 +133,50 @@ enum Failed {
 /// How often Calico's etcd is checked for changes (`datastore.etcdv3`).
 const ETCD_POLL: Duration = Duration::from_secs(2);
 
-/// The route-reflector job on kube-runtime's `Controller`: one object (the
-/// RouteReflectorConfig `default`), reconciled when it changes and whenever a Node,
-/// Calico's `BGPPeer`s or (etcd datastore) Calico's etcd change in what placement
-/// reads; `Action::requeue` paces the transition's steps, and `error_policy` backs off
-/// by error class. Runs until `stop`.
-pub(crate) fn run(
+/// How long a pass waits for the caches to show the last step before planning anyway.
+const SEEN_WITHIN: Duration = Duration::from_secs(10);
+
+/// The route-reflector job, ready for the [`Runner`](crate::runtime::Runner): woken by
+/// the RouteReflectorConfig's spec, Nodes and Calico's `BGPPeer`s in what placement
+/// reads. Calico's BGPPeer may not be installed: an optional kind (readiness does not
+/// wait for it; the status says CalicoNotInstalled until it is served).
+pub(crate) fn setup(
     informers: &Informers,
     client: &Client,
     shared: &Arc<Shared>,
-    resync: Duration,
-    stop: watch::Receiver<bool>,
-) -> impl Future<Output = ()> + Send + 'static + use<> {
+) -> Setup<RouteReflectors> {
+    let wake = Wake::new();
     let configs = informers.get::<RouteReflectorConfig>();
     let nodes = informers.get::<Node>();
-    // Calico's BGPPeer may not be installed: an optional kind (readiness does not wait
-    // for it; the status says CalicoNotInstalled until it is served).
     let peers = informers.dynamic(&bgp_peer_resource(), true);
-    let config_trigger = configs.trigger(spec_fingerprint);
-    let node_trigger = nodes.trigger(node_fingerprint);
-    let peer_trigger = peers.trigger(|p: &DynamicObject| format!("{:?}", p.data.get("spec")));
-    let ready = JobReadiness::new(
-        "route-reflector",
-        vec![configs.health(), nodes.health(), peers.health()],
-    );
-    shared.register(Arc::clone(&ready) as Arc<dyn crate::telemetry::Waiting>);
-    let store = configs.store();
+    configs.subscribe(&wake, spec_fingerprint);
+    nodes.subscribe(&wake, node_fingerprint);
+    peers.subscribe(&wake, peer_fingerprint);
+    let kinds = vec![configs.health(), nodes.health(), peers.health()];
     let local = Calico {
         client: client.clone(),
         nodes: nodes.store(),
         peers: peers.store(),
     };
-    let remote_wake = Arc::new(tokio::sync::Notify::new());
-    let job = Job {
+    let job = RouteReflectors {
         client: client.clone(),
         recorder: crate::k8s::recorder(client),
         shared: Arc::clone(shared),
+        wake: wake.clone(),
         configs: configs.store(),
         calico: local.clone(),
         local,
         remote: None,
-        remote_wake: Arc::clone(&remote_wake),
         remote_backoff: None,
         peers_health: peers.health(),
         last_step: None,
+        unseen: None,
         started: None,
         etcd: None,
-        etcd_seen: None,
         calico_names: BTreeMap::new(),
         reported: None,
     };
-    let ctx = Arc::new(Ctx {
-        job: tokio::sync::Mutex::new(job),
-        backoff: std::sync::Mutex::new(None),
-        resync,
-        etcd_poll: tokio::sync::Notify::new(),
-    });
-    async move {
-        let mut stop2 = stop.clone();
-        tokio::select! {
-            () = ready.wait_synced() => {}
-            _ = stop2.changed() => return,
-        }
-        info!("caches synced: route-reflector controller running");
-        if store.state().is_empty() {
-            ready.passed();
-        }
-        let stopped = async move {
-            let mut s = stop;
-            let _ = s.changed().await;
-        };
-        // Calico's etcd (datastore.etcdv3) is polled: a change there reconciles too.
-        let poll = Arc::clone(&ctx);
-        let etcd_changes = futures::stream::unfold(poll, |ctx| async move {
-            ctx.etcd_changed().await;
-            Some(((), ctx))
-        });
-        // Another cluster's datastore: its watches wake the job.
-        let remote_changes = futures::stream::unfold(remote_wake, |n| async move {
-            n.notified().await;
-            Some(((), n))
-        });
-        let wakes = futures::stream::select_all([
-            node_trigger.map(|_| ()).boxed(),
-            peer_trigger.map(|_| ()).boxed(),
-            etcd_changes.boxed(),
-            remote_changes.boxed(),
-        ]);
-        Controller::for_stream(config_trigger, store)
-            .with_config(crate::runtime::controller_config())
-            .reconcile_all_on(wakes)
-            .graceful_shutdown_on(stopped)
-            .run(reconcile, error_policy, Arc::clone(&ctx))
-            .for_each(|r| {
-                if matches!(
-                    &r,
-                    Ok(_) | Err(kube::runtime::controller::Error::ReconcilerFailed(..))
-                ) {
-                    ready.passed();
-                }
-                futures::future::ready(())
-            })
-            .await;
-        info!("route-reflector controller stopped");
-    }
-}
-
-/// What the reconciles share: the job's state (one object: one reconcile at a time),
-/// its backoff, and the etcd poll.
-struct Ctx {
-    job: tokio::sync::Mutex<Job>,
-    backoff: std::sync::Mutex<Option<(ErrorClass, Backoff)>>,
-    resync: Duration,
-    etcd_poll: tokio::sync::Notify,
-}
-
-impl Ctx {
-    /// Returns once Calico's etcd holds something the last pass did not read (waits
-    /// while no pass has set etcd up).
-    async fn etcd_changed(&self) {
-        loop {
-            let notified = self.etcd_poll.notified();
-            let target = {
-                let job = self.job.lock().await;
-                match (&job.etcd, &job.etcd_seen) {
-                    (Some((_, etcd)), Some(seen)) => Some((etcd.clone(), seen.clone())),
-                    _ => None,
-                }
-            };
-            let Some((etcd, seen)) = target else {
-                notified.await;
-                continue;
-            };
-            tokio::time::sleep(ETCD_POLL).await;
-            match etcd.fingerprint().await {
-                Ok(now) if now != seen => return,
-                Ok(_) => {}
-                // The pass reports it.
-                Err(_) => return,
-            }
-        }
-    }
-}
-
-async fn reconcile(rrc: Arc<RouteReflectorConfig>, ctx: Arc<Ctx>) -> Result<Action, Failed> {
-    if rrc.name_any() != ROUTE_REFLECTOR_CONFIG_NAME {
-        // The schema allows only `default`; anything else is not ours to act on.
-        return Ok(Action::await_change());
-    }
-    let start = Instant::now();
-    let mut job = ctx.job.lock().await;
-    let result = job.pass().await;
-    let shared = Arc::clone(&job.shared);
-    let etcd = job.etcd.is_some();
-    drop(job);
-    if etcd {
-        ctx.etcd_poll.notify_waiters();
-    }
-    debug!(?result, took = ?start.elapsed(), "route reflectors: pass");
-    let wait = result?;
-    *ctx.backoff
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-    shared
-        .metrics
-        .reconciled("route-reflector", start.elapsed(), None);
-    Ok(Action::requeue(wait.unwrap_or(ctx.resync)))
-}
-
-fn error_policy(_: Arc<RouteReflectorConfig>, e: &Failed, ctx: Arc<Ctx>) -> Action {
-    let class = match e {
-        Failed::Kube(k) => ErrorClass::of(k),
-        Failed::Etcd(_) => ErrorClass::Transient,
-    };
-    let delay = {
-        let mut b = ctx
-            .backoff
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match &mut *b {
-            Some((c, b)) if *c == class => b.next_delay(),
-            _ => b.insert((class, class.backoff())).1.next_delay(),
-        }
-    };
-    warn!(error = %crate::error::Chain(e), class = class.as_str(), retry_in = ?delay, "route reflectors: pass failed");
-    let message = crate::error::Chain(e).to_string();
-    let etcd = matches!(e, Failed::Etcd(_));
-    tokio::spawn(async move {
-        let mut job = ctx.job.lock().await;
-        job.shared
-            .metrics
-            .reconciled("route-reflector", Duration::ZERO, Some(class.as_str()));
-        if etcd {
-            job.datastore_failed(message).await;
-        }
-    });
-    Action::requeue(delay)
+    Setup { job, wake, kinds }
 }
 
 /// The cluster Calico's Kubernetes datastore is in: its client and its Nodes and
@@ -333,70 +189,67 @@ struct Calico {
 }
 
 /// Another cluster's Kubernetes datastore (`datastore.kubernetes.kubeconfigSecretRef`):
-/// its own watches, stopped when dropped.
+/// its own informers (stopped when dropped), subscribed to the job's wake.
 struct Remote {
     settings: KubeconfigSecretRef,
-    nodes_synced: Arc<AtomicBool>,
-    peers_synced: Arc<AtomicBool>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    _informers: Informers,
+    nodes: Informer<Node>,
+    peers: Informer<DynamicObject>,
 }
 
-impl Drop for Remote {
-    fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
+/// Calico's etcd (`datastore.etcdv3`): the client, the settings it was made from, and a
+/// task that polls its fingerprint every [`ETCD_POLL`] and wakes the job when it differs
+/// from what the last pass read (stopped when dropped).
+struct EtcdPoll {
+    settings: EtcdDatastore,
+    client: Etcd,
+    /// The fingerprint the last pass read from (`None`: no pass has read yet).
+    seen: watch::Sender<Option<String>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl EtcdPoll {
+    fn start(settings: EtcdDatastore, client: Etcd, wake: Wake) -> Self {
+        let (seen, mut last) = watch::channel(None::<String>);
+        let etcd = client.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(ETCD_POLL).await;
+                let Some(read) = last.borrow_and_update().clone() else {
+                    continue;
+                };
+                // An error wakes the job too: the pass reports it.
+                if etcd.fingerprint().await.ok().as_ref() != Some(&read) {
+                    wake.changed("CalicoEtcd", ObjectKey::cluster("etcd"));
+                    // One wake per change: wait for a pass to read again.
+                    if last.changed().await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Self {
+            settings,
+            client,
+            seen,
+            task,
         }
     }
 }
 
-/// Watches `api` into `writer`; wakes the job when an object's `fingerprint` changes or
-/// goes, and marks `synced` once the first listing is in.
-fn reflect<K>(
-    api: Api<K>,
-    writer: kube::runtime::reflector::store::Writer<K>,
-    synced: Arc<AtomicBool>,
-    wake: Arc<tokio::sync::Notify>,
-    fingerprint: fn(&K) -> String,
-) -> tokio::task::JoinHandle<()>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
-{
-    use kube::runtime::{WatchStreamExt, watcher};
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer);
-    tokio::spawn(async move {
-        let mut seen: BTreeMap<String, String> = BTreeMap::new();
-        futures::pin_mut!(stream);
-        while let Some(event) = stream.next().await {
-            let changed = match event {
-                Ok(watcher::Event::InitDone) => {
-                    synced.store(true, Ordering::Release);
-                    true
-                }
-                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                    let f = fingerprint(&o);
-                    seen.insert(o.name_any(), f.clone()) != Some(f)
-                }
-                Ok(watcher::Event::Delete(o)) => seen.remove(&o.name_any()).is_some(),
-                Ok(watcher::Event::Init) => false,
-                Err(e) => {
-                    debug!(error = %e, "route reflectors: remote watch");
-                    false
-                }
-            };
-            if changed {
-                wake.notify_one();
-            }
-        }
-    })
+impl Drop for EtcdPoll {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
-struct Job {
+/// The route-reflector job.
+pub(crate) struct RouteReflectors {
     client: Client,
     recorder: crate::k8s::events::Recorder,
     shared: Arc<Shared>,
+    /// The job's wake (the remote informers and the etcd poll are subscribed to it).
+    wake: Wake,
     configs: Store<RouteReflectorConfig>,
     /// Where Calico's Nodes and BGPPeers are read and written: `local`, or `remote`'s.
     calico: Calico,
@@ -404,8 +257,6 @@ struct Job {
     local: Calico,
     /// `datastore.kubernetes.kubeconfigSecretRef`: the other cluster.
     remote: Option<Remote>,
-    /// Woken by the remote watches.
-    remote_wake: Arc<tokio::sync::Notify>,
     /// While the remote datastore cannot be used: when to look again.
     remote_backoff: Option<Backoff>,
     /// Whether Calico's BGPPeer is served.
@@ -414,24 +265,178 @@ struct Job {
     reported: Option<String>,
     /// When the last step was applied (pacing).
     last_step: Option<Instant>,
+    /// The last step's operations (Kubernetes datastore) until the caches show them,
+    /// and until when to wait for that.
+    unseen: Option<(Vec<Op>, Instant)>,
     /// The transition in progress: when it started, steps done, steps planned then.
     started: Option<(Time, u32, u32)>,
-    /// `datastore.etcdv3`: the client and the settings it was made from.
-    etcd: Option<(EtcdDatastore, Etcd)>,
-    /// The etcd fingerprint the last pass read from.
-    etcd_seen: Option<String>,
+    /// `datastore.etcdv3`: the client and its poll.
+    etcd: Option<EtcdPoll>,
     /// `datastore.etcdv3`: Kubernetes Node name → Calico Node name.
     calico_names: BTreeMap<String, String>,
 }
 
-impl Job {
-    /// One pass; returns when to look again while a transition waits out its pacing.
-    async fn pass(&mut self) -> Result<Option<Duration>, Failed> {
+impl Job for RouteReflectors {
+    fn name(&self) -> &'static str {
+        "route-reflector"
+    }
+
+    async fn pass(&mut self, _changes: &Changes) -> Result<Next, JobError> {
+        match self.pass_once().await {
+            Ok(next) => Ok(next),
+            Err(Failed::Kube(e)) => Err(e.into()),
+            Err(Failed::Etcd(e)) => {
+                let message = crate::error::Chain(&e).to_string();
+                self.datastore_failed(message).await;
+                Err(JobError::new(ErrorClass::Transient, e))
+            }
+        }
+    }
+}
+
+/// Where this pass reads and writes Calico's objects.
+enum Datastore {
+    /// Kubernetes objects, through `RouteReflectors::calico`.
+    Kubernetes,
+    /// Calico's etcd.
+    Etcd(Etcd),
+}
+
+/// The cluster IDs a topology gives: per reflector (`multi`) or per zone (`simple`).
+fn cluster_ids(target: &Topology, kind: netpolicy_rr::Kind) -> BTreeMap<String, String> {
+    let mut ids = BTreeMap::new();
+    for z in &target.placement.zones {
+        if z.reflectors.is_empty() {
+            continue;
+        }
+        if kind == netpolicy_rr::Kind::Multi {
+            for r in &z.reflectors {
+                if let Some(id) = target.marks.get(r).and_then(|m| m.cluster_id) {
+                    ids.insert(r.clone(), id.to_string());
+                }
+            }
+        } else {
+            ids.insert(z.zone.clone(), z.cluster_id.to_string());
+        }
+    }
+    ids
+}
+
+/// What a status is made of besides its conditions.
+struct StatusFacts<'a> {
+    cur: &'a RouteReflectorConfigStatus,
+    reflectors: u32,
+    ring: Vec<String>,
+    cluster_ids: BTreeMap<String, String>,
+    generation: Option<i64>,
+    now: &'a Time,
+}
+
+impl StatusFacts<'_> {
+    fn condition(
+        &self,
+        type_: &str,
+        status: bool,
+        reason: &str,
+        message: String,
+    ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        condition(
+            &self.cur.conditions,
+            type_,
+            status,
+            reason,
+            message,
+            self.generation,
+            self.now,
+        )
+    }
+
+    /// The status of a settled topology: Ready unless it has `warnings`; `mesh` says why
+    /// Calico's node-to-node mesh is still on.
+    fn settled(self, warnings: &[String], mesh: Option<String>) -> RouteReflectorConfigStatus {
+        let ready = warnings.is_empty();
+        let conditions = vec![
+            self.condition(
+                conditions::READY,
+                ready,
+                rc::SETTLED,
+                if ready {
+                    format!(
+                        "{} reflector(s); every node has its sessions",
+                        self.reflectors
+                    )
+                } else {
+                    warnings.join("; ")
+                },
+            ),
+            self.condition(rc::PROGRESSING, false, rc::SETTLED, "no transition".into()),
+            match mesh {
+                None => self.condition(
+                    rc::NODE_TO_NODE_MESH,
+                    false,
+                    rc::MESH_OFF,
+                    "Calico's node-to-node mesh is off".into(),
+                ),
+                Some(m) => self.condition(rc::NODE_TO_NODE_MESH, true, rc::MESH_ON, m),
+            },
+        ];
+        RouteReflectorConfigStatus {
+            reflectors: Some(self.reflectors),
+            ring: self.ring,
+            cluster_ids: self.cluster_ids,
+            transition: None,
+            conditions,
+        }
+    }
+
+    /// The status while step `done + 1` of `of` (phase `phase`) is applied, `left`
+    /// steps planned from here.
+    fn stepping(
+        self,
+        phase: &str,
+        done: u32,
+        of: u32,
+        left: usize,
+        started: &Time,
+    ) -> RouteReflectorConfigStatus {
+        let conditions = vec![
+            self.condition(
+                conditions::READY,
+                false,
+                rc::APPLYING,
+                format!("applying step {} ({phase})", done + 1),
+            ),
+            self.condition(
+                rc::PROGRESSING,
+                true,
+                rc::APPLYING,
+                format!("{left} step(s) left"),
+            ),
+        ];
+        RouteReflectorConfigStatus {
+            reflectors: Some(self.reflectors),
+            ring: self.ring,
+            cluster_ids: self.cluster_ids,
+            transition: Some(TransitionStatus {
+                phase: phase.to_owned(),
+                step: done + 1,
+                of: of.max(done + 1),
+                started: started.0.to_string(),
+            }),
+            conditions,
+        }
+    }
+}
+
+impl RouteReflectors {
+    /// One pass: plan from what the datastore holds, then apply the plan's first step
+    /// (or settle the status when there is none).
+    async fn pass_once(&mut self) -> Result<Next, Failed> {
         let Some(rrc) = self
             .configs
             .get(&ObjectRef::new(ROUTE_REFLECTOR_CONFIG_NAME))
         else {
-            return Ok(None);
+            return Ok(Next::Resync);
         };
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let cur = rrc.status.clone().unwrap_or_default();
@@ -446,9 +451,136 @@ impl Job {
                     .join("; ");
                 self.not_ready(&cur, rc::INVALID, message, generation, &now)
                     .await?;
-                return Ok(None);
+                return Ok(Next::Resync);
             }
         };
+        let store = match self.datastore(&rrc).await {
+            Ok(s) => s,
+            Err((reason, message, next)) => {
+                self.not_ready(&cur, reason, message, generation, &now)
+                    .await?;
+                return Ok(next);
+            }
+        };
+        if let Some(wait) = self.unseen_wait() {
+            return Ok(Next::After(wait));
+        }
+        let (infos, now_state) = self.observe(&store, &cfg, &cur).await?;
+        let target = match topology(&infos, &cfg, &now_state) {
+            Ok(t) => t,
+            Err(e) => {
+                self.not_ready(&cur, rc::INVALID, e.to_string(), generation, &now)
+                    .await?;
+                return Ok(Next::Resync);
+            }
+        };
+        let steps = transition(&infos, &now_state, &target);
+        let reflectors = u32::try_from(target.placement.reflectors().count()).unwrap_or(u32::MAX);
+        for z in &target.placement.zones {
+            self.shared
+                .metrics
+                .reflectors(&z.zone, z.reflectors.len() as f64);
+        }
+        self.shared.metrics.reflector_clients(target.loads());
+        let facts = StatusFacts {
+            cur: &cur,
+            reflectors,
+            ring: target.ring.clone(),
+            cluster_ids: cluster_ids(&target, cfg.topology),
+            generation,
+            now: &now,
+        };
+        let Some(step) = steps.first() else {
+            if let Some((_, done, _)) = self.started.take() {
+                self.event(
+                    EventType::Normal,
+                    events::SETTLED,
+                    format!("transition done after {done} step(s): {reflectors} reflector(s)"),
+                )
+                .await;
+            }
+            if self.reported.as_deref() != Some(rc::SETTLED) && target.warnings.is_empty() {
+                self.reported = Some(rc::SETTLED.to_owned());
+            }
+            // Every node has its reflector sessions only when the topology has no warning (a
+            // zone without reflectors, no reflector at all).
+            let etcd = match &store {
+                Datastore::Etcd(e) => Some(e),
+                Datastore::Kubernetes => None,
+            };
+            let mesh = self.mesh(&rrc, etcd, target.warnings.is_empty()).await?;
+            self.write_status(&cur, facts.settled(&target.warnings, mesh))
+                .await?;
+            return Ok(Next::Resync);
+        };
+        // Pacing: BIRD needs time to bring the last step's sessions up.
+        let delay = Duration::from_secs(u64::from(rrc.spec.step_delay_seconds));
+        if let Some(at) = self.last_step
+            && at.elapsed() < delay
+        {
+            return Ok(Next::After(delay - at.elapsed()));
+        }
+        let (started, done, of) = match self.started.clone() {
+            Some(s) => s,
+            None => {
+                self.shared.metrics.rr_transition();
+                let of = u32::try_from(steps.len()).unwrap_or(u32::MAX);
+                self.event(
+                    EventType::Normal,
+                    events::TRANSITION_STARTED,
+                    format!("{of} step(s) to {reflectors} reflector(s)"),
+                )
+                .await;
+                (now.clone(), 0, of)
+            }
+        };
+        let phase = step.phase.as_str();
+        let st = facts.stepping(phase, done, of, steps.len(), &started);
+        self.write_status(&cur, st).await?;
+        info!(
+            phase,
+            ops = step.ops.len(),
+            "route reflectors: applying a step"
+        );
+        match &store {
+            // etcd reads are linearizable: the next pass reads this step back.
+            Datastore::Etcd(etcd) => {
+                for op in &step.ops {
+                    self.apply_etcd(etcd, op).await?;
+                }
+            }
+            Datastore::Kubernetes => {
+                for op in &step.ops {
+                    self.apply(op).await?;
+                }
+                // The next plan is made from the caches: it waits until they show this
+                // step, or a stale cache would plan from a state that is gone.
+                self.unseen = Some((step.ops.clone(), Instant::now() + SEEN_WITHIN));
+            }
+        }
+        self.shared.metrics.rr_step();
+        self.event(
+            EventType::Normal,
+            events::STEP_APPLIED,
+            format!(
+                "step {} of {} ({phase}): {} operation(s)",
+                done + 1,
+                of.max(done + 1),
+                step.ops.len()
+            ),
+        )
+        .await;
+        self.last_step = Some(Instant::now());
+        self.started = Some((started, done + 1, of));
+        Ok(Next::After(delay.max(Duration::from_millis(500))))
+    }
+
+    /// Where Calico's objects are this pass; `Err((reason, message, next))` when that
+    /// datastore cannot be used yet (the status says why; `next`: when to look again).
+    async fn datastore(
+        &mut self,
+        rrc: &RouteReflectorConfig,
+    ) -> Result<Datastore, (&'static str, String, Next)> {
         let wanted = rrc
             .spec
             .datastore
@@ -456,87 +588,78 @@ impl Job {
             .as_ref()
             .and_then(|k| k.kubeconfig_secret_ref.clone());
         if let Some(message) = self.use_remote(wanted.as_ref()).await {
-            self.not_ready(&cur, rc::DATASTORE_UNREACHABLE, message, generation, &now)
-                .await?;
             // Backed off (a missing Secret or an unreachable cluster is not retried
             // every few seconds for ever); the remote watches wake the job sooner.
             let b = self
                 .remote_backoff
                 .get_or_insert_with(|| ErrorClass::Transient.backoff());
-            return Ok(Some(b.next_delay()));
+            return Err((
+                rc::DATASTORE_UNREACHABLE,
+                message,
+                Next::After(b.next_delay()),
+            ));
         }
         self.remote_backoff = None;
-        let etcd = match &rrc.spec.datastore.etcdv3 {
-            None => {
-                self.etcd = None;
-                self.etcd_seen = None;
-                None
-            }
-            Some(settings) => match self.etcd_client(settings).await {
-                Ok(c) => Some(c),
-                Err(message) => {
-                    self.not_ready(&cur, rc::DATASTORE_UNREACHABLE, message, generation, &now)
-                        .await?;
-                    return Ok(Some(Duration::from_secs(10)));
-                }
-            },
-        };
+        if let Some(settings) = &rrc.spec.datastore.etcdv3 {
+            return match self.etcd_client(settings).await {
+                Ok(c) => Ok(Datastore::Etcd(c)),
+                Err(message) => Err((
+                    rc::DATASTORE_UNREACHABLE,
+                    message,
+                    Next::After(Duration::from_secs(10)),
+                )),
+            };
+        }
+        self.etcd = None;
         let peers_served = match &self.remote {
-            Some(r) => r.peers_synced.load(Ordering::Acquire),
+            Some(r) => r.peers.health().state() == KindState::Synced,
             None => self.peers_health.state() == KindState::Synced,
         };
-        if etcd.is_none() && !peers_served {
+        if !peers_served {
             let whose = if self.remote.is_some() {
                 " in the cluster of datastore.kubernetes.kubeconfigSecretRef"
             } else {
                 ""
             };
-            self.not_ready(
-                &cur,
+            return Err((
                 rc::NO_CALICO,
                 format!(
                     "Calico's crd.projectcalico.org/v1 BGPPeer is not served{whose}: install \
                      Calico (or its CRDs); the operator notices on its next pass"
                 ),
-                generation,
-                &now,
-            )
-            .await?;
-            return Ok(None);
+                Next::Resync,
+            ));
         }
+        Ok(Datastore::Kubernetes)
+    }
+
+    /// While the caches do not show the last step (and not for longer than
+    /// [`SEEN_WITHIN`]): how long to wait at most (the watch wakes the job sooner).
+    fn unseen_wait(&mut self) -> Option<Duration> {
+        let (ops, deadline) = self.unseen.as_ref()?;
+        if self.shows(ops) {
+            self.unseen = None;
+            return None;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            warn!("route reflectors: the caches do not show the last step after 10 s");
+            self.unseen = None;
+            return None;
+        }
+        Some(left)
+    }
+
+    /// The nodes placement reads and the marks and peers the datastore holds now.
+    async fn observe(
+        &mut self,
+        store: &Datastore,
+        cfg: &netpolicy_rr::Config,
+        cur: &RouteReflectorConfigStatus,
+    ) -> Result<(Vec<netpolicy_rr::NodeInfo>, netpolicy_rr::Current), Failed> {
         let nodes = self.calico.nodes.state();
-        let (infos, now_state) = if let Some(etcd) = &etcd {
-            // Fingerprint first: a change while reading starts another pass.
-            self.etcd_seen = Some(etcd.fingerprint().await?);
-            let calico: BTreeMap<String, etcd::CalicoNode> = etcd
-                .nodes()
-                .await?
-                .into_iter()
-                .map(|c| (c.kube_name.clone(), c))
-                .collect();
-            let peers = etcd.bgp_peers().await?;
-            self.calico_names = calico
-                .iter()
-                .map(|(k, c)| (k.clone(), c.name.clone()))
-                .collect();
-            let infos: Vec<netpolicy_rr::NodeInfo> = nodes
-                .iter()
-                .filter(|n| calico.contains_key(&n.name_any()))
-                .map(|n| node_info(&NodeFacts::of(n, false)))
-                .collect();
-            let marks = calico.values().map(|c| {
-                (
-                    c.kube_name.clone(),
-                    marks_of(
-                        Some(&c.labels),
-                        c.cluster_id.as_deref(),
-                        &cfg.reflector_label,
-                    ),
-                )
-            });
-            (infos, current_of(marks, peers.iter(), &cur.ring))
-        } else {
-            let infos: Vec<netpolicy_rr::NodeInfo> = nodes
+        let Datastore::Etcd(etcd) = store else {
+            let infos = nodes
                 .iter()
                 .map(|n| node_info(&NodeFacts::of(n, false)))
                 .collect();
@@ -554,201 +677,40 @@ impl Job {
                 &cur.ring,
                 &cfg.reflector_label,
             );
-            (infos, now_state)
+            return Ok((infos, now_state));
         };
-        let target = match topology(&infos, &cfg, &now_state) {
-            Ok(t) => t,
-            Err(e) => {
-                self.not_ready(&cur, rc::INVALID, e.to_string(), generation, &now)
-                    .await?;
-                return Ok(None);
-            }
-        };
-        let steps = transition(&infos, &now_state, &target);
-        let mut cluster_ids: BTreeMap<String, String> = BTreeMap::new();
-        for z in &target.placement.zones {
-            if z.reflectors.is_empty() {
-                continue;
-            }
-            if cfg.topology == netpolicy_rr::Kind::Multi {
-                for r in &z.reflectors {
-                    if let Some(id) = target.marks.get(r).and_then(|m| m.cluster_id) {
-                        cluster_ids.insert(r.clone(), id.to_string());
-                    }
-                }
-            } else {
-                cluster_ids.insert(z.zone.clone(), z.cluster_id.to_string());
-            }
+        // Fingerprint first: a change while reading starts another pass.
+        let seen = etcd.fingerprint().await?;
+        if let Some(poll) = &self.etcd {
+            poll.seen.send_replace(Some(seen));
         }
-        let reflectors = u32::try_from(target.placement.reflectors().count()).unwrap_or(u32::MAX);
-        for z in &target.placement.zones {
-            self.shared
-                .metrics
-                .reflectors(&z.zone, z.reflectors.len() as f64);
-        }
-        self.shared.metrics.reflector_clients(target.loads());
-        if steps.is_empty() {
-            if let Some((_, done, _)) = self.started.take() {
-                self.event(
-                    EventType::Normal,
-                    events::SETTLED,
-                    format!("transition done after {done} step(s): {reflectors} reflector(s)"),
-                )
-                .await;
-            }
-            if self.reported.as_deref() != Some(rc::SETTLED) && target.warnings.is_empty() {
-                self.reported = Some(rc::SETTLED.to_owned());
-            }
-            // Every node has its reflector sessions only when the topology has no warning (a
-            // zone without reflectors, no reflector at all).
-            let mesh = self
-                .mesh(&rrc, etcd.as_ref(), target.warnings.is_empty())
-                .await?;
-            let st = RouteReflectorConfigStatus {
-                reflectors: Some(reflectors),
-                ring: target.ring.clone(),
-                cluster_ids,
-                transition: None,
-                conditions: vec![
-                    condition(
-                        &cur.conditions,
-                        conditions::READY,
-                        target.warnings.is_empty(),
-                        rc::SETTLED,
-                        if target.warnings.is_empty() {
-                            format!("{reflectors} reflector(s); every node has its sessions")
-                        } else {
-                            target.warnings.join("; ")
-                        },
-                        generation,
-                        &now,
-                    ),
-                    condition(
-                        &cur.conditions,
-                        rc::PROGRESSING,
-                        false,
-                        rc::SETTLED,
-                        "no transition".into(),
-                        generation,
-                        &now,
-                    ),
-                    mesh.map_or_else(
-                        || {
-                            condition(
-                                &cur.conditions,
-                                rc::NODE_TO_NODE_MESH,
-                                false,
-                                rc::MESH_OFF,
-                                "Calico's node-to-node mesh is off".into(),
-                                generation,
-                                &now,
-                            )
-                        },
-                        |m| {
-                            condition(
-                                &cur.conditions,
-                                rc::NODE_TO_NODE_MESH,
-                                true,
-                                rc::MESH_ON,
-                                m,
-                                generation,
-                                &now,
-                            )
-                        },
-                    ),
-                ],
-            };
-            self.write_status(&cur, st).await?;
-            return Ok(None);
-        }
-        // Pacing: BIRD needs time to bring the last step's sessions up.
-        let delay = Duration::from_secs(u64::from(rrc.spec.step_delay_seconds));
-        if let Some(at) = self.last_step
-            && at.elapsed() < delay
-        {
-            return Ok(Some(delay - at.elapsed()));
-        }
-        let (started, done, of) = match self.started.clone() {
-            Some(s) => s,
-            None => {
-                self.shared.metrics.rr_transition();
-                let of = u32::try_from(steps.len()).unwrap_or(u32::MAX);
-                self.event(
-                    EventType::Normal,
-                    events::TRANSITION_STARTED,
-                    format!("{of} step(s) to {reflectors} reflector(s)"),
-                )
-                .await;
-                (now.clone(), 0, of)
-            }
-        };
-        let step = &steps[0];
-        let st = RouteReflectorConfigStatus {
-            reflectors: Some(reflectors),
-            ring: target.ring.clone(),
-            cluster_ids,
-            transition: Some(TransitionStatus {
-                phase: step.phase.as_str().to_owned(),
-                step: done + 1,
-                of: of.max(done + 1),
-                started: started.0.to_string(),
-            }),
-            conditions: vec![
-                condition(
-                    &cur.conditions,
-                    conditions::READY,
-                    false,
-                    rc::APPLYING,
-                    format!("applying step {} ({})", done + 1, step.phase.as_str()),
-                    generation,
-                    &now,
+        let calico: BTreeMap<String, etcd::CalicoNode> = etcd
+            .nodes()
+            .await?
+            .into_iter()
+            .map(|c| (c.kube_name.clone(), c))
+            .collect();
+        let peers = etcd.bgp_peers().await?;
+        self.calico_names = calico
+            .iter()
+            .map(|(k, c)| (k.clone(), c.name.clone()))
+            .collect();
+        let infos = nodes
+            .iter()
+            .filter(|n| calico.contains_key(&n.name_any()))
+            .map(|n| node_info(&NodeFacts::of(n, false)))
+            .collect();
+        let marks = calico.values().map(|c| {
+            (
+                c.kube_name.clone(),
+                marks_of(
+                    Some(&c.labels),
+                    c.cluster_id.as_deref(),
+                    &cfg.reflector_label,
                 ),
-                condition(
-                    &cur.conditions,
-                    rc::PROGRESSING,
-                    true,
-                    rc::APPLYING,
-                    format!("{} step(s) left", steps.len()),
-                    generation,
-                    &now,
-                ),
-            ],
-        };
-        self.write_status(&cur, st).await?;
-        info!(
-            phase = step.phase.as_str(),
-            ops = step.ops.len(),
-            "route reflectors: applying a step"
-        );
-        if let Some(etcd) = &etcd {
-            // etcd reads are linearizable: the next pass reads this step back.
-            for op in &step.ops {
-                self.apply_etcd(etcd, op).await?;
-            }
-        } else {
-            for op in &step.ops {
-                self.apply(op).await?;
-            }
-            // The next plan is made from the caches: wait until they show this step, or
-            // a stale cache would plan from a state that is gone.
-            self.wait_seen(&step.ops).await;
-        }
-        self.shared.metrics.rr_step();
-        self.event(
-            EventType::Normal,
-            events::STEP_APPLIED,
-            format!(
-                "step {} of {} ({}): {} operation(s)",
-                done + 1,
-                of.max(done + 1),
-                step.phase.as_str(),
-                step.ops.len()
-            ),
-        )
-        .await;
-        self.last_step = Some(Instant::now());
-        self.started = Some((started, done + 1, of));
-        Ok(Some(delay.max(Duration::from_millis(500))))
+            )
+        });
+        Ok((infos, current_of(marks, peers.iter(), &cur.ring)))
     }
 
     async fn apply(&self, op: &Op) -> Result<(), kube::Error> {
@@ -825,61 +787,49 @@ impl Job {
         }
     }
 
-    /// Waits (up to 10 s) until the caches show every operation.
-    async fn wait_seen(&self, ops: &[Op]) {
+    /// Whether the caches show every operation of `ops`.
+    fn shows(&self, ops: &[Op]) -> bool {
         let label = self.reflector_label();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let seen = ops.iter().all(|op| {
-                let node = |n: &str| self.calico.nodes.get(&ObjectRef::new(n));
-                let peer = |name: &str| {
-                    self.calico
-                        .peers
-                        .get(&ObjectRef::new_with(name, bgp_peer_resource()))
-                };
-                match op {
-                    Op::ApplyBgpPeer(p) => peer(&p.name).is_some_and(|o| {
-                        o.data["spec"]["nodeSelector"] == p.node_selector.as_str()
-                            && o.data["spec"]["peerSelector"] == p.peer_selector.as_str()
-                    }),
-                    Op::DeleteBgpPeer { name } => peer(name).is_none(),
-                    Op::SetClusterId { node: n, id } => node(n).is_none_or(|o| {
-                        o.annotations().get(netpolicy_rr::CLUSTER_ID_ANNOTATION)
-                            == Some(&id.to_string())
-                    }),
-                    Op::RemoveClusterId { node: n } => node(n).is_none_or(|o| {
-                        !o.annotations()
-                            .contains_key(netpolicy_rr::CLUSTER_ID_ANNOTATION)
-                    }),
-                    Op::SetReflectorLabel { node: n, value } => {
-                        node(n).is_none_or(|o| o.labels().get(&label) == Some(value))
-                    }
-                    Op::RemoveReflectorLabel { node: n } => {
-                        node(n).is_none_or(|o| !o.labels().contains_key(&label))
-                    }
-                    Op::AddSetLabel { node: n, key } => {
-                        node(n).is_none_or(|o| o.labels().contains_key(key))
-                    }
-                    Op::RemoveSetLabel { node: n, key } => {
-                        node(n).is_none_or(|o| !o.labels().contains_key(key))
-                    }
-                }
-            });
-            if seen || Instant::now() > deadline {
-                if !seen {
-                    warn!("route reflectors: the caches do not show the last step after 10 s");
-                }
-                return;
+        let node = |n: &str| self.calico.nodes.get(&ObjectRef::new(n));
+        let peer = |name: &str| {
+            self.calico
+                .peers
+                .get(&ObjectRef::new_with(name, bgp_peer_resource()))
+        };
+        ops.iter().all(|op| match op {
+            Op::ApplyBgpPeer(p) => peer(&p.name).is_some_and(|o| {
+                o.data["spec"]["nodeSelector"] == p.node_selector.as_str()
+                    && o.data["spec"]["peerSelector"] == p.peer_selector.as_str()
+            }),
+            Op::DeleteBgpPeer { name } => peer(name).is_none(),
+            Op::SetClusterId { node: n, id } => node(n).is_none_or(|o| {
+                o.annotations().get(netpolicy_rr::CLUSTER_ID_ANNOTATION) == Some(&id.to_string())
+            }),
+            Op::RemoveClusterId { node: n } => node(n).is_none_or(|o| {
+                !o.annotations()
+                    .contains_key(netpolicy_rr::CLUSTER_ID_ANNOTATION)
+            }),
+            Op::SetReflectorLabel { node: n, value } => {
+                node(n).is_none_or(|o| o.labels().get(&label) == Some(value))
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            Op::RemoveReflectorLabel { node: n } => {
+                node(n).is_none_or(|o| !o.labels().contains_key(&label))
+            }
+            Op::AddSetLabel { node: n, key } => {
+                node(n).is_none_or(|o| o.labels().contains_key(key))
+            }
+            Op::RemoveSetLabel { node: n, key } => {
+                node(n).is_none_or(|o| !o.labels().contains_key(key))
+            }
+        })
     }
 
     /// Points the job at the cluster Calico's Kubernetes datastore is in: `wanted` (a
-    /// kubeconfig Secret) or this one. A new remote cluster is watched from then on; the
-    /// same settings keep their watches (a changed kubeconfig in the same Secret is read
-    /// when the RouteReflectorConfig changes or the operator restarts). `Some(why)` while
-    /// the remote cluster cannot be used yet.
+    /// kubeconfig Secret) or this one. A new remote cluster is watched from then on
+    /// (its own [`Informers`], waking this job); the same settings keep their watches (a
+    /// changed kubeconfig in the same Secret is read when the RouteReflectorConfig
+    /// changes or the operator restarts). `Some(why)` while the remote cluster cannot be
+    /// used yet.
     async fn use_remote(&mut self, wanted: Option<&KubeconfigSecretRef>) -> Option<String> {
         let Some(r) = wanted else {
             if self.remote.take().is_some() {
@@ -907,46 +857,30 @@ impl Job {
                     | crate::k8s::KubeconfigError::Client(m),
                 ) => return Some(format!("datastore.kubernetes.kubeconfigSecretRef: {m}")),
             };
-            let (nodes, node_writer) = kube::runtime::reflector::store::<Node>();
-            let peer_writer =
-                kube::runtime::reflector::store::Writer::<DynamicObject>::new(bgp_peer_resource());
-            let peers = peer_writer.as_reader();
-            let nodes_synced = Arc::new(AtomicBool::new(false));
-            let peers_synced = Arc::new(AtomicBool::new(false));
-            let tasks = vec![
-                reflect(
-                    Api::<Node>::all(client.clone()),
-                    node_writer,
-                    Arc::clone(&nodes_synced),
-                    Arc::clone(&self.remote_wake),
-                    node_fingerprint,
-                ),
-                reflect(
-                    Api::<DynamicObject>::all_with(client.clone(), &bgp_peer_resource()),
-                    peer_writer,
-                    Arc::clone(&peers_synced),
-                    Arc::clone(&self.remote_wake),
-                    |p: &DynamicObject| format!("{:?}", p.data.get("spec")),
-                ),
-            ];
+            let informers = Informers::new(client.clone());
+            let nodes = informers.get::<Node>();
+            let peers = informers.dynamic(&bgp_peer_resource(), true);
+            nodes.subscribe(&self.wake, node_fingerprint);
+            peers.subscribe(&self.wake, peer_fingerprint);
+            informers.start();
             info!(
                 secret = %format!("{}/{}", r.namespace, r.name),
                 "route reflectors: Calico's datastore is another cluster's"
             );
             self.calico = Calico {
                 client,
-                nodes,
-                peers,
+                nodes: nodes.store(),
+                peers: peers.store(),
             };
             self.remote = Some(Remote {
                 settings: r.clone(),
-                nodes_synced,
-                peers_synced,
-                tasks,
+                _informers: informers,
+                nodes,
+                peers,
             });
         }
         let remote = self.remote.as_ref()?;
-        (!remote.nodes_synced.load(Ordering::Acquire)).then(|| {
+        (remote.nodes.health().state() != KindState::Synced).then(|| {
             format!(
                 "datastore.kubernetes.kubeconfigSecretRef: listing the Nodes of the cluster \
                  of Secret {}/{} has not succeeded yet",
@@ -1085,10 +1019,10 @@ impl Job {
     /// The etcd client for `settings`, made (TLS Secret read) when they changed or the
     /// last pass failed on etcd. `Err` says why it cannot be made, for the status.
     async fn etcd_client(&mut self, settings: &EtcdDatastore) -> Result<Etcd, String> {
-        if let Some((s, c)) = &self.etcd
-            && s == settings
+        if let Some(poll) = &self.etcd
+            && poll.settings == *settings
         {
-            return Ok(c.clone());
+            return Ok(poll.client.clone());
         }
         let tls = match &settings.tls_secret_ref {
             None => None,
@@ -1113,7 +1047,11 @@ impl Job {
         let client = Etcd::new(settings.endpoints.clone(), tls.as_ref())
             .map_err(|e| format!("spec.datastore.etcdv3: {e}"))?;
         info!(endpoints = ?settings.endpoints, "route reflectors: Calico's etcd datastore");
-        self.etcd = Some((settings.clone(), client.clone()));
+        self.etcd = Some(EtcdPoll::start(
+            settings.clone(),
+            client.clone(),
+            self.wake.clone(),
+        ));
         Ok(client)
     }
 

@@ -21,9 +21,11 @@
 //!   in-cluster service account.
 
 pub mod informer;
+pub mod per_object;
 pub mod runner;
 
 pub use informer::{Changes, Informer, Informers, KindHealth, KindState, ObjectKey, Wake};
+pub use per_object::{ObjectJob, ObjectSetup};
 pub use runner::{Backoff, ErrorClass, Job, JobError, JobReadiness, Next, Runner, Setup};
 
 use std::{
@@ -304,8 +306,10 @@ fn jobs(
         stop.clone(),
     );
     let routed_ip = routed_ip::controller::run(&informers, client, shared, resync, stop.clone());
-    let route_reflector =
-        route_reflector::controller::run(&informers, client, shared, resync, stop.clone());
+    let route_reflector = runner.run(
+        route_reflector::controller::setup(&informers, client, shared),
+        stop.clone(),
+    );
     shared.started.store(true, Ordering::Release);
     informers.start();
     futures::future::Either::Right(async move {

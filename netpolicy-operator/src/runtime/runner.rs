@@ -151,6 +151,10 @@ pub enum Next {
     /// Something is due at a time the job knows (a backoff of one of its items, a
     /// rollout wave): pass again after this long (or earlier, on a change).
     After(Duration),
+    /// The pass did its work and reported what stands in the way (a condition): look
+    /// again by this class's backoff (doubling while it is asked for again), not at
+    /// the resync. Not a failure: readiness and error metrics do not count it.
+    Backoff(ErrorClass),
 }
 
 /// A global job: a pass over everything it reads, given what changed.
@@ -284,8 +288,8 @@ pub struct Setup<J> {
 /// Runs [`Job`]s: see the module docs.
 #[derive(Debug, Clone)]
 pub struct Runner {
-    shared: Arc<Shared>,
-    resync: Duration,
+    pub(super) shared: Arc<Shared>,
+    pub(super) resync: Duration,
     debounce: Duration,
 }
 
@@ -356,12 +360,24 @@ impl Runner {
             let (wait, on_change) = match result {
                 Ok(next) => {
                     full = false;
-                    backoff = None;
                     ready.passed();
                     let until_resync = self.resync.saturating_sub(last_full.elapsed());
                     match next {
-                        Next::Resync => (until_resync, true),
-                        Next::After(d) => (d.min(until_resync), true),
+                        Next::Resync => {
+                            backoff = None;
+                            (until_resync, true)
+                        }
+                        Next::After(d) => {
+                            backoff = None;
+                            (d.min(until_resync), true)
+                        }
+                        Next::Backoff(class) => {
+                            let b = match &mut backoff {
+                                Some((c, b)) if *c == class => b,
+                                _ => &mut backoff.insert((class, class.backoff())).1,
+                            };
+                            (b.next_delay().min(until_resync), true)
+                        }
                     }
                 }
                 Err(e) => {
