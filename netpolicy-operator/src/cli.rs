@@ -35,7 +35,7 @@ pub enum Command {
     /// stderr).
     Convert(ConvertArgs),
     /// Run the operator: leader election, controllers, metrics and health endpoints.
-    Operator(crate::runtime::Options),
+    Operator(crate::operator::Options),
     /// Run the node agent: apply this node's NodeNetworkConfig and report its status.
     Agent(crate::agent::AgentOptions),
 }
@@ -125,10 +125,10 @@ fn run_async<T>(
     }
 }
 
-fn run_operator(opts: crate::runtime::Options) -> ExitCode {
-    run_async(crate::runtime::run(opts), |exit| match exit {
-        crate::runtime::Exit::Stopped => ExitCode::SUCCESS,
-        crate::runtime::Exit::LostLease => ExitCode::from(1),
+fn run_operator(opts: crate::operator::Options) -> ExitCode {
+    run_async(crate::operator::run(opts), |exit| match exit {
+        crate::operator::Exit::Stopped => ExitCode::SUCCESS,
+        crate::operator::Exit::LostLease => ExitCode::from(1),
     })
 }
 

@@ -525,12 +525,6 @@ pub trait Waiting: std::fmt::Debug + Send + Sync {
     fn waiting_for(&self) -> Option<String>;
 }
 
-impl Waiting for crate::runtime::JobReadiness {
-    fn waiting_for(&self) -> Option<String> {
-        crate::runtime::JobReadiness::waiting_for(self)
-    }
-}
-
 /// State shared by the endpoints and the controllers.
 #[derive(Debug, Default)]
 pub struct Shared {

@@ -61,7 +61,8 @@ use crate::{
         ItemError, MAX_LISTED_REMOVALS, NodeNetworkConfig, NodeNetworkConfigStatus,
         conditions::{self, item, reasons},
     },
-    runtime::{LogFormat, Shared, client_from, init_logs, serve_probes, shutdown_signal},
+    process::{LogFormat, client_from, init_logs, serve_probes, shutdown_signal},
+    telemetry::Shared,
 };
 
 /// Options of `netpolicy agent`.

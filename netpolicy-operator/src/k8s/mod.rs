@@ -3,6 +3,10 @@
 //! Events, and the problem type every job reports about an object. The watches
 //! themselves are the runtime's shared informers (`crate::runtime`).
 
+/// The largest NodeNetworkConfig the operator writes by default (`--max-object-bytes`),
+/// in bytes of JSON: etcd's request limit is ~1.5 MiB.
+pub const DEFAULT_MAX_OBJECT_BYTES: usize = 1_400_000;
+
 pub(crate) mod events;
 mod host_address;
 pub(crate) mod job_items;

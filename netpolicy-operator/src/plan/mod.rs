@@ -499,7 +499,7 @@ pub fn plan(m: &Manifests) -> PlanReport {
             let nnc = crate::routing::node_spec((**spec).clone(), Vec::new(), None);
             crate::routing::object_bytes(&crate::routing::node_object(node, "", &nnc))
         });
-        if bytes > crate::runtime::DEFAULT_MAX_OBJECT_BYTES {
+        if bytes > crate::k8s::DEFAULT_MAX_OBJECT_BYTES {
             errors.push(InputError {
                 kind: "NodeNetworkConfig".into(),
                 name: node.clone(),
@@ -508,7 +508,7 @@ pub fn plan(m: &Manifests) -> PlanReport {
                     "TooLarge: {bytes} bytes, over the {} the operator writes \
                      (--max-object-bytes); the node would keep its last config; most items \
                      from {}",
-                    crate::runtime::DEFAULT_MAX_OBJECT_BYTES,
+                    crate::k8s::DEFAULT_MAX_OBJECT_BYTES,
                     crate::routing::largest_contributors(spec, 3).join(", ")
                 ),
             });

@@ -47,7 +47,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::StreamExt;
 use k8s_openapi::{
     api::{
         core::v1::{Namespace, Node, Secret, Service},
@@ -58,7 +57,6 @@ use k8s_openapi::{
 use kube::{
     Api, Client, Resource, ResourceExt,
     runtime::{
-        Controller,
         controller::Action,
         events::{Event, EventType},
         finalizer::{Event as Finalizer, finalizer},
@@ -69,7 +67,6 @@ use netpolicy_issuers::{
     Candidate, Desired, Error as ProviderError, Issuer, Step, Tags, aws::AwsIssuer as AwsClient,
     digitalocean::DigitalOceanIssuer, hetzner::HetznerIssuer, memory::MemoryIssuer, plan,
 };
-use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::{candidate, cooldown, elect, endpoint_nodes, port_status, service_ports, step_name};
@@ -79,7 +76,7 @@ use crate::{
         conditions::{self, events, routed_ip as rc},
     },
     k8s::{FIELD_MANAGER, NodeFacts, apply_status, condition, spec_fingerprint},
-    runtime::{Backoff, ErrorClass, Informers, JobReadiness, informer::lock},
+    runtime::{ErrorClass, Informers, Next, ObjectJob, ObjectSetup, informer::lock, per_object},
     telemetry::Shared,
 };
 
@@ -189,48 +186,26 @@ impl Failed {
 /// The provider's delay of a rate-limited call, capped at the transient backoff's cap.
 const MAX_RATE_LIMIT_WAIT: Duration = Duration::from_secs(300);
 
-/// The routed-IP job on kube-runtime's `Controller`: each RoutedIP is reconciled on its
-/// own (one RoutedIP's provider trouble, backoff or rate limit never delays another's
-/// failover), fed by the shared informers; a second `Controller` checks each issuer
-/// (token, orphans). Runs until `stop`.
-pub(crate) fn run(
+/// The routed-IP jobs, ready for [`Runner::run_each`]: each RoutedIP is reconciled on
+/// its own (one RoutedIP's provider trouble, backoff or rate limit never delays
+/// another's failover) when it, its issuer, a Node (in what election reads), or its
+/// Service and EndpointSlices change; and each issuer is checked (token, orphans).
+pub(crate) fn setup(
     informers: &Informers,
     client: &Client,
     shared: &Arc<Shared>,
     resync: Duration,
-    stop: watch::Receiver<bool>,
-) -> impl Future<Output = ()> + Send + 'static + use<> {
+) -> (ObjectSetup<RoutedIps>, ObjectSetup<IssuerChecks>) {
     let rips = informers.get::<RoutedIP>();
     let issuers = informers.get::<RoutedIPIssuer>();
     let nodes = informers.get::<Node>();
     let slices = informers.get::<EndpointSlice>();
     let services = informers.get::<Service>();
-    // The finalizer helper adds its finalizer and waits for the change: finalizers are
-    // part of what wakes a RoutedIP.
-    let rip_trigger = rips.trigger(|r: &RoutedIP| {
-        format!("{}|{:?}", generation_fingerprint(r), r.metadata.finalizers)
-    });
-    let issuer_rips = issuers.trigger(generation_fingerprint);
-    let issuer_trigger = issuers.trigger(generation_fingerprint);
-    let node_trigger = nodes.trigger(node_fingerprint);
-    let slice_trigger = slices.trigger(slice_fingerprint);
-    let service_trigger = services.trigger(service_fingerprint);
-    let ready = JobReadiness::new(
-        "routed-ip",
-        vec![
-            rips.health(),
-            issuers.health(),
-            nodes.health(),
-            slices.health(),
-            services.health(),
-        ],
-    );
-    shared.register(Arc::clone(&ready) as Arc<dyn crate::telemetry::Waiting>);
-    let ctx = Context {
+    let ctx = Arc::new(Context {
         recorder: crate::k8s::recorder(client),
         client: client.clone(),
         shared: Arc::clone(shared),
-        cluster: String::new(),
+        cluster: tokio::sync::OnceCell::new(),
         issuers: issuers.store(),
         rips: rips.store(),
         nodes: nodes.store(),
@@ -238,113 +213,54 @@ pub(crate) fn run(
         services: services.store(),
         providers: Mutex::new(HashMap::new()),
         memory: Mutex::new(HashMap::new()),
-        backoff: Mutex::new(HashMap::new()),
         last_error: Mutex::new(HashMap::new()),
         checked: Mutex::new(HashMap::new()),
         orphans: Mutex::new(HashMap::new()),
         resync,
-    };
-    async move {
-        let mut stop2 = stop.clone();
-        tokio::select! {
-            () = ready.wait_synced() => {}
-            _ = stop2.changed() => return,
-        }
-        // The cluster's identity for the provider-side labels: the kube-system
-        // Namespace's UID (stable for the cluster's life, the same in every replica).
-        let cluster = Api::<Namespace>::all(ctx.client.clone())
-            .get("kube-system")
-            .await
-            .ok()
-            .and_then(|n| n.metadata.uid)
-            .unwrap_or_else(|| "netpolicy".into());
-        info!(%cluster, "caches synced: routed-IP controller running");
-        let ctx = Arc::new(Context { cluster, ..ctx });
-        // Readiness: the first reconcile of every RoutedIP there was at start.
-        let first: Arc<Mutex<BTreeSet<String>>> = Arc::new(Mutex::new(
-            ctx.rips.state().iter().map(|r| r.name_any()).collect(),
-        ));
-        if lock(&first).is_empty() {
-            ready.passed();
-        }
-        let stopped = {
-            let mut s = stop.clone();
-            async move {
-                let _ = s.changed().await;
-            }
-        };
-        let for_nodes = ctx.rips.clone();
-        let for_slices = ctx.rips.clone();
-        let for_services = ctx.rips.clone();
-        let for_issuers = ctx.rips.clone();
-        let rip_controller = Controller::for_stream(rip_trigger, ctx.rips.clone())
-            .with_config(crate::runtime::controller_config())
-            // Election reads every Node: any change that matters re-checks every RoutedIP
-            // (each is cheap while settled: no provider call).
-            .watches_stream(node_trigger, move |_: Node| all(&for_nodes))
-            .watches_stream(slice_trigger, move |s: EndpointSlice| {
-                let ns = s.namespace().unwrap_or_default();
-                let svc = s.labels().get("kubernetes.io/service-name").cloned();
-                serving(&for_slices, &ns, svc.as_deref())
-            })
-            .watches_stream(service_trigger, move |s: Service| {
-                serving(
-                    &for_services,
-                    &s.namespace().unwrap_or_default(),
-                    Some(&s.name_any()),
-                )
-            })
-            .watches_stream(issuer_rips, move |i: RoutedIPIssuer| {
-                let name = i.name_any();
-                for_issuers
-                    .state()
-                    .iter()
-                    .filter(|r| r.spec.issuer_ref.name == name)
-                    .map(|r| ObjectRef::from_obj(r.as_ref()))
-                    .collect::<Vec<_>>()
-            })
-            .graceful_shutdown_on(stopped)
-            .run(reconcile, error_policy, Arc::clone(&ctx))
-            .for_each(move |r| {
-                let name = match &r {
-                    Ok((o, _)) => Some(o.name.clone()),
-                    Err(kube::runtime::controller::Error::ReconcilerFailed(_, o)) => {
-                        Some(o.name.clone())
-                    }
-                    Err(e) => {
-                        debug!(error = %e, "routed IP: controller");
-                        None
-                    }
-                };
-                if let Some(n) = name {
-                    let mut f = lock(&first);
-                    if f.remove(&n) && f.is_empty() {
-                        ready.passed();
-                    }
-                }
-                futures::future::ready(())
-            });
-        let stopped = {
-            let mut s = stop.clone();
-            async move {
-                let _ = s.changed().await;
-            }
-        };
-        let issuer_controller = Controller::for_stream(issuer_trigger, ctx.issuers.clone())
-            .graceful_shutdown_on(stopped)
-            .run(reconcile_issuer, issuer_error_policy, Arc::clone(&ctx))
-            .for_each(|_| futures::future::ready(()));
-        tokio::join!(rip_controller, issuer_controller);
-        info!("routed-IP controller stopped");
-    }
-}
-
-/// Every RoutedIP.
-fn all(rips: &Store<RoutedIP>) -> Vec<ObjectRef<RoutedIP>> {
-    rips.state()
-        .iter()
-        .map(|r| ObjectRef::from_obj(r.as_ref()))
-        .collect()
+    });
+    let (for_nodes, for_slices, for_services, for_issuers) =
+        (rips.store(), rips.store(), rips.store(), rips.store());
+    // The finalizer helper adds its finalizer and waits for the change: finalizers are
+    // part of what wakes a RoutedIP.
+    let routed_ips = ObjectSetup::new(Arc::new(RoutedIps(Arc::clone(&ctx))), &rips, |r| {
+        format!("{}|{:?}", generation_fingerprint(r), r.metadata.finalizers)
+    })
+    // Election reads every Node: any change that matters re-checks every RoutedIP (each
+    // is cheap while settled: no provider call).
+    .related(&nodes, node_fingerprint, move |_| {
+        per_object::all(&for_nodes)
+    })
+    .related(&slices, slice_fingerprint, move |s: EndpointSlice| {
+        let ns = s.namespace().unwrap_or_default();
+        let svc = s.labels().get("kubernetes.io/service-name").cloned();
+        serving(&for_slices, &ns, svc.as_deref())
+    })
+    .related(&services, service_fingerprint, move |s: Service| {
+        serving(
+            &for_services,
+            &s.namespace().unwrap_or_default(),
+            Some(&s.name_any()),
+        )
+    })
+    .related(
+        &issuers,
+        generation_fingerprint,
+        move |i: RoutedIPIssuer| {
+            let name = i.name_any();
+            for_issuers
+                .state()
+                .iter()
+                .filter(|r| r.spec.issuer_ref.name == name)
+                .map(|r| ObjectRef::from_obj(r.as_ref()))
+                .collect::<Vec<_>>()
+        },
+    );
+    let issuer_checks = ObjectSetup::new(
+        Arc::new(IssuerChecks(ctx)),
+        &issuers,
+        generation_fingerprint,
+    );
+    (routed_ips, issuer_checks)
 }
 
 /// The RoutedIPs whose `serviceRef` names Service `namespace/name`.
@@ -366,107 +282,115 @@ fn serving(
         .collect()
 }
 
-/// Reconciles one RoutedIP behind the finalizer (kube-runtime's `finalizer()`: its
-/// patches carry a `test` of the finalizer list, so another writer's finalizer is never
-/// lost).
-async fn reconcile(rip: Arc<RoutedIP>, ctx: Arc<Context>) -> Result<Action, Failed> {
-    let api = Api::<RoutedIP>::all(ctx.client.clone());
-    let name = rip.name_any();
-    let r = finalizer(&api, FINALIZER, rip, |event| async {
-        match event {
-            Finalizer::Apply(rip) => ctx.apply(&rip).await,
-            Finalizer::Cleanup(rip) => ctx.cleanup(&rip).await,
-        }
-    })
-    .await;
-    let r = r.map_err(|e| match e {
-        kube::runtime::finalizer::Error::ApplyFailed(e)
-        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-        // The finalizer helper's JSON patch tests the list it read; a cache that is
-        // behind fails that test (422) or the object moved on (409): a conflict.
-        kube::runtime::finalizer::Error::AddFinalizer(kube::Error::Api(e))
-        | kube::runtime::finalizer::Error::RemoveFinalizer(kube::Error::Api(e))
-            if e.code == 422 || e.code == 409 =>
-        {
-            Failed::Changed(e.message)
-        }
-        kube::runtime::finalizer::Error::AddFinalizer(e)
-        | kube::runtime::finalizer::Error::RemoveFinalizer(e) => Failed::Kube(e),
-        e => Failed::Finalizer(e.to_string()),
-    });
-    if r.is_ok() {
-        lock(&ctx.backoff).remove(&name);
-        lock(&ctx.last_error).remove(&name);
-    }
-    r
-}
+/// The routed-IP job: one reconcile per RoutedIP.
+pub(crate) struct RoutedIps(Arc<Context>);
 
-/// Backs one RoutedIP off by its error's class (its own backoff: the others go on),
-/// honours a provider's `Retry-After`, and reports the failure in its status and an
-/// Event (when the message changed).
-fn error_policy(rip: Arc<RoutedIP>, e: &Failed, ctx: Arc<Context>) -> Action {
-    let name = rip.name_any();
-    let (class, reason) = e.class();
-    let delay = if let Failed::Provider(ProviderError::RateLimited { retry_after }) = e {
-        ctx.shared.metrics.routed_ip_rate_limited();
-        Duration::from_secs((*retry_after).max(1)).min(MAX_RATE_LIMIT_WAIT)
-    } else {
-        let mut b = lock(&ctx.backoff);
-        let entry = b
-            .entry(name.clone())
-            .or_insert_with(|| (class, class.backoff()));
-        if entry.0 != class {
-            *entry = (class, class.backoff());
-        }
-        entry.1.next_delay()
-    };
-    if let Failed::Provider(p) = e {
-        ctx.shared.metrics.routed_ip_provider_error(kind_of(p));
-        if matches!(p, ProviderError::Unauthorized(_)) {
-            // Read the token again next time.
-            lock(&ctx.providers).remove(&rip.spec.issuer_ref.name);
-        }
-    }
-    ctx.shared
-        .metrics
-        .reconciled("routed-ip", Duration::ZERO, Some(class.as_str()));
-    if class == ErrorClass::Conflict {
-        // Not a failure to report: the next reconcile reads the object again.
-        debug!(routed_ip = %name, error = %e, retry_in = ?delay, "routed IP: conflict");
-        return Action::requeue(delay);
-    }
-    let message = e.to_string();
-    tokio::spawn(async move { ctx.report(&rip, reason, message, delay).await });
-    Action::requeue(delay)
-}
+impl ObjectJob for RoutedIps {
+    type Kind = RoutedIP;
+    type Error = Failed;
 
-async fn reconcile_issuer(
-    issuer: Arc<RoutedIPIssuer>,
-    ctx: Arc<Context>,
-) -> Result<Action, kube::Error> {
-    let names: BTreeSet<String> = ctx.rips.state().iter().map(|r| r.name_any()).collect();
-    let key = format!("RoutedIPIssuer/{}", issuer.name_any());
-    match ctx.check_issuer(&issuer, &names).await {
-        None => {
-            lock(&ctx.backoff).remove(&key);
-            Ok(Action::requeue(ctx.resync))
-        }
-        // Not usable now (a Secret not yet granted, an API not answering): looked at
-        // again by its class's backoff, not at the next resync, so a fix shows soon.
-        Some(class) => {
-            let mut b = lock(&ctx.backoff);
-            let entry = b.entry(key).or_insert_with(|| (class, class.backoff()));
-            if entry.0 != class {
-                *entry = (class, class.backoff());
+    fn name(&self) -> &'static str {
+        "routed-ip"
+    }
+
+    fn class(&self, e: &Failed) -> ErrorClass {
+        e.class().0
+    }
+
+    /// Reconciles one RoutedIP behind the finalizer (kube-runtime's `finalizer()`: its
+    /// patches carry a `test` of the finalizer list, so another writer's finalizer is
+    /// never lost).
+    async fn reconcile(&self, rip: Arc<RoutedIP>) -> Result<Next, Failed> {
+        let ctx = &self.0;
+        let api = Api::<RoutedIP>::all(ctx.client.clone());
+        let name = rip.name_any();
+        // What the job asks of the runtime (the finalizer helper speaks kube's Action).
+        let next = Mutex::new(Next::Resync);
+        let r = finalizer(&api, FINALIZER, rip, |event| async {
+            let n = match event {
+                Finalizer::Apply(rip) => ctx.apply(&rip).await,
+                Finalizer::Cleanup(rip) => ctx.cleanup(&rip).await,
+            }?;
+            *lock(&next) = n;
+            Ok(Action::await_change())
+        })
+        .await;
+        r.map_err(|e| match e {
+            kube::runtime::finalizer::Error::ApplyFailed(e)
+            | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+            // The finalizer helper's JSON patch tests the list it read; a cache that is
+            // behind fails that test (422) or the object moved on (409): a conflict.
+            kube::runtime::finalizer::Error::AddFinalizer(kube::Error::Api(e))
+            | kube::runtime::finalizer::Error::RemoveFinalizer(kube::Error::Api(e))
+                if e.code == 422 || e.code == 409 =>
+            {
+                Failed::Changed(e.message)
             }
-            Ok(Action::requeue(entry.1.next_delay().min(ctx.resync)))
+            kube::runtime::finalizer::Error::AddFinalizer(e)
+            | kube::runtime::finalizer::Error::RemoveFinalizer(e) => Failed::Kube(e),
+            e => Failed::Finalizer(e.to_string()),
+        })?;
+        lock(&ctx.last_error).remove(&name);
+        Ok(*lock(&next))
+    }
+
+    /// Honours a provider's `Retry-After`, and reports the failure in the RoutedIP's
+    /// status and an Event (when the message changed).
+    fn failed(self: &Arc<Self>, rip: &Arc<RoutedIP>, e: &Failed, delay: Duration) -> Duration {
+        let ctx = &self.0;
+        let name = rip.name_any();
+        let (class, reason) = e.class();
+        let delay = if let Failed::Provider(ProviderError::RateLimited { retry_after }) = e {
+            ctx.shared.metrics.routed_ip_rate_limited();
+            Duration::from_secs((*retry_after).max(1)).min(MAX_RATE_LIMIT_WAIT)
+        } else {
+            delay
+        };
+        if let Failed::Provider(p) = e {
+            ctx.shared.metrics.routed_ip_provider_error(kind_of(p));
+            if matches!(p, ProviderError::Unauthorized(_)) {
+                // Read the token again next time.
+                lock(&ctx.providers).remove(&rip.spec.issuer_ref.name);
+            }
         }
+        if class == ErrorClass::Conflict {
+            // Not a failure to report: the next reconcile reads the object again.
+            debug!(routed_ip = %name, error = %e, retry_in = ?delay, "routed IP: conflict");
+            return delay;
+        }
+        let message = e.to_string();
+        let (ctx, rip) = (Arc::clone(ctx), Arc::clone(rip));
+        tokio::spawn(async move { ctx.report(&rip, reason, message, delay).await });
+        delay
     }
 }
 
-fn issuer_error_policy(_: Arc<RoutedIPIssuer>, e: &kube::Error, _: Arc<Context>) -> Action {
-    let mut b = ErrorClass::of(e).backoff();
-    Action::requeue(b.next_delay())
+/// The issuers' check: each issuer's token and provider, and its orphans.
+pub(crate) struct IssuerChecks(Arc<Context>);
+
+impl ObjectJob for IssuerChecks {
+    type Kind = RoutedIPIssuer;
+    type Error = kube::Error;
+
+    fn name(&self) -> &'static str {
+        "routed-ip-issuer"
+    }
+
+    fn class(&self, e: &kube::Error) -> ErrorClass {
+        ErrorClass::of(e)
+    }
+
+    async fn reconcile(&self, issuer: Arc<RoutedIPIssuer>) -> Result<Next, kube::Error> {
+        let ctx = &self.0;
+        let names: BTreeSet<String> = ctx.rips.state().iter().map(|r| r.name_any()).collect();
+        Ok(match ctx.check_issuer(&issuer, &names).await {
+            None => Next::Resync,
+            // Not usable now (a Secret not yet granted, an API not answering): said in
+            // its status, and looked at again by its class's backoff, not at the next
+            // resync, so a fix shows soon.
+            Some(class) => Next::Backoff(class),
+        })
+    }
 }
 
 /// What every reconcile shares: the client, the caches, provider clients, and the
@@ -475,7 +399,10 @@ pub(crate) struct Context {
     client: Client,
     recorder: crate::k8s::events::Recorder,
     shared: Arc<Shared>,
-    cluster: String,
+    /// The cluster's identity for the provider-side labels: the kube-system
+    /// Namespace's UID (stable for the cluster's life, the same in every replica); read
+    /// once, when first needed.
+    cluster: tokio::sync::OnceCell<String>,
     issuers: Store<RoutedIPIssuer>,
     rips: Store<RoutedIP>,
     nodes: Store<Node>,
@@ -485,8 +412,6 @@ pub(crate) struct Context {
     providers: Mutex<HashMap<String, Made>>,
     /// `memory` issuers' state (kept while the process lives).
     memory: Mutex<HashMap<String, Arc<MemoryIssuer>>>,
-    /// The backoff per RoutedIP, with the class it is for.
-    backoff: Mutex<HashMap<String, (ErrorClass, Backoff)>>,
     /// The last error reported per RoutedIP (an Event only when it changes).
     last_error: Mutex<HashMap<String, String>>,
     /// When each RoutedIP was last checked at the provider (the resync).
@@ -506,12 +431,13 @@ impl Context {
         routed_ips: &BTreeSet<String>,
     ) -> Option<ErrorClass> {
         let name = issuer.name_any();
+        let cluster = self.cluster().await;
         let listed: Result<_, Failed> = match self.provider(issuer).await {
             Ok(p) => match &*p {
-                Provider::Aws(i) => i.tagged_ips(&self.cluster).await,
-                Provider::Hetzner(i) => i.tagged_ips(&self.cluster).await,
-                Provider::DigitalOcean(i) => i.tagged_ips(&self.cluster).await,
-                Provider::Memory(i) => i.tagged_ips(&self.cluster).await,
+                Provider::Aws(i) => i.tagged_ips(cluster).await,
+                Provider::Hetzner(i) => i.tagged_ips(cluster).await,
+                Provider::DigitalOcean(i) => i.tagged_ips(cluster).await,
+                Provider::Memory(i) => i.tagged_ips(cluster).await,
             }
             .map_err(Failed::Provider),
             Err(e) => Err(e),
@@ -659,7 +585,7 @@ impl Context {
 
     /// Deletion, behind the finalizer: `Retain` unassigns, `Delete` deletes; an issuer
     /// that is gone lets the RoutedIP go with a Warning Event.
-    async fn cleanup(&self, rip: &RoutedIP) -> Result<Action, Failed> {
+    async fn cleanup(&self, rip: &RoutedIP) -> Result<Next, Failed> {
         let name = rip.name_any();
         let Some(issuer) = self.issuers.get(&ObjectRef::new(&rip.spec.issuer_ref.name)) else {
             self.event(
@@ -673,10 +599,10 @@ impl Context {
                 ),
             )
             .await;
-            return Ok(Action::await_change());
+            return Ok(Next::Resync);
         };
         let provider = self.provider(&issuer).await?;
-        let tags = self.tags(&name);
+        let tags = self.tags(&name).await;
         let address = rip
             .status
             .as_ref()
@@ -725,12 +651,12 @@ impl Context {
         }
         info!(routed_ip = %name, ?policy, ?address, "routed IP released");
         lock(&self.checked).remove(&name);
-        Ok(Action::await_change())
+        Ok(Next::Resync)
     }
 
     /// One RoutedIP: elect, then bring the provider to the plan (netpolicy-issuers'
     /// driver), recording each step in the status before it runs.
-    async fn apply(&self, rip: &RoutedIP) -> Result<Action, Failed> {
+    async fn apply(&self, rip: &RoutedIP) -> Result<Next, Failed> {
         let name = rip.name_any();
         let Some(issuer) = self.issuers.get(&ObjectRef::new(&rip.spec.issuer_ref.name)) else {
             return Err(Failed::Issuer(format!(
@@ -792,7 +718,7 @@ impl Context {
             && cur.ports == port_status(&ports);
         let checked = lock(&self.checked).get(&name).copied();
         if settled && let Some(t) = checked.filter(|t| t.elapsed() < self.resync) {
-            return Ok(Action::requeue(self.resync - t.elapsed()));
+            return Ok(Next::After(self.resync - t.elapsed()));
         }
         let provider = self.provider(&issuer).await?;
         let by_provider_id: BTreeMap<String, String> = candidates
@@ -840,10 +766,7 @@ impl Context {
             ),
         }];
         self.write_status(&name, &cur, &st).await?;
-        self.shared
-            .metrics
-            .reconciled("routed-ip", Duration::ZERO, None);
-        Ok(Action::requeue(self.resync))
+        Ok(Next::Resync)
     }
 
     /// Finds or creates the IP (recording its address first), takes the provider's
@@ -858,7 +781,7 @@ impl Context {
     ) -> Result<(RoutedIPStatus, Option<String>), Failed> {
         let rip = d.rip;
         let name = rip.name_any();
-        let tags = self.tags(&name);
+        let tags = self.tags(&name).await;
         let mut st = rip.status.clone().unwrap_or_default();
         let known = st.address.clone().or_else(|| rip.spec.address.clone());
         let observed = match netpolicy_issuers::observe(
@@ -980,11 +903,27 @@ impl Context {
         Ok((st, elected.map(|c| c.name)))
     }
 
-    fn tags(&self, name: &str) -> Tags {
+    async fn tags(&self, name: &str) -> Tags {
         Tags {
-            cluster: self.cluster.clone(),
+            cluster: self.cluster().await.to_owned(),
             routed_ip: name.to_owned(),
         }
+    }
+
+    /// The cluster's identity for the provider-side labels (read once).
+    async fn cluster(&self) -> &str {
+        self.cluster
+            .get_or_init(|| async {
+                let uid = Api::<Namespace>::all(self.client.clone())
+                    .get("kube-system")
+                    .await
+                    .ok()
+                    .and_then(|n| n.metadata.uid)
+                    .unwrap_or_else(|| "netpolicy".into());
+                info!(cluster = %uid, "routed IPs: the cluster's identity at providers");
+                uid
+            })
+            .await
     }
 
     /// The provider client of `issuer`, made (its token read) when the issuer changed.

@@ -339,3 +339,151 @@ pub fn all<K: Resource<DynamicType = ()> + Clone>(store: &Store<K>) -> Vec<Objec
         .map(|o| ObjectRef::from_obj(o.as_ref()))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::reflector::store::Writer;
+
+    use super::*;
+    use crate::telemetry::Shared;
+
+    /// Fails its first `fails` reconciles (transient), each taking 50 ms.
+    struct Flaky {
+        fails: u32,
+        calls: AtomicU32,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("provider said 503")]
+    struct Refused;
+
+    impl ObjectJob for Flaky {
+        type Kind = ConfigMap;
+        type Error = Refused;
+        fn name(&self) -> &'static str {
+            "flaky"
+        }
+        fn class(&self, _: &Refused) -> ErrorClass {
+            ErrorClass::Transient
+        }
+        async fn reconcile(&self, _: Arc<ConfigMap>) -> Result<Next, Refused> {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if self.calls.fetch_add(1, Ordering::SeqCst) < self.fails {
+                Err(Refused)
+            } else {
+                Ok(Next::Resync)
+            }
+        }
+    }
+
+    fn map(name: &str) -> ConfigMap {
+        let mut m = ConfigMap::default();
+        m.metadata.name = Some(name.into());
+        m.metadata.namespace = Some("default".into());
+        m
+    }
+
+    /// The job over one ConfigMap already in the store (hand-fed: no API server).
+    fn setup(fails: u32) -> (ObjectSetup<Flaky>, Arc<Flaky>) {
+        let mut writer = Writer::<ConfigMap>::default();
+        // A listing as a watch delivers it (the controller waits for the store to be
+        // ready).
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitApply(map("a")));
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let job = Arc::new(Flaky {
+            fails,
+            calls: AtomicU32::new(0),
+        });
+        let trigger = futures::stream::iter([Ok(map("a"))])
+            .chain(futures::stream::pending())
+            .boxed();
+        let setup = ObjectSetup {
+            job: Arc::clone(&job),
+            trigger,
+            store: writer.as_reader(),
+            related: Vec::new(),
+            kinds: Vec::new(),
+        };
+        // The writer must outlive the test's reads.
+        std::mem::forget(writer);
+        (setup, job)
+    }
+
+    fn shared() -> Arc<Shared> {
+        let shared = Arc::new(Shared::default());
+        shared
+            .connected
+            .store(true, std::sync::atomic::Ordering::Release);
+        shared
+            .leading
+            .store(true, std::sync::atomic::Ordering::Release);
+        shared
+            .started
+            .store(true, std::sync::atomic::Ordering::Release);
+        shared
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_first_reconcile_is_not_ready_and_backs_off_by_class() {
+        let (setup, job) = setup(2);
+        let shared = shared();
+        let runner = Runner::new(Arc::clone(&shared), Duration::from_secs(3600));
+        let (stop_tx, stop) = watch::channel(false);
+        let run = runner.run_each(setup, stop);
+        assert_eq!(shared.waiting(), ["flaky: first pass not finished"]);
+        let task = tokio::spawn(run);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let waiting = shared.waiting();
+        assert!(
+            waiting.len() == 1
+                && waiting[0].contains("first pass failed")
+                && waiting[0].contains("provider said 503"),
+            "{waiting:?}"
+        );
+        assert_eq!(
+            job.calls.load(Ordering::SeqCst),
+            1,
+            "transient: ~1 s before the retry"
+        );
+        // 1 s, then 2 s (±20 %): the third reconcile succeeds.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(job.calls.load(Ordering::SeqCst), 3);
+        assert!(shared.waiting().is_empty(), "{:?}", shared.waiting());
+        let metrics = shared.metrics.render();
+        assert!(
+            metrics.contains(r#"netpolicy_reconcile_errors_by_class_total{controller="flaky",class="transient"} 2"#),
+            "{metrics}"
+        );
+        // Durations are measured: three reconciles of 50 ms each.
+        let sum = metrics
+            .lines()
+            .find(|l| {
+                l.starts_with(r#"netpolicy_reconcile_duration_seconds_sum{controller="flaky"}"#)
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or_default();
+        assert!(
+            (0.15..0.2).contains(&sum),
+            "duration sum {sum} s\n{metrics}"
+        );
+        let _ = stop_tx.send(true);
+        task.await.unwrap_or_default();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_job_whose_objects_all_succeed_once_is_ready() {
+        let (setup, _job) = setup(0);
+        let shared = shared();
+        let runner = Runner::new(Arc::clone(&shared), Duration::from_secs(3600));
+        let (stop_tx, stop) = watch::channel(false);
+        let task = tokio::spawn(runner.run_each(setup, stop));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(shared.waiting().is_empty(), "{:?}", shared.waiting());
+        let _ = stop_tx.send(true);
+        task.await.unwrap_or_default();
+    }
+}

@@ -271,6 +271,12 @@ impl JobReadiness {
     }
 }
 
+impl crate::telemetry::Waiting for JobReadiness {
+    fn waiting_for(&self) -> Option<String> {
+        JobReadiness::waiting_for(self)
+    }
+}
+
 /// How long a burst of changes is gathered into one pass (or one reconcile per object).
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
 

@@ -542,7 +542,7 @@ impl Manifests {
         let json = d.tree.to_json();
         // The API server would refuse it (etcd's request limit): `kubectl apply` fails.
         let bytes = serde_json::to_vec(&json).map_or(0, |v| v.len());
-        if bytes > crate::runtime::DEFAULT_MAX_OBJECT_BYTES {
+        if bytes > crate::k8s::DEFAULT_MAX_OBJECT_BYTES {
             self.errors.push(error(
                 "spec".into(),
                 format!(
@@ -550,7 +550,7 @@ impl Manifests {
                      (--max-object-bytes; etcd's default request limit is 1.5 MiB): the API \
                      server would refuse it, `kubectl apply` fails ({}); the plan below \
                      shows what it would do if it were stored",
-                    crate::runtime::DEFAULT_MAX_OBJECT_BYTES,
+                    crate::k8s::DEFAULT_MAX_OBJECT_BYTES,
                     d.origin
                 ),
             ));
