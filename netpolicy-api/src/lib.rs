@@ -108,6 +108,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     ]
 }
 
+pub mod calico;
 pub mod traffic;
 pub use traffic::*;
 

@@ -10,10 +10,10 @@
 //! - `floating_ip`: FloatingIPRanges, FloatingIPs and Namespaces → one FloatingIPClaim
 //!   per address, statuses, kube-vip ConfigMaps (the rule is `netpolicy_ipam::assign`; a
 //!   global job);
-//! - [`route_reflector`]: the RouteReflectorConfig, Nodes and Calico objects →
-//!   reflector marks and `BGPPeer`s, applied step by step (kube-runtime `Controller`);
+//! - `route_reflector`: the RouteReflectorConfig, Nodes and Calico objects →
+//!   reflector marks and `BGPPeer`s, applied step by step (a global job);
 //! - `routed_ip`: RoutedIPs → the node that holds each, cloud IPs and firewalls
-//!   (kube-runtime `Controller`, one reconcile per RoutedIP);
+//!   (a per-object job: one reconcile per RoutedIP);
 //! - `trench`: Meridio-style traffic domains → validated, tables and node addresses
 //!   recorded in each Trench's status, compiled into per-node policies that the routing
 //!   job renders (a global job).
@@ -25,18 +25,21 @@
 //!
 //! - [`runtime`]: how a job runs — one shared informer per kind
 //!   ([`runtime::Informers`]: one WATCH per resource whatever the number of jobs), one
-//!   runner for global jobs ([`runtime::Runner`], [`runtime::Job`]), error classes and
-//!   backoff ([`runtime::ErrorClass`], [`runtime::Backoff`]), readiness. See
-//!   [`runtime::runner`] for a job written against it, and [`runtime::informer`] for a
-//!   subscription;
+//!   runner for global jobs ([`runtime::Runner`], [`runtime::Job`]) and per-object jobs
+//!   ([`runtime::ObjectJob`], [`runtime::Runner::run_each`]), error classes and backoff
+//!   ([`runtime::ErrorClass`], [`runtime::Backoff`]), readiness and the metrics it
+//!   serves ([`runtime::Shared`]). See [`runtime::runner`] and [`runtime::per_object`]
+//!   for a job written against each shape, and [`runtime::informer`] for a
+//!   subscription. The runtime imports no job;
+//! - [`process`]: what a netpolicy process shares (logs, client, probes, signals);
+//!   [`operator`]: `netpolicy operator`, the jobs wired to the runtime;
 //! - [`NodeFacts`]: what every job reads of a Node;
-//! - [`telemetry`]: the metrics and readiness state the runtime serves;
 //! - [`plan`]: `netpolicy plan`, reading manifests from disk ([`manifest`]) and calling
 //!   each job's pure functions;
-//! - [`agent`]: the node agent; [`cli`]: the `netpolicy` command line;
+//! - [`cli`]: the `netpolicy` command line (`netpolicy agent` runs the node agent);
 //! - [`api`]: the custom resources (the `netpolicy-api` crate).
 
-pub mod agent;
+pub(crate) mod agent;
 /// The custom resources: the `netpolicy-api` crate, re-exported.
 pub use netpolicy_api as api;
 pub mod cli;
@@ -47,12 +50,23 @@ pub(crate) mod k8s;
 pub mod operator;
 pub mod plan;
 pub mod process;
-pub mod route_reflector;
+pub(crate) mod route_reflector;
 pub(crate) mod routed_ip;
 pub(crate) mod routing;
 pub mod runtime;
-pub mod telemetry;
+pub(crate) mod telemetry;
 pub(crate) mod trench;
+
+/// What the end-to-end tests read of the operator's internals (not an API: it changes
+/// with them). The route-reflector test computes the cluster's reflector state as the
+/// job does, and the etcd test drives the job's etcd client.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::route_reflector::{current, etcd, node_info};
+}
+
+/// The node agent's options (`netpolicy agent`).
+pub use agent::AgentOptions;
 
 /// Reading manifests from disk (`netpolicy plan`'s input).
 pub use plan::manifest;

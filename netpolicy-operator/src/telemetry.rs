@@ -54,7 +54,7 @@ pub struct Metrics {
 
 /// Labels of the per-controller error metrics.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ErrorClassLabel {
+pub(crate) struct ErrorClassLabel {
     /// Controller name (`routing`).
     pub controller: String,
     /// `transient`, `conflict` or `permanent`.
@@ -63,56 +63,56 @@ pub struct ErrorClassLabel {
 
 /// Labels of the routed-IP step metrics.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StepLabel {
+pub(crate) struct StepLabel {
     /// `addPort`, `addNode`, `assign`, ...
     pub step: String,
 }
 
 /// Labels of the agent's item errors.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabel {
+pub(crate) struct ReasonLabel {
     /// An item error's reason (`Refused`, `BlockedByForeignObject`, `DuplicateAddress`, ...).
     pub reason: String,
 }
 
 /// Labels of the provider error metrics.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ErrorKindLabel {
+pub(crate) struct ErrorKindLabel {
     /// `rate_limited`, `unauthorized`, `not_found`, `conflict`, `provider`.
     pub kind: String,
 }
 
 /// Labels of the per-reflector metrics.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReflectorLabel {
+pub(crate) struct ReflectorLabel {
     /// Reflector node.
     pub reflector: String,
 }
 
 /// Labels of the per-zone metrics.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ZoneLabel {
+pub(crate) struct ZoneLabel {
     /// Zone (empty for nodes without the zone label).
     pub zone: String,
 }
 
 /// Labels of the guest-cluster metrics.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct GuestLabel {
+pub(crate) struct GuestLabel {
     /// `<namespace>/<secret>` of the guest's kubeconfig.
     pub guest: String,
 }
 
 /// Labels of the per-guest-cluster metrics (kube-fip's).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ClusterLabel {
+pub(crate) struct ClusterLabel {
     /// The guest: its Rancher Cluster's name, or `<namespace>/<secret>`.
     pub cluster: String,
 }
 
 /// Labels of the guest-cluster events metric.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct GuestEventLabel {
+pub(crate) struct GuestEventLabel {
     /// The guest.
     pub cluster: String,
     /// kube-fip's event names: `api_connection_error`, `configmap_management`,
@@ -122,7 +122,7 @@ pub struct GuestEventLabel {
 
 /// Labels of the per-range metrics.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RangeLabel {
+pub(crate) struct RangeLabel {
     /// FloatingIPRange name.
     pub range: String,
 }
@@ -461,7 +461,7 @@ impl Metrics {
             .set(i64::from(up));
     }
 
-    /// Something happened in guest `cluster` (see [`GuestEventLabel::kind`]).
+    /// Something happened in guest `cluster` (`kind`: kube-fip's event names).
     pub fn guest_event(&self, cluster: &str, kind: &str) {
         self.guest_events
             .get_or_create(&GuestEventLabel {

@@ -32,8 +32,9 @@ use kube::{
 };
 use netpolicy_operator::{
     NodeFacts,
+    api::calico::{CalicoBgpPeer, bgp_peer_resource},
     api::{RouteReflectorConfig, crds},
-    route_reflector::{self as rr, CalicoBgpPeer, controller::bgp_peer_resource},
+    testing as rr,
 };
 use netpolicy_rr::sim::{self, Tie};
 use serde_json::json;
@@ -340,7 +341,7 @@ async fn routes_reach_every_node_through_growth_loss_and_a_topology_switch() {
         .unwrap();
     let bgp_config = Api::<DynamicObject>::all_with(
         client.clone(),
-        &netpolicy_operator::route_reflector::controller::bgp_configuration_resource(),
+        &netpolicy_operator::api::calico::bgp_configuration_resource(),
     );
     let t = Instant::now();
     loop {

@@ -558,7 +558,7 @@ async fn the_datastore_is_one_of_kubernetes_or_etcdv3_with_http_endpoints() {
 
 #[tokio::test]
 async fn the_etcd_client_needs_the_ca_and_a_client_certificate_etcd_trusts() {
-    use netpolicy_operator::route_reflector::etcd::{Error, Etcd, Tls};
+    use netpolicy_operator::testing::etcd::{Error, Etcd, Tls};
     let cp = netpolicy_testenv::shared();
     let t = &cp.etcd_tls;
     let read = |p: &std::path::Path| Some(std::fs::read(p).unwrap());

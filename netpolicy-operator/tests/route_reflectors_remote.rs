@@ -17,10 +17,7 @@ use kube::{
     Api, ResourceExt,
     api::{DynamicObject, PostParams},
 };
-use netpolicy_operator::{
-    api::{RouteReflectorConfig, crds},
-    route_reflector::controller::bgp_peer_resource,
-};
+use netpolicy_operator::api::{RouteReflectorConfig, calico::bgp_peer_resource, crds};
 use serde_json::json;
 
 const LABEL: &str = "calico-route-reflector";

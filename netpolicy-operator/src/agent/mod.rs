@@ -118,14 +118,14 @@ fn listen_address(s: &str) -> std::result::Result<SocketAddr, String> {
 }
 
 /// Field manager of the agent's status writes.
-pub const FIELD_MANAGER: &str = "netpolicy-agent";
+pub(crate) const FIELD_MANAGER: &str = "netpolicy-agent";
 
 /// Runs the agent until a signal.
 ///
 /// # Errors
 /// No configuration, the namespace or the listen address unusable, the API server
 /// unreachable at start.
-pub async fn run(opts: AgentOptions) -> Result<()> {
+pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
     init_logs(opts.log_format);
     let ns = opts
         .netns
@@ -354,7 +354,7 @@ fn watch_kernel(
 
 /// What a batch of kernel notifications asks of the agent ([`Trigger::on_batch`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KernelTrigger {
+pub(crate) enum KernelTrigger {
     /// Nothing of netpolicy's changed (or only objects fought over, which wait for
     /// their look).
     Nothing,
@@ -370,7 +370,7 @@ pub enum KernelTrigger {
 /// objects fought over (they wait for their look); at the rate of a
 /// [`netpolicy_netlink::monitor::Budget`], which delays a pass, never drops it.
 #[derive(Debug, Default)]
-pub struct Trigger {
+pub(crate) struct Trigger {
     budget: netpolicy_netlink::monitor::Budget,
     /// A pass the budget held back: it starts when its token is there.
     deferred: Option<Instant>,
@@ -378,7 +378,7 @@ pub struct Trigger {
 
 impl Trigger {
     /// What `batch` asks for at `now`.
-    pub fn on_batch(
+    pub(crate) fn on_batch(
         &mut self,
         batch: &netpolicy_netlink::monitor::Batch,
         own_port: u32,
@@ -402,12 +402,12 @@ impl Trigger {
     }
 
     /// When a held-back pass is due.
-    pub fn deferred(&self) -> Option<Instant> {
+    pub(crate) fn deferred(&self) -> Option<Instant> {
         self.deferred
     }
 
     /// The held-back pass starts now.
-    pub fn fire(&mut self, now: Instant) {
+    pub(crate) fn fire(&mut self, now: Instant) {
         self.deferred = None;
         let _ = self.budget.take(now);
     }
@@ -424,7 +424,7 @@ impl Trigger {
 /// [`Repairs::CHECK_MAX`] (a resync or a new spec looks too); the fight ends at the
 /// first pass that finds the object intact.
 #[derive(Debug, Default)]
-pub struct Repairs {
+pub(crate) struct Repairs {
     /// Lines not yet in an Event, and how many repairs they stand for.
     pending: Vec<String>,
     pending_count: usize,
@@ -444,14 +444,14 @@ pub struct Repairs {
 
 impl Repairs {
     /// At most one Event per this long.
-    pub const EVENT_EVERY: Duration = Duration::from_secs(60);
+    pub(crate) const EVENT_EVERY: Duration = Duration::from_secs(60);
     /// The window in which [`conditions::fighting::AFTER`] repairs of one object make a
     /// fight.
-    pub const WINDOW: Duration = Duration::from_secs(60);
+    pub(crate) const WINDOW: Duration = Duration::from_secs(60);
     /// The first look again after a fight started.
-    pub const CHECK_FIRST: Duration = Duration::from_secs(5);
+    pub(crate) const CHECK_FIRST: Duration = Duration::from_secs(5);
     /// The longest wait between looks while fighting.
-    pub const CHECK_MAX: Duration = Duration::from_secs(300);
+    pub(crate) const CHECK_MAX: Duration = Duration::from_secs(300);
     /// Lines an Event lists before "and N more" (an Event's note holds 1 KiB).
     const LISTED: usize = 4;
 
@@ -459,13 +459,13 @@ impl Repairs {
     /// whole look at the node: an object in a fight that it did not have to repair, and
     /// that nothing restored for [`Repairs::CHECK_FIRST`], is intact, and that fight is
     /// over.
-    pub fn record(&mut self, now: Instant, repaired: &[(Subject, String)]) {
+    pub(crate) fn record(&mut self, now: Instant, repaired: &[(Subject, String)]) {
         self.record_pass(now, repaired, true);
     }
 
     /// As [`Repairs::record`], for a pass another object's notification started: it
     /// ends no fight (the peer may be between two of its changes), it only counts.
-    pub fn record_unasked(&mut self, now: Instant, repaired: &[(Subject, String)]) {
+    pub(crate) fn record_unasked(&mut self, now: Instant, repaired: &[(Subject, String)]) {
         self.record_pass(now, repaired, false);
     }
 
@@ -520,7 +520,7 @@ impl Repairs {
 
     /// A look is starting now (the timer of [`Repairs::next_check`] fired): the next one
     /// waits twice as long (at most [`Repairs::CHECK_MAX`]), whatever this pass does.
-    pub fn look_again(&mut self, now: Instant) {
+    pub(crate) fn look_again(&mut self, now: Instant) {
         if let Some((_, d)) = self.check {
             let d = (d * 2).min(Self::CHECK_MAX);
             self.check = Some((now + d, d));
@@ -528,18 +528,18 @@ impl Repairs {
     }
 
     /// While fighting, when the next pass should look again (notifications start none).
-    pub fn next_check(&self) -> Option<Instant> {
+    pub(crate) fn next_check(&self) -> Option<Instant> {
         self.check.map(|(t, _)| t)
     }
 
     /// The objects fought over now.
-    pub fn fighting(&self) -> &std::collections::BTreeSet<Subject> {
+    pub(crate) fn fighting(&self) -> &std::collections::BTreeSet<Subject> {
         &self.fighting
     }
 
     /// When the pending repairs may be told ([`Repairs::event_due`]); `None`: nothing
     /// to tell.
-    pub fn next_event(&self) -> Option<Instant> {
+    pub(crate) fn next_event(&self) -> Option<Instant> {
         if self.pending.is_empty() && (self.fighting.is_empty() || self.told_fight) {
             return None;
         }
@@ -552,7 +552,7 @@ impl Repairs {
 
     /// The Event to publish at `now`, if one is due: `(reason, note)`, with the
     /// `Fighting` reason while a fight is on. Clears what it tells.
-    pub fn event_due(&mut self, now: Instant) -> Option<(&'static str, String)> {
+    pub(crate) fn event_due(&mut self, now: Instant) -> Option<(&'static str, String)> {
         if self.next_event().is_none_or(|t| t > now) {
             return None;
         }
@@ -641,7 +641,7 @@ async fn event_timer(at: Option<Instant>) {
 /// What a pass repaired: `(object, line)` per drift operation, the line saying what
 /// someone did and whether it was restored (`route 10.20.0.0/16 table 100 via
 /// 192.0.2.1 removed or changed by someone, restored`).
-pub fn repaired(report: &Report) -> Vec<(Subject, String)> {
+pub(crate) fn repaired(report: &Report) -> Vec<(Subject, String)> {
     report
         .drift
         .iter()
@@ -1161,7 +1161,7 @@ async fn disown_left_behind(
 }
 
 /// `spec.leftBehind` in readable form, each item with the policies it came from.
-pub fn left_behind_lines(left: &netpolicy_core::render::RenderedSpec) -> Vec<String> {
+pub(crate) fn left_behind_lines(left: &netpolicy_core::render::RenderedSpec) -> Vec<String> {
     use netpolicy_core::spec::RoutingSpec;
     let from = |sources: &[netpolicy_core::render::SourceRef]| {
         sources
@@ -1351,7 +1351,7 @@ async fn with_adapter<T: Send + 'static>(
 
 /// What one pass found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PassOutcome {
+pub(crate) enum PassOutcome {
     /// The spec does not validate (nothing was changed).
     Invalid(String),
     /// The spec was applied; these items are not in the kernel as desired, and these
@@ -1365,7 +1365,7 @@ pub enum PassOutcome {
 
 /// Why a revision was rolled back.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
+pub(crate) struct Failure {
     /// The revision that failed.
     pub revision: String,
     /// `ProbeFailed` or `APIServerUnreachable`.
@@ -1378,7 +1378,7 @@ pub struct Failure {
 /// same status, and `lastTransitionTime` is taken from `current` unless the
 /// condition's status flips, so a pass that found nothing new computes a status equal
 /// to `current` (and the agent writes nothing).
-pub fn next_status(
+pub(crate) fn next_status(
     current: &NodeNetworkConfigStatus,
     generation: Option<i64>,
     revision: &str,
@@ -1519,7 +1519,7 @@ pub fn next_status(
 /// kept across passes: an address stays listed until a probe of it runs or it is no
 /// longer desired. Each link is logged once, when its first such address is seen.
 #[derive(Debug, Default)]
-pub struct NotProbed {
+pub(crate) struct NotProbed {
     /// `address A dev D` → why.
     addresses: std::collections::BTreeMap<String, String>,
     logged: std::collections::BTreeSet<String>,
@@ -1527,7 +1527,7 @@ pub struct NotProbed {
 
 impl NotProbed {
     /// Takes one pass's outcomes; `desired` is what the pass applied.
-    pub fn record(&mut self, report: &Report, desired: &RoutingConfig) {
+    pub(crate) fn record(&mut self, report: &Report, desired: &RoutingConfig) {
         for r in &report.results {
             let Op::AddAddress { dev, address } = &r.op else {
                 continue;
@@ -1565,7 +1565,7 @@ impl NotProbed {
     }
 
     /// The status lines, in order.
-    pub fn lines(&self) -> Vec<String> {
+    pub(crate) fn lines(&self) -> Vec<String> {
         self.addresses
             .iter()
             .map(|(k, why)| format!("{k}: {why}"))
@@ -1575,7 +1575,7 @@ impl NotProbed {
 
 /// The foreign routes and rules a pass removed (only `tableHardSync` removes foreign
 /// objects), in readable form.
-pub fn removed_foreign(report: &Report) -> Vec<String> {
+pub(crate) fn removed_foreign(report: &Report) -> Vec<String> {
     let ours = Ownership::default();
     report
         .results
@@ -1595,7 +1595,7 @@ pub fn removed_foreign(report: &Report) -> Vec<String> {
 /// Every desired item that is not in the kernel as desired after a pass, sorted: the
 /// refused operations (with errno), the items a foreign object blocks, the VLANs whose
 /// name another link holds, and whatever a fresh read still found different.
-pub fn item_errors(report: &Report, desired: &RoutingConfig) -> Vec<ItemError> {
+pub(crate) fn item_errors(report: &Report, desired: &RoutingConfig) -> Vec<ItemError> {
     let mut out: Vec<ItemError> = report
         .failures()
         .map(|r| {

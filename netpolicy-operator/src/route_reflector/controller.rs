@@ -48,7 +48,7 @@ use std::{
 use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time};
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams},
+    api::{DeleteParams, DynamicObject, Patch, PatchParams},
     runtime::{
         events::{Event, EventType},
         reflector::{ObjectRef, Store},
@@ -68,6 +68,7 @@ use crate::{
     api::{
         EtcdDatastore, KubeconfigSecretRef, ROUTE_REFLECTOR_CONFIG_NAME, RouteReflectorConfig,
         RouteReflectorConfigStatus, TransitionStatus,
+        calico::{bgp_configuration_resource, bgp_peer_resource},
         conditions::{self, events, route_reflector as rc},
     },
     k8s::{FIELD_MANAGER, MANAGED_BY, NodeFacts, apply_status, condition, spec_fingerprint},
@@ -77,23 +78,6 @@ use crate::{
     },
     telemetry::Shared,
 };
-
-/// Calico's `BGPPeer` (`crd.projectcalico.org/v1`, as the Kubernetes datastore stores
-/// it).
-pub fn bgp_peer_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("crd.projectcalico.org", "v1", "BGPPeer"),
-        "bgppeers",
-    )
-}
-
-/// Calico's `BGPConfiguration`.
-pub fn bgp_configuration_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("crd.projectcalico.org", "v1", "BGPConfiguration"),
-        "bgpconfigurations",
-    )
-}
 
 const MESH_ON: &str = "Calico's node-to-node mesh is still on (nodeToNodeMesh: report leaves it; \
                        `disable` turns it off once every node has its reflector sessions)";

@@ -5,51 +5,31 @@
 //! cluster-ID annotation and `rr.netpolicy.io/set-*` labels on Nodes, and the `BGPPeer`
 //! objects whose names start with `netpolicy-rr-` (others are never touched).
 
-pub mod controller;
+pub(crate) mod controller;
 pub mod etcd;
 
 use std::{collections::BTreeMap, net::Ipv4Addr};
 
-use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::ObjectMeta};
+use k8s_openapi::api::core::v1::Node;
 use netpolicy_core::FieldError;
 use netpolicy_rr::{
     BGP_PEER_PREFIX, BgpPeer, CLUSTER_ID_ANNOTATION, Config, Current, Effect, Kind, Marks,
     NodeInfo, Per, SET_LABEL_PREFIX, Taint, Topology,
 };
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::{
     api::{ReflectorTopology, ReflectorsPer, RouteReflectorConfigSpec},
     k8s::NodeFacts,
 };
 
-/// A Calico `BGPPeer` as read from manifests or the API (only the fields we write).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct CalicoBgpPeer {
-    /// Metadata.
-    pub metadata: ObjectMeta,
-    /// Spec.
-    #[serde(default)]
-    pub spec: CalicoBgpPeerSpec,
-}
-
-/// The selector fields of a Calico `BGPPeer` spec.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CalicoBgpPeerSpec {
-    /// Nodes that open the sessions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_selector: Option<String>,
-    /// Nodes they peer with.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peer_selector: Option<String>,
-}
+pub(crate) use crate::api::calico::{CalicoBgpPeer, CalicoBgpPeerSpec};
 
 /// The validated configuration.
 ///
 /// # Errors
 /// Every problem, with its field path under `spec`.
-pub fn config(spec: &RouteReflectorConfigSpec) -> Result<Config, Vec<FieldError>> {
+pub(crate) fn config(spec: &RouteReflectorConfigSpec) -> Result<Config, Vec<FieldError>> {
     let mut errors = Vec::new();
     let eligible = spec
         .eligible_nodes
@@ -181,7 +161,7 @@ pub fn node_info(node: &NodeFacts) -> NodeInfo {
 
 /// The marks netpolicy owns on a Node now. A cluster-ID annotation that is not an IPv4
 /// address is treated as absent (it will be rewritten).
-pub fn marks(node: &Node, reflector_label: &str) -> Marks {
+pub(crate) fn marks(node: &Node, reflector_label: &str) -> Marks {
     marks_of(
         node.metadata.labels.as_ref(),
         node.metadata
@@ -195,7 +175,7 @@ pub fn marks(node: &Node, reflector_label: &str) -> Marks {
 
 /// The marks from labels and a cluster ID wherever a datastore keeps them (Kubernetes
 /// Node labels and annotation; a Calico Node's labels and `routeReflectorClusterID`).
-pub fn marks_of(
+pub(crate) fn marks_of(
     labels: Option<&BTreeMap<String, String>>,
     cluster_id: Option<&str>,
     reflector_label: &str,
@@ -234,7 +214,7 @@ pub fn current<'a>(
 
 /// The current state from each node's marks (by Kubernetes Node name), `BGPPeer`s (only
 /// `netpolicy-rr-*` objects count) and the ring.
-pub fn current_of<'a>(
+pub(crate) fn current_of<'a>(
     marks: impl IntoIterator<Item = (String, Marks)>,
     peers: impl IntoIterator<Item = &'a CalicoBgpPeer>,
     ring: &[String],
