@@ -2,18 +2,18 @@
 //! node policies) and the trench job (which validates them and hands out tables and
 //! addresses) watch the same seven kinds with the same fingerprints.
 
-use std::sync::Arc;
-
 use kube::{Resource, runtime::reflector::Store};
 
 use crate::{
     api::{Attractor, Conduit, Flow, Gateway, Stream, Trench, Vip},
     k8s::spec_fingerprint,
-    runtime::{Informers, KindHealth, Wake},
+    runtime::{Informers, InputKinds, Inputs},
 };
 
 /// The traffic-domain caches (crate::trench's input).
 pub(crate) struct TrafficStores {
+    /// The seven kinds, as changes name them.
+    pub(crate) kinds: InputKinds,
     /// Trenches.
     pub(crate) trenches: Store<Trench>,
     /// Attractors.
@@ -30,7 +30,7 @@ pub(crate) struct TrafficStores {
     pub(crate) flows: Store<Flow>,
 }
 
-/// The kinds of [`TrafficStores`], as their watches name them.
+/// The traffic-domain kinds, as manifests name them.
 pub(crate) const TRAFFIC_KINDS: [&str; 7] = [
     "Trench",
     "Attractor",
@@ -68,15 +68,10 @@ fn trench_fingerprint(t: &Trench) -> String {
 }
 
 impl TrafficStores {
-    /// Subscribes `wake` to the seven kinds' shared informers (the changes that matter);
-    /// returns the caches and their health (what readiness waits for).
-    pub(crate) fn subscribe(informers: &Informers, wake: &Wake) -> (Self, Vec<Arc<KindHealth>>) {
-        fn one<K>(
-            informers: &Informers,
-            wake: &Wake,
-            fp: fn(&K) -> String,
-            kinds: &mut Vec<Arc<KindHealth>>,
-        ) -> Store<K>
+    /// Reads the seven kinds' shared informers as inputs of a job (the changes that
+    /// matter); returns the caches.
+    pub(crate) fn subscribe(informers: &Informers, inputs: &mut Inputs) -> Self {
+        fn one<K>(informers: &Informers, inputs: &mut Inputs, fp: fn(&K) -> String) -> Store<K>
         where
             K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
                 + Clone
@@ -86,23 +81,30 @@ impl TrafficStores {
                 + Sync
                 + 'static,
         {
-            let i = informers.get_namespaced::<K>();
-            i.subscribe(wake, fp);
-            kinds.push(i.health());
-            i.store()
+            inputs.read(&informers.get_namespaced::<K>(), fp)
         }
-        let mut kinds = Vec::new();
-        let k = &mut kinds;
-        let stores = Self {
-            trenches: one(informers, wake, trench_fingerprint, k),
-            attractors: one(informers, wake, child_fingerprint::<Attractor>, k),
-            gateways: one(informers, wake, child_fingerprint::<Gateway>, k),
-            vips: one(informers, wake, child_fingerprint::<Vip>, k),
-            conduits: one(informers, wake, child_fingerprint::<Conduit>, k),
-            streams: one(informers, wake, child_fingerprint::<Stream>, k),
-            flows: one(informers, wake, child_fingerprint::<Flow>, k),
-        };
-        (stores, kinds)
+        let ((trenches, attractors, gateways, vips, conduits, streams, flows), kinds) = inputs
+            .group(|inputs| {
+                (
+                    one(informers, inputs, trench_fingerprint),
+                    one(informers, inputs, child_fingerprint::<Attractor>),
+                    one(informers, inputs, child_fingerprint::<Gateway>),
+                    one(informers, inputs, child_fingerprint::<Vip>),
+                    one(informers, inputs, child_fingerprint::<Conduit>),
+                    one(informers, inputs, child_fingerprint::<Stream>),
+                    one(informers, inputs, child_fingerprint::<Flow>),
+                )
+            });
+        Self {
+            kinds,
+            trenches,
+            attractors,
+            gateways,
+            vips,
+            conduits,
+            streams,
+            flows,
+        }
     }
 
     /// Copies of every object, in [`crate::trench::Objects`]' shape.

@@ -24,7 +24,7 @@
 //! Only one instance runs this at a time (the runtime's leader election).
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet},
     sync::Arc,
 };
 
@@ -38,24 +38,21 @@ use kube::{
         reflector::{ObjectRef, Store},
     },
 };
-use netpolicy_core::{merge::NodeOutcome, render::RenderedSpec};
 use tracing::{debug, info, warn};
 
-use super::rollout::{self, NodeState};
-use super::{
-    PolicyFacts, Routing, carried_from, new_conflicts, node_spec, policy_status, with_job_items,
-};
-use crate::k8s::traffic::{TRAFFIC_KINDS, TrafficStores};
+use super::rollout::NodeState;
+use super::{PolicyFacts, Routing, new_conflicts, policy_status};
+use crate::k8s::traffic::TrafficStores;
 use crate::{
     api::{
-        ClusterConfig, FloatingIP, FloatingIPRange, NodeConfig, NodeNetworkConfig,
-        NodeNetworkConfigSpec, PolicyStatus, RoutedIP, RoutedIPIssuer, conditions::events,
+        ClusterConfig, FloatingIP, FloatingIPRange, NodeConfig, NodeNetworkConfig, PolicyStatus,
+        RoutedIP, RoutedIPIssuer, conditions::events,
     },
     k8s::{labels_fingerprint, spec_fingerprint},
-    runtime::{Changes, Informers, Job, JobError, Next, Setup, Wake},
+    runtime::{Changes, Informers, InputKinds, Inputs, Job, JobError, Next, Setup},
 };
 
-pub(crate) use crate::k8s::{FIELD_MANAGER, MANAGED_BY};
+pub(crate) use crate::k8s::FIELD_MANAGER;
 
 /// The pseudo-kind under which an agent's progress (a NodeNetworkConfig's applied or
 /// failed revision) reaches the job: it updates the policies' status, and starts a render
@@ -71,6 +68,8 @@ const APPLIED: &str = "NodeNetworkConfig/status";
 /// or whose object changed. Full passes (the first, a resync, after a failure) compare
 /// everything and write nothing when nothing differs.
 pub(crate) struct RoutingJob {
+    /// The kinds whose changes start a render (declared once, in [`setup`]).
+    inputs: InputKinds,
     stores: Stores,
     nnc_api: Api<NodeNetworkConfig>,
     status: StatusWriter,
@@ -95,57 +94,45 @@ pub(crate) fn setup(
     max_object_bytes: usize,
     node_cleanup: bool,
 ) -> Setup<RoutingJob> {
-    let wake = Wake::new();
-    let ccs = informers.get::<ClusterConfig>();
-    ccs.subscribe(&wake, spec_fingerprint);
-    let ncs = informers.get::<NodeConfig>();
-    ncs.subscribe(&wake, spec_fingerprint);
-    let nodes = informers.get::<Node>();
-    nodes.subscribe(&wake, labels_fingerprint);
+    let mut inputs = Inputs::new();
+    let ccs = inputs.read(&informers.get::<ClusterConfig>(), spec_fingerprint);
+    let ncs = inputs.read(&informers.get::<NodeConfig>(), spec_fingerprint);
+    let nodes = inputs.read(&informers.get::<Node>(), labels_fingerprint);
     // Agents write NodeNetworkConfig status: a spec change or a deletion (someone
     // else's) is compared again; a new applied revision only updates the policies'
-    // status.
-    let nncs = informers.get::<NodeNetworkConfig>();
-    nncs.subscribe(&wake, spec_fingerprint);
-    nncs.subscribe_as(&wake, APPLIED, applied_fingerprint);
+    // status (under its own name: not an input).
+    let nnc = informers.get::<NodeNetworkConfig>();
+    let nncs = inputs.read(&nnc, spec_fingerprint);
+    nnc.subscribe_as(inputs.wake(), APPLIED, applied_fingerprint);
     // RoutedIPs: only where their address is held matters here.
-    let rips = informers.get::<RoutedIP>();
-    rips.subscribe(&wake, holder_fingerprint);
-    let issuers = informers.get::<RoutedIPIssuer>();
-    issuers.subscribe(&wake, spec_fingerprint);
+    let rips = inputs.read(&informers.get::<RoutedIP>(), holder_fingerprint);
+    let issuers = inputs.read(&informers.get::<RoutedIPIssuer>(), spec_fingerprint);
     // Return routing of floating addresses: where kube-vip announces a FloatingIP's
     // address (its Service's vipHost), and the ranges' returnRouting.
-    let fips = informers.get::<FloatingIP>();
-    fips.subscribe(&wake, fip_fingerprint);
-    let ranges = informers.get::<FloatingIPRange>();
-    ranges.subscribe(&wake, return_routing_fingerprint);
-    let services = informers.get::<k8s_openapi::api::core::v1::Service>();
-    services.subscribe(&wake, vip_host_fingerprint);
+    let fips = inputs.read(&informers.get::<FloatingIP>(), fip_fingerprint);
+    let ranges = inputs.read(
+        &informers.get::<FloatingIPRange>(),
+        return_routing_fingerprint,
+    );
+    let services = inputs.read(
+        &informers.get::<k8s_openapi::api::core::v1::Service>(),
+        vip_host_fingerprint,
+    );
     // Traffic domains: their objects, and what the trench job handed out (the
     // Trenches' status), compiled by crate::trench.
-    let (traffic, mut kinds) = TrafficStores::subscribe(informers, &wake);
-    kinds.extend([
-        ccs.health(),
-        ncs.health(),
-        nodes.health(),
-        nncs.health(),
-        rips.health(),
-        issuers.health(),
-        fips.health(),
-        ranges.health(),
-        services.health(),
-    ]);
+    let traffic = TrafficStores::subscribe(informers, &mut inputs);
     let job = RoutingJob {
+        inputs: inputs.kinds(),
         stores: Stores {
-            ccs: ccs.store(),
-            ncs: ncs.store(),
-            nodes: nodes.store(),
-            nncs: nncs.store(),
-            rips: rips.store(),
-            issuers: issuers.store(),
-            fips: fips.store(),
-            ranges: ranges.store(),
-            services: services.store(),
+            ccs,
+            ncs,
+            nodes,
+            nncs,
+            rips,
+            issuers,
+            fips,
+            ranges,
+            services,
             traffic,
         },
         nnc_api: Api::all(client.clone()),
@@ -163,7 +150,7 @@ pub(crate) fn setup(
         max_object_bytes,
         node_cleanup,
     };
-    Setup { job, wake, kinds }
+    inputs.setup(job)
 }
 
 impl Job for RoutingJob {
@@ -172,21 +159,7 @@ impl Job for RoutingJob {
     }
 
     async fn pass(&mut self, changes: &Changes) -> Result<Next, JobError> {
-        let inputs = changes.full
-            || [
-                "ClusterConfig",
-                "NodeConfig",
-                "Node",
-                "NodeNetworkConfig",
-                "RoutedIP",
-                "RoutedIPIssuer",
-                "FloatingIP",
-                "FloatingIPRange",
-                "Service",
-            ]
-            .iter()
-            .chain(TRAFFIC_KINDS.iter())
-            .any(|k| changes.touched(k));
+        let inputs = changes.full || self.inputs.touched(changes);
         // Nodes waiting for their wave move on when an agent reports progress.
         let waves = changes.touched(APPLIED) && !self.pending.is_empty();
         let mut failed = None;
@@ -621,7 +594,7 @@ impl RoutingJob {
         // Traffic domains: when any of their objects changed, compile every trench from
         // its objects and the allocation its job recorded (unchanged policies cost a
         // comparison in the engine).
-        if full || TRAFFIC_KINDS.iter().any(|k| changes.touched(k)) {
+        if full || stores.traffic.kinds.touched(changes) {
             let snap = stores.traffic.snapshot();
             let mut errors = Vec::new();
             let domains = crate::trench::domains(snap.objects(), &mut errors);
@@ -687,151 +660,47 @@ impl RoutingJob {
         if full {
             dirty.extend(routing.nodes().into_iter().map(str::to_owned));
         }
-        let unselectable = routing.unselectable();
+        let writes = super::writes::node_writes(
+            routing,
+            &dirty,
+            &super::writes::Cluster {
+                existing: &|n| get(&stores.nncs, n),
+                node_uid: &|n| {
+                    get(&stores.nodes, n)
+                        .and_then(|o| o.uid())
+                        .unwrap_or_default()
+                },
+                policy_exists: &|s| match s.kind.as_str() {
+                    "ClusterConfig" => get(&stores.ccs, &s.name).is_some(),
+                    "NodeConfig" => get(&stores.ncs, &s.name).is_some(),
+                    _ => true,
+                },
+                job_items,
+            },
+            super::writes::Limits {
+                max_object_bytes: *max_object_bytes,
+                node_cleanup: *node_cleanup,
+            },
+            too_large,
+        );
+        *too_large = writes.too_large;
+        *pending = writes.held_back;
         let pp = PatchParams::apply(FIELD_MANAGER).force();
-        // Nodes with the same outcome (`LayeredConfig::memo_key`), probes and rollback
-        // time share one rendering.
-        type Same = ((usize, usize), Vec<crate::api::ProbeSpec>, Option<u32>);
-        let mut rendered: HashMap<Same, NodeNetworkConfigSpec> = HashMap::new();
-        let mut writes: Vec<(String, serde_json::Value)> = Vec::new();
-        let mut deletes: Vec<String> = Vec::new();
-        for node in &dirty {
-            let existing = get(&stores.nncs, node);
-            let Some(outcome) = routing.outcome(node) else {
-                too_large.remove(node);
-                let ours = existing.as_ref().is_some_and(|o| {
-                    o.labels().get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1)
-                });
-                if ours {
-                    deletes.push(node.clone());
-                }
-                continue;
-            };
-            match outcome {
-                NodeOutcome::Rendered(cfg) => {
-                    if let Some(o) = &existing
-                        && let Some(held_by) = carried_from(&o.spec, &unselectable)
-                    {
-                        warn!(
-                            node,
-                            "held at its last good config: NodeConfig/{held_by} has an invalid \
-                         nodeSelector"
-                        );
-                        continue;
-                    }
-                    // Nodes with the same outcome and probes share one spec (and one
-                    // revision hash); job addresses make a node's own.
-                    let (probes, rollback) = routing.node_probes(node);
-                    let own;
-                    let spec = match job_items.get(node) {
-                        None => &*rendered
-                            .entry((cfg.memo_key(), probes.clone(), rollback))
-                            .or_insert_with(|| {
-                                node_spec(RenderedSpec::from_config(cfg), probes, rollback)
-                            }),
-                        Some(extra) => {
-                            let (with, skipped) =
-                                with_job_items(&RenderedSpec::from_config(cfg), extra);
-                            for why in skipped {
-                                debug!(node, "{why}");
-                            }
-                            own = node_spec(with, probes, rollback);
-                            &own
-                        }
-                    };
-                    // Node cleanup off: items of deleted policies stay on the node.
-                    let kept;
-                    let spec = match existing.as_ref().filter(|_| !*node_cleanup) {
-                        None => spec,
-                        Some(o) => {
-                            let exists =
-                                |s: &netpolicy_core::render::SourceRef| match s.kind.as_str() {
-                                    "ClusterConfig" => get(&stores.ccs, &s.name).is_some(),
-                                    "NodeConfig" => get(&stores.ncs, &s.name).is_some(),
-                                    _ => true,
-                                };
-                            let left = super::left_behind(&o.spec, &spec.rendered, exists);
-                            kept = super::with_left_behind(spec, left);
-                            &kept
-                        }
-                    };
-                    if existing.as_ref().is_some_and(|o| o.spec == *spec) {
-                        too_large.remove(node);
-                        continue;
-                    }
-                    let uid = get(&stores.nodes, node)
-                        .and_then(|n| n.uid())
-                        .unwrap_or_default();
-                    let obj = super::node_object(node, &uid, spec);
-                    // Larger than the API server stores: not sent (it would be refused
-                    // with 413 on every pass); the node keeps its last config and the
-                    // policies that select it say why.
-                    let bytes = super::object_bytes(&obj);
-                    if bytes > *max_object_bytes {
-                        if too_large.get(node).map(|(b, _)| *b) != Some(bytes) {
-                            warn!(
-                                node,
-                                bytes,
-                                limit = *max_object_bytes,
-                                "NodeNetworkConfig too large: not written"
-                            );
-                        }
-                        too_large.insert(node.clone(), (bytes, spec.revision.clone()));
-                        continue;
-                    }
-                    too_large.remove(node);
-                    writes.push((node.clone(), obj));
-                }
-                NodeOutcome::Held(problems) => {
-                    for p in problems.iter() {
-                        warn!(node, "held at its last good config: {p}");
-                    }
-                }
-            }
-        }
-        // Safe rollout: a changed config reaches a node only when every policy that
-        // selects it has room under its maxUnavailable (and is not halted by a Degraded
-        // node); the others wait for a later pass (an agent reporting Applied wakes one).
-        let changed_nodes: Vec<(String, Vec<String>)> = writes
-            .iter()
-            .filter(|(node, _)| get(&stores.nncs, node).is_some())
-            .map(|(node, _)| (node.clone(), routing.policies_of(node)))
-            .collect();
-        pending.clear();
-        if !changed_nodes.is_empty() {
-            let state = |n: &str| NodeState::of(get(&stores.nncs, n).as_deref());
-            let (go, _) = rollout::gate(
-                &changed_nodes,
-                &|p| routing.members(p),
-                &|p| routing.rollout(p),
-                &state,
-            );
-            let held: BTreeSet<String> = changed_nodes
-                .iter()
-                .map(|(n, _)| n.as_str())
-                .filter(|n| !go.contains(n))
-                .map(str::to_owned)
-                .collect();
-            if !held.is_empty() {
-                debug!(waiting = held.len(), "rollout: nodes wait for their wave");
-                writes.retain(|(n, _)| !held.contains(n));
-            }
-            *pending = held;
-        }
         // Independent objects: written WRITE_CONCURRENCY at a time, not one round trip
         // after another; one that fails holds up no other.
-        let results: Vec<(String, usize, Result<(), kube::Error>)> = futures::stream::iter(writes)
-            .map(|(node, obj)| {
-                let pp = &pp;
-                async move {
-                    let bytes = super::object_bytes(&obj);
-                    let r = api.patch(&node, pp, &Patch::Apply(&obj)).await.map(|_| ());
-                    (node, bytes, r)
-                }
-            })
-            .buffer_unordered(WRITE_CONCURRENCY)
-            .collect()
-            .await;
+        let results: Vec<(String, usize, Result<(), kube::Error>)> =
+            futures::stream::iter(writes.apply)
+                .map(|(node, obj)| {
+                    let pp = &pp;
+                    async move {
+                        let bytes = super::object_bytes(&obj);
+                        let r = api.patch(&node, pp, &Patch::Apply(&obj)).await.map(|_| ());
+                        (node, bytes, r)
+                    }
+                })
+                .buffer_unordered(WRITE_CONCURRENCY)
+                .collect()
+                .await;
         let mut changed = 0;
         let mut first_error: Option<kube::Error> = None;
         for (node, bytes, r) in results {
@@ -855,7 +724,7 @@ impl RoutingJob {
                 }
             }
         }
-        for name in deletes {
+        for name in writes.delete {
             too_large.remove(&name);
             match api.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => changed += 1,

@@ -5,6 +5,7 @@
 
 pub(crate) mod controller;
 pub(crate) mod rollout;
+pub(crate) mod writes;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

@@ -317,6 +317,80 @@ where
     health: Arc<KindHealth>,
 }
 
+/// The kinds a job reads, declared once: each [`Inputs::read`] subscribes the job's
+/// [`Wake`] with the fingerprint of what it reads, counts the kind for readiness (its
+/// health), and names it among what wakes the job ([`InputKinds::touched`]). Adding an
+/// input kind to a job is that one call.
+#[derive(Default)]
+pub struct Inputs {
+    wake: Wake,
+    kinds: Vec<Arc<KindHealth>>,
+    names: Vec<Arc<str>>,
+}
+
+impl Inputs {
+    /// No input yet, with a new wake.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The job's wake (for a subscription that is not an input, such as
+    /// [`Informer::subscribe_as`] under an alias the job reads apart).
+    pub fn wake(&self) -> &Wake {
+        &self.wake
+    }
+
+    /// Reads `informer`'s kind: subscribes with `fingerprint`, waits for it to sync,
+    /// and counts its changes as inputs. Returns its cache.
+    pub fn read<K>(
+        &mut self,
+        informer: &Informer<K>,
+        fingerprint: impl Fn(&K) -> String + Send + Sync + 'static,
+    ) -> Store<K>
+    where
+        K: Resource + Clone + fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync + Unpin,
+    {
+        informer.subscribe(&self.wake, fingerprint);
+        self.kinds.push(informer.health());
+        self.names.push(Arc::clone(&informer.inner.kind));
+        informer.store()
+    }
+
+    /// The kinds read so far, as changes name them.
+    pub fn kinds(&self) -> InputKinds {
+        InputKinds(self.names.clone().into())
+    }
+
+    /// What `read` returns, with the kinds it read as changes name them: a group of
+    /// inputs a job looks at apart (the traffic-domain kinds that routing compiles).
+    pub fn group<T>(&mut self, read: impl FnOnce(&mut Self) -> T) -> (T, InputKinds) {
+        let start = self.names.len();
+        let out = read(self);
+        (out, InputKinds(self.names[start..].to_vec().into()))
+    }
+
+    /// The job with its wake and the health of every kind it reads.
+    pub fn setup<J>(self, job: J) -> super::Setup<J> {
+        super::Setup {
+            job,
+            wake: self.wake,
+            kinds: self.kinds,
+        }
+    }
+}
+
+/// The kinds a job reads (from [`Inputs::kinds`]).
+#[derive(Debug, Clone)]
+pub struct InputKinds(Arc<[Arc<str>]>);
+
+impl InputKinds {
+    /// Whether `changes` touch any of them.
+    pub fn touched(&self, changes: &Changes) -> bool {
+        self.0.iter().any(|k| changes.touched(k))
+    }
+}
+
 /// The shared cache of one kind: its store, and subscriptions that wake the jobs that
 /// read it. Cheap to clone.
 pub struct Informer<K>

@@ -11,7 +11,9 @@ pub mod informer;
 pub mod per_object;
 pub mod runner;
 
-pub use informer::{Changes, Informer, Informers, KindHealth, KindState, ObjectKey, Wake};
+pub use informer::{
+    Changes, Informer, Informers, InputKinds, Inputs, KindHealth, KindState, ObjectKey, Wake,
+};
 pub use per_object::{ObjectJob, ObjectSetup};
 pub use runner::{Backoff, ErrorClass, Job, JobError, JobReadiness, Next, Runner, Setup};
 

@@ -40,7 +40,7 @@ use crate::{
         FIELD_MANAGER, InputError, apply_status, condition, labels_fingerprint,
         traffic::TrafficStores,
     },
-    runtime::{Changes, Informers, Job, JobError, Next, Setup, Wake, informer::lock},
+    runtime::{Changes, Informers, Inputs, Job, JobError, Next, Setup, informer::lock},
 };
 
 /// The trench job and what wakes it: a global job under the shared runner (a trench's
@@ -50,18 +50,16 @@ pub(crate) fn setup(
     client: &Client,
     settings: super::meridio::Settings,
 ) -> Setup<TrenchJob> {
-    let wake = Wake::new();
-    let (stores, mut kinds) = TrafficStores::subscribe(informers, &wake);
+    let mut inputs = Inputs::new();
+    let stores = TrafficStores::subscribe(informers, &mut inputs);
     // Limited to one namespace (`--watch-namespace`, Meridio's operator's scope): no
     // Node is read (a namespaced Role cannot list them); only `meridio` trenches are
     // served, `node` trenches need the cluster-wide operator.
-    let nodes = informers.namespace().is_none().then(|| {
-        let nodes = informers.get::<Node>();
-        nodes.subscribe(&wake, labels_fingerprint);
-        kinds.push(nodes.health());
-        nodes.store()
-    });
-    let workloads = super::rollout::Workloads::subscribe(informers, &wake, &mut kinds);
+    let nodes = informers
+        .namespace()
+        .is_none()
+        .then(|| inputs.read(&informers.get::<Node>(), labels_fingerprint));
+    let workloads = super::rollout::Workloads::subscribe(informers, &mut inputs);
     let job = TrenchJob {
         workloads,
         recorder: crate::k8s::recorder(client),
@@ -71,7 +69,7 @@ pub(crate) fn setup(
         settings,
         applied: std::sync::Mutex::new(BTreeMap::new()),
     };
-    Setup { job, wake, kinds }
+    inputs.setup(job)
 }
 
 /// The trench job.

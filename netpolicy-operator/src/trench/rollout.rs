@@ -3,15 +3,13 @@
 //! DaemonSets of the `meridio` data plane. Read from the label-selected caches of the
 //! trench job (`app.kubernetes.io/managed-by=netpolicy`), never by a GET per pass.
 
-use std::sync::Arc;
-
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use kube::{
     Resource,
     runtime::reflector::{ObjectRef, Store},
 };
 
-use crate::runtime::{Informers, KindHealth, Wake};
+use crate::runtime::{Informers, Inputs};
 
 /// The caches of the workload kinds netpolicy keeps for Meridio, limited to the
 /// objects it labelled (`app.kubernetes.io/managed-by=netpolicy`).
@@ -36,12 +34,8 @@ impl Workloads {
     /// Takes the label-selected informers; a workload that appears, disappears or
     /// changes in its rollout wakes `wake` (status-only churn that changes nothing
     /// of [`Rollout::pending`] does not).
-    pub(crate) fn subscribe(
-        informers: &Informers,
-        wake: &Wake,
-        kinds: &mut Vec<Arc<KindHealth>>,
-    ) -> Self {
-        fn one<K>(informers: &Informers, wake: &Wake, kinds: &mut Vec<Arc<KindHealth>>) -> Store<K>
+    pub(crate) fn subscribe(informers: &Informers, inputs: &mut Inputs) -> Self {
+        fn one<K>(informers: &Informers, inputs: &mut Inputs) -> Store<K>
         where
             K: Rollout<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
                 + Clone
@@ -56,15 +50,14 @@ impl Workloads {
                 super::meridio::MANAGED_BY.0,
                 super::meridio::MANAGED_BY.1
             );
-            let i = informers.labelled::<K>(&selector);
-            i.subscribe(wake, |o: &K| format!("{:?}", o.pending()));
-            kinds.push(i.health());
-            i.store()
+            inputs.read(&informers.labelled::<K>(&selector), |o: &K| {
+                format!("{:?}", o.pending())
+            })
         }
         Self {
-            statefulsets: one(informers, wake, kinds),
-            deployments: one(informers, wake, kinds),
-            daemonsets: one(informers, wake, kinds),
+            statefulsets: one(informers, inputs),
+            deployments: one(informers, inputs),
+            daemonsets: one(informers, inputs),
         }
     }
 
