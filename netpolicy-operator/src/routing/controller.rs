@@ -534,28 +534,19 @@ fn conflict_event(c: &crate::api::PolicyConflict) -> Event {
 }
 
 impl RoutingJob {
-    /// Brings the changed objects into `routing`, then compares and writes the
-    /// NodeNetworkConfigs of the nodes that may differ. Returns how many objects it wrote or
-    /// deleted.
-    ///
-    /// # Errors
-    /// The first write that failed (the others are still made); a NodeNetworkConfig over
-    /// the size limit is not an error: it is not written, and its policies say so.
-    async fn render(&mut self, changes: &Changes) -> Result<usize, JobError> {
+    /// Brings the changed objects (all of them on a full pass) into `routing` and the
+    /// job items; returns the nodes whose NodeNetworkConfig may differ (with those that
+    /// waited for their rollout wave).
+    fn ingest(&mut self, changes: &Changes) -> BTreeSet<String> {
         let Self {
             stores,
-            nnc_api: api,
             routing,
             job_items,
             job_problems,
             pending,
-            too_large,
-            max_object_bytes,
-            node_cleanup,
             ..
         } = self;
         let full = changes.full;
-        let api = &*api;
         // Nodes whose change waited for its wave are looked at again.
         let mut dirty: BTreeSet<String> = pending.clone();
         let known_policies: Vec<String> = routing
@@ -660,6 +651,30 @@ impl RoutingJob {
         if full {
             dirty.extend(routing.nodes().into_iter().map(str::to_owned));
         }
+        dirty
+    }
+
+    /// Brings the changed objects into `routing`, then compares and writes the
+    /// NodeNetworkConfigs of the nodes that may differ. Returns how many objects it wrote or
+    /// deleted.
+    ///
+    /// # Errors
+    /// The first write that failed (the others are still made); a NodeNetworkConfig over
+    /// the size limit is not an error: it is not written, and its policies say so.
+    async fn render(&mut self, changes: &Changes) -> Result<usize, JobError> {
+        let dirty = self.ingest(changes);
+        let Self {
+            stores,
+            nnc_api: api,
+            routing,
+            job_items,
+            pending,
+            too_large,
+            max_object_bytes,
+            node_cleanup,
+            ..
+        } = self;
+        let api = &*api;
         let writes = super::writes::node_writes(
             routing,
             &dirty,
