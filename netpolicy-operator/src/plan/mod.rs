@@ -253,31 +253,75 @@ fn unique_by_name<T>(
 /// Runs the merge over the manifests.
 pub fn plan(m: &Manifests) -> PlanReport {
     let mut errors = m.errors.clone();
-    let mut policies = Vec::new();
+    let (mut policies, nodes) = routing_policies(m, &mut errors);
+    let mut warnings = m.warnings.clone();
+    let trenches = plan_trenches(m, &nodes, &mut policies, &mut errors, &mut warnings);
+    let nodes = nodes
+        .into_iter()
+        .map(|(n, l)| {
+            let l = netpolicy_core::merge::with_node_name(&n, &l);
+            (n, l)
+        })
+        .collect::<Vec<_>>();
+    let engine = Engine::build(nodes, policies);
+    let mut report = PlanReport {
+        warnings,
+        trenches,
+        rollout: plan_rollout(m, &engine),
+        ..PlanReport::default()
+    };
+    node_renderings(&engine, &mut report, &mut errors);
+    too_large(&report, &mut errors);
+    let (ranges, fips, kube_vip) = plan_floating_ips(m, &mut errors, &mut report.warnings);
+    report.guests = plan_guests(m, &fips, &kube_vip, &mut report.warnings);
+    report.floating_ip_ranges = ranges;
+    report.floating_ips = fips;
+    report.kube_vip = kube_vip;
+    report.route_reflectors = plan_route_reflectors(m, &mut errors);
+    if let Some(rr) = &report.route_reflectors {
+        report.warnings.extend(rr.warnings.iter().map(|w| {
+            InputError::new(
+                "RouteReflectorConfig",
+                ROUTE_REFLECTOR_CONFIG_NAME,
+                "spec",
+                w,
+            )
+        }));
+        report.warnings.extend(foreign_bgp_peers(m));
+    }
+    report.routed_ips = plan_routed_ips(m, &mut errors, &mut report.warnings);
+    add_job_items(m, &mut report, &mut errors);
+    report.errors = errors;
+    report
+}
 
+/// The ClusterConfigs' and NodeConfigs' policies, and the nodes with their labels (each
+/// name once: a second definition is an error).
+fn routing_policies(
+    m: &Manifests,
+    errors: &mut Vec<InputError>,
+) -> (Vec<netpolicy_core::merge::Policy>, Vec<(String, Labels)>) {
+    let mut policies = Vec::new();
     for i in unique_by_name(
         "ClusterConfig",
         &m.cluster_configs,
         |o| o.metadata.name.as_ref(),
-        &mut errors,
+        errors,
     ) {
-        policies.extend(cluster_config_policy(
-            &m.cluster_configs[i].object,
-            &mut errors,
-        ));
+        policies.extend(cluster_config_policy(&m.cluster_configs[i].object, errors));
     }
 
     for i in unique_by_name(
         "NodeConfig",
         &m.node_configs,
         |o| o.metadata.name.as_ref(),
-        &mut errors,
+        errors,
     ) {
-        policies.push(node_config_policy(&m.node_configs[i].object, &mut errors));
+        policies.push(node_config_policy(&m.node_configs[i].object, errors));
     }
 
     let nodes: Vec<(String, Labels)> =
-        unique_by_name("Node", &m.nodes, |o| o.metadata.name.as_ref(), &mut errors)
+        unique_by_name("Node", &m.nodes, |o| o.metadata.name.as_ref(), errors)
             .into_iter()
             .map(|i| {
                 let n = &m.nodes[i].object;
@@ -288,8 +332,19 @@ pub fn plan(m: &Manifests) -> PlanReport {
             })
             .collect();
 
-    // Traffic domains: validated, allocated from scratch (no previous status), compiled
-    // into one policy per (trench, attractor node), merged with the others.
+    (policies, nodes)
+}
+
+/// Traffic domains: validated, allocated from scratch (no previous status), compiled
+/// into one policy per (trench, attractor node) added to `policies`; each trench's
+/// report.
+fn plan_trenches(
+    m: &Manifests,
+    nodes: &[(String, Labels)],
+    policies: &mut Vec<netpolicy_core::merge::Policy>,
+    errors: &mut Vec<InputError>,
+    warnings: &mut Vec<InputError>,
+) -> Vec<TrenchReport> {
     fn objects<T: Clone>(v: &[Located<T>]) -> Vec<T> {
         v.iter().map(|l| l.object.clone()).collect()
     }
@@ -312,17 +367,16 @@ pub fn plan(m: &Manifests) -> PlanReport {
             streams: &st,
             flows: &fl,
         },
-        &mut errors,
+        errors,
     );
-    let traffic = trench::evaluate(&domains, &nodes, &BTreeMap::new());
+    let traffic = trench::evaluate(&domains, nodes, &BTreeMap::new());
     errors.extend(traffic.errors.iter().cloned());
-    let mut report_warnings: Vec<InputError> = traffic.notes.clone();
-    for ps in
-        trench::policies(&domains, &traffic.valid, &traffic.allocations, &mut errors).into_values()
+    warnings.extend(traffic.notes.iter().cloned());
+    for ps in trench::policies(&domains, &traffic.valid, &traffic.allocations, errors).into_values()
     {
         policies.extend(ps);
     }
-    let trenches: Vec<TrenchReport> = domains
+    domains
         .iter()
         .filter(|d| d.trench.is_some())
         .map(|d| {
@@ -381,16 +435,12 @@ pub fn plan(m: &Manifests) -> PlanReport {
                     .collect(),
             }
         })
-        .collect();
+        .collect()
+}
 
-    let nodes = nodes
-        .into_iter()
-        .map(|(n, l)| {
-            let l = netpolicy_core::merge::with_node_name(&n, &l);
-            (n, l)
-        })
-        .collect::<Vec<_>>();
-    let engine = Engine::build(nodes, policies);
+/// Each ClusterConfig's and NodeConfig's rollout: how many nodes at once, in which
+/// waves.
+fn plan_rollout(m: &Manifests, engine: &Engine) -> Vec<RolloutReport> {
     let rollout_settings: BTreeMap<String, crate::routing::rollout::Rollout> = m
         .cluster_configs
         .iter()
@@ -444,14 +494,11 @@ pub fn plan(m: &Manifests) -> PlanReport {
         .collect();
     // Whatever order the objects came in.
     rollout.sort_by(|a, b| a.policy.cmp(&b.policy));
-    let mut warnings = m.warnings.clone();
-    warnings.append(&mut report_warnings);
-    let mut report = PlanReport {
-        warnings,
-        trenches,
-        rollout,
-        ..PlanReport::default()
-    };
+    rollout
+}
+
+/// Each node's rendering (nodes with the same outcome share one), or why it is held.
+fn node_renderings(engine: &Engine, report: &mut PlanReport, errors: &mut Vec<InputError>) {
     let mut rendered: HashMap<(usize, usize), Arc<RenderedSpec>> = HashMap::new();
     let mut by_problem: BTreeMap<Problem, Vec<&str>> = BTreeMap::new();
     for (node, outcome) in engine.outcomes() {
@@ -491,8 +538,11 @@ pub fn plan(m: &Manifests) -> PlanReport {
             }),
         }
     }
-    // What the operator would not write: a node's NodeNetworkConfig over the default
-    // `--max-object-bytes` (measured once per distinct rendering, on the same object).
+}
+
+/// What the operator would not write: a node's NodeNetworkConfig over the default
+/// `--max-object-bytes` (measured once per distinct rendering, on the same object).
+fn too_large(report: &PlanReport, errors: &mut Vec<InputError>) {
     let mut sizes: HashMap<*const RenderedSpec, usize> = HashMap::new();
     for (node, spec) in &report.nodes {
         let bytes = *sizes.entry(Arc::as_ptr(spec)).or_insert_with(|| {
@@ -514,28 +564,13 @@ pub fn plan(m: &Manifests) -> PlanReport {
             });
         }
     }
-    let (ranges, fips, kube_vip) = plan_floating_ips(m, &mut errors, &mut report.warnings);
-    report.guests = plan_guests(m, &fips, &kube_vip, &mut report.warnings);
-    report.floating_ip_ranges = ranges;
-    report.floating_ips = fips;
-    report.kube_vip = kube_vip;
-    report.route_reflectors = plan_route_reflectors(m, &mut errors);
-    if let Some(rr) = &report.route_reflectors {
-        report.warnings.extend(rr.warnings.iter().map(|w| {
-            InputError::new(
-                "RouteReflectorConfig",
-                ROUTE_REFLECTOR_CONFIG_NAME,
-                "spec",
-                w,
-            )
-        }));
-        report.warnings.extend(foreign_bgp_peers(m));
-    }
-    report.routed_ips = plan_routed_ips(m, &mut errors, &mut report.warnings);
-    // What other jobs need on nodes, as the routing job adds it: a Hetzner RoutedIP's
-    // address and return routing on its elected holder (the address from its status or
-    // spec), return routing on the node announcing a FloatingIP (its planned address and
-    // its Service's vipHost).
+}
+
+/// What other jobs need on nodes, as the routing job adds it: a Hetzner RoutedIP's
+/// address and return routing on its elected holder (the address from its status or
+/// spec), return routing on the node announcing a FloatingIP (its planned address and
+/// its Service's vipHost).
+fn add_job_items(m: &Manifests, report: &mut PlanReport, errors: &mut Vec<InputError>) {
     let rips: Vec<crate::api::RoutedIP> = report
         .routed_ips
         .iter()
@@ -629,8 +664,6 @@ pub fn plan(m: &Manifests) -> PlanReport {
             *spec = Arc::new(with);
         }
     }
-    report.errors = errors;
-    report
 }
 
 /// BGPPeers in the input that are not netpolicy's and peer nodes by a reflector label
