@@ -1,6 +1,6 @@
 //! The floating-IP controller: FloatingIPRanges, FloatingIPs, Namespaces and
 //! FloatingIPClaims → claims, statuses, auto-allocated FloatingIPs and kube-vip's
-//! ConfigMaps (the rules are [`super::pass`]).
+//! ConfigMaps (the rules are [`super::pass()`]).
 //!
 //! Shape: a global [`Job`] under the shared runner, because an allocation must know
 //! every claim of its range and a kube-vip ConfigMap gathers a whole namespace's

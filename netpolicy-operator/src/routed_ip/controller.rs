@@ -186,7 +186,7 @@ impl Failed {
 /// The provider's delay of a rate-limited call, capped at the transient backoff's cap.
 const MAX_RATE_LIMIT_WAIT: Duration = Duration::from_secs(300);
 
-/// The routed-IP jobs, ready for [`Runner::run_each`]: each RoutedIP is reconciled on
+/// The routed-IP jobs, ready for [`Runner::run_each`](crate::runtime::Runner::run_each): each RoutedIP is reconciled on
 /// its own (one RoutedIP's provider trouble, backoff or rate limit never delays
 /// another's failover) when it, its issuer, a Node (in what election reads), or its
 /// Service and EndpointSlices change; and each issuer is checked (token, orphans).

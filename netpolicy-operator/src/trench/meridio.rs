@@ -1,6 +1,6 @@
 //! The `meridio` data plane: what Meridio's own operator keeps for a trench, computed
 //! from the same kinds (`../shared/meridio-workloads.md` is the reference, read from
-//! Meridio v1.2.8's code). Pure: [`config_map`] is the trench's configuration ConfigMap
+//! Meridio v1.2.8's code). Pure: `config_map` is the trench's configuration ConfigMap
 //! in the exact bytes Meridio's writer produces (its components parse it with
 //! `yaml.UnmarshalStrict`: an unknown key fails the whole update), [`workloads`] the
 //! StatefulSets, Services, Deployments, PodDisruptionBudgets and DaemonSets with the

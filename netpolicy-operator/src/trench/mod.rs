@@ -2,7 +2,7 @@
 //! ([`meridio`], `dataPlane: meridio`, the default) or compiled into node routing
 //! (`dataPlane: node`; docs/guides/traffic-domains.md). This module is pure: it groups the objects into
 //! trenches ([`domains`]), checks Meridio's rules that the schema cannot state
-//! ([`validate`]), hands out table numbers and node addresses and keeps them across
+//! ([`validate()`]), hands out table numbers and node addresses and keeps them across
 //! passes ([`allocate`]), and compiles a trench into one routing policy per attractor
 //! node ([`compile`], [`policies`]). The controller ([`controller`]) writes what
 //! [`allocate`] hands out into the Trench's status; the routing job renders the
