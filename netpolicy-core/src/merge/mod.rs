@@ -240,9 +240,7 @@ impl Parts {
 
 /// The valid policies of `ps` with their content, and the sources of the invalid ones.
 /// `ps` is sorted by precedence and deduplicated first.
-fn split_valid<'a>(
-    ps: &mut Vec<&'a Policy>,
-) -> (Vec<(&'a Policy, &'a Items)>, Vec<Source>) {
+fn split_valid<'a>(ps: &mut Vec<&'a Policy>) -> (Vec<(&'a Policy, &'a Items)>, Vec<Source>) {
     ps.sort_by(by_precedence);
     // The same object given twice is one object.
     ps.dedup_by(|a, b| a.source == b.source && a == b);
@@ -268,10 +266,7 @@ fn lists<'a, T>(
         .collect()
 }
 
-fn hard_sync_union<'a>(
-    valid: impl Iterator<Item = &'a Items>,
-    base: &[u32],
-) -> Vec<u32> {
+fn hard_sync_union<'a>(valid: impl Iterator<Item = &'a Items>, base: &[u32]) -> Vec<u32> {
     let mut tables = base.to_vec();
     tables.extend(valid.flat_map(|i| i.table_hard_sync.iter().copied()));
     tables.sort_unstable();
@@ -471,10 +466,7 @@ fn overlay_kind<T: Keyed>(
 /// when one at that precedence disagrees. A trench's item is exclusive: a different
 /// definition at any precedence conflicts with it instead of losing or winning
 /// silently. A conflict goes to `conflicts`.
-fn resolve<T: Keyed>(
-    group: &[Cand<'_, T>],
-    conflicts: &mut Vec<Conflict>,
-) -> Option<Sourced<T>> {
+fn resolve<T: Keyed>(group: &[Cand<'_, T>], conflicts: &mut Vec<Conflict>) -> Option<Sourced<T>> {
     let (winner, wsource, top) = group[0];
     let exclusive = wsource.kind == SourceKind::Trench;
     let contends = |(item, _, precedence): &Cand<'_, T>| {
@@ -557,9 +549,7 @@ fn merge_kind<T: Keyed>(
 /// Merges sorted lists into one stream sorted by `(identity, list index)`, in
 /// O(n log k) comparisons for n items in k lists (a binary min-heap of list heads).
 /// Each policy's items are already sorted, so this is cheaper than sorting them all.
-fn kway_merge<'a, T: Keyed>(
-    lists: impl Iterator<Item = &'a [Arc<T>]>,
-) -> Vec<(&'a Arc<T>, usize)> {
+fn kway_merge<'a, T: Keyed>(lists: impl Iterator<Item = &'a [Arc<T>]>) -> Vec<(&'a Arc<T>, usize)> {
     let lists: Vec<&[Arc<T>]> = lists.collect();
     let mut pos = vec![0usize; lists.len()];
     let total = lists.iter().map(|l| l.len()).sum();
