@@ -1,6 +1,6 @@
 //! The trench controller: the traffic-domain objects and Nodes → each Trench's status
 //! (its tables, its attractors' node addresses, its conduits' prefixes: what
-//! [`super::allocate`] hands out) and every object's `Ready` condition, with Events on
+//! [`super::allocate()`] hands out) and every object's `Ready` condition, with Events on
 //! the transitions that matter. The routing job compiles the trenches into
 //! NodeNetworkConfigs from those statuses.
 //!
