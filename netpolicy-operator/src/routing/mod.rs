@@ -5,271 +5,25 @@
 
 pub(crate) mod controller;
 pub(crate) mod rollout;
+mod status;
 pub(crate) mod writes;
+
+use status::add_conflicts;
+pub(crate) use status::{PolicyFacts, new_conflicts, policy_status};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use netpolicy_core::{
-    merge::{Engine, NodeOutcome, Policy, Problem, Source, SourceKind, with_node_name},
+    merge::{Engine, NodeOutcome, Policy, Source, SourceKind, with_node_name},
     render::{RenderedSpec, SourceRef, SourcedSpec},
     selector::{Labels, Selector},
     spec::{AddressSpec, RouteSpec, RuleSpec},
 };
 
 use crate::{
-    api::{
-        CLUSTER_CONFIG_NAME, ClusterConfig, MAX_LISTED_CONFLICTS, NodeConfig,
-        NodeNetworkConfigSpec, PolicyConflict, PolicyStatus,
-        conditions::{self, policy},
-    },
-    k8s::{InputError, condition},
+    api::{CLUSTER_CONFIG_NAME, ClusterConfig, NodeConfig, NodeNetworkConfigSpec},
+    k8s::InputError,
 };
-
-/// What a render pass found about one policy (key: `Kind/name`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct PolicyFacts {
-    /// Nodes it selects.
-    pub(crate) matched: BTreeSet<String>,
-    /// Conflicts it is part of, sorted.
-    pub(crate) conflicts: Vec<PolicyConflict>,
-    /// Validation problems (`field: message`); any make the policy invalid.
-    pub(crate) problems: Vec<String>,
-    /// Selected nodes whose change waits for its rollout wave.
-    pub(crate) pending: BTreeSet<String>,
-    /// Selected nodes that rolled their current revision back (`node: why`): the
-    /// rollout is halted until the spec changes.
-    pub(crate) degraded: Vec<String>,
-    /// Selected nodes whose NodeNetworkConfig would exceed the size limit
-    /// (`node <name>: <bytes> bytes`): not written, the node keeps its last config.
-    pub(crate) too_large: Vec<String>,
-}
-
-/// Adds the conflicts of held nodes to the facts of every source they name.
-fn add_conflicts<'a>(
-    out: &mut BTreeMap<String, PolicyFacts>,
-    outcomes: impl IntoIterator<Item = (&'a str, &'a NodeOutcome)>,
-) {
-    for (node, outcome) in outcomes {
-        let NodeOutcome::Held(problems) = outcome else {
-            continue;
-        };
-        for problem in problems.iter() {
-            let Problem::Conflict(c) = problem else {
-                continue;
-            };
-            let sources: Vec<String> = c.sources.iter().map(ToString::to_string).collect();
-            for s in &sources {
-                out.entry(s.clone())
-                    .or_default()
-                    .conflicts
-                    .push(PolicyConflict {
-                        node: node.to_owned(),
-                        item: c.item.to_string(),
-                        sources: sources.clone(),
-                    });
-            }
-        }
-    }
-    for f in out.values_mut() {
-        f.conflicts.sort();
-        f.conflicts.dedup();
-    }
-}
-
-fn first_of(items: &[String], total: usize) -> String {
-    let mut m = items.iter().take(3).cloned().collect::<Vec<_>>().join("; ");
-    if total > 3 {
-        m.push_str(&format!("; and {} more", total - 3));
-    }
-    m
-}
-
-/// The status a policy should have, from its facts and how many of its nodes applied
-/// their current rendering. Pure; `lastTransitionTime` comes from `current` unless a
-/// condition flips, so a pass that found nothing new computes `current` again (and
-/// nothing is written).
-pub(crate) fn policy_status(
-    current: &PolicyStatus,
-    generation: Option<i64>,
-    facts: &PolicyFacts,
-    applied: usize,
-    now: &Time,
-) -> PolicyStatus {
-    let n = facts.matched.len();
-    let conflict_text: Vec<String> = facts
-        .conflicts
-        .iter()
-        .map(|c| {
-            format!(
-                "node {}: {} is defined differently by {}",
-                c.node,
-                c.item,
-                c.sources.join(" and ")
-            )
-        })
-        .collect();
-    let (ready, reason, message) = if !facts.problems.is_empty() {
-        (
-            false,
-            policy::INVALID,
-            format!(
-                "the spec does not validate, so it changes no node: {}",
-                first_of(&facts.problems, facts.problems.len())
-            ),
-        )
-    } else if !facts.too_large.is_empty() {
-        (
-            false,
-            policy::TOO_LARGE,
-            format!(
-                "NodeNetworkConfigs too large to store, not written (those nodes keep their \
-                 last config): {}",
-                first_of(&facts.too_large, facts.too_large.len())
-            ),
-        )
-    } else if !facts.conflicts.is_empty() {
-        (
-            false,
-            policy::CONFLICT,
-            format!(
-                "conflicts on {} node(s), which keep their last good config",
-                facts
-                    .conflicts
-                    .iter()
-                    .map(|c| &c.node)
-                    .collect::<BTreeSet<_>>()
-                    .len()
-            ),
-        )
-    } else if applied < n {
-        (
-            false,
-            policy::APPLYING,
-            format!("applied on {applied} of {n} node(s)"),
-        )
-    } else if n == 0 {
-        (true, policy::APPLIED, "selects no node".into())
-    } else {
-        (true, policy::APPLIED, format!("applied on all {n} node(s)"))
-    };
-    let conflict = if facts.conflicts.is_empty() {
-        condition(
-            &current.conditions,
-            conditions::CONFLICT,
-            false,
-            policy::NO_CONFLICT,
-            "no conflict".into(),
-            generation,
-            now,
-        )
-    } else {
-        condition(
-            &current.conditions,
-            conditions::CONFLICT,
-            true,
-            policy::CONFLICT,
-            format!(
-                "{} conflict(s): {}",
-                facts.conflicts.len(),
-                first_of(&conflict_text, conflict_text.len())
-            ),
-            generation,
-            now,
-        )
-    };
-    let mut conditions = vec![
-        condition(
-            &current.conditions,
-            conditions::READY,
-            ready,
-            reason,
-            message,
-            generation,
-            now,
-        ),
-        conflict,
-    ];
-    // `Degraded`: a selected node rolled its revision back; absent until that happens.
-    let was_degraded = current
-        .conditions
-        .iter()
-        .any(|c| c.type_ == conditions::DEGRADED);
-    if !facts.degraded.is_empty() {
-        conditions.push(condition(
-            &current.conditions,
-            conditions::DEGRADED,
-            true,
-            conditions::degraded::ROLLOUT_HALTED,
-            format!(
-                "the rollout is halted until this spec changes: {}",
-                first_of(&facts.degraded, facts.degraded.len())
-            ),
-            generation,
-            now,
-        ));
-    } else if was_degraded {
-        conditions.push(condition(
-            &current.conditions,
-            conditions::DEGRADED,
-            false,
-            conditions::degraded::HEALTHY,
-            "no selected node reports Degraded".into(),
-            generation,
-            now,
-        ));
-    }
-    // `TooLarge`: absent until it happens, then kept (False) once it is over.
-    let was_too_large = current
-        .conditions
-        .iter()
-        .any(|c| c.type_ == conditions::TOO_LARGE);
-    if !facts.too_large.is_empty() {
-        conditions.push(condition(
-            &current.conditions,
-            conditions::TOO_LARGE,
-            true,
-            policy::TOO_LARGE,
-            first_of(&facts.too_large, facts.too_large.len()),
-            generation,
-            now,
-        ));
-    } else if was_too_large {
-        conditions.push(condition(
-            &current.conditions,
-            conditions::TOO_LARGE,
-            false,
-            policy::FITS,
-            "every selected node's NodeNetworkConfig fits".into(),
-            generation,
-            now,
-        ));
-    }
-    PolicyStatus {
-        observed_generation: generation,
-        matched_nodes: i64::try_from(n).unwrap_or(i64::MAX),
-        applied_nodes: i64::try_from(applied).unwrap_or(i64::MAX),
-        pending_nodes: i64::try_from(facts.pending.len()).unwrap_or(i64::MAX),
-        conditions,
-        conflicts: facts
-            .conflicts
-            .iter()
-            .take(MAX_LISTED_CONFLICTS)
-            .cloned()
-            .collect(),
-    }
-}
-
-/// Conflicts in `next` that `current` did not list: each becomes an Event.
-pub(crate) fn new_conflicts<'a>(
-    current: &PolicyStatus,
-    next: &'a PolicyStatus,
-) -> Vec<&'a PolicyConflict> {
-    next.conflicts
-        .iter()
-        .filter(|c| !current.conflicts.contains(c))
-        .collect()
-}
 
 /// A node's rendering with the items other jobs need on it ([`crate::k8s::JobItems`]: a
 /// Hetzner RoutedIP's address on its holder, return routing of a floating address),
@@ -966,6 +720,9 @@ fn fingerprint(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use crate::api::{PolicyConflict, PolicyStatus, conditions::policy};
 
     #[test]
     fn return_routing_joins_the_policies_and_yields_to_a_different_route_of_theirs() {
