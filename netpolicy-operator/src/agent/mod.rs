@@ -54,9 +54,11 @@ use netpolicy_core::{model::RoutingConfig, spec::RoutingSpec};
 use netpolicy_netlink::{Adapter, Namespace, Ownership};
 use tracing::{info, warn};
 
+mod probation;
 mod repair;
 mod status;
 
+use probation::*;
 pub(crate) use repair::*;
 pub(crate) use status::*;
 
@@ -64,7 +66,7 @@ use crate::error::{Chain, Error, Result};
 
 use crate::{
     api::{
-        NodeNetworkConfig, NodeNetworkConfigStatus,
+        NodeNetworkConfig,
         conditions::{self},
     },
     process::{LogFormat, client_from, init_logs, serve_probes, shutdown_signal},
@@ -191,11 +193,7 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
     let signal = shutdown_signal();
     tokio::pin!(signal);
     info!(node = %opts.node, "agent running");
-    // The node's object as last seen (watch events and our own status writes), and
-    // the (uid, generation) the last pass acted on.
-    let mut latest: Option<NodeNetworkConfig> = None;
-    let mut relisted: Option<NodeNetworkConfig> = None;
-    let mut acted: Option<(String, i64)> = None;
+    let mut watched = Watched::default();
     loop {
         // A pass started by the kernel's notifications does not probe known duplicate
         // addresses again; a new spec, a resync or a fight's look does.
@@ -209,26 +207,11 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
                         warn!(error = %e, "watch error (retrying)");
                         continue;
                     }
-                    Some(Ok(Event::Apply(o))) => latest = Some(o),
-                    Some(Ok(Event::Delete(_))) => {
-                        latest = None;
-                        continue;
+                    Some(Ok(ev)) => {
+                        if !watched.on_event(ev) {
+                            continue;
+                        }
                     }
-                    Some(Ok(Event::Init)) => {
-                        relisted = None;
-                        continue;
-                    }
-                    Some(Ok(Event::InitApply(o))) => {
-                        relisted = Some(o);
-                        continue;
-                    }
-                    Some(Ok(Event::InitDone)) => latest = relisted.take(),
-                }
-                // Only a new spec (or a new object) is worth a pass now: status-only
-                // changes, our own writes among them, wait for the resync.
-                let Some(o) = &latest else { continue };
-                if acted.as_ref() == Some(&generation_key(o)) {
-                    continue;
                 }
             }
             _ = tick.tick() => {}
@@ -238,7 +221,8 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
                     kernel = tokio::sync::mpsc::channel(1).1;
                     continue;
                 };
-                let hard: Vec<u32> = latest
+                let hard: Vec<u32> = watched
+                    .latest
                     .as_ref()
                     .map(|o| o.spec.rendered.table_hard_sync.clone())
                     .unwrap_or_default();
@@ -260,7 +244,7 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
                 from_kernel = true;
             }
             () = event_timer(ctx.repairs.next_check()) => {
-                if latest.is_none() {
+                if watched.latest.is_none() {
                     // No NodeNetworkConfig: nothing to fight over any more.
                     ctx.repairs = Repairs::default();
                     continue;
@@ -269,14 +253,14 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
                 ctx.repairs.look_again(Instant::now());
             }
             () = event_timer(ctx.repairs.next_event()) => {
-                match &latest {
+                match &watched.latest {
                     Some(o) => ctx.repairs.publish(&recorder, o).await,
                     None => ctx.repairs = Repairs::default(),
                 }
                 continue;
             }
         }
-        let Some(nnc) = latest.clone() else {
+        let Some(nnc) = watched.latest.clone() else {
             continue;
         };
         if !from_kernel && let Ok(mut a) = adapter.lock() {
@@ -286,9 +270,9 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
         ctx.from_kernel = from_kernel;
         let ok = match pass(&api, &nnc, &adapter, &mut ctx).await {
             Ok(written) => {
-                acted = Some(generation_key(&nnc));
+                watched.acted = Some(generation_key(&nnc));
                 if let Some(w) = written {
-                    latest = Some(w);
+                    watched.latest = Some(w);
                 }
                 true
             }
@@ -297,21 +281,14 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
                 false
             }
         };
-        shared
-            .metrics
-            .reconciled("agent", start.elapsed(), (!ok).then_some("transient"));
-        shared
-            .metrics
-            .agent_repaired(std::mem::take(&mut ctx.repaired));
-        if let Some(st) = latest.as_ref().and_then(|o| o.status.as_ref()) {
-            let reasons: Vec<&str> = st.item_errors.iter().map(|e| e.reason.as_str()).collect();
-            shared.metrics.agent_status(
-                &reasons,
-                ctx.repairs.fighting().len(),
-                st.not_probed.len(),
-            );
-        }
-        if let Some(o) = &latest {
+        record(
+            &shared,
+            &mut ctx,
+            watched.latest.as_ref(),
+            start.elapsed(),
+            ok,
+        );
+        if let Some(o) = &watched.latest {
             ctx.repairs.publish(&recorder, o).await;
         }
     }
@@ -324,6 +301,66 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
     }
     info!("agent stopped (the node keeps its configuration)");
     Ok(())
+}
+
+/// The node's NodeNetworkConfig as last seen (watch events and the agent's own status
+/// writes), and the (uid, generation) the last pass acted on.
+#[derive(Debug, Default)]
+struct Watched {
+    latest: Option<NodeNetworkConfig>,
+    /// A relist in progress.
+    relisted: Option<NodeNetworkConfig>,
+    acted: Option<(String, i64)>,
+}
+
+impl Watched {
+    /// Takes one watch event; whether it is worth a pass now. Only a new spec (or a new
+    /// object) is: status-only changes, the agent's own writes among them, wait for the
+    /// resync.
+    fn on_event(&mut self, ev: Event<NodeNetworkConfig>) -> bool {
+        match ev {
+            Event::Apply(o) => self.latest = Some(o),
+            Event::Delete(_) => {
+                self.latest = None;
+                return false;
+            }
+            Event::Init => {
+                self.relisted = None;
+                return false;
+            }
+            Event::InitApply(o) => {
+                self.relisted = Some(o);
+                return false;
+            }
+            Event::InitDone => self.latest = self.relisted.take(),
+        }
+        self.latest
+            .as_ref()
+            .is_some_and(|o| self.acted.as_ref() != Some(&generation_key(o)))
+    }
+}
+
+/// A pass's metrics: its duration and outcome, the repairs it made, and what the
+/// status it left says.
+fn record(
+    shared: &Shared,
+    ctx: &mut Ctx,
+    latest: Option<&NodeNetworkConfig>,
+    took: Duration,
+    ok: bool,
+) {
+    shared
+        .metrics
+        .reconciled("agent", took, (!ok).then_some("transient"));
+    shared
+        .metrics
+        .agent_repaired(std::mem::take(&mut ctx.repaired));
+    if let Some(st) = latest.and_then(|o| o.status.as_ref()) {
+        let reasons: Vec<&str> = st.item_errors.iter().map(|e| e.reason.as_str()).collect();
+        shared
+            .metrics
+            .agent_status(&reasons, ctx.repairs.fighting().len(), st.not_probed.len());
+    }
 }
 
 /// The kernel's notifications for `ns`, read on a thread of their own (a blocking
@@ -529,70 +566,6 @@ impl Ctx {
         self.mem.last_good = Some((revision.to_owned(), desired));
     }
 }
-
-/// The state file's content: the last revision that passed and its items.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct LastGood {
-    revision: String,
-    spec: RoutingSpec,
-}
-
-/// The last good config kept by an earlier run; nothing when there is no file yet, and
-/// nothing (with a warning) when it cannot be read or is not valid.
-fn load_last_good(path: &std::path::Path) -> Option<(String, RoutingConfig)> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(e) => {
-            warn!(path = %path.display(), error = %e, "cannot read the state file; ignoring it");
-            return None;
-        }
-    };
-    let parsed = serde_json::from_str::<LastGood>(&text)
-        .map_err(|e| e.to_string())
-        .and_then(|l| {
-            l.spec
-                .validate("spec")
-                .map(|c| (l.revision, c))
-                .map_err(|e| e.to_string())
-        });
-    match parsed {
-        Ok((revision, config)) => {
-            info!(revision, path = %path.display(), "last good config from the state file");
-            Some((revision, config))
-        }
-        Err(e) => {
-            warn!(path = %path.display(), error = %e, "invalid state file; ignoring it");
-            None
-        }
-    }
-}
-
-/// Writes the state file whole or not at all (a temporary file beside it, synced, then
-/// renamed over it).
-fn save_last_good(
-    path: &std::path::Path,
-    revision: &str,
-    spec: &RoutingSpec,
-) -> std::io::Result<()> {
-    use std::io::Write;
-    let body = serde_json::to_vec(&LastGood {
-        revision: revision.to_owned(),
-        spec: spec.clone(),
-    })
-    .map_err(std::io::Error::other)?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(&body)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
-}
-
-/// Seconds to wait for one probe or the API server.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One pass: apply the object, compute its status, write the status only if it
 /// changed. A revision the agent has not seen pass yet is on probation: its probes and
@@ -820,111 +793,6 @@ pub(crate) fn left_behind_lines(left: &netpolicy_core::render::RenderedSpec) -> 
     out
 }
 
-/// The failure the status records for `revision` (a restarted agent does not apply it
-/// again either).
-fn failure_in_status(status: &NodeNetworkConfigStatus, revision: &str) -> Option<Failure> {
-    if status.failed_revision.as_deref() != Some(revision) {
-        return None;
-    }
-    let c = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == conditions::DEGRADED && c.status == conditions::TRUE);
-    Some(Failure {
-        revision: revision.to_owned(),
-        reason: match c.map(|c| c.reason.as_str()) {
-            Some(conditions::degraded::API_SERVER_UNREACHABLE) => {
-                conditions::degraded::API_SERVER_UNREACHABLE
-            }
-            _ => conditions::degraded::PROBE_FAILED,
-        },
-        message: c.map(|c| c.message.clone()).unwrap_or_default(),
-    })
-}
-
-fn rollback_seconds(nnc: &NodeNetworkConfig) -> u32 {
-    nnc.spec
-        .rollback_seconds
-        .unwrap_or(netpolicy_core::rollout::DEFAULT_ROLLBACK_SECONDS)
-}
-
-/// Runs the probes (the API server first) until they all pass or `rollbackSeconds`
-/// run out. Returns how long it took, or the reason and the last failure.
-async fn probation(
-    ctx: &Ctx,
-    nnc: &NodeNetworkConfig,
-) -> std::result::Result<Duration, (&'static str, String)> {
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs(u64::from(rollback_seconds(nnc)));
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let failure = match probe_all(ctx, &nnc.spec.probes, left.min(PROBE_TIMEOUT)).await {
-            Ok(()) => return Ok(start.elapsed()),
-            Err(f) => f,
-        };
-        if Instant::now() >= deadline {
-            return Err(failure);
-        }
-        tokio::time::sleep(Duration::from_millis(500).min(left)).await;
-    }
-}
-
-/// Every probe once: each of the spec's in the programmed namespace, then the API
-/// server (the agent's own connection).
-async fn probe_all(
-    ctx: &Ctx,
-    probes: &[crate::api::ProbeSpec],
-    timeout: Duration,
-) -> std::result::Result<(), (&'static str, String)> {
-    use conditions::degraded::{API_SERVER_UNREACHABLE, PROBE_FAILED};
-    let timeout = timeout.max(Duration::from_millis(100));
-    for p in probes {
-        let ns = ctx.ns.clone();
-        let result = match (&p.ping, &p.tcp) {
-            (Some(ip), _) => match ip.parse::<std::net::IpAddr>() {
-                Ok(ip) => tokio::task::spawn_blocking(move || {
-                    netpolicy_netlink::probe::ping(&ns, ip, timeout)
-                })
-                .await
-                .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string()))),
-                Err(_) => Err(std::io::Error::other("not an IP address")),
-            },
-            (None, Some(hp)) => match tokio::net::lookup_host(hp.as_str()).await {
-                Ok(mut addrs) => match addrs.next() {
-                    Some(addr) => tokio::task::spawn_blocking(move || {
-                        netpolicy_netlink::probe::tcp(&ns, addr, timeout)
-                    })
-                    .await
-                    .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string()))),
-                    None => Err(std::io::Error::other("the name has no address")),
-                },
-                Err(e) => Err(e),
-            },
-            (None, None) => Ok(()),
-        };
-        if let Err(e) = result {
-            return Err((PROBE_FAILED, format!("probe {p} failed ({e})")));
-        }
-    }
-    // The API server last: a pass means it answered after every probe did.
-    match tokio::time::timeout(timeout, ctx.client.apiserver_version()).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => {
-            return Err((
-                API_SERVER_UNREACHABLE,
-                format!("the API server did not answer: {e}"),
-            ));
-        }
-        Err(_) => {
-            return Err((
-                API_SERVER_UNREACHABLE,
-                format!("the API server did not answer within {timeout:?}"),
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// Runs `f` on the adapter on a blocking thread (netlink calls block).
 async fn with_adapter<T: Send + 'static>(
     adapter: &Arc<Mutex<Adapter>>,
@@ -953,7 +821,7 @@ mod tests {
     use netpolicy_netlink::{Outcome, Report, monitor::Subject};
 
     use crate::api::{
-        ItemError,
+        ItemError, NodeNetworkConfigStatus,
         conditions::{item, reasons},
     };
 
