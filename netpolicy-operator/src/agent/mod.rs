@@ -166,19 +166,7 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
             instance: Some(opts.node.clone()),
         },
     );
-    let mut ctx = Ctx {
-        ns: ns.clone(),
-        repairs: Repairs::default(),
-        from_kernel: false,
-        repaired: 0,
-        not_probed: NotProbed::default(),
-        client,
-        mem: Memory {
-            last_good: opts.state_file.as_deref().and_then(load_last_good),
-            ..Memory::default()
-        },
-        state_file: opts.state_file.clone(),
-    };
+    let mut ctx = Ctx::new(&opts, &ns, client);
     // The agent's own DaemonSet, watched from the start: when the chart is uninstalled,
     // its RBAC and service account go in the same breath as the DaemonSet, so by the
     // time the stop signal arrives the agent may no longer be allowed to ask.
@@ -542,6 +530,23 @@ struct Ctx {
 }
 
 impl Ctx {
+    /// A new agent's context: its last good config read from `--state-file`.
+    fn new(opts: &AgentOptions, ns: &Namespace, client: kube::Client) -> Self {
+        Self {
+            ns: ns.clone(),
+            repairs: Repairs::default(),
+            from_kernel: false,
+            repaired: 0,
+            not_probed: NotProbed::default(),
+            client,
+            mem: Memory {
+                last_good: opts.state_file.as_deref().and_then(load_last_good),
+                ..Memory::default()
+            },
+            state_file: opts.state_file.clone(),
+        }
+    }
+
     /// Records `revision` as the last good config, also in the state file when there
     /// is one (a failure to write it is logged: the node is fine, only a restart would
     /// forget the revision).

@@ -451,70 +451,7 @@ pub(crate) fn compile(d: &Domain<'_>, alloc: &TrenchStatus) -> BTreeMap<String, 
             }
         }
         for (rank, f) in flows.iter().enumerate() {
-            let Some(stream) = streams.get(f.spec.stream.as_str()) else {
-                continue;
-            };
-            let Some((_, stable)) = my_streams
-                .iter()
-                .find(|(n, _)| *n == name_of(&stream.metadata))
-            else {
-                continue;
-            };
-            let priority = FLOW_RULE_FIRST + rank as u32;
-            let ports = |list: &[String]| -> Vec<Option<String>> {
-                let mut v: Vec<Option<String>> = list
-                    .iter()
-                    .filter_map(|p| parse_ports(p).ok())
-                    .filter_map(|r| match r {
-                        None => Some(None),
-                        Some(r) => rule_ports(r),
-                    })
-                    .collect();
-                if v.is_empty() || v.iter().any(Option::is_none) {
-                    v = vec![None];
-                }
-                v
-            };
-            let sports = ports(&f.spec.source_ports);
-            let dports = ports(&f.spec.destination_ports);
-            for vname in &f.spec.vips {
-                // Only VIPs this attractor serves reach its nodes.
-                if !a.spec.vips.contains(vname) {
-                    continue;
-                }
-                let Some(vip) = vips.get(vname.as_str()) else {
-                    continue;
-                };
-                let subnets: Vec<Option<IpNetwork>> = if f.spec.source_subnets.is_empty() {
-                    vec![None]
-                } else {
-                    f.spec
-                        .source_subnets
-                        .iter()
-                        .filter_map(|s| s.parse::<IpNetwork>().ok())
-                        .filter(|s| s.is_ipv4() == vip.is_ipv4())
-                        .map(|s| (s.prefix() != 0).then_some(s))
-                        .collect()
-                };
-                for p in &f.spec.protocols {
-                    for src in &subnets {
-                        for sp in &sports {
-                            for dp in &dports {
-                                rules.push(RuleSpec {
-                                    priority,
-                                    to: Some(vip.to_string()),
-                                    from: src.map(|s| s.to_string()),
-                                    ip_proto: Some(IntOrString(p.as_str().to_owned())),
-                                    sport: sp.clone().map(IntOrString),
-                                    dport: dp.clone().map(IntOrString),
-                                    table: Some(*stable),
-                                    ..Default::default()
-                                });
-                            }
-                        }
-                    }
-                }
-            }
+            flow_rules(a, f, rank, &vips, &streams, &my_streams, &mut rules);
         }
         for (node, addrs) in nodes {
             let spec = out.entry(node.clone()).or_default();
@@ -539,6 +476,84 @@ pub(crate) fn compile(d: &Domain<'_>, alloc: &TrenchStatus) -> BTreeMap<String, 
         }
     }
     out
+}
+
+/// The FIB rules of flow `f` (of rank `rank`) on attractor `a`'s nodes: one per VIP the
+/// attractor serves × protocol × source subnet × source ports × destination ports,
+/// looking up the table of the flow's stream (when the attractor carries it).
+fn flow_rules(
+    a: &Attractor,
+    f: &Flow,
+    rank: usize,
+    vips: &BTreeMap<&str, IpNetwork>,
+    streams: &BTreeMap<&str, &Stream>,
+    my_streams: &[(&str, u32)],
+    rules: &mut Vec<RuleSpec>,
+) {
+    let Some(stream) = streams.get(f.spec.stream.as_str()) else {
+        return;
+    };
+    let Some((_, stable)) = my_streams
+        .iter()
+        .find(|(n, _)| *n == name_of(&stream.metadata))
+    else {
+        return;
+    };
+    let priority = FLOW_RULE_FIRST + rank as u32;
+    let ports = |list: &[String]| -> Vec<Option<String>> {
+        let mut v: Vec<Option<String>> = list
+            .iter()
+            .filter_map(|p| parse_ports(p).ok())
+            .filter_map(|r| match r {
+                None => Some(None),
+                Some(r) => rule_ports(r),
+            })
+            .collect();
+        if v.is_empty() || v.iter().any(Option::is_none) {
+            v = vec![None];
+        }
+        v
+    };
+    let sports = ports(&f.spec.source_ports);
+    let dports = ports(&f.spec.destination_ports);
+    for vname in &f.spec.vips {
+        // Only VIPs this attractor serves reach its nodes.
+        if !a.spec.vips.contains(vname) {
+            continue;
+        }
+        let Some(vip) = vips.get(vname.as_str()) else {
+            continue;
+        };
+        let subnets: Vec<Option<IpNetwork>> = if f.spec.source_subnets.is_empty() {
+            vec![None]
+        } else {
+            f.spec
+                .source_subnets
+                .iter()
+                .filter_map(|s| s.parse::<IpNetwork>().ok())
+                .filter(|s| s.is_ipv4() == vip.is_ipv4())
+                .map(|s| (s.prefix() != 0).then_some(s))
+                .collect()
+        };
+        for p in &f.spec.protocols {
+            for src in &subnets {
+                for sp in &sports {
+                    for dp in &dports {
+                        rules.push(RuleSpec {
+                            priority,
+                            to: Some(vip.to_string()),
+                            from: src.map(|s| s.to_string()),
+                            ip_proto: Some(IntOrString(p.as_str().to_owned())),
+                            sport: sp.clone().map(IntOrString),
+                            dport: dp.clone().map(IntOrString),
+                            table: Some(*stable),
+                            ..Default::default()
+                        });
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The routing policies of every trench, one per (trench, node), from the trenches'
