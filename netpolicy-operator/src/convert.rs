@@ -685,6 +685,39 @@ fn route_reflector_config(
         "stepDelaySeconds".into(),
         json!(number("ROUTE_REFLECTOR_WAIT_TIMEOUT", 0.0, out) as u32),
     );
+    rr_datastore(env, at, namespace, &mut spec, out);
+    let known = [
+        "ROUTE_REFLECTOR_MIN",
+        "ROUTE_REFLECTOR_MAX",
+        "ROUTE_REFLECTOR_RATIO",
+        "ROUTE_REFLECTOR_CLUSTER_ID",
+        "ROUTE_REFLECTOR_ZONE_LABEL",
+        "ROUTE_REFLECTOR_NODE_LABEL",
+        "ROUTE_REFLECTOR_INCOMPATIBLE_NODE_LABELS",
+        "ROUTE_REFLECTOR_TOPOLOGY",
+        "ROUTE_REFLECTOR_WAIT_TIMEOUT",
+    ];
+    for k in env
+        .keys()
+        .filter(|k| k.starts_with("ROUTE_REFLECTOR_") && !known.contains(&k.as_str()))
+    {
+        out.notes
+            .push(format!("{at}: {k} has no netpolicy counterpart; dropped"));
+    }
+    json!({"apiVersion": OURS, "kind": "RouteReflectorConfig",
+           "metadata": {"name": "default"}, "spec": spec})
+}
+
+/// The seed's `DATASTORE_TYPE` (and its etcd and remote-cluster settings) as
+/// `spec.datastore`, with what must be done by hand in `out`.
+fn rr_datastore(
+    env: &BTreeMap<String, Option<String>>,
+    at: &str,
+    namespace: &str,
+    spec: &mut Map<String, Value>,
+    out: &mut Converted,
+) {
+    let get = |k: &str| env.get(k).cloned().flatten();
     match get("DATASTORE_TYPE").as_deref() {
         None | Some("incluster") => {}
         Some("kubernetes")
@@ -753,26 +786,6 @@ fn route_reflector_config(
             "{at}: DATASTORE_TYPE={t:?} is none of incluster, kubernetes, etcdv3"
         )),
     }
-    let known = [
-        "ROUTE_REFLECTOR_MIN",
-        "ROUTE_REFLECTOR_MAX",
-        "ROUTE_REFLECTOR_RATIO",
-        "ROUTE_REFLECTOR_CLUSTER_ID",
-        "ROUTE_REFLECTOR_ZONE_LABEL",
-        "ROUTE_REFLECTOR_NODE_LABEL",
-        "ROUTE_REFLECTOR_INCOMPATIBLE_NODE_LABELS",
-        "ROUTE_REFLECTOR_TOPOLOGY",
-        "ROUTE_REFLECTOR_WAIT_TIMEOUT",
-    ];
-    for k in env
-        .keys()
-        .filter(|k| k.starts_with("ROUTE_REFLECTOR_") && !known.contains(&k.as_str()))
-    {
-        out.notes
-            .push(format!("{at}: {k} has no netpolicy counterpart; dropped"));
-    }
-    json!({"apiVersion": OURS, "kind": "RouteReflectorConfig",
-           "metadata": {"name": "default"}, "spec": spec})
 }
 
 /// Annotations of a kube-fip object other than `known` (and kubectl's own): said, then
