@@ -389,6 +389,38 @@ pub const MAX_LISTED_REMOVALS: usize = 50;
 /// Condition types and reasons, as named constants (one place, typed: no status
 /// literals scattered through the code).
 pub mod conditions {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+    /// The condition of type `type_` in `conds`.
+    ///
+    /// ```
+    /// use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    /// use netpolicy_api::conditions::{self, READY};
+    ///
+    /// let conds = vec![Condition { type_: READY.into(), status: "True".into(), ..Default::default() }];
+    /// assert!(conditions::is_true(&conds, READY));
+    /// assert!(!conditions::is_false(&conds, READY));
+    /// assert!(conditions::find(&conds, conditions::CONFLICT).is_none());
+    /// ```
+    pub fn find<'a>(conds: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+        conds.iter().find(|c| c.type_ == type_)
+    }
+
+    /// Whether `conds` has condition `type_` with status `True`.
+    pub fn is_true(conds: &[Condition], type_: &str) -> bool {
+        find(conds, type_).is_some_and(|c| c.status == STATUS_TRUE)
+    }
+
+    /// Whether `conds` has condition `type_` with status `False` (absent is neither).
+    pub fn is_false(conds: &[Condition], type_: &str) -> bool {
+        find(conds, type_).is_some_and(|c| c.status == STATUS_FALSE)
+    }
+
+    /// A condition's `status` when it holds.
+    pub const STATUS_TRUE: &str = "True";
+    /// A condition's `status` when it does not hold.
+    pub const STATUS_FALSE: &str = "False";
+
     /// Condition type: the node holds its NodeNetworkConfig's desired state.
     pub const APPLIED: &str = "Applied";
     /// Condition type of a policy: valid, conflict-free and applied on every node it

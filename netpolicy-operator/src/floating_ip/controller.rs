@@ -478,11 +478,13 @@ impl Writer {
             if current == *status {
                 continue;
             }
-            if let Some(ready) = status.conditions.first()
-                && ready.status == "False"
+            let ready_of = |st: &crate::api::FloatingIPStatus| {
+                crate::api::conditions::find(&st.conditions, crate::api::conditions::READY).cloned()
+            };
+            if let Some(ready) = ready_of(status)
+                && ready.status == crate::api::conditions::STATUS_FALSE
                 && ready.reason == crate::api::conditions::floating_ip::TAKEN
-                && current.conditions.first().map(|c| c.reason.as_str())
-                    != Some(ready.reason.as_str())
+                && ready_of(&current).map(|c| c.reason) != Some(ready.reason.clone())
             {
                 self.event(
                     cur.as_ref(),
@@ -502,7 +504,7 @@ impl Writer {
                     != Some((c.status.as_str(), c.reason.as_str()))
                     && c.reason != crate::api::conditions::floating_ip::PENDING
                 {
-                    let type_ = if c.status == "True" {
+                    let type_ = if c.status == crate::api::conditions::STATUS_TRUE {
                         EventType::Normal
                     } else {
                         EventType::Warning
@@ -545,9 +547,10 @@ impl Writer {
                 continue;
             }
             let became_full = |st: &crate::api::FloatingIPRangeStatus| {
-                st.conditions.iter().any(|c| {
-                    c.type_ == crate::api::conditions::floating_ip::EXHAUSTED && c.status == "True"
-                })
+                crate::api::conditions::is_true(
+                    &st.conditions,
+                    crate::api::conditions::floating_ip::EXHAUSTED,
+                )
             };
             if let Some(c) = outside(status)
                 && outside(&current).is_none()
@@ -997,9 +1000,8 @@ impl Writer {
 fn outside(
     st: &crate::api::FloatingIPRangeStatus,
 ) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    st.conditions
-        .iter()
-        .find(|c| c.type_ == crate::api::conditions::floating_ip::OUTSIDE && c.status == "True")
+    crate::api::conditions::find(&st.conditions, crate::api::conditions::floating_ip::OUTSIDE)
+        .filter(|c| c.status == crate::api::conditions::STATUS_TRUE)
 }
 
 /// The `data` keys field manager [`FIELD_MANAGER`] owns in a ConfigMap.

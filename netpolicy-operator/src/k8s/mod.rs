@@ -114,7 +114,9 @@ impl NodeFacts {
         Self {
             name: node.metadata.name.clone().unwrap_or_default(),
             labels: node.metadata.labels.clone().unwrap_or_default(),
-            ready: condition.map_or(assume_ready, |c| c.status == "True"),
+            ready: condition.map_or(assume_ready, |c| {
+                c.status == crate::api::conditions::STATUS_TRUE
+            }),
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
             taints: spec.and_then(|s| s.taints.clone()).unwrap_or_default(),
             provider_id: spec.and_then(|s| s.provider_id.clone()),
@@ -178,7 +180,11 @@ pub(crate) fn condition(
     generation: Option<i64>,
     now: &Time,
 ) -> Condition {
-    let status = if ok { "True" } else { "False" };
+    let status = if ok {
+        crate::api::conditions::STATUS_TRUE
+    } else {
+        crate::api::conditions::STATUS_FALSE
+    };
     let last_transition_time = current
         .iter()
         .find(|c| c.type_ == type_ && c.status == status)

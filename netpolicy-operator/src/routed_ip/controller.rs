@@ -707,7 +707,7 @@ impl Context {
         .cloned();
         let ready = cur.conditions.iter().any(|c| {
             c.type_ == conditions::READY
-                && c.status == "True"
+                && c.status == conditions::STATUS_TRUE
                 && c.observed_generation == rip.metadata.generation
         });
         let settled = cur.address.is_some()

@@ -472,19 +472,11 @@ impl StatusWriter {
             }
         }
         // The rollout halted (a node it selects rolled back): one Event per halt.
-        let halted = |st: &PolicyStatus| {
-            st.conditions
-                .iter()
-                .find(|c| c.type_ == crate::api::conditions::DEGRADED && c.status == "True")
-                .map(|c| c.message.clone())
-        };
+        let halted =
+            |st: &PolicyStatus| true_message(&st.conditions, crate::api::conditions::DEGRADED);
         // Too large to store (a node it selects): one Event per change of the list.
-        let too_large = |st: &PolicyStatus| {
-            st.conditions
-                .iter()
-                .find(|c| c.type_ == crate::api::conditions::TOO_LARGE && c.status == "True")
-                .map(|c| c.message.clone())
-        };
+        let too_large =
+            |st: &PolicyStatus| true_message(&st.conditions, crate::api::conditions::TOO_LARGE);
         if let Some(message) = too_large(&next)
             && too_large(current).as_ref() != Some(&message)
         {
@@ -754,6 +746,16 @@ impl RoutingJob {
             None => Ok(changed),
         }
     }
+}
+
+/// The message of condition `type_` while it is True.
+fn true_message(
+    conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    type_: &str,
+) -> Option<String> {
+    crate::api::conditions::find(conds, type_)
+        .filter(|c| c.status == crate::api::conditions::STATUS_TRUE)
+        .map(|c| c.message.clone())
 }
 
 /// Logs a policy's problems (once per change of the policy, and on full passes).

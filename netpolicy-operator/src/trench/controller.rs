@@ -454,11 +454,8 @@ impl TrenchJob {
         if next == current {
             return Ok(0);
         }
-        let was_ok = current
-            .conditions
-            .iter()
-            .find(|c| c.type_ == READY)
-            .map(|c| c.status == "True");
+        let was_ok = crate::api::conditions::find(&current.conditions, READY)
+            .map(|c| c.status == crate::api::conditions::STATUS_TRUE);
         if was_ok != Some(ok) {
             self.event(t, ok, if ok { events::COMPILED } else { why }, message)
                 .await;
@@ -699,11 +696,12 @@ impl TrenchJob {
         if next == current {
             return Ok(0);
         }
-        let was = current
-            .conditions
-            .iter()
-            .find(|c| c.type_ == READY)
-            .map(|c| (c.status == "True", c.reason.clone()));
+        let was = crate::api::conditions::find(&current.conditions, READY).map(|c| {
+            (
+                c.status == crate::api::conditions::STATUS_TRUE,
+                c.reason.clone(),
+            )
+        });
         if was.as_ref().map(|(s, r)| (*s, r.as_str())) != Some((ok, why)) {
             self.event(o, ok || why == reason::NOT_PROGRAMMABLE, why, message)
                 .await;
