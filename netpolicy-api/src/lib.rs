@@ -397,10 +397,15 @@ pub mod conditions {
     /// use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     /// use netpolicy_api::conditions::{self, READY};
     ///
-    /// let conds = vec![Condition { type_: READY.into(), status: "True".into(), ..Default::default() }];
+    /// let ready: Condition = serde_json::from_value(serde_json::json!({
+    ///     "type": READY, "status": "True", "reason": "Applied", "message": "",
+    ///     "lastTransitionTime": "2026-11-27T00:00:00Z",
+    /// }))?;
+    /// let conds = vec![ready];
     /// assert!(conditions::is_true(&conds, READY));
     /// assert!(!conditions::is_false(&conds, READY));
     /// assert!(conditions::find(&conds, conditions::CONFLICT).is_none());
+    /// # Ok::<(), serde_json::Error>(())
     /// ```
     pub fn find<'a>(conds: &'a [Condition], type_: &str) -> Option<&'a Condition> {
         conds.iter().find(|c| c.type_ == type_)
