@@ -135,6 +135,8 @@ fn duration_histogram() -> Histogram {
     Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0])
 }
 
+// `default` is long because it registers every metric with its help text, one after
+// the other: the list of what `/metrics` serves, in one place.
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("netpolicy");

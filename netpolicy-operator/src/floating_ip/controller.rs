@@ -348,7 +348,34 @@ impl Writer {
             trace_ipam(&p);
         }
         let s = &self.stores;
-        // 1. FloatingIPs auto-allocation wants.
+        writes += self.create_fips(&p).await?;
+        let (claimed, just_claimed) = self.create_claims(&p).await?;
+        writes += claimed;
+        writes += self.release(&p).await?;
+        writes += self.fip_statuses(&p, &just_claimed).await?;
+        let range_api = Api::<FloatingIPRange>::all(self.client.clone());
+        // Range finalizers coming, before the status: the merge patch names the cached
+        // resourceVersion, which a status write of this pass would make stale (a 409,
+        // and the finalizer left for a later pass).
+        writes += self
+            .range_finalizers(&range_api, &s.ranges, &p.range_finalizers, true)
+            .await?;
+        writes += self.range_statuses(&p, &range_api).await?;
+        // 5. Range finalizers going (after the status: the range may go with them).
+        writes += self
+            .range_finalizers(&range_api, &s.ranges, &p.range_finalizers, false)
+            .await?;
+        // 6. kube-vip in guest clusters.
+        self.publish_guests(&p.guests).await;
+        if writes > 0 {
+            debug!(writes, "floating IPs: pass wrote");
+        }
+        Ok(())
+    }
+
+    /// FloatingIPs auto-allocation wants; how many were created.
+    async fn create_fips(&self, p: &Pass) -> Result<usize, kube::Error> {
+        let mut writes = 0;
         for f in &p.create_fips {
             let ns = f.metadata.namespace.clone().unwrap_or_default();
             match Api::<FloatingIP>::namespaced(self.client.clone(), &ns)
@@ -372,7 +399,13 @@ impl Writer {
                 Err(e) => return Err(e),
             }
         }
-        // 2. New claims: the API server decides who gets an address.
+        Ok(writes)
+    }
+
+    /// New claims: the API server decides who gets an address. How many were created, and the FloatingIPs that just got one.
+    async fn create_claims(&self, p: &Pass) -> Result<(usize, BTreeSet<String>), kube::Error> {
+        let mut writes = 0;
+        let s = &self.stores;
         let claim_api = Api::<FloatingIPClaim>::all(self.client.clone());
         let jobs: Vec<(FloatingIPClaim, Option<Arc<FloatingIP>>)> = p
             .create_claims
@@ -428,7 +461,14 @@ impl Writer {
             self.shared.metrics.floating_ip_allocated(&range, waited);
             debug!(range, address, "address claimed");
         }
-        // 3. Releases.
+        Ok((writes, just_claimed))
+    }
+
+    /// Releases (a claim whose owner the API server still has is kept: the cache is behind); how many.
+    async fn release(&self, p: &Pass) -> Result<usize, kube::Error> {
+        let mut writes = 0;
+        let s = &self.stores;
+        let claim_api = Api::<FloatingIPClaim>::all(self.client.clone());
         for r in &p.releases {
             if let Some(owner) = &r.owner_gone
                 && self.owner_lives(owner).await?
@@ -466,7 +506,17 @@ impl Writer {
                 Err(e) => return Err(e),
             }
         }
-        // 4. Statuses that differ.
+        Ok(writes)
+    }
+
+    /// FloatingIP statuses that differ, with their Events; how many were written.
+    async fn fip_statuses(
+        &self,
+        p: &Pass,
+        just_claimed: &BTreeSet<String>,
+    ) -> Result<usize, kube::Error> {
+        let mut writes = 0;
+        let s = &self.stores;
         for (ns, name, status) in &p.fip_status {
             if just_claimed.contains(&format!("{ns}/{name}")) {
                 continue;
@@ -520,13 +570,17 @@ impl Writer {
                     .is_some(),
             );
         }
-        let range_api = Api::<FloatingIPRange>::all(self.client.clone());
-        // Range finalizers coming, before the status: the merge patch names the cached
-        // resourceVersion, which a status write of this pass would make stale (a 409,
-        // and the finalizer left for a later pass).
-        writes += self
-            .range_finalizers(&range_api, &s.ranges, &p.range_finalizers, true)
-            .await?;
+        Ok(writes)
+    }
+
+    /// Range statuses that differ (and the ranges' metrics), with their Events; how many were written.
+    async fn range_statuses(
+        &self,
+        p: &Pass,
+        range_api: &Api<FloatingIPRange>,
+    ) -> Result<usize, kube::Error> {
+        let mut writes = 0;
+        let s = &self.stores;
         for (name, status) in &p.range_status {
             let Some(cur) = get(&s.ranges, None, name) else {
                 continue;
@@ -573,21 +627,12 @@ impl Writer {
                 .await;
             }
             writes += usize::from(
-                apply_status(&range_api, FIELD_MANAGER, name, status)
+                apply_status(range_api, FIELD_MANAGER, name, status)
                     .await?
                     .is_some(),
             );
         }
-        // 5. Range finalizers going (after the status: the range may go with them).
-        writes += self
-            .range_finalizers(&range_api, &s.ranges, &p.range_finalizers, false)
-            .await?;
-        // 6. kube-vip in guest clusters.
-        self.publish_guests(&p.guests).await;
-        if writes > 0 {
-            debug!(writes, "floating IPs: pass wrote");
-        }
-        Ok(())
+        Ok(writes)
     }
 
     /// Adds (`adding`) or removes the range finalizers `list` asks for; how many were

@@ -305,6 +305,8 @@ fn bfd_fields(bfd: Option<&crate::api::BfdSpec>, default_on: bool) -> (bool, Vec
 /// The trench's configuration ConfigMap's `data`: the seven keys, in Meridio's schema
 /// and yaml.v2's bytes; children sorted by name. Skipped as Meridio's writer skips
 /// them: Streams without a conduit, Flows without a stream.
+// Long because it is Meridio's schema written out key by key in yaml.v2's byte order:
+// split, the order the bytes must come in would be spread over several functions.
 pub(crate) fn config_map_data(d: &Domain<'_>) -> BTreeMap<String, String> {
     let t = d.name.clone();
     let mut data = BTreeMap::new();
@@ -808,6 +810,9 @@ fn trench_objects(
     out
 }
 
+// Long because it is the attractor's Meridio manifests (its frontend StatefulSet, its
+// VLAN and NSE objects) as JSON literals, the shape Meridio's operator writes: read
+// side by side with Meridio's templates, one literal per object.
 fn attractor_objects(
     a: &Attractor,
     d: &Domain<'_>,

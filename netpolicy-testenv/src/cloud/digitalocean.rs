@@ -26,6 +26,8 @@ fn json_status(status: StatusCode, v: Value) -> Response {
 ///
 /// # Panics
 /// When the state lock is poisoned.
+// Long because it is the route table of DigitalOcean's documented API that the tests use,
+// one match arm per method and path, each answering in the documented shape.
 pub async fn api(
     State(s): State<Shared>,
     method: Method,

@@ -43,6 +43,8 @@ fn running(c: &mut Cloud, command: &str) -> Value {
 ///
 /// # Panics
 /// When the state lock is poisoned.
+// Long because it is the route table of Hetzner's documented API that the tests use, one
+// match arm per method and path, each answering in the documented shape.
 pub async fn api(
     State(s): State<Shared>,
     method: Method,
