@@ -57,7 +57,7 @@ use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::{
-        events::{Event, EventType},
+        events::EventType,
         reflector::{ObjectRef, Store},
     },
 };
@@ -492,13 +492,15 @@ impl Writer {
                     self.shared.metrics.floating_ip_released(&r.range);
                     info!(range = r.range, address = r.address, "released: {}", r.why);
                     if let Some(range) = get(&s.ranges, None, &r.range) {
-                        self.event(
-                            range.as_ref(),
-                            EventType::Normal,
-                            events::RELEASED,
-                            format!("{} released: {}", r.address, r.why),
-                        )
-                        .await;
+                        self.recorder
+                            .tell(
+                                range.as_ref(),
+                                EventType::Normal,
+                                "Allocate",
+                                events::RELEASED,
+                                format!("{} released: {}", r.address, r.why),
+                            )
+                            .await;
                     }
                 }
                 // Gone already, or another object of that name now (409).
@@ -536,13 +538,15 @@ impl Writer {
                 && ready.reason == crate::api::conditions::floating_ip::TAKEN
                 && ready_of(&current).map(|c| c.reason) != Some(ready.reason.clone())
             {
-                self.event(
-                    cur.as_ref(),
-                    EventType::Warning,
-                    events::TAKEN,
-                    ready.message.clone(),
-                )
-                .await;
+                self.recorder
+                    .tell(
+                        cur.as_ref(),
+                        EventType::Warning,
+                        "Allocate",
+                        events::TAKEN,
+                        ready.message.clone(),
+                    )
+                    .await;
             }
             // A guest's condition that turns (or changes its reason): an Event.
             for c in status.conditions.iter().filter(|c| {
@@ -559,7 +563,14 @@ impl Writer {
                     } else {
                         EventType::Warning
                     };
-                    self.event(cur.as_ref(), type_, &c.reason, c.message.clone())
+                    self.recorder
+                        .tell(
+                            cur.as_ref(),
+                            type_,
+                            "Allocate",
+                            &c.reason,
+                            c.message.clone(),
+                        )
                         .await;
                 }
             }
@@ -609,22 +620,26 @@ impl Writer {
             if let Some(c) = outside(status)
                 && outside(&current).is_none()
             {
-                self.event(
-                    cur.as_ref(),
-                    EventType::Warning,
-                    events::ALLOCATIONS_OUTSIDE,
-                    c.message.clone(),
-                )
-                .await;
+                self.recorder
+                    .tell(
+                        cur.as_ref(),
+                        EventType::Warning,
+                        "Allocate",
+                        events::ALLOCATIONS_OUTSIDE,
+                        c.message.clone(),
+                    )
+                    .await;
             }
             if became_full(status) && !became_full(&current) {
-                self.event(
-                    cur.as_ref(),
-                    EventType::Warning,
-                    events::EXHAUSTED,
-                    "every address is allocated; new FloatingIPs wait".into(),
-                )
-                .await;
+                self.recorder
+                    .tell(
+                        cur.as_ref(),
+                        EventType::Warning,
+                        "Allocate",
+                        events::EXHAUSTED,
+                        "every address is allocated; new FloatingIPs wait".into(),
+                    )
+                    .await;
             }
             writes += usize::from(
                 apply_status(range_api, FIELD_MANAGER, name, status)
@@ -748,7 +763,9 @@ impl Writer {
                             }
                         });
                         if publishes_here {
-                            self.event(r.as_ref(), type_, reason, note.clone()).await;
+                            self.recorder
+                                .tell(r.as_ref(), type_, "Allocate", reason, note.clone())
+                                .await;
                         }
                     }
                 }
@@ -1004,25 +1021,6 @@ impl Writer {
             .retain(|c, _| wanted_clusters.contains(c.as_str()));
         if changed {
             self.wake.changed("Guest", ObjectKey::cluster(""));
-        }
-    }
-
-    async fn event<K: Resource<DynamicType = ()>>(
-        &self,
-        obj: &K,
-        type_: EventType,
-        reason: &str,
-        note: String,
-    ) {
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Allocate".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
-            warn!(error = %e, "could not record an Event");
         }
     }
 

@@ -40,6 +40,20 @@ struct Key {
     ),
 }
 
+/// An Event as data: what a job's pure `events(before, after)` returns and
+/// [`Recorder::tell_all`] publishes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Told {
+    /// A Warning (else Normal).
+    pub(crate) warning: bool,
+    /// What the job did (`Render`, `Rollout`).
+    pub(crate) action: &'static str,
+    /// Why (a reason of `netpolicy_api::conditions::events`).
+    pub(crate) reason: String,
+    /// For a person.
+    pub(crate) note: String,
+}
+
 /// Publishes Events as kube-runtime's `Recorder` does, with the note in the series key.
 #[derive(Clone)]
 pub(crate) struct Recorder {
@@ -49,6 +63,45 @@ pub(crate) struct Recorder {
 }
 
 impl Recorder {
+    /// Publishes an Event of `type_` on `obj` (what the job did: `action`; why:
+    /// `reason`; `note` for a person). Best effort: an Event the API server refuses is
+    /// logged, never a failure of the pass that had something to say.
+    pub(crate) async fn tell<K: kube::Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        type_: EventType,
+        action: &str,
+        reason: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.publish(&event, &obj.object_ref(&())).await {
+            tracing::warn!(error = %e, reason, "could not record an Event");
+        }
+    }
+
+    /// Publishes every Event of `told` on `obj` (best effort, as [`Recorder::tell`]).
+    pub(crate) async fn tell_all<K: kube::Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        told: Vec<Told>,
+    ) {
+        for t in told {
+            let type_ = if t.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            };
+            self.tell(obj, type_, t.action, &t.reason, t.note).await;
+        }
+    }
+
     /// How long an Event may still grow a series (kube-runtime's and client-go's 6 min).
     pub(crate) const TTL: SignedDuration = SignedDuration::from_mins(6);
 

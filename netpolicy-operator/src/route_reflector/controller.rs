@@ -47,10 +47,10 @@ use std::{
 
 use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time};
 use kube::{
-    Api, Client, Resource, ResourceExt,
+    Api, Client, ResourceExt,
     api::{DeleteParams, DynamicObject, Patch, PatchParams},
     runtime::{
-        events::{Event, EventType},
+        events::EventType,
         reflector::{ObjectRef, Store},
     },
 };
@@ -1070,21 +1070,13 @@ impl RouteReflectors {
 
     /// An Event on the RouteReflectorConfig `default`.
     async fn event(&self, type_: EventType, reason: &str, note: String) {
-        let Some(rrc) = self
+        if let Some(rrc) = self
             .configs
             .get(&ObjectRef::new(ROUTE_REFLECTOR_CONFIG_NAME))
-        else {
-            return;
-        };
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Reflect".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &rrc.object_ref(&())).await {
-            warn!(error = %e, "could not record a route-reflector Event");
+        {
+            self.recorder
+                .tell(rrc.as_ref(), type_, "Reflect", reason, note)
+                .await;
         }
     }
 

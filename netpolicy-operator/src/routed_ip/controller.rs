@@ -558,7 +558,8 @@ impl Context {
             lock(&self.last_error).insert(name.clone(), message.clone()) != Some(message.clone());
         if changed {
             warn!(routed_ip = %name, error = %message, "routed IP: retrying in {delay:?}");
-            self.event(rip, EventType::Warning, reason, message.clone())
+            self.recorder
+                .tell(rip, EventType::Warning, "Failover", reason, message.clone())
                 .await;
         }
         // The latest status (the reconcile may have written since `rip` was read).
@@ -588,17 +589,19 @@ impl Context {
     async fn cleanup(&self, rip: &RoutedIP) -> Result<Next, Failed> {
         let name = rip.name_any();
         let Some(issuer) = self.issuers.get(&ObjectRef::new(&rip.spec.issuer_ref.name)) else {
-            self.event(
-                rip,
-                EventType::Warning,
-                rc::ISSUER_UNAVAILABLE,
-                format!(
-                    "issuer {} is gone: the IP {:?} is left at the provider as it is",
-                    rip.spec.issuer_ref.name,
-                    rip.status.as_ref().and_then(|s| s.address.clone())
-                ),
-            )
-            .await;
+            self.recorder
+                .tell(
+                    rip,
+                    EventType::Warning,
+                    "Failover",
+                    rc::ISSUER_UNAVAILABLE,
+                    format!(
+                        "issuer {} is gone: the IP {:?} is left at the provider as it is",
+                        rip.spec.issuer_ref.name,
+                        rip.status.as_ref().and_then(|s| s.address.clone())
+                    ),
+                )
+                .await;
             return Ok(Next::Resync);
         };
         let provider = self.provider(&issuer).await?;
@@ -633,20 +636,22 @@ impl Context {
                 netpolicy_issuers::ReclaimPolicy::Retain => "unassign",
                 netpolicy_issuers::ReclaimPolicy::Delete => "release",
             };
-            self.event(
-                rip,
-                EventType::Warning,
-                rc::PROVIDER_ERROR,
-                format!(
-                    "deletion waits for issuer {} to {what} {:?} (retried with backoff): {e}. \
+            self.recorder
+                .tell(
+                    rip,
+                    EventType::Warning,
+                    "Failover",
+                    rc::PROVIDER_ERROR,
+                    format!(
+                        "deletion waits for issuer {} to {what} {:?} (retried with backoff): {e}. \
                      To let the RoutedIP go and leave the IP at the provider as it is: \
                      kubectl patch routedip {name} --type=json -p \
                      '[{{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}}]'",
-                    rip.spec.issuer_ref.name,
-                    address.as_deref().unwrap_or("its IP")
-                ),
-            )
-            .await;
+                        rip.spec.issuer_ref.name,
+                        address.as_deref().unwrap_or("its IP")
+                    ),
+                )
+                .await;
             return Err(e.into());
         }
         info!(routed_ip = %name, ?policy, ?address, "routed IP released");
@@ -833,7 +838,14 @@ impl Context {
                     observed.ip.address
                 );
                 info!(routed_ip = %name, "{note}");
-                self.event(rip, EventType::Normal, events::HOLDER_CORRECTED, note)
+                self.recorder
+                    .tell(
+                        rip,
+                        EventType::Normal,
+                        "Failover",
+                        events::HOLDER_CORRECTED,
+                        note,
+                    )
                     .await;
             }
             if holder.is_some() {
@@ -883,13 +895,15 @@ impl Context {
                 }
                 st.node = Some(node);
             }
-            self.event(
-                rip,
-                EventType::Normal,
-                events::FAILOVER_STEP,
-                format!("{} ({address})", step_name(step)),
-            )
-            .await;
+            self.recorder
+                .tell(
+                    rip,
+                    EventType::Normal,
+                    "Failover",
+                    events::FAILOVER_STEP,
+                    format!("{} ({address})", step_name(step)),
+                )
+                .await;
         }
         if steps.is_empty() {
             st.node.clone_from(&holder);
@@ -1047,19 +1061,6 @@ impl Context {
         apply_status(&api, FIELD_MANAGER, name, next)
             .await
             .map(|_| ())
-    }
-
-    async fn event(&self, rip: &RoutedIP, type_: EventType, reason: &str, note: String) {
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Failover".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &rip.object_ref(&())).await {
-            warn!(error = %e, "could not record an Event");
-        }
     }
 }
 

@@ -33,20 +33,17 @@ use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
-    runtime::{
-        events::{Event, EventType},
-        reflector::{ObjectRef, Store},
-    },
+    runtime::reflector::{ObjectRef, Store},
 };
 use tracing::{debug, info, warn};
 
 use super::rollout::NodeState;
-use super::{PolicyFacts, Routing, new_conflicts, policy_status};
+use super::{PolicyFacts, Routing, policy_status};
 use crate::k8s::traffic::TrafficStores;
 use crate::{
     api::{
         ClusterConfig, FloatingIP, FloatingIPRange, NodeConfig, NodeNetworkConfig, PolicyStatus,
-        RoutedIP, RoutedIPIssuer, conditions::events,
+        RoutedIP, RoutedIPIssuer,
     },
     k8s::{labels_fingerprint, spec_fingerprint},
     runtime::{Changes, Informers, InputKinds, Inputs, Job, JobError, Next, Setup},
@@ -393,10 +390,9 @@ impl StatusWriter {
                 if before.is_some_and(|b| b.contains(c)) {
                     continue;
                 }
-                let event = conflict_event(c);
-                if let Err(e) = self.recorder.publish(&event, &t.object_ref(&())).await {
-                    warn!(error = %e, trench = key, "could not record a conflict Event");
-                }
+                self.recorder
+                    .tell_all(t.as_ref(), vec![super::status::conflict_event(c)])
+                    .await;
             }
             now.insert(key, f.conflicts.clone());
         }
@@ -465,44 +461,9 @@ impl StatusWriter {
             return Ok(());
         }
         let name = obj.name_any();
-        for c in new_conflicts(current, &next) {
-            let event = conflict_event(c);
-            if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
-                warn!(error = %e, name, "could not record a conflict Event");
-            }
-        }
-        // The rollout halted (a node it selects rolled back): one Event per halt.
-        let halted =
-            |st: &PolicyStatus| true_message(&st.conditions, crate::api::conditions::DEGRADED);
-        // Too large to store (a node it selects): one Event per change of the list.
-        let too_large =
-            |st: &PolicyStatus| true_message(&st.conditions, crate::api::conditions::TOO_LARGE);
-        if let Some(message) = too_large(&next)
-            && too_large(current).as_ref() != Some(&message)
-        {
-            let event = Event {
-                type_: EventType::Warning,
-                reason: events::TOO_LARGE.into(),
-                note: Some(format!("NodeNetworkConfig not written: {message}")),
-                action: "Render".into(),
-                secondary: None,
-            };
-            if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
-                warn!(error = %e, name, "could not record a TooLarge Event");
-            }
-        }
-        if let (None, Some(message)) = (halted(current), halted(&next)) {
-            let event = Event {
-                type_: EventType::Warning,
-                reason: crate::api::conditions::degraded::ROLLOUT_HALTED.into(),
-                note: Some(message),
-                action: "Rollout".into(),
-                secondary: None,
-            };
-            if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
-                warn!(error = %e, name, "could not record a rollout Event");
-            }
-        }
+        self.recorder
+            .tell_all(obj, super::status::policy_events(current, &next))
+            .await;
         crate::k8s::apply_status(api, FIELD_MANAGER, &name, &next).await?;
         debug!(name, "policy status written");
         Ok(())
@@ -510,21 +471,6 @@ impl StatusWriter {
 }
 
 /// The Warning Event of a conflict, on each policy that takes part in it.
-fn conflict_event(c: &crate::api::PolicyConflict) -> Event {
-    Event {
-        type_: EventType::Warning,
-        reason: events::CONFLICT.into(),
-        note: Some(format!(
-            "node {}: {} is defined differently by {} (the node keeps its last good config)",
-            c.node,
-            c.item,
-            c.sources.join(" and ")
-        )),
-        action: "Render".into(),
-        secondary: None,
-    }
-}
-
 impl RoutingJob {
     /// Brings the changed objects (all of them on a full pass) into `routing` and the
     /// job items; returns the nodes whose NodeNetworkConfig may differ (with those that
@@ -746,16 +692,6 @@ impl RoutingJob {
             None => Ok(changed),
         }
     }
-}
-
-/// The message of condition `type_` while it is True.
-fn true_message(
-    conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
-    type_: &str,
-) -> Option<String> {
-    crate::api::conditions::find(conds, type_)
-        .filter(|c| c.status == crate::api::conditions::STATUS_TRUE)
-        .map(|c| c.message.clone())
 }
 
 /// Logs a policy's problems (once per change of the policy, and on full passes).

@@ -9,7 +9,7 @@ mod status;
 pub(crate) mod writes;
 
 use status::add_conflicts;
-pub(crate) use status::{PolicyFacts, new_conflicts, policy_status};
+pub(crate) use status::{PolicyFacts, policy_status};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -937,8 +937,8 @@ mod tests {
             "1 conflict(s): node n1: route 10.20.0.0/16 table 254 is defined differently by \
              NodeConfig/a and NodeConfig/b"
         );
-        assert_eq!(new_conflicts(&PolicyStatus::default(), &s).len(), 1);
-        assert!(new_conflicts(&s, &s).is_empty());
+        assert_eq!(status::new_conflicts(&PolicyStatus::default(), &s).len(), 1);
+        assert!(status::new_conflicts(&s, &s).is_empty());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::{
         MAX_LISTED_CONFLICTS, PolicyConflict, PolicyStatus,
         conditions::{self, policy},
     },
-    k8s::condition,
+    k8s::{condition, events::Told},
 };
 
 /// What a render pass found about one policy (key: `Kind/name`).
@@ -261,4 +261,100 @@ pub(crate) fn new_conflicts<'a>(
         .iter()
         .filter(|c| !current.conflicts.contains(c))
         .collect()
+}
+
+/// The Events a policy's status change calls for (all Warnings): each new conflict; the
+/// list of nodes too large to store when it changes; the rollout halting.
+pub(crate) fn policy_events(current: &PolicyStatus, next: &PolicyStatus) -> Vec<Told> {
+    let mut out: Vec<Told> = new_conflicts(current, next)
+        .into_iter()
+        .map(conflict_event)
+        .collect();
+    let true_message = |st: &PolicyStatus, type_: &str| {
+        conditions::find(&st.conditions, type_)
+            .filter(|c| c.status == conditions::STATUS_TRUE)
+            .map(|c| c.message.clone())
+    };
+    if let Some(message) = true_message(next, conditions::TOO_LARGE)
+        && true_message(current, conditions::TOO_LARGE).as_ref() != Some(&message)
+    {
+        out.push(Told {
+            warning: true,
+            action: "Render",
+            reason: conditions::events::TOO_LARGE.into(),
+            note: format!("NodeNetworkConfig not written: {message}"),
+        });
+    }
+    if let (None, Some(message)) = (
+        true_message(current, conditions::DEGRADED),
+        true_message(next, conditions::DEGRADED),
+    ) {
+        out.push(Told {
+            warning: true,
+            action: "Rollout",
+            reason: conditions::degraded::ROLLOUT_HALTED.into(),
+            note: message,
+        });
+    }
+    out
+}
+
+/// The Event of a conflict on a node.
+pub(crate) fn conflict_event(c: &PolicyConflict) -> Told {
+    Told {
+        warning: true,
+        action: "Render",
+        reason: conditions::events::CONFLICT.into(),
+        note: format!(
+            "node {}: {} is defined differently by {} (the node keeps its last good config)",
+            c.node,
+            c.item,
+            c.sources.join(" and ")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(conflicts: usize, degraded: bool) -> PolicyFacts {
+        PolicyFacts {
+            matched: ["n1".to_owned(), "n2".to_owned()].into(),
+            conflicts: (0..conflicts)
+                .map(|i| PolicyConflict {
+                    node: format!("n{i}"),
+                    item: "route 10.0.0.0/8".into(),
+                    sources: vec!["NodeConfig/a".into(), "NodeConfig/b".into()],
+                })
+                .collect(),
+            degraded: if degraded {
+                vec!["n2".into()]
+            } else {
+                Vec::new()
+            },
+            ..PolicyFacts::default()
+        }
+    }
+
+    #[test]
+    fn a_status_change_tells_new_conflicts_and_a_halt_once() {
+        let t = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let quiet = policy_status(&PolicyStatus::default(), Some(1), &facts(0, false), 2, &t);
+        assert!(policy_events(&PolicyStatus::default(), &quiet).is_empty());
+        let bad = policy_status(&quiet, Some(1), &facts(1, true), 1, &t);
+        let told = policy_events(&quiet, &bad);
+        let reasons: Vec<&str> = told.iter().map(|e| e.reason.as_str()).collect();
+        assert_eq!(
+            reasons,
+            [
+                conditions::events::CONFLICT,
+                conditions::degraded::ROLLOUT_HALTED
+            ]
+        );
+        assert!(told.iter().all(|e| e.warning));
+        // The same status again: nothing new to tell.
+        let again = policy_status(&bad, Some(1), &facts(1, true), 1, &t);
+        assert!(policy_events(&bad, &again).is_empty());
+    }
 }

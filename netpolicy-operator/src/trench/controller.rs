@@ -23,12 +23,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time};
 use kube::{
     Api, Client, Resource, ResourceExt,
-    runtime::{
-        events::{Event, EventType},
-        reflector::Store,
-    },
+    runtime::{events::EventType, reflector::Store},
 };
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use super::{Domain, Outcome};
 use crate::{
@@ -727,20 +724,12 @@ impl TrenchJob {
         why: &str,
         note: String,
     ) {
-        let event = Event {
-            type_: if normal {
-                EventType::Normal
-            } else {
-                EventType::Warning
-            },
-            reason: why.to_owned(),
-            note: Some(note),
-            action: "Compile".into(),
-            secondary: None,
+        let type_ = if normal {
+            EventType::Normal
+        } else {
+            EventType::Warning
         };
-        if let Err(e) = self.recorder.publish(&event, &o.object_ref(&())).await {
-            warn!(error = %e, "could not record a traffic-domain Event");
-        }
+        self.recorder.tell(o, type_, "Compile", why, note).await;
     }
 }
 
