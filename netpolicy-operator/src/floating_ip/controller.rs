@@ -530,50 +530,9 @@ impl Writer {
             if current == *status {
                 continue;
             }
-            let ready_of = |st: &crate::api::FloatingIPStatus| {
-                crate::api::conditions::find(&st.conditions, crate::api::conditions::READY).cloned()
-            };
-            if let Some(ready) = ready_of(status)
-                && ready.status == crate::api::conditions::STATUS_FALSE
-                && ready.reason == crate::api::conditions::floating_ip::TAKEN
-                && ready_of(&current).map(|c| c.reason) != Some(ready.reason.clone())
-            {
-                self.recorder
-                    .tell(
-                        cur.as_ref(),
-                        EventType::Warning,
-                        "Allocate",
-                        events::TAKEN,
-                        ready.message.clone(),
-                    )
-                    .await;
-            }
-            // A guest's condition that turns (or changes its reason): an Event.
-            for c in status.conditions.iter().filter(|c| {
-                c.type_ == crate::api::conditions::floating_ip::INSTALLED
-                    || c.type_ == crate::api::conditions::floating_ip::PUBLISHED
-            }) {
-                let before = current.conditions.iter().find(|b| b.type_ == c.type_);
-                if before.map(|b| (b.status.as_str(), b.reason.as_str()))
-                    != Some((c.status.as_str(), c.reason.as_str()))
-                    && c.reason != crate::api::conditions::floating_ip::PENDING
-                {
-                    let type_ = if c.status == crate::api::conditions::STATUS_TRUE {
-                        EventType::Normal
-                    } else {
-                        EventType::Warning
-                    };
-                    self.recorder
-                        .tell(
-                            cur.as_ref(),
-                            type_,
-                            "Allocate",
-                            &c.reason,
-                            c.message.clone(),
-                        )
-                        .await;
-                }
-            }
+            self.recorder
+                .tell_all(cur.as_ref(), super::fip_events(&current, status))
+                .await;
             let api = Api::<FloatingIP>::namespaced(self.client.clone(), ns);
             writes += usize::from(
                 apply_status(&api, FIELD_MANAGER, name, status)

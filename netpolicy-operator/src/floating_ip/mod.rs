@@ -26,6 +26,7 @@ use netpolicy_ipam::{
     space::AddressSpace,
 };
 
+use crate::k8s::events::Told;
 use crate::{
     api::{
         ClaimOwner, FloatingIP, FloatingIPClaim, FloatingIPRange, FloatingIPRangeStatus,
@@ -658,6 +659,47 @@ pub(crate) fn publishable(a: IpAddr) -> bool {
     }
 }
 
+/// The Events a FloatingIP's status change calls for: its address taken by another
+/// (a Warning, once per change of reason), and a guest's `Installed` or `Published`
+/// that turns or changes its reason (Normal when it holds; not while pending).
+pub(crate) fn fip_events(current: &FloatingIPStatus, next: &FloatingIPStatus) -> Vec<Told> {
+    use crate::api::conditions::{self, floating_ip as fc};
+    let mut out = Vec::new();
+    let ready =
+        |st: &FloatingIPStatus| conditions::find(&st.conditions, conditions::READY).cloned();
+    if let Some(r) = ready(next)
+        && r.status == conditions::STATUS_FALSE
+        && r.reason == fc::TAKEN
+        && ready(current).map(|c| c.reason) != Some(r.reason.clone())
+    {
+        out.push(Told {
+            warning: true,
+            action: "Allocate",
+            reason: conditions::events::TAKEN.into(),
+            note: r.message,
+        });
+    }
+    for c in next
+        .conditions
+        .iter()
+        .filter(|c| c.type_ == fc::INSTALLED || c.type_ == fc::PUBLISHED)
+    {
+        let before = conditions::find(&current.conditions, &c.type_);
+        if before.map(|b| (b.status.as_str(), b.reason.as_str()))
+            != Some((c.status.as_str(), c.reason.as_str()))
+            && c.reason != fc::PENDING
+        {
+            out.push(Told {
+                warning: c.status != conditions::STATUS_TRUE,
+                action: "Allocate",
+                reason: c.reason.clone(),
+                note: c.message.clone(),
+            });
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -919,5 +961,42 @@ mod tests {
         assert_eq!(status(&again, "a", "x"), f.status.as_ref().unwrap());
         assert_eq!(&again.range_status[0].1, r.status.as_ref().unwrap());
         assert!(again.range_finalizers.is_empty() && again.create_claims.is_empty());
+    }
+
+    #[test]
+    fn a_taken_address_and_a_guest_that_turns_are_told_once() {
+        let cond = |type_: &str, status: &str, reason: &str| {
+            serde_json::from_value::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>(
+                json!({"type": type_, "status": status, "reason": reason, "message": "m",
+                       "lastTransitionTime": "2026-11-27T00:00:00Z"}),
+            )
+            .unwrap()
+        };
+        let st = |conds: Vec<_>| FloatingIPStatus {
+            address: None,
+            conditions: conds,
+        };
+        let pending = st(vec![cond(conditions::READY, "False", fc::PENDING)]);
+        let taken = st(vec![cond(conditions::READY, "False", fc::TAKEN)]);
+        let told = fip_events(&pending, &taken);
+        assert_eq!(told.len(), 1);
+        assert_eq!(told[0].reason, conditions::events::TAKEN);
+        assert!(told[0].warning);
+        assert!(fip_events(&taken, &taken).is_empty(), "told once");
+        let publishing = st(vec![
+            cond(conditions::READY, "True", fc::ALLOCATED),
+            cond(fc::PUBLISHED, "False", fc::PENDING),
+        ]);
+        let published = st(vec![
+            cond(conditions::READY, "True", fc::ALLOCATED),
+            cond(fc::PUBLISHED, "True", fc::PUBLISHED_REASON),
+        ]);
+        assert!(
+            fip_events(&taken, &publishing).is_empty(),
+            "not while pending"
+        );
+        let told = fip_events(&publishing, &published);
+        assert_eq!(told.len(), 1);
+        assert!(!told[0].warning);
     }
 }
