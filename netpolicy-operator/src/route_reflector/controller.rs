@@ -1122,3 +1122,106 @@ impl RouteReflectors {
             .map(|_| ())
     }
 }
+
+/// The job's decisions without a cluster: the plan from what the datastore holds, the
+/// step a pass applies and the status it writes, then the settled status once the plan
+/// is applied. (The process tests, tests/route_reflectors*.rs, run them against a real
+/// API server, etcd and another cluster.)
+#[cfg(test)]
+mod tests {
+    use netpolicy_rr::{Current, NodeInfo};
+
+    use super::*;
+    use crate::api::{ReflectorsPer, RouteReflectorConfigSpec};
+
+    fn nodes() -> Vec<NodeInfo> {
+        ["a1", "a2", "a3", "b1", "b2", "b3"]
+            .iter()
+            .zip(0..)
+            .map(|(n, i)| NodeInfo::ready(n, &n[..1], i))
+            .collect()
+    }
+
+    fn facts<'a>(
+        cur: &'a RouteReflectorConfigStatus,
+        target: &Topology,
+        kind: netpolicy_rr::Kind,
+        now: &'a Time,
+    ) -> StatusFacts<'a> {
+        StatusFacts {
+            cur,
+            reflectors: u32::try_from(target.placement.reflectors().count()).unwrap_or(0),
+            ring: target.ring.clone(),
+            cluster_ids: cluster_ids(target, kind),
+            generation: Some(1),
+            now,
+        }
+    }
+
+    #[test]
+    fn a_pass_applies_the_first_step_then_settles_with_a_cluster_id_per_zone() {
+        let spec = RouteReflectorConfigSpec {
+            min: 1,
+            per: ReflectorsPer::Zone,
+            ..RouteReflectorConfigSpec::default()
+        };
+        let cfg = config(&spec).unwrap_or_else(|e| panic!("{e:?}"));
+        let nodes = nodes();
+        let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let empty = Current::default();
+        let target = topology(&nodes, &cfg, &empty).unwrap_or_else(|e| panic!("{e}"));
+        let steps = transition(&nodes, &empty, &target);
+        assert!(
+            !steps.is_empty(),
+            "a cluster without reflectors needs steps"
+        );
+        // The status while the first step is applied: not Ready, Progressing.
+        let cur = RouteReflectorConfigStatus::default();
+        let st = facts(&cur, &target, cfg.topology, &now).stepping(
+            steps[0].phase.as_str(),
+            0,
+            u32::try_from(steps.len()).unwrap_or(0),
+            steps.len(),
+            &now,
+        );
+        assert!(conditions::is_false(&st.conditions, conditions::READY));
+        assert!(conditions::is_true(&st.conditions, rc::PROGRESSING));
+        let t = st.transition.as_ref().map(|t| (t.step, t.of));
+        assert_eq!(t, Some((1, u32::try_from(steps.len()).unwrap_or(0))));
+        // Once the cluster holds the plan, no step is left and the status settles.
+        let applied = target.applied();
+        let again = topology(&nodes, &cfg, &applied).unwrap_or_else(|e| panic!("{e}"));
+        assert!(transition(&nodes, &applied, &again).is_empty());
+        let settled = facts(&st, &again, cfg.topology, &now).settled(&again.warnings, None);
+        assert!(conditions::is_true(&settled.conditions, conditions::READY));
+        assert!(conditions::is_false(&settled.conditions, rc::PROGRESSING));
+        assert!(settled.transition.is_none());
+        assert_eq!(settled.reflectors, Some(2));
+        // `simple`: one cluster ID per zone.
+        assert_eq!(
+            settled.cluster_ids.keys().collect::<Vec<_>>(),
+            ["a", "b"],
+            "{:?}",
+            settled.cluster_ids
+        );
+    }
+
+    #[test]
+    fn a_topology_with_warnings_is_not_ready_and_says_why() {
+        let spec = RouteReflectorConfigSpec {
+            min: 1,
+            ..RouteReflectorConfigSpec::default()
+        };
+        let cfg = config(&spec).unwrap_or_else(|e| panic!("{e:?}"));
+        let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let cur = RouteReflectorConfigStatus::default();
+        let target = topology(&[], &cfg, &Current::default()).unwrap_or_else(|e| panic!("{e}"));
+        let st = facts(&cur, &target, cfg.topology, &now).settled(
+            &["zone a has no eligible node".to_owned()],
+            Some(MESH_ON.into()),
+        );
+        let ready = conditions::find(&st.conditions, conditions::READY);
+        assert!(ready.is_some_and(|c| c.status == "False" && c.message.contains("zone a")));
+        assert!(conditions::is_true(&st.conditions, rc::NODE_TO_NODE_MESH));
+    }
+}
