@@ -51,6 +51,13 @@
 
 use std::collections::BTreeSet;
 
+#[cfg(any(
+    feature = "aws",
+    feature = "hetzner",
+    feature = "digitalocean",
+    feature = "memory"
+))]
+mod any;
 #[cfg(feature = "aws")]
 #[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
 pub mod aws;
@@ -65,6 +72,14 @@ mod http;
 #[cfg(feature = "memory")]
 #[cfg_attr(docsrs, doc(cfg(feature = "memory")))]
 pub mod memory;
+
+#[cfg(any(
+    feature = "aws",
+    feature = "hetzner",
+    feature = "digitalocean",
+    feature = "memory"
+))]
+pub use any::AnyIssuer;
 
 /// Percent-encodes a query value (RFC 3986 unreserved characters stay; SigV4 signs the
 /// query exactly in this form).

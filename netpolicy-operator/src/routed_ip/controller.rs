@@ -64,8 +64,9 @@ use kube::{
     },
 };
 use netpolicy_issuers::{
-    Candidate, Desired, Error as ProviderError, Issuer, Step, Tags, aws::AwsIssuer as AwsClient,
-    digitalocean::DigitalOceanIssuer, hetzner::HetznerIssuer, memory::MemoryIssuer, plan,
+    AnyIssuer, Candidate, Desired, Error as ProviderError, Issuer, Step, Tags,
+    aws::AwsIssuer as AwsClient, digitalocean::DigitalOceanIssuer, hetzner::HetznerIssuer,
+    memory::MemoryIssuer, plan,
 };
 use tracing::{debug, info, warn};
 
@@ -123,14 +124,6 @@ fn slice_fingerprint(s: &EndpointSlice) -> String {
 
 fn service_fingerprint(s: &Service) -> String {
     format!("{:?}", service_ports(s))
-}
-
-/// A provider client, whichever the issuer names.
-enum Provider {
-    Aws(AwsClient),
-    Hetzner(HetznerIssuer),
-    DigitalOcean(DigitalOceanIssuer),
-    Memory(Arc<MemoryIssuer>),
 }
 
 /// Why one RoutedIP could not be driven.
@@ -433,13 +426,7 @@ impl Context {
         let name = issuer.name_any();
         let cluster = self.cluster().await;
         let listed: Result<_, Failed> = match self.provider(issuer).await {
-            Ok(p) => match &*p {
-                Provider::Aws(i) => i.tagged_ips(cluster).await,
-                Provider::Hetzner(i) => i.tagged_ips(cluster).await,
-                Provider::DigitalOcean(i) => i.tagged_ips(cluster).await,
-                Provider::Memory(i) => i.tagged_ips(cluster).await,
-            }
-            .map_err(Failed::Provider),
+            Ok(p) => p.tagged_ips(cluster).await.map_err(Failed::Provider),
             Err(e) => Err(e),
         };
         if let Err(Failed::Provider(ProviderError::Unauthorized(_))) = &listed {
@@ -615,20 +602,8 @@ impl Context {
             ReclaimPolicy::Retain => netpolicy_issuers::ReclaimPolicy::Retain,
             ReclaimPolicy::Delete => netpolicy_issuers::ReclaimPolicy::Delete,
         };
-        let released = match &*provider {
-            Provider::Aws(i) => {
-                netpolicy_issuers::release(i, &tags, address.as_deref(), policy).await
-            }
-            Provider::Hetzner(i) => {
-                netpolicy_issuers::release(i, &tags, address.as_deref(), policy).await
-            }
-            Provider::DigitalOcean(i) => {
-                netpolicy_issuers::release(i, &tags, address.as_deref(), policy).await
-            }
-            Provider::Memory(i) => {
-                netpolicy_issuers::release(&**i, &tags, address.as_deref(), policy).await
-            }
-        };
+        let released =
+            netpolicy_issuers::release(&*provider, &tags, address.as_deref(), policy).await;
         if let Err(e) = released {
             // Say what the deletion waits for and how to let it go without the provider
             // (issue 40: a Retain delete stayed Terminating for good, silently).
@@ -737,12 +712,7 @@ impl Context {
             firewall: firewall.clone(),
             ports: ports.clone(),
         };
-        let (mut st, elected) = match &*provider {
-            Provider::Aws(i) => self.drive(i, &ctx).await,
-            Provider::Hetzner(i) => self.drive(i, &ctx).await,
-            Provider::DigitalOcean(i) => self.drive(i, &ctx).await,
-            Provider::Memory(i) => self.drive(&**i, &ctx).await,
-        }?;
+        let (mut st, elected) = self.drive(&*provider, &ctx).await?;
         lock(&self.checked).insert(name.clone(), Instant::now());
         st.firewall = firewall;
         st.ports = port_status(&ports);
@@ -941,7 +911,7 @@ impl Context {
     }
 
     /// The provider client of `issuer`, made (its token read) when the issuer changed.
-    async fn provider(&self, issuer: &RoutedIPIssuer) -> Result<Arc<Provider>, Failed> {
+    async fn provider(&self, issuer: &RoutedIPIssuer) -> Result<Arc<AnyIssuer>, Failed> {
         let name = issuer.name_any();
         if let Some((g, p)) = lock(&self.providers).get(&name)
             && *g == issuer.metadata.generation
@@ -963,23 +933,23 @@ impl Context {
             }
         };
         let provider = if let Some(a) = &issuer.spec.aws {
-            Provider::Aws(self.aws_client(a).await?.with_vpc(a.vpc_id.clone()))
+            AnyIssuer::Aws(self.aws_client(a).await?.with_vpc(a.vpc_id.clone()))
         } else if let Some(h) = &issuer.spec.hetzner {
             let t = token(&h.token_secret_ref, "spec.hetzner.tokenSecretRef").await?;
             let base = h
                 .endpoint
                 .clone()
                 .unwrap_or_else(|| "https://api.hetzner.cloud/v1".into());
-            Provider::Hetzner(HetznerIssuer::with_base_url(base, t, &h.location)?)
+            AnyIssuer::Hetzner(HetznerIssuer::with_base_url(base, t, &h.location)?)
         } else if let Some(d) = &issuer.spec.digitalocean {
             let t = token(&d.token_secret_ref, "spec.digitalocean.tokenSecretRef").await?;
             let base = d
                 .endpoint
                 .clone()
                 .unwrap_or_else(|| "https://api.digitalocean.com/v2".into());
-            Provider::DigitalOcean(DigitalOceanIssuer::with_base_url(base, t, &d.region)?)
+            AnyIssuer::DigitalOcean(DigitalOceanIssuer::with_base_url(base, t, &d.region)?)
         } else if issuer.spec.memory.is_some() {
-            Provider::Memory(Arc::clone(
+            AnyIssuer::Memory(Arc::clone(
                 lock(&self.memory)
                     .entry(name.clone())
                     .or_insert_with(|| Arc::new(MemoryIssuer::new())),
@@ -1065,7 +1035,7 @@ impl Context {
 }
 
 /// A provider client and the issuer generation it was made for.
-type Made = (Option<i64>, Arc<Provider>);
+type Made = (Option<i64>, Arc<AnyIssuer>);
 
 /// What [`Context::drive`] needs of one RoutedIP.
 struct Drive<'a> {
