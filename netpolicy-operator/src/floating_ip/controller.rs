@@ -236,8 +236,9 @@ pub(crate) struct Writer {
     logged: HashMap<String, String>,
     /// The last visit to each guest cluster: its ConfigMap and install, kept or why not.
     guests: BTreeMap<String, super::GuestState>,
-    /// Guests that failed: when to try again, and the next delay.
-    guest_backoff: HashMap<String, (Instant, Duration)>,
+    /// Guests that failed: when to try again, and their backoff (2 s doubling to
+    /// `GUEST_MAX_BACKOFF`, with the runtime's jitter).
+    guest_backoff: HashMap<String, (Instant, Backoff)>,
     /// What each guest was last given successfully (so a quiet pass writes nothing).
     guest_published: HashMap<String, super::KubeVipPublication>,
     /// When each guest is to be visited again after a good visit (its `intervalSeconds`
@@ -939,16 +940,19 @@ impl Writer {
                         .insert(g.cluster.clone(), Instant::now() + interval(&g));
                 }
                 Some(f) => {
-                    let delay = self
-                        .guest_backoff
-                        .get(&g.cluster)
-                        .map_or(Duration::from_secs(2), |(_, d)| {
-                            (*d * 2).min(GUEST_MAX_BACKOFF)
-                        });
+                    let (at, backoff) =
+                        self.guest_backoff
+                            .entry(g.cluster.clone())
+                            .or_insert_with(|| {
+                                (
+                                    Instant::now(),
+                                    Backoff::new(Duration::from_secs(2), GUEST_MAX_BACKOFF),
+                                )
+                            });
+                    let delay = backoff.next_delay();
+                    *at = Instant::now() + delay;
                     warn!(guest = name, reason = f.reason, error = f.message, retry_in = ?delay, "guest cluster not served");
                     metrics.guest_publish_failed(&g.cluster);
-                    self.guest_backoff
-                        .insert(g.cluster.clone(), (Instant::now() + delay, delay));
                     self.guest_published.remove(&g.cluster);
                     // Tried again when the backoff ends (see `pass`).
                     self.guest_due.remove(&g.cluster);
