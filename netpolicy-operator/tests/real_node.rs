@@ -417,7 +417,7 @@ fn readiness_after_first_passes(cluster: &NodeCluster, pod: &Pod) {
     let log = cluster
         .run(&["kubectl", "-n", RELEASE_NS, "logs", &pod.name_any()])
         .unwrap();
-    let firsts: Vec<_> = log
+    let lines: Vec<Value> = log
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|l| {
@@ -425,10 +425,31 @@ fn readiness_after_first_passes(cluster: &NodeCluster, pod: &Pod) {
                 .as_str()
                 .is_some_and(|m| m.starts_with("first pass done"))
         })
+        .collect();
+    let mut jobs: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l["fields"]["job"].as_str())
+        .collect();
+    jobs.sort_unstable();
+    // Every job the operator runs: the five, and the routed-IP issuers' check (a
+    // per-object job of its own).
+    assert_eq!(
+        jobs,
+        [
+            "floating-ip",
+            "route-reflector",
+            "routed-ip",
+            "routed-ip-issuer",
+            "routing",
+            "trench"
+        ],
+        "one first pass per job:\n{log}"
+    );
+    let firsts: Vec<_> = lines
+        .iter()
         .filter_map(|l| serde_json::from_value::<Time>(l["timestamp"].clone()).ok())
         .map(|t| t.0)
         .collect();
-    assert_eq!(firsts.len(), 5, "one first pass per job:\n{log}");
     assert!(
         !firsts.is_empty(),
         "the leader logged no first pass:\n{log}"
