@@ -68,27 +68,8 @@ fn app_version() -> String {
         .to_owned()
 }
 
-/// Waits until `f` gives `Some`, checking every 500 ms; fails naming `what` after
-/// `secs`, with `why()` (logs, statuses) in the message.
-async fn until<T, F, Fut>(what: &str, secs: u64, why: impl Fn() -> String, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let t = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            eprintln!("  {what}: {:.1} s", t.elapsed().as_secs_f64());
-            return v;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(secs),
-            "{what}: not within {secs} s\n{}",
-            why()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
+/// Waits until `f` gives `Some` (see [`netpolicy_testenv::eventually_some`]).
+use netpolicy_testenv::eventually_some as until;
 
 /// Server-side applies `obj` (any kind the API server serves).
 async fn apply(client: &Client, obj: Value) {

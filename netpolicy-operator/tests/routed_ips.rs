@@ -89,7 +89,8 @@ async fn status(client: &Client, name: &str) -> Option<RoutedIPStatus> {
         .status
 }
 
-/// Waits until `ok` holds for the RoutedIP's status.
+/// Waits (60 s) until `ok` holds for the RoutedIP's status; fails with the last status
+/// seen and the operator's log.
 async fn until(
     client: &Client,
     name: &str,
@@ -97,22 +98,25 @@ async fn until(
     log: &Path,
     ok: impl Fn(&RoutedIPStatus) -> bool,
 ) -> RoutedIPStatus {
-    let t = Instant::now();
-    loop {
-        if let Some(s) = status(client, name).await
-            && ok(&s)
-        {
-            println!("{what}: after {:?}", t.elapsed());
-            return s;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "{what}: {:?}\n{}",
-            status(client, name).await,
+    let last = std::sync::Mutex::new(None);
+    let why = || {
+        format!(
+            "{:?}\n{}",
+            last.lock().map(|l| l.clone()).unwrap_or_default(),
             std::fs::read_to_string(log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        )
+    };
+    netpolicy_testenv::eventually_some(what, 60, why, || {
+        let (last, ok) = (&last, &ok);
+        async move {
+            let s = status(client, name).await;
+            if let Ok(mut l) = last.lock() {
+                l.clone_from(&s);
+            }
+            s.filter(|s| ok(s))
+        }
+    })
+    .await
 }
 
 fn settled_on(node: &str) -> impl Fn(&RoutedIPStatus) -> bool + '_ {

@@ -316,9 +316,43 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
+    wait_for(what, secs, String::new, || {
+        let fut = f();
+        async move { fut.await.then_some(()) }
+    })
+    .await;
+}
+
+/// Waits until `f` gives `Some` (checking every 200 ms) and returns it, printing how long
+/// it took; fails the test naming `what` when `secs` seconds pass first, with `why()`
+/// (logs, the last status seen) in the message. [`eventually`] is this for a yes/no.
+pub async fn eventually_some<T, F, Fut>(what: &str, secs: u64, why: impl Fn() -> String, f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let t = Instant::now();
+    let v = wait_for(what, secs, why, f).await;
+    eprintln!("  {what}: {:.1} s", t.elapsed().as_secs_f64());
+    v
+}
+
+/// The loop of [`eventually`] and [`eventually_some`].
+async fn wait_for<T, F, Fut>(what: &str, secs: u64, why: impl Fn() -> String, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
     let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f().await {
-        assert!(Instant::now() < deadline, "{what}: not within {secs} s");
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {secs} s\n{}",
+            why()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
