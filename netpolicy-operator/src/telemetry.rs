@@ -542,6 +542,17 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// A leader's state with its jobs started (tests of readiness).
+    #[cfg(test)]
+    pub(crate) fn leading() -> std::sync::Arc<Self> {
+        use std::sync::atomic::Ordering;
+        let shared = Self::default();
+        shared.connected.store(true, Ordering::Release);
+        shared.leading.store(true, Ordering::Release);
+        shared.started.store(true, Ordering::Release);
+        std::sync::Arc::new(shared)
+    }
+
     /// Adds a job to what `/readyz` waits for.
     pub fn register(&self, job: std::sync::Arc<dyn Waiting>) {
         self.jobs

@@ -489,25 +489,36 @@ fn installed(
     cluster: &str,
     target: &GuestTarget,
 ) -> (bool, &'static str, String) {
-    match world.guests.get(cluster).and_then(|s| s.installed.clone()) {
-        Some(Ok(())) => (
-            true,
+    guest_condition(
+        world.guests.get(cluster).and_then(|s| s.installed.clone()),
+        target,
+        (
             fc::INSTALLED_REASON,
             format!(
                 "kube-vip and kube-vip-cloud-provider are installed in guest {}",
                 target.name
             ),
         ),
+        format!("installing kube-vip in guest {}", target.name),
+    )
+}
+
+/// A guest condition from the last visit's `state`: `done` when it succeeded, the
+/// failure (retried) when it did not, `pending` before the first visit.
+fn guest_condition(
+    state: Option<Result<(), super::GuestFailure>>,
+    target: &GuestTarget,
+    done: (&'static str, String),
+    pending: String,
+) -> (bool, &'static str, String) {
+    match state {
+        Some(Ok(())) => (true, done.0, done.1),
         Some(Err(e)) => (
             false,
             e.reason,
             format!("guest {}: {} (retrying)", target.name, e.message),
         ),
-        None => (
-            false,
-            fc::PENDING,
-            format!("installing kube-vip in guest {}", target.name),
-        ),
+        None => (false, fc::PENDING, pending),
     }
 }
 
@@ -530,31 +541,21 @@ fn published(
     }
     match guest {
         Some(Err(why)) => (false, fc::GUEST_NOT_FOUND, why.clone()),
-        Some(Ok(Some((cluster, target)))) => {
-            match world.guests.get(cluster).map(|s| s.published.clone()) {
-                Some(Ok(())) => (
-                    true,
-                    fc::PUBLISHED_REASON,
-                    format!(
-                        "{a} is published as cidr-global in guest {} (kubeconfig: Secret {cluster})",
-                        target.name
-                    ),
+        Some(Ok(Some((cluster, target)))) => guest_condition(
+            world.guests.get(cluster).map(|s| s.published.clone()),
+            target,
+            (
+                fc::PUBLISHED_REASON,
+                format!(
+                    "{a} is published as cidr-global in guest {} (kubeconfig: Secret {cluster})",
+                    target.name
                 ),
-                Some(Err(e)) => (
-                    false,
-                    e.reason,
-                    format!("guest {}: {} (retrying)", target.name, e.message),
-                ),
-                None => (
-                    false,
-                    fc::PENDING,
-                    format!(
-                        "publishing to guest {} (kubeconfig: Secret {cluster})",
-                        target.name
-                    ),
-                ),
-            }
-        }
+            ),
+            format!(
+                "publishing to guest {} (kubeconfig: Secret {cluster})",
+                target.name
+            ),
+        ),
         _ => {
             let (ns, cm) = kv.config_map();
             let state = world

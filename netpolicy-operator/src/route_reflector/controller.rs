@@ -73,8 +73,8 @@ use crate::{
     },
     k8s::{FIELD_MANAGER, MANAGED_BY, NodeFacts, apply_status, condition, spec_fingerprint},
     runtime::{
-        Backoff, Changes, ErrorClass, Informer, Informers, Job, JobError, KindHealth, KindState,
-        Next, ObjectKey, Setup, Wake,
+        Changes, ErrorClass, Informer, Informers, Job, JobError, KindHealth, KindState, Next,
+        ObjectKey, Setup, Wake,
     },
     telemetry::Shared,
 };
@@ -151,7 +151,6 @@ pub(crate) fn setup(
         calico: local.clone(),
         local,
         remote: None,
-        remote_backoff: None,
         peers_health: peers.health(),
         last_step: None,
         unseen: None,
@@ -241,8 +240,6 @@ pub(crate) struct RouteReflectors {
     local: Calico,
     /// `datastore.kubernetes.kubeconfigSecretRef`: the other cluster.
     remote: Option<Remote>,
-    /// While the remote datastore cannot be used: when to look again.
-    remote_backoff: Option<Backoff>,
     /// Whether Calico's BGPPeer is served.
     peers_health: Arc<KindHealth>,
     /// The last `Ready` reason reported by an Event (one Event per change).
@@ -572,25 +569,22 @@ impl RouteReflectors {
             .as_ref()
             .and_then(|k| k.kubeconfig_secret_ref.clone());
         if let Some(message) = self.use_remote(wanted.as_ref()).await {
-            // Backed off (a missing Secret or an unreachable cluster is not retried
-            // every few seconds for ever); the remote watches wake the job sooner.
-            let b = self
-                .remote_backoff
-                .get_or_insert_with(|| ErrorClass::Transient.backoff());
+            // Backed off by the runner (a missing Secret or an unreachable cluster is not
+            // retried every few seconds for ever); the remote watches wake the job sooner.
             return Err((
                 rc::DATASTORE_UNREACHABLE,
                 message,
-                Next::After(b.next_delay()),
+                Next::Backoff(ErrorClass::Transient),
             ));
         }
-        self.remote_backoff = None;
         if let Some(settings) = &rrc.spec.datastore.etcdv3 {
             return match self.etcd_client(settings).await {
                 Ok(c) => Ok(Datastore::Etcd(c)),
+                // An unreadable TLS Secret or bad endpoints: backed off, not every 10 s.
                 Err(message) => Err((
                     rc::DATASTORE_UNREACHABLE,
                     message,
-                    Next::After(Duration::from_secs(10)),
+                    Next::Backoff(ErrorClass::Transient),
                 )),
             };
         }

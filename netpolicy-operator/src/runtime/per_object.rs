@@ -386,8 +386,9 @@ mod tests {
         m
     }
 
-    /// The job over one ConfigMap already in the store (hand-fed: no API server).
-    fn setup(fails: u32) -> (ObjectSetup<Flaky>, Arc<Flaky>) {
+    /// The job over one ConfigMap already in the store (hand-fed: no API server), and
+    /// the store's writer (kept alive for the test).
+    fn setup(fails: u32) -> (ObjectSetup<Flaky>, Arc<Flaky>, Writer<ConfigMap>) {
         let mut writer = Writer::<ConfigMap>::default();
         // A listing as a watch delivers it (the controller waits for the store to be
         // ready).
@@ -408,29 +409,13 @@ mod tests {
             related: Vec::new(),
             kinds: Vec::new(),
         };
-        // The writer must outlive the test's reads.
-        std::mem::forget(writer);
-        (setup, job)
-    }
-
-    fn shared() -> Arc<Shared> {
-        let shared = Arc::new(Shared::default());
-        shared
-            .connected
-            .store(true, std::sync::atomic::Ordering::Release);
-        shared
-            .leading
-            .store(true, std::sync::atomic::Ordering::Release);
-        shared
-            .started
-            .store(true, std::sync::atomic::Ordering::Release);
-        shared
+        (setup, job, writer)
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_failing_first_reconcile_is_not_ready_and_backs_off_by_class() {
-        let (setup, job) = setup(2);
-        let shared = shared();
+        let (setup, job, _writer) = setup(2);
+        let shared = Shared::leading();
         let runner = Runner::new(Arc::clone(&shared), Duration::from_secs(3600));
         let (stop_tx, stop) = watch::channel(false);
         let run = runner.run_each(setup, stop);
@@ -476,8 +461,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_job_whose_objects_all_succeed_once_is_ready() {
-        let (setup, _job) = setup(0);
-        let shared = shared();
+        let (setup, _job, _writer) = setup(0);
+        let shared = Shared::leading();
         let runner = Runner::new(Arc::clone(&shared), Duration::from_secs(3600));
         let (stop_tx, stop) = watch::channel(false);
         let task = tokio::spawn(runner.run_each(setup, stop));

@@ -532,10 +532,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_job_is_ready_after_its_first_successful_pass_and_says_why_before() {
         let (setup, _passes) = flaky(vec![ErrorClass::Transient]);
-        let shared = Arc::new(Shared::default());
-        shared.connected.store(true, Ordering::Release);
-        shared.leading.store(true, Ordering::Release);
-        shared.started.store(true, Ordering::Release);
+        let shared = Shared::leading();
         let runner = Runner::new(Arc::clone(&shared), Duration::from_secs(3600));
         let (stop_tx, stop) = watch::channel(false);
         let run = runner.run(setup, stop);
