@@ -303,7 +303,7 @@ impl Runner {
             }
             controller
                 .graceful_shutdown_on(shutdown)
-                .run(reconcile::<J>, error_policy::<J>, driver)
+                .run(reconcile::<J>, error_policy::<J>, Arc::clone(&driver))
                 .for_each(move |r| {
                     if !first.is_empty() {
                         match &r {
@@ -321,6 +321,8 @@ impl Runner {
                         }
                     }
                     if let Err(e) = &r {
+                        // The backoff of an object deleted while failing goes with it.
+                        lock(&driver.backoff).retain(|o, _| store.get(o).is_some());
                         debug!(job = name, error = %e, "reconcile");
                     }
                     futures::future::ready(())
