@@ -456,6 +456,7 @@ async fn a_restarted_agent_rolls_back_to_the_last_good_config_it_kept_on_disk() 
     assert!(table().contains("10.20.0.0/16 via 192.0.2.1"));
     let kept: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
     assert_eq!(kept["spec"]["routes"][0]["to"], "10.20.0.0/16");
+    assert_eq!(kept["node"], node.as_str(), "the file says whose it is");
     assert!(agent.terminate().success());
 
     // While the agent is down, r2 arrives: another route, and a probe nothing answers

@@ -31,59 +31,7 @@ use serde_json::json;
 /// One operator at a time: each serves every range of the shared API server.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn rancher_crd() -> CustomResourceDefinition {
-    let text = include_str!("data/rancher/provisioning.cattle.io_clusters.yaml");
-    serde_saphyr::from_str(text).unwrap()
-}
-
-fn clusters_api(client: &Client, ns: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        client.clone(),
-        ns,
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("provisioning.cattle.io", "v1", "Cluster"),
-            "clusters",
-        ),
-    )
-}
-
-/// A Rancher Cluster `name` in `fleet` whose guest namespace is `c_m`, as Rancher
-/// leaves it once provisioned: its kubeconfig Secret beside it, `status.clusterName`.
-async fn rancher_cluster(
-    client: &Client,
-    fleet: &str,
-    name: &str,
-    c_m: &str,
-    labels: serde_json::Value,
-    kubeconfig: &str,
-) {
-    Api::<Secret>::namespaced(client.clone(), fleet)
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": format!("{name}-kubeconfig")},
-                                           "stringData": {"value": kubeconfig}}))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let api = clusters_api(client, fleet);
-    let o: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "provisioning.cattle.io/v1", "kind": "Cluster",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"kubernetesVersion": "v1.34.4+rke2r1",
-                 "rkeConfig": {"machinePools": [{"name": "pool1",
-                     "machineConfigRef": {"kind": "HarvesterConfig", "name": "nc-pool1"}}]}}
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &o).await.unwrap();
-    api.patch_status(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"clusterName": c_m, "ready": true}})),
-    )
-    .await
-    .unwrap();
-}
+use common::{clusters_api, rancher_cluster, rancher_crd};
 
 async fn kube_vip_data(client: &Client) -> BTreeMap<String, String> {
     Api::<ConfigMap>::namespaced(client.clone(), "kube-system")

@@ -526,7 +526,7 @@ fn adaptations(cluster: &NodeCluster, hetzner: &str, vlans: bool) -> Adapt {
                 String::new(),
             ),
             ("10.10.0.1".into(), HOST_IP.into()),
-            ("10.10.0.0/24".into(), "10.231.0.0/30".into()),
+            ("10.10.0.0/24".into(), "10.231.0.0/24".into()),
         ]);
     }
     Adapt { pairs }

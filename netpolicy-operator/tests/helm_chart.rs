@@ -194,7 +194,7 @@ fn the_agent_keeps_its_last_good_config_on_the_node() {
     let on = pod(&render("np", &[]));
     let args = on["containers"][0]["args"].as_array().unwrap().clone();
     assert!(args.contains(&Value::from(
-        "--state-file=/var/lib/netpolicy/last-good.json"
+        "--state-file=/var/lib/netpolicy/last-good-$(NODE_NAME).json"
     )));
     assert_eq!(
         on["containers"][0]["volumeMounts"][0]["mountPath"],
@@ -799,54 +799,6 @@ fn the_readme_rbac_table_lists_what_the_roles_grant() {
     );
 }
 
-/// Serves the files of `dir` over HTTP on 127.0.0.1 (GET only) until the test ends: a
-/// chart repository as a web server holds one.
-fn serve_dir(dir: PathBuf) -> u16 {
-    use std::io::{BufRead, BufReader, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let mut reader = BufReader::new(&stream);
-            let mut line = String::new();
-            if reader.read_line(&mut line).is_err() {
-                continue;
-            }
-            // Drain the headers.
-            let mut h = String::new();
-            while reader.read_line(&mut h).is_ok_and(|n| n > 2) {
-                h.clear();
-            }
-            let path = line
-                .split_whitespace()
-                .nth(1)
-                .unwrap_or("/")
-                .trim_start_matches('/');
-            let mut stream = &stream;
-            match std::fs::read(dir.join(path))
-                .ok()
-                .filter(|_| !path.contains(".."))
-            {
-                Some(body) => {
-                    let _ = write!(
-                        stream,
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                        body.len()
-                    );
-                    let _ = stream.write_all(&body);
-                }
-                None => {
-                    let _ = write!(
-                        stream,
-                        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                    );
-                }
-            }
-        }
-    });
-    port
-}
-
 /// The chart as users get it from a Helm repository: `helm package` and `helm repo
 /// index` (what CI publishes), served over HTTP, added with `helm repo add`, and
 /// rendered from there with the version and app version of Chart.yaml.
@@ -863,7 +815,7 @@ fn the_chart_packages_into_a_repository_helm_installs_from() {
         "-d",
         repo.to_str().unwrap(),
     ]);
-    let port = serve_dir(repo.clone());
+    let port = netpolicy_testenv::serve_dir("127.0.0.1", repo.clone());
     let url = format!("http://127.0.0.1:{port}");
     helm(&["repo", "index", repo.to_str().unwrap(), "--url", &url]);
     let home = tmp.path().join("home");

@@ -37,7 +37,6 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams},
     core::GroupVersionKind,
-    discovery,
 };
 use netpolicy_testenv::{
     cloud,
@@ -71,27 +70,7 @@ fn app_version() -> String {
 /// Waits until `f` gives `Some` (see [`netpolicy_testenv::eventually_some`]).
 use netpolicy_testenv::eventually_some as until;
 
-/// Server-side applies `obj` (any kind the API server serves).
-async fn apply(client: &Client, obj: Value) {
-    let (group, version) = obj["apiVersion"]
-        .as_str()
-        .unwrap()
-        .rsplit_once('/')
-        .map_or(("", obj["apiVersion"].as_str().unwrap()), |(g, v)| (g, v));
-    let gvk = GroupVersionKind::gvk(group, version, obj["kind"].as_str().unwrap());
-    let (ar, caps) = discovery::pinned_kind(client, &gvk).await.unwrap();
-    let name = obj["metadata"]["name"].as_str().unwrap().to_owned();
-    let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
-        Some(ns) if caps.scope == discovery::Scope::Namespaced => {
-            Api::namespaced_with(client.clone(), ns, &ar)
-        }
-        _ => Api::all_with(client.clone(), &ar),
-    };
-    let o: DynamicObject = serde_json::from_value(obj).unwrap();
-    api.patch(&name, &PatchParams::apply("e2e").force(), &Patch::Apply(&o))
-        .await
-        .unwrap_or_else(|e| panic!("applying {gvk:?} {name}: {e}"));
-}
+use common::apply;
 
 /// The logs of every pod of the release (what the kubelet kept), for failure messages.
 fn pod_logs(cluster: &NodeCluster) -> String {

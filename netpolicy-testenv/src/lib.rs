@@ -671,3 +671,56 @@ fn launch() -> Result<(ControlPlane, Vec<Child>)> {
         children,
     ))
 }
+
+/// Serves the files of `dir` over HTTP on `host` (GET only, a port of its own) until
+/// the process ends: a chart repository as a web server holds one. Returns the port.
+///
+/// # Panics
+/// When nothing can listen on `host`.
+#[must_use]
+pub fn serve_dir(host: &str, dir: PathBuf) -> u16 {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind((host, 0))
+        .unwrap_or_else(|e| panic!("listening on {host}: {e}"));
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(&stream);
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            // Drain the headers.
+            let mut h = String::new();
+            while reader.read_line(&mut h).is_ok_and(|n| n > 2) {
+                h.clear();
+            }
+            let path = line
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or("/")
+                .trim_start_matches('/');
+            let mut stream = &stream;
+            match std::fs::read(dir.join(path))
+                .ok()
+                .filter(|_| !path.contains(".."))
+            {
+                Some(body) => {
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = stream.write_all(&body);
+                }
+                None => {
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    );
+                }
+            }
+        }
+    });
+    port
+}

@@ -1,8 +1,10 @@
-//! A real one-node Kubernetes cluster for end-to-end tests: `scripts/node-cluster`
-//! (kubelet, containerd, kube-proxy, controller manager and scheduler beside the API
-//! server, the node's host network in the network namespace `np-node`), brought up
-//! without the chart so that a test installs it with `helm` exactly as a user does,
-//! and torn down when the [`NodeCluster`] is dropped (also when the test panics). Every
+//! A real Kubernetes cluster of one or more nodes for end-to-end tests:
+//! `scripts/node-cluster` (per node a kubelet, containerd and kube-proxy, its host
+//! network the network namespace `np-node`, `np-node-2`, ...; controller manager and
+//! scheduler beside the API server; the nodes and a client namespace on one bridge),
+//! brought up without the chart so that a test installs it with `helm` exactly as a
+//! user does, and torn down when the [`NodeCluster`] is dropped (also when the test
+//! panics). Every
 //! process is also bounded in time by the script (`NETPOLICY_NODE_LIFETIME`), so a
 //! killed test binary leaves nothing running for long; the next `up` tears a leftover
 //! cluster down first.
@@ -27,6 +29,24 @@ pub const NETNS: &str = "np-node";
 pub const HOST_IP: &str = "10.231.0.1";
 /// The node's InternalIP (its `eth0` in [`NETNS`]).
 pub const NODE_IP: &str = "10.231.0.2";
+/// The network namespace of a machine on the nodes' segment (not a node).
+pub const CLIENT_NETNS: &str = "np-client";
+/// The client's address on the segment.
+pub const CLIENT_IP: &str = "10.231.0.100";
+/// The node lifecycle controller's grace period in this cluster, in seconds
+/// (`--node-monitor-grace-period`; Kubernetes' default is 50).
+pub const NODE_MONITOR_GRACE_SECS: u64 = 20;
+
+/// Node `i` (1-based) of a cluster: its name (also its network namespace) and address.
+#[must_use]
+pub fn node(i: usize) -> (String, String) {
+    let name = if i == 1 {
+        NODE.to_owned()
+    } else {
+        format!("{NODE}-{i}")
+    };
+    (name, format!("10.231.0.{}", 1 + i))
+}
 
 /// A running cluster; dropping it tears it down.
 #[derive(Debug)]
@@ -73,13 +93,22 @@ impl NodeCluster {
     /// # Errors
     /// The script failed; the error holds its output's end.
     pub fn up(lifetime_secs: u64) -> Result<Self, String> {
+        Self::up_nodes(1, lifetime_secs)
+    }
+
+    /// Brings a cluster of `nodes` nodes up (all Ready, no chart), bounded to
+    /// `lifetime_secs`.
+    ///
+    /// # Errors
+    /// The script failed; the error holds its output's end.
+    pub fn up_nodes(nodes: usize, lifetime_secs: u64) -> Result<Self, String> {
         let dir = PathBuf::from(
             std::env::var("NETPOLICY_NODE_DIR")
                 .unwrap_or_else(|_| "/var/tmp/netpolicy-node".into()),
         );
         let start = Instant::now();
         let out = Command::new(script())
-            .args(["up", "--no-chart"])
+            .args(["up", "--no-chart", "--nodes", &nodes.to_string()])
             .env("NETPOLICY_NODE_DIR", &dir)
             .env("NETPOLICY_NODE_LIFETIME", lifetime_secs.to_string())
             .stdin(Stdio::null())
@@ -198,18 +227,26 @@ impl NodeCluster {
     /// # Errors
     /// The command failed; the error holds its output.
     pub fn on_node(&self, cmd: &str, args: &[&str]) -> Result<String, String> {
+        self.in_netns(NETNS, cmd, args)
+    }
+
+    /// Runs `CMD ARGS` in network namespace `netns` (a node's, or [`CLIENT_NETNS`]).
+    ///
+    /// # Errors
+    /// The command failed; the error holds its output.
+    pub fn in_netns(&self, netns: &str, cmd: &str, args: &[&str]) -> Result<String, String> {
         let out = Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{NETNS}"))
+            .arg(format!("--net=/run/netns/{netns}"))
             .arg("--")
             .arg(cmd)
             .args(args)
             .output()
-            .map_err(|e| format!("running {cmd} on the node: {e}"))?;
+            .map_err(|e| format!("running {cmd} in {netns}: {e}"))?;
         if out.status.success() {
             Ok(String::from_utf8_lossy(&out.stdout).into_owned())
         } else {
             Err(format!(
-                "{cmd} {args:?} on the node: {}{}",
+                "{cmd} {args:?} in {netns}: {}{}",
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             ))

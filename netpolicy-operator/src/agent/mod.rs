@@ -527,6 +527,8 @@ struct Ctx {
     client: kube::Client,
     mem: Memory,
     state_file: Option<PathBuf>,
+    /// This node's name (the state file says whose it is).
+    node: String,
 }
 
 impl Ctx {
@@ -540,10 +542,14 @@ impl Ctx {
             not_probed: NotProbed::default(),
             client,
             mem: Memory {
-                last_good: opts.state_file.as_deref().and_then(load_last_good),
+                last_good: opts
+                    .state_file
+                    .as_deref()
+                    .and_then(|path| load_last_good(path, &opts.node)),
                 ..Memory::default()
             },
             state_file: opts.state_file.clone(),
+            node: opts.node.clone(),
         }
     }
 
@@ -558,7 +564,7 @@ impl Ctx {
                 .as_ref()
                 .is_none_or(|(r, _)| r != revision)
         {
-            match save_last_good(path, revision, spec) {
+            match save_last_good(path, &self.node, revision, spec) {
                 Ok(()) => info!(revision, path = %path.display(), "last good config kept"),
                 Err(e) => warn!(
                     revision,

@@ -14,16 +14,24 @@ use crate::api::{
     conditions::{self},
 };
 
-/// The state file's content: the last revision that passed and its items.
+/// The state file's content: the last revision that passed and its items, and the node
+/// it passed on (files written before 0.2 name none).
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(super) struct LastGood {
     revision: String,
     spec: RoutingSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    node: Option<String>,
 }
 
 /// The last good config kept by an earlier run; nothing when there is no file yet, and
 /// nothing (with a warning) when it cannot be read or is not valid.
-pub(super) fn load_last_good(path: &std::path::Path) -> Option<(String, RoutingConfig)> {
+/// A file another node wrote (a state directory on shared storage, a disk moved to
+/// another machine) is not this node's last good config: ignored, with a warning.
+pub(super) fn load_last_good(
+    path: &std::path::Path,
+    node: &str,
+) -> Option<(String, RoutingConfig)> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
@@ -34,6 +42,12 @@ pub(super) fn load_last_good(path: &std::path::Path) -> Option<(String, RoutingC
     };
     let parsed = serde_json::from_str::<LastGood>(&text)
         .map_err(|e| e.to_string())
+        .and_then(|l| match l.node.as_deref() {
+            Some(other) if other != node => Err(format!(
+                "it is node {other}'s last good config, not this node's ({node})"
+            )),
+            _ => Ok(l),
+        })
         .and_then(|l| {
             l.spec
                 .validate("spec")
@@ -56,6 +70,7 @@ pub(super) fn load_last_good(path: &std::path::Path) -> Option<(String, RoutingC
 /// renamed over it).
 pub(super) fn save_last_good(
     path: &std::path::Path,
+    node: &str,
     revision: &str,
     spec: &RoutingSpec,
 ) -> std::io::Result<()> {
@@ -63,6 +78,7 @@ pub(super) fn save_last_good(
     let body = serde_json::to_vec(&LastGood {
         revision: revision.to_owned(),
         spec: spec.clone(),
+        node: Some(node.to_owned()),
     })
     .map_err(std::io::Error::other)?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -184,4 +200,38 @@ pub(super) async fn probe_all(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> RoutingSpec {
+        serde_json::from_value(serde_json::json!({
+            "routes": [{"to": "10.20.0.0/16", "via": "192.0.2.1"}]
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_state_file_is_this_nodes_or_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("last-good.json");
+        save_last_good(&path, "node-a", "r1", &spec()).unwrap();
+        let (revision, config) = load_last_good(&path, "node-a").expect("node-a's own file");
+        assert_eq!(revision, "r1");
+        assert_eq!(config.routes.len(), 1);
+        // Another node reading it (shared storage, a moved disk) takes nothing.
+        assert!(load_last_good(&path, "node-b").is_none());
+        // A file from before files named their node is taken.
+        std::fs::write(
+            &path,
+            r#"{"revision":"r0","spec":{"routes":[{"to":"10.20.0.0/16","via":"192.0.2.1"}]}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            load_last_good(&path, "node-b").map(|l| l.0).as_deref(),
+            Some("r0")
+        );
+    }
 }

@@ -6,11 +6,15 @@
 //!   the guest's kubeconfig is the Secret `<cluster>-kubeconfig` (key `value`) in the
 //!   Cluster's namespace (Rancher writes it there, usually `fleet-default`).
 //!   `secret`: `guestKubeconfigSecret` in the FloatingIP's namespace.
-//! - **Install**: kube-vip (RBAC and the DaemonSet `kube-system/kube-vip-ds`, services
-//!   mode, leader election, ARP on the configured interface) and kube-vip-cloud-provider
-//!   (RBAC and the Deployment `kube-system/kube-vip-cloud-provider`). The manifests are
-//!   data in this crate (`guest/*.yaml`), following kube-vip v1.0.2 and
-//!   kube-vip-cloud-provider v0.0.12; the images default to those versions.
+//! - **Install**: kube-vip (RBAC and the DaemonSet `kube-vip-ds`, services mode, leader
+//!   election, ARP on the configured interface) and kube-vip-cloud-provider (RBAC and the
+//!   Deployment `kube-vip-cloud-provider`), in the namespace of the range's kube-vip
+//!   ConfigMap (`kubeVip.namespace`, default `kube-system`; created when missing), as
+//!   kube-fip installs both charts into its `kubevipNamespace`. The provider is told
+//!   where that ConfigMap is (`KUBEVIP_NAMESPACE`, `KUBEVIP_CONFIG_MAP`: it reads
+//!   `kube-system/kubevip` otherwise). The manifests are data in this crate
+//!   (`guest/*.yaml`), following kube-vip v1.0.2 and kube-vip-cloud-provider v0.0.12;
+//!   the images default to those versions.
 
 use std::collections::BTreeMap;
 
@@ -152,20 +156,32 @@ impl RancherCluster {
     }
 }
 
-/// The objects installed in a guest, in apply order (accounts and roles before the
-/// workloads that use them). Each is a whole object for server-side apply.
+/// The objects installed in a guest, in apply order (the namespace, accounts and roles
+/// before the workloads that use them), in `namespace` beside the kube-vip ConfigMap
+/// `config_map` that the cloud provider is told to read. Each is a whole object for
+/// server-side apply.
 ///
 /// # Errors
 /// A manifest of this crate that does not parse (a defect: tested).
-pub(crate) fn install_objects(g: &GuestClusters) -> Result<Vec<Value>, String> {
+pub(crate) fn install_objects(
+    g: &GuestClusters,
+    namespace: &str,
+    config_map: &str,
+) -> Result<Vec<Value>, String> {
     let mut out = Vec::new();
+    if namespace != "kube-system" {
+        let mut ns =
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
+        render(&mut ns, g, namespace, config_map);
+        out.push(ns);
+    }
     for (file, text) in [
         ("kube-vip.yaml", KUBE_VIP),
         ("kube-vip-cloud-provider.yaml", CLOUD_PROVIDER),
     ] {
         for doc in text.split("\n---\n") {
             let mut o: Value = serde_saphyr::from_str(doc).map_err(|e| format!("{file}: {e}"))?;
-            render(&mut o, g);
+            render(&mut o, g, namespace, config_map);
             out.push(o);
         }
     }
@@ -173,9 +189,19 @@ pub(crate) fn install_objects(g: &GuestClusters) -> Result<Vec<Value>, String> {
 }
 
 /// Fills in what the range sets.
-fn render(o: &mut Value, g: &GuestClusters) {
+fn render(o: &mut Value, g: &GuestClusters, namespace: &str, config_map: &str) {
     let kind = o["kind"].as_str().unwrap_or_default().to_owned();
+    if o["metadata"]["namespace"].is_string() {
+        o["metadata"]["namespace"] = json!(namespace);
+    }
     match kind.as_str() {
+        "ClusterRoleBinding" => {
+            if let Some(subjects) = o["subjects"].as_array_mut() {
+                for s in subjects {
+                    s["namespace"] = json!(namespace);
+                }
+            }
+        }
         "DaemonSet" => {
             let pod = &mut o["spec"]["template"]["spec"];
             let kv = &g.kube_vip;
@@ -196,12 +222,17 @@ fn render(o: &mut Value, g: &GuestClusters) {
             }
         }
         "Deployment" => {
-            o["spec"]["template"]["spec"]["containers"][0]["image"] = json!(
+            let c = &mut o["spec"]["template"]["spec"]["containers"][0];
+            c["image"] = json!(
                 g.cloud_provider
                     .image
                     .as_deref()
                     .unwrap_or(CLOUD_PROVIDER_IMAGE)
             );
+            c["env"] = json!([
+                {"name": "KUBEVIP_NAMESPACE", "value": namespace},
+                {"name": "KUBEVIP_CONFIG_MAP", "value": config_map},
+            ]);
         }
         _ => {}
     }
@@ -302,7 +333,7 @@ mod tests {
 
     #[test]
     fn the_guest_manifests_parse_and_take_the_ranges_settings() {
-        let objects = install_objects(&GuestClusters::default()).unwrap();
+        let objects = install_objects(&GuestClusters::default(), "kube-system", "kubevip").unwrap();
         let keys: Vec<String> = objects.iter().map(key_of).collect();
         assert_eq!(
             keys,
@@ -341,7 +372,7 @@ mod tests {
             "cloudProvider": {"image": "registry.local/kvcp:v2"}
         }))
         .unwrap();
-        let objects = install_objects(&g).unwrap();
+        let objects = install_objects(&g, "kube-system", "kubevip").unwrap();
         let ds = &objects[3]["spec"]["template"]["spec"];
         assert_eq!(ds["containers"][0]["image"], "registry.local/kube-vip:v1");
         assert_eq!(
@@ -360,6 +391,43 @@ mod tests {
                 "{o}"
             );
         }
+    }
+
+    /// kube-fip installs both charts into its `kubevipNamespace`: so does netpolicy, and
+    /// the provider reads the ConfigMap there (it reads kube-system/kubevip unless told).
+    #[test]
+    fn the_guest_install_goes_where_the_kube_vip_config_map_is() {
+        let env = |o: &Value| o["spec"]["template"]["spec"]["containers"][0]["env"].clone();
+        let objects = install_objects(&GuestClusters::default(), "kube-system", "kubevip").unwrap();
+        assert_eq!(
+            env(&objects[7]),
+            json!([{"name": "KUBEVIP_NAMESPACE", "value": "kube-system"},
+                   {"name": "KUBEVIP_CONFIG_MAP", "value": "kubevip"}])
+        );
+        let objects = install_objects(&GuestClusters::default(), "kube-vip", "vips").unwrap();
+        let keys: Vec<String> = objects.iter().map(key_of).collect();
+        assert_eq!(
+            keys,
+            [
+                "Namespace//kube-vip",
+                "ServiceAccount/kube-vip/kube-vip",
+                "ClusterRole//system:kube-vip-role",
+                "ClusterRoleBinding//system:kube-vip-binding",
+                "DaemonSet/kube-vip/kube-vip-ds",
+                "ServiceAccount/kube-vip/kube-vip-cloud-controller",
+                "ClusterRole//system:kube-vip-cloud-controller-role",
+                "ClusterRoleBinding//system:kube-vip-cloud-controller-binding",
+                "Deployment/kube-vip/kube-vip-cloud-provider",
+            ]
+        );
+        for binding in [&objects[3], &objects[7]] {
+            assert_eq!(binding["subjects"][0]["namespace"], "kube-vip", "{binding}");
+        }
+        assert_eq!(
+            env(&objects[8]),
+            json!([{"name": "KUBEVIP_NAMESPACE", "value": "kube-vip"},
+                   {"name": "KUBEVIP_CONFIG_MAP", "value": "vips"}])
+        );
     }
 
     #[test]

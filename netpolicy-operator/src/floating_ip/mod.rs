@@ -482,7 +482,11 @@ pub(crate) fn guest_of(
                 return Ok(None);
             }
             Ok(Some(Install {
-                objects: guest::install_objects(g)?,
+                objects: guest::install_objects(
+                    g,
+                    kv.namespace.as_deref().unwrap_or("kube-system"),
+                    kv.config_map.as_deref().unwrap_or("kubevip"),
+                )?,
                 update: g.update,
             }))
         };

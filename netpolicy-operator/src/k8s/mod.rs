@@ -312,6 +312,7 @@ pub(crate) mod applied {
     /// The API resource of a kind netpolicy applies, and whether it is namespaced.
     pub(crate) fn resource(kind: &str) -> Option<(ApiResource, bool)> {
         let (group, version, plural, namespaced) = match kind {
+            "Namespace" => ("", "v1", "namespaces", false),
             "ConfigMap" => ("", "v1", "configmaps", true),
             "Service" => ("", "v1", "services", true),
             "ServiceAccount" => ("", "v1", "serviceaccounts", true),

@@ -5,7 +5,7 @@
 use std::process::Child;
 
 use k8s_openapi::{
-    api::core::v1::Node,
+    api::core::v1::{Node, Secret},
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
 use kube::{
@@ -384,4 +384,81 @@ pub(crate) fn traffic_api(client: &Client, kind: &str, ns: &str) -> Api<kube::ap
         ns,
         &kube::core::ApiResource::from_gvk_with_plural(&gvk, &plural),
     )
+}
+
+/// Server-side applies `obj` (any kind the API server serves), as field manager `e2e`.
+pub(crate) async fn apply(client: &Client, obj: Value) {
+    let (group, version) = obj["apiVersion"]
+        .as_str()
+        .unwrap()
+        .rsplit_once('/')
+        .map_or(("", obj["apiVersion"].as_str().unwrap()), |(g, v)| (g, v));
+    let gvk = GroupVersionKind::gvk(group, version, obj["kind"].as_str().unwrap());
+    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    let name = obj["metadata"]["name"].as_str().unwrap().to_owned();
+    let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+        Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+            Api::namespaced_with(client.clone(), ns, &ar)
+        }
+        _ => Api::all_with(client.clone(), &ar),
+    };
+    let o: DynamicObject = serde_json::from_value(obj).unwrap();
+    api.patch(&name, &PatchParams::apply("e2e").force(), &Patch::Apply(&o))
+        .await
+        .unwrap_or_else(|e| panic!("applying {gvk:?} {name}: {e}"));
+}
+
+/// Rancher's `provisioning.cattle.io/v1` Cluster CRD (as Rancher ships it).
+pub(crate) fn rancher_crd() -> CustomResourceDefinition {
+    let text = include_str!("../data/rancher/provisioning.cattle.io_clusters.yaml");
+    serde_saphyr::from_str(text).unwrap()
+}
+
+pub(crate) fn clusters_api(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("provisioning.cattle.io", "v1", "Cluster"),
+            "clusters",
+        ),
+    )
+}
+
+/// A Rancher Cluster `name` in `fleet` whose guest namespace is `c_m`, as Rancher
+/// leaves it once provisioned: its kubeconfig Secret beside it, `status.clusterName`.
+pub(crate) async fn rancher_cluster(
+    client: &Client,
+    fleet: &str,
+    name: &str,
+    c_m: &str,
+    labels: serde_json::Value,
+    kubeconfig: &str,
+) {
+    Api::<Secret>::namespaced(client.clone(), fleet)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": format!("{name}-kubeconfig")},
+                                           "stringData": {"value": kubeconfig}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let api = clusters_api(client, fleet);
+    let o: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "provisioning.cattle.io/v1", "kind": "Cluster",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"kubernetesVersion": "v1.34.4+rke2r1",
+                 "rkeConfig": {"machinePools": [{"name": "pool1",
+                     "machineConfigRef": {"kind": "HarvesterConfig", "name": "nc-pool1"}}]}}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &o).await.unwrap();
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"clusterName": c_m, "ready": true}})),
+    )
+    .await
+    .unwrap();
 }
