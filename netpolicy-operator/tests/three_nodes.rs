@@ -114,6 +114,13 @@ async fn three_real_nodes_serve_what_users_pay_for() {
     let cluster = NodeCluster::up_nodes(NODES, 3600).unwrap();
     let client = cluster.client().await;
 
+    // The application's namespace first: the chart grants the operator its cloud token
+    // Secret there.
+    apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": WEB}}),
+    )
+    .await;
     install_from_the_repository(&cluster);
     eprintln!(
         "installed from the repository ({:.0} s)",
@@ -198,11 +205,6 @@ fn install_from_the_repository(cluster: &NodeCluster) {
 /// The application: one echo pod per node (scripts/node/echo.c answers with its pod's
 /// name), so that a client learns which pod, on which node, answered.
 async fn echo_pods(cluster: &NodeCluster, client: &Client) {
-    apply(
-        client,
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": WEB}}),
-    )
-    .await;
     apply(client, json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "echo", "namespace": WEB},
@@ -256,7 +258,9 @@ fn from_client(cluster: &NodeCluster, address: &str) -> Option<String> {
         .in_netns(
             CLIENT_NETNS,
             "curl",
-            &["-s", "-m", "2", &format!("http://{address}/")],
+            // A short timeout: before kube-proxy serves the address nothing answers, and
+            // the measured time should not be the timeout's.
+            &["-s", "-m", "0.5", &format!("http://{address}/")],
         )
         .ok()
         .map(|s| s.trim().to_owned())
@@ -617,8 +621,10 @@ async fn guest_installs_that_start(cluster: &NodeCluster, guest: &Client) {
             t.elapsed().as_secs_f64()
         ));
 
-        // Cleaned up for the next round: the range (its FloatingIP goes with it), the
-        // Service, what the installer put in the guest (labelled as netpolicy's).
+        // Cleaned up for the next round: the range and its FloatingIP (deleted here: the
+        // management API server runs no garbage collector to follow the FloatingIP's
+        // ownerReference), the Service, what the installer put in the guest (labelled as
+        // netpolicy's).
         services
             .delete(&name, &DeleteParams::default())
             .await
@@ -637,6 +643,30 @@ async fn guest_installs_that_start(cluster: &NodeCluster, guest: &Client) {
         .delete(&range, &DeleteParams::default())
         .await
         .unwrap();
+        let guest_fips = Api::<DynamicObject>::namespaced_with(
+            mgmt.clone(),
+            &c_m,
+            &netpolicy("FloatingIP", "floatingips"),
+        );
+        guest_fips
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await
+            .unwrap();
+        until(
+            "the guest's FloatingIP and range are gone",
+            60,
+            &why,
+            || async {
+                let fips = guest_fips.list(&ListParams::default()).await.ok()?;
+                let ranges = Api::<DynamicObject>::all_with(
+                    mgmt.clone(),
+                    &netpolicy("FloatingIPRange", "floatingipranges"),
+                );
+                (fips.items.is_empty() && ranges.get_opt(&range).await.ok()?.is_none())
+                    .then_some(())
+            },
+        )
+        .await;
         cluster
             .run(&[
                 "kubectl",
@@ -689,7 +719,7 @@ async fn a_rollout_across_real_nodes(cluster: &NodeCluster, client: &Client) {
     let policy = |routes: Vec<Value>| {
         json!({
             "apiVersion": "netpolicy.io/v1alpha1", "kind": "ClusterConfig",
-            "metadata": {"name": "fleet"},
+            "metadata": {"name": "default"},
             "spec": {"routes": routes,
                      "rollout": {"maxUnavailable": 1, "rollbackSeconds": 8},
                      "probes": [{"ping": CLIENT_IP}]}
@@ -729,10 +759,13 @@ async fn a_rollout_across_real_nodes(cluster: &NodeCluster, client: &Client) {
     // The probe cannot pass on the first node of the wave (np-node): its pings to the
     // client are dropped there.
     let (first, _) = node::node(1);
-    let drop_icmp = ["-w", "OUTPUT", "-d", CLIENT_IP, "-p", "icmp", "-j", "DROP"];
-    cluster
-        .in_netns(&first, "iptables", &[&["-I"][..], &drop_icmp[1..]].concat())
-        .unwrap();
+    // -w: the xtables lock is the machine's, and kube-proxy takes it too.
+    let icmp = |op: &'static str| {
+        [
+            "-w", op, "OUTPUT", "-d", CLIENT_IP, "-p", "icmp", "-j", "DROP",
+        ]
+    };
+    cluster.in_netns(&first, "iptables", &icmp("-I")).unwrap();
     let t = Instant::now();
     apply(
         client,
@@ -744,7 +777,7 @@ async fn a_rollout_across_real_nodes(cluster: &NodeCluster, client: &Client) {
         90,
         || state(cluster),
         || async {
-            let p = policies.get("fleet").await.ok()?;
+            let p = policies.get("default").await.ok()?;
             p.data["status"]["conditions"]
                 .as_array()?
                 .iter()
@@ -789,9 +822,7 @@ async fn a_rollout_across_real_nodes(cluster: &NodeCluster, client: &Client) {
     }
 
     // The fix: the network repaired and the spec changed; the rollout completes.
-    cluster
-        .in_netns(&first, "iptables", &[&["-D"][..], &drop_icmp[1..]].concat())
-        .unwrap();
+    cluster.in_netns(&first, "iptables", &icmp("-D")).unwrap();
     let t = Instant::now();
     apply(
         client,
@@ -814,7 +845,7 @@ async fn a_rollout_across_real_nodes(cluster: &NodeCluster, client: &Client) {
         60,
         || state(cluster),
         || async {
-            let p = policies.get("fleet").await.ok()?;
+            let p = policies.get("default").await.ok()?;
             (!p.data["status"]["conditions"]
                 .as_array()?
                 .iter()
@@ -828,7 +859,7 @@ async fn a_rollout_across_real_nodes(cluster: &NodeCluster, client: &Client) {
         t.elapsed().as_secs_f64()
     );
     policies
-        .delete("fleet", &DeleteParams::default())
+        .delete("default", &DeleteParams::default())
         .await
         .unwrap();
     until(
@@ -1036,6 +1067,13 @@ async fn failover_on_a_real_node_loss(cluster: &NodeCluster, client: &Client) {
         120,
         || state(cluster),
         || async { (node_ready(&nodes.get(&old).await.ok()?) == Some(true)).then_some(()) },
+    )
+    .await;
+    until(
+        "the node back drops what it no longer holds",
+        90,
+        || state(cluster),
+        || async { (!return_routing(&old)).then_some(()) },
     )
     .await;
     tokio::time::sleep(Duration::from_secs(20)).await;
