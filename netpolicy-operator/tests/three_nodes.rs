@@ -127,6 +127,10 @@ async fn three_real_nodes_serve_what_users_pay_for() {
         t0.elapsed().as_secs_f64()
     );
     echo_pods(&cluster, &client).await;
+    eprintln!(
+        "memory of the three-node cluster with the chart and the echo pods: {} MiB",
+        cluster.run(&["memory"]).unwrap().trim()
+    );
     a_service_answers_on_its_floating_ip(&cluster, &client).await;
     eprintln!(
         "floating IPs answered ({:.0} s)",
@@ -141,6 +145,12 @@ async fn three_real_nodes_serve_what_users_pay_for() {
     eprintln!("rollout done ({:.0} s)", t0.elapsed().as_secs_f64());
     failover_on_a_real_node_loss(&cluster, &client).await;
     eprintln!("three-node run: {:.0} s", t0.elapsed().as_secs_f64());
+    let t = Instant::now();
+    drop(cluster);
+    eprintln!(
+        "three-node cluster down in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
 }
 
 /// docs/guides/install.md's repository commands, against the chart packaged and
