@@ -622,17 +622,7 @@ fn route_reflector_config(
         "ratio".into(),
         json!(number("ROUTE_REFLECTOR_RATIO", 0.005, out)),
     );
-    spec.insert(
-        "clusterID".into(),
-        json!(get("ROUTE_REFLECTOR_CLUSTER_ID").unwrap_or_else(|| "224.0.0.0".into())),
-    );
-    if get("ROUTE_REFLECTOR_CLUSTER_ID").is_none() {
-        out.notes.push(format!(
-            "{at}: ROUTE_REFLECTOR_CLUSTER_ID unset: 224.0.0.0, the seed's default since \
-             v0.0.4 (images up to v0.0.3 used 224.0.0.1): check the reflector nodes' \
-             routeReflectorClusterID before applying"
-        ));
-    }
+    spec.insert("clusterID".into(), json!(rr_cluster_id(env, at, out)));
     match get("ROUTE_REFLECTOR_ZONE_LABEL").filter(|z| !z.is_empty()) {
         Some(zone) => {
             spec.insert("zoneLabel".into(), json!(zone));
@@ -707,6 +697,90 @@ fn route_reflector_config(
     json!({"apiVersion": OURS, "kind": "RouteReflectorConfig",
            "metadata": {"name": "default"}, "spec": spec})
 }
+
+/// The seed's `ROUTE_REFLECTOR_CLUSTER_ID` as `clusterID`. The seed takes a template:
+/// its simple topology fills each `%d` with `fmt.Sprintf(id, 1)` (so `224.0.0.%d` is
+/// `224.0.0.1` on every reflector), its multi topology gives each reflector its own ID. In
+/// netpolicy `clusterID` is the first ID, counted up per zone (`per: zone`) or per
+/// reflector (`multi`): the template's first ID, the last `%d` as 1 and any earlier as 0.
+fn rr_cluster_id(env: &BTreeMap<String, Option<String>>, at: &str, out: &mut Converted) -> String {
+    let Some(template) = env.get("ROUTE_REFLECTOR_CLUSTER_ID").cloned().flatten() else {
+        out.notes.push(format!(
+            "{at}: ROUTE_REFLECTOR_CLUSTER_ID unset: 224.0.0.0, the seed's default since \
+             v0.0.4 (images up to v0.0.3 used 224.0.0.1): check the reflector nodes' \
+             routeReflectorClusterID before applying"
+        ));
+        return "224.0.0.0".into();
+    };
+    let holes = template.matches("%d").count();
+    let mut id = String::new();
+    for (i, part) in template.split("%d").enumerate() {
+        id.push_str(part);
+        if i < holes {
+            id.push(if i + 1 == holes { '1' } else { '0' });
+        }
+    }
+    if id.trim().parse::<std::net::Ipv4Addr>().is_err() {
+        out.errors.push(format!(
+            "{at}: ROUTE_REFLECTOR_CLUSTER_ID={template:?} is not an IPv4 address (nor the \
+             seed's template of one, such as 224.0.0.%d): write clusterID as an IPv4 address"
+        ));
+        return template;
+    }
+    if holes > 0 {
+        out.notes.push(format!(
+            "{at}: ROUTE_REFLECTOR_CLUSTER_ID={template} is the seed's template: its simple \
+             topology writes {id} on every reflector, its multi topology an ID per reflector; \
+             clusterID {id} is netpolicy's first cluster ID, counted up per zone (per: zone) \
+             or per reflector (multi): check the reflector nodes' routeReflectorClusterID \
+             before applying"
+        ));
+    }
+    id.trim().to_owned()
+}
+
+/// Calico client settings (libcalico-go's `apiconfig`, calicoctl's inline forms) that
+/// [`rr_datastore`] does not take: said, then dropped.
+const CALICO_CLIENT_DROPPED: &[(&str, &str)] = &[
+    (
+        "K8S_KEY_FILE",
+        "a remote cluster's credentials go into its kubeconfig Secret",
+    ),
+    (
+        "K8S_CERT_FILE",
+        "a remote cluster's credentials go into its kubeconfig Secret",
+    ),
+    (
+        "K8S_CA_FILE",
+        "a remote cluster's credentials go into its kubeconfig Secret",
+    ),
+    (
+        "K8S_API_TOKEN",
+        "a remote cluster's credentials go into its kubeconfig Secret",
+    ),
+    (
+        "K8S_CURRENT_CONTEXT",
+        "the kubeconfig Secret's current context is used",
+    ),
+    (
+        "K8S_INSECURE_SKIP_TLS_VERIFY",
+        "netpolicy always verifies the API server",
+    ),
+    ("K8S_DISABLE_NODE_POLL", "netpolicy watches Nodes"),
+    ("USE_POD_CIDR", "IPAM is not the route-reflector job's"),
+    (
+        "ETCD_KEY",
+        "inline certificates go into datastore.etcdv3.tlsSecretRef's Secret",
+    ),
+    (
+        "ETCD_CERT",
+        "inline certificates go into datastore.etcdv3.tlsSecretRef's Secret",
+    ),
+    (
+        "ETCD_CA_CERT",
+        "inline certificates go into datastore.etcdv3.tlsSecretRef's Secret",
+    ),
+];
 
 /// The seed's `DATASTORE_TYPE` (and its etcd and remote-cluster settings) as
 /// `spec.datastore`, with what must be done by hand in `out`.
@@ -785,6 +859,14 @@ fn rr_datastore(
         Some(t) => out.errors.push(format!(
             "{at}: DATASTORE_TYPE={t:?} is none of incluster, kubernetes, etcdv3"
         )),
+    }
+    for (k, why) in CALICO_CLIENT_DROPPED {
+        if env.contains_key(*k) {
+            out.notes.push(format!(
+                "{at}: {k} (a Calico client setting) has no netpolicy counterpart; dropped \
+                 ({why})"
+            ));
+        }
     }
 }
 
@@ -1287,6 +1369,60 @@ mod tests {
                 .any(|n| n.contains("ROUTE_REFLECTOR_CLUSTER_ID unset") && n.contains("224.0.0.1")),
             "{:?}",
             c.notes
+        );
+
+        // The seed's own template form of the cluster ID, and Calico client settings
+        // netpolicy does not take.
+        let c = convert([(
+            "seed.yaml".to_owned(),
+            deployment(json!([
+                {"name": "ROUTE_REFLECTOR_CLUSTER_ID", "value": "224.0.0.%d"},
+                {"name": "K8S_INSECURE_SKIP_TLS_VERIFY", "value": "true"},
+                {"name": "ETCD_CA_CERT", "value": "-----BEGIN CERTIFICATE-----"},
+            ])),
+        )]);
+        assert!(c.errors.is_empty(), "{:?}", c.errors);
+        let rr = c
+            .objects
+            .iter()
+            .find(|o| o["kind"] == "RouteReflectorConfig")
+            .unwrap();
+        assert_eq!(rr["spec"]["clusterID"], "224.0.0.1");
+        let typed: crate::api::RouteReflectorConfig = serde_json::from_value(rr.clone()).unwrap();
+        assert_eq!(typed.spec.cluster_id, "224.0.0.1");
+        for said in [
+            "224.0.0.%d is the seed's template",
+            "K8S_INSECURE_SKIP_TLS_VERIFY (a Calico client setting) has no netpolicy counterpart; dropped",
+            "ETCD_CA_CERT (a Calico client setting)",
+        ] {
+            assert!(
+                c.notes.iter().any(|n| n.contains(said)),
+                "{said}: {:?}",
+                c.notes
+            );
+        }
+        for (template, want) in [("224.%d.%d.%d", "224.0.0.1"), ("10.1.2.3", "10.1.2.3")] {
+            let c = convert([(
+                "seed.yaml".to_owned(),
+                deployment(json!([{"name": "ROUTE_REFLECTOR_CLUSTER_ID", "value": template}])),
+            )]);
+            let rr = c
+                .objects
+                .iter()
+                .find(|o| o["kind"] == "RouteReflectorConfig")
+                .unwrap();
+            assert_eq!(rr["spec"]["clusterID"], want, "{template}");
+        }
+        let c = convert([(
+            "seed.yaml".to_owned(),
+            deployment(json!([{"name": "ROUTE_REFLECTOR_CLUSTER_ID", "value": "rr-%d"}])),
+        )]);
+        assert!(
+            c.errors
+                .iter()
+                .any(|e| e.contains("ROUTE_REFLECTOR_CLUSTER_ID=\"rr-%d\" is not an IPv4 address")),
+            "{:?}",
+            c.errors
         );
 
         // No zone label (the seed's default): one count for the whole cluster; etcd.
