@@ -330,7 +330,28 @@ async fn routes_reach_every_node_through_growth_loss_and_a_topology_switch() {
         log_text()
     );
     // nodeToNodeMesh: disable turns Calico's full mesh off now that every node has its
-    // reflector sessions (Calico's default is on: no BGPConfiguration yet).
+    // reflector sessions — also when the BGPConfiguration was written by someone else
+    // with the mesh on, as Calico's docs have users `kubectl apply` it (client-side
+    // apply: that manager owns the field).
+    let bgp_config = Api::<DynamicObject>::all_with(
+        client.clone(),
+        &netpolicy_operator::api::calico::bgp_configuration_resource(),
+    );
+    bgp_config
+        .create(
+            &PostParams {
+                field_manager: Some("kubectl-client-side-apply".into()),
+                ..PostParams::default()
+            },
+            &serde_json::from_value(json!({
+                "apiVersion": "crd.projectcalico.org/v1", "kind": "BGPConfiguration",
+                "metadata": {"name": "default"},
+                "spec": {"asNumber": 64512, "nodeToNodeMeshEnabled": true, "logSeverityScreen": "Info"}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
     Api::<RouteReflectorConfig>::all(client.clone())
         .patch(
             "default",
@@ -339,10 +360,6 @@ async fn routes_reach_every_node_through_growth_loss_and_a_topology_switch() {
         )
         .await
         .unwrap();
-    let bgp_config = Api::<DynamicObject>::all_with(
-        client.clone(),
-        &netpolicy_operator::api::calico::bgp_configuration_resource(),
-    );
     let t = Instant::now();
     loop {
         let off = bgp_config
@@ -361,6 +378,10 @@ async fn routes_reach_every_node_through_growth_loss_and_a_topology_switch() {
         assert!(t.elapsed() < Duration::from_secs(30), "{}", log_text());
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Only the mesh field changed hands: the rest is the user's as written.
+    let written = bgp_config.get("default").await.unwrap();
+    assert_eq!(written.data["spec"]["asNumber"], 64512);
+    assert_eq!(written.data["spec"]["logSeverityScreen"], "Info");
     // The foreign BGPPeer is untouched.
     let f = peers.get("tor-uplink").await.unwrap();
     assert_eq!(f.data["spec"]["peerIP"], "192.0.2.1");

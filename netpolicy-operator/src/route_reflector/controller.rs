@@ -925,9 +925,13 @@ impl RouteReflectors {
                 "metadata": {"name": "default"},
                 "spec": {"nodeToNodeMeshEnabled": false},
             });
+            // Forced: this one field is what `disable` asks for, and whoever wrote the
+            // BGPConfiguration (Calico's docs `kubectl apply` it with the mesh on) owns
+            // it. Unforced, the apply conflicts with that owner at every pass and the mesh
+            // is never turned off (found on live BGP, Calico's confd and BIRD).
             api.patch(
                 "default",
-                &PatchParams::apply(FIELD_MANAGER),
+                &PatchParams::apply(FIELD_MANAGER).force(),
                 &Patch::Apply(&patch),
             )
             .await?;
