@@ -10,6 +10,7 @@
 //! the reason and the end of the process logs: a test that needs an API server fails
 //! visibly rather than passing without one.
 
+pub mod bgp;
 pub mod cloud;
 pub mod moto;
 pub mod node;

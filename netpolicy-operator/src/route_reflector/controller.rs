@@ -484,15 +484,24 @@ impl RouteReflectors {
                 self.reported = Some(rc::SETTLED.to_owned());
             }
             // Every node has its reflector sessions only when the topology has no warning (a
-            // zone without reflectors, no reflector at all).
+            // zone without reflectors, no reflector at all), and not before BIRD had the
+            // step delay to bring the last step's sessions up: the mesh is what carries the
+            // routes until then (turned off at once, every pair whose reflector session the
+            // last step restarted lost its routes for ~1.5 s on live BGP).
+            let delay = Duration::from_secs(u64::from(rrc.spec.step_delay_seconds));
+            let pacing = self
+                .last_step
+                .map(|at| delay.saturating_sub(at.elapsed()))
+                .filter(|left| !left.is_zero());
             let etcd = match &store {
                 Datastore::Etcd(e) => Some(e),
                 Datastore::Kubernetes => None,
             };
-            let mesh = self.mesh(&rrc, etcd, target.warnings.is_empty()).await?;
+            let complete = target.warnings.is_empty() && pacing.is_none();
+            let mesh = self.mesh(&rrc, etcd, complete).await?;
             self.write_status(&cur, facts.settled(&target.warnings, mesh))
                 .await?;
-            return Ok(Next::Resync);
+            return Ok(pacing.map_or(Next::Resync, Next::After));
         };
         // Pacing: BIRD needs time to bring the last step's sessions up.
         let delay = Duration::from_secs(u64::from(rrc.spec.step_delay_seconds));

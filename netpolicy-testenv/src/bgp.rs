@@ -1,0 +1,695 @@
+//! Live BGP for the route-reflector tests: N "nodes", each a network namespace on one
+//! bridge with an address, running what calico-node runs for BGP:
+//!
+//! - **confd** (Calico's own, built by `scripts/test-tools` from the Calico monorepo) in
+//!   KDD mode against the test API server, with `NODENAME` set, rendering BIRD's
+//!   configuration from Calico's templates; it reloads BIRD when it rewrites it
+//!   (`birdc configure`, where calico-node's runit service sends a HUP). confd only talks
+//!   to the API server and writes files: it runs in the machine's network (the API server
+//!   listens on 127.0.0.1), BIRD in the node's.
+//! - **BIRD 1.6** (Debian's `bird`, the line Calico's fork follows) on that configuration,
+//!   in the node's network namespace.
+//!
+//! Each node is a Kubernetes Node (Ready, a zone label, `projectcalico.org/IPv4Address`
+//! as calico-node annotates it) with one IPAM block of the pool affine to it, and the
+//! block's blackhole route in its kernel as Felix programs it (`proto 80`): BIRD's kernel
+//! protocol learns it and exports it to its peers, so every node's kernel should hold
+//! every other node's block route. [`RouteChecker`] samples that every 100 ms.
+//!
+//! One adaptation of Calico's templates, said here and in the test output: Debian's BIRD
+//! lacks the `krt_tunnel` route attribute of Calico's fork (the IPIP device of a route),
+//! so those assignments are removed; the pool here has `ipipMode: Never`, where Calico
+//! sets it to `""` (no tunnel) anyway.
+//!
+//! Every process is bounded in time (`timeout`), gets SIGTERM if the test process dies
+//! (`setpriv --pdeathsig`), and is stopped by pid when the [`BgpLab`] is dropped, which
+//! also removes the namespaces and the bridge.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+/// The bridge all nodes are on.
+const BRIDGE: &str = "np-bgp";
+/// The IP pool the nodes' blocks are taken from.
+pub const POOL: &str = "10.78.0.0/16";
+/// The AS every node is in.
+pub const AS_NUMBER: u32 = 64512;
+
+/// One node of the lab.
+#[derive(Debug, Clone)]
+pub struct BgpNode {
+    /// Node name, also its network namespace.
+    pub name: String,
+    /// Its address on the segment.
+    pub ip: Ipv4Addr,
+    /// Its IPAM block (`10.78.<n>.0/26`), the route it originates.
+    pub block: String,
+    /// Its zone label's value.
+    pub zone: String,
+    dir: PathBuf,
+}
+
+impl BgpNode {
+    /// BIRD's control socket.
+    #[must_use]
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("bird.ctl")
+    }
+
+    /// BIRD's process id, once it wrote its pid file.
+    #[must_use]
+    pub fn bird_pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.dir.join("bird.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// `birdc show protocols`: the BGP sessions that are Established (protocol names).
+    #[must_use]
+    pub fn established(&self) -> BTreeSet<String> {
+        let out = Command::new("birdc")
+            .arg("-s")
+            .arg(self.socket())
+            .args(["show", "protocols"])
+            .output();
+        let Ok(out) = out else {
+            return BTreeSet::new();
+        };
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(" BGP ") && l.contains("Established"))
+            .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+            .collect()
+    }
+
+    /// The destinations of the IPv4 routes in the node's main table, from
+    /// `/proc/<bird>/net/route` (no process started per sample).
+    fn routes(&self) -> Option<BTreeSet<String>> {
+        let text = std::fs::read_to_string(format!("/proc/{}/net/route", self.bird_pid()?)).ok()?;
+        let hex = |s: &str| {
+            u32::from_str_radix(s, 16)
+                .ok()
+                .map(|v| Ipv4Addr::from(v.swap_bytes()))
+        };
+        Some(
+            text.lines()
+                .skip(1)
+                .filter_map(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    let (dst, mask) = (hex(f.get(1)?)?, hex(f.get(7)?)?);
+                    Some(format!("{dst}/{}", u32::from(mask).count_ones()))
+                })
+                .collect(),
+        )
+    }
+}
+
+/// Spawns `cmd` from a thread that lives as long as the test process: `setpriv
+/// --pdeathsig` signals a child when the *thread* that spawned it ends, and tokio's
+/// blocking threads end after 10 s idle (which stopped every confd and BIRD 10 s in).
+fn spawn_kept(cmd: Command) -> std::io::Result<Child> {
+    use std::sync::{Mutex, OnceLock, mpsc};
+    type Job = (Command, mpsc::Sender<std::io::Result<Child>>);
+    static KEEPER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+    let keeper = KEEPER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::spawn(move || {
+            for (mut cmd, reply) in rx {
+                let _ = reply.send(cmd.spawn());
+            }
+        });
+        Mutex::new(tx)
+    });
+    let (tx, rx) = mpsc::channel();
+    keeper
+        .lock()
+        .map_err(|_| std::io::Error::other("the spawning thread is gone"))?
+        .send((cmd, tx))
+        .map_err(|_| std::io::Error::other("the spawning thread is gone"))?;
+    rx.recv()
+        .map_err(|_| std::io::Error::other("the spawning thread is gone"))?
+}
+
+/// The lab: nodes, their confd and BIRD processes.
+#[derive(Debug)]
+pub struct BgpLab {
+    /// The nodes, in name order.
+    pub nodes: Vec<BgpNode>,
+    /// Working directory (each node's configuration and logs under `<node>/`).
+    pub dir: PathBuf,
+    kubeconfig: PathBuf,
+    procs: Vec<(String, Child)>,
+}
+
+fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(cmd)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{cmd}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{cmd} {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// Node `i` (0-based) of a lab: its name, address and block.
+fn node_of(i: usize, zones: usize, dir: &Path) -> BgpNode {
+    let name = format!("bgp-{:02}", i + 1);
+    BgpNode {
+        dir: dir.join(&name),
+        ip: Ipv4Addr::new(10, 77, 0, u8::try_from(i + 1).unwrap_or(u8::MAX)),
+        block: format!("10.78.{}.0/26", i + 1),
+        zone: format!(
+            "zone-{}",
+            char::from(b'a' + u8::try_from(i % zones.max(1)).unwrap_or(0))
+        ),
+        name,
+    }
+}
+
+impl BgpLab {
+    /// Why the lab cannot run here (not root, no BIRD, no confd), if it cannot.
+    #[must_use]
+    pub fn unavailable() -> Option<String> {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let root = status
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .and_then(|l| l.split_whitespace().nth(2))
+            == Some("0");
+        if !root {
+            return Some("not root: the nodes are network namespaces".into());
+        }
+        if run("bird", &["--version"]).is_err()
+            && Command::new("bird").arg("--version").output().is_err()
+        {
+            return Some(
+                "BIRD is not installed (Debian's `bird`; scripts/test installs it)".into(),
+            );
+        }
+        if !crate::tool("confd").exists() {
+            return Some("Calico's confd is not built (scripts/test-tools builds it)".into());
+        }
+        None
+    }
+
+    /// Brings up `n` nodes over `zones` zones (`zone-a`, `zone-b`, ...) in Calico's
+    /// default state, the node-to-node mesh on: Calico's CRDs, the BGPConfiguration
+    /// `default` written as Calico's docs have users write it (`kubectl apply`), the IP
+    /// pool, each node's Node, block and affinity, then confd and BIRD per node. Returns
+    /// once every node's kernel holds every other node's block route (the mesh works).
+    ///
+    /// # Panics
+    /// When a step fails (with its output), or the mesh does not converge in 120 s.
+    #[must_use]
+    pub fn start(
+        kubeconfig: &Path,
+        dir: &Path,
+        n: usize,
+        zones: usize,
+        lifetime_secs: u64,
+    ) -> Self {
+        assert!((1..=200).contains(&n), "1..=200 nodes");
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let nodes: Vec<BgpNode> = (0..n).map(|i| node_of(i, zones, dir)).collect();
+        let mut lab = Self {
+            nodes,
+            dir: dir.to_owned(),
+            kubeconfig: kubeconfig.to_owned(),
+            procs: Vec::new(),
+        };
+        lab.cleanup_network();
+        lab.kubectl(&[
+            "apply",
+            "--server-side",
+            "-f",
+            // The directory itself: kubectl does not follow a link to one.
+            &std::fs::canonicalize(crate::tool("calico-crd"))
+                .unwrap_or_else(|e| panic!("calico-crd: {e}"))
+                .display()
+                .to_string(),
+        ]);
+        let t = Instant::now();
+        while lab
+            .try_kubectl(&["get", "ippools.crd.projectcalico.org"])
+            .is_err()
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "Calico's CRDs are not served"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let mut manifest = format!(
+            "apiVersion: crd.projectcalico.org/v1\nkind: BGPConfiguration\nmetadata: {{name: default}}\n\
+             spec: {{asNumber: {AS_NUMBER}, nodeToNodeMeshEnabled: true, logSeverityScreen: Info}}\n---\n\
+             apiVersion: crd.projectcalico.org/v1\nkind: IPPool\nmetadata: {{name: default-ipv4-ippool}}\n\
+             spec: {{cidr: {POOL}, blockSize: 26, ipipMode: Never, vxlanMode: Never, natOutgoing: false, nodeSelector: all()}}\n"
+        );
+        for node in &lab.nodes {
+            let block_name = node.block.replace(['.', '/'], "-");
+            manifest.push_str(&format!(
+                "---\napiVersion: v1\nkind: Node\nmetadata:\n  name: {n}\n  labels: {{kubernetes.io/hostname: {n}, \
+                 topology.kubernetes.io/zone: {z}}}\n  annotations: {{projectcalico.org/IPv4Address: {ip}/16}}\n\
+                 ---\napiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {{name: {block_name}}}\n\
+                 spec: {{cidr: {b}, affinity: 'host:{n}', allocations: [], unallocated: [], attributes: [], \
+                 strictAffinity: false, deleted: false}}\n\
+                 ---\napiVersion: crd.projectcalico.org/v1\nkind: BlockAffinity\nmetadata: {{name: {n}-{block_name}}}\n\
+                 spec: {{cidr: {b}, node: {n}, state: confirmed, deleted: 'false'}}\n",
+                n = node.name,
+                z = node.zone,
+                ip = node.ip,
+                b = node.block,
+            ));
+        }
+        let file = dir.join("calico-objects.yaml");
+        std::fs::write(&file, manifest).unwrap_or_else(|e| panic!("{e}"));
+        lab.kubectl(&["apply", "-f", &file.display().to_string()]);
+        for node in lab.nodes.clone() {
+            lab.set_ready(&node.name, true);
+        }
+
+        run("ip", &["link", "add", BRIDGE, "type", "bridge"]).unwrap_or_else(|e| panic!("{e}"));
+        run("ip", &["link", "set", BRIDGE, "up"]).unwrap_or_else(|e| panic!("{e}"));
+        for node in lab.nodes.clone() {
+            lab.node_up(&node, lifetime_secs);
+        }
+        let t = Instant::now();
+        loop {
+            let missing = lab.missing_now();
+            if missing.is_empty() {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(120),
+                "the mesh did not converge in 120 s; missing (origin → node): {:?}\n{}",
+                &missing[..missing.len().min(10)],
+                lab.logs()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        eprintln!(
+            "bgp lab: {n} nodes over {zones} zones, full mesh converged in {:.1} s (Calico's \
+             templates less krt_tunnel, which Debian's BIRD lacks)",
+            t.elapsed().as_secs_f64()
+        );
+        lab
+    }
+
+    /// One node: its namespace on the bridge, its block's blackhole route, its confd
+    /// configuration (Calico's, with the node's paths), confd and BIRD.
+    fn node_up(&mut self, node: &BgpNode, lifetime_secs: u64) {
+        let (ns, host_end) = (node.name.as_str(), format!("{}h", node.name));
+        let ip = format!("{}/16", node.ip);
+        for args in [
+            vec!["netns", "add", ns],
+            vec![
+                "link", "add", &host_end, "type", "veth", "peer", "name", "eth0", "netns", ns,
+            ],
+            vec!["link", "set", &host_end, "master", BRIDGE, "up"],
+            vec!["-n", ns, "addr", "add", &ip, "dev", "eth0"],
+            vec!["-n", ns, "link", "set", "eth0", "up"],
+            vec!["-n", ns, "link", "set", "lo", "up"],
+            // What Felix programs for the node's own block: BIRD's kernel protocol
+            // learns it and exports it.
+            vec![
+                "-n",
+                ns,
+                "route",
+                "add",
+                "blackhole",
+                &node.block,
+                "proto",
+                "80",
+            ],
+        ] {
+            run("ip", &args).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let confd = node.dir.join("confd");
+        let config = node.dir.join("config");
+        std::fs::create_dir_all(confd.join("conf.d")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(confd.join("templates")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(&config).unwrap_or_else(|e| panic!("{e}"));
+        let calico = crate::tool("calico-confd");
+        for e in std::fs::read_dir(calico.join("templates"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            let text: String = text
+                .lines()
+                .filter(|l| !l.contains("krt_tunnel"))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            std::fs::write(confd.join("templates").join(e.file_name()), text)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        // IPv4 only: bird.cfg and the two files it includes.
+        for t in ["bird", "bird_aggr", "bird_ipam"] {
+            let text = std::fs::read_to_string(calico.join(format!("conf.d/{t}.toml")))
+                .unwrap_or_default();
+            let text: String = text
+                .lines()
+                .map(|l| {
+                    if l.starts_with("reload_cmd") {
+                        format!(
+                            "reload_cmd = \"birdc -s {} configure\"\n",
+                            node.socket().display()
+                        )
+                    } else {
+                        format!(
+                            "{}\n",
+                            l.replace(
+                                "/etc/calico/confd/config/",
+                                &format!("{}/", config.display())
+                            )
+                        )
+                    }
+                })
+                .collect();
+            std::fs::write(confd.join(format!("conf.d/{t}.toml")), text)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let lifetime = lifetime_secs.to_string();
+        let log = |name: &str| {
+            std::fs::File::create(node.dir.join(name)).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let mut confd_cmd = Command::new("setpriv");
+        confd_cmd
+            .args(["--pdeathsig", "TERM", "--", "timeout", "-k", "5", &lifetime])
+            .arg(crate::tool("confd"))
+            .arg(format!("-confdir={}", confd.display()))
+            .env("NODENAME", &node.name)
+            .env("DATASTORE_TYPE", "kubernetes")
+            .env("KUBECONFIG", &self.kubeconfig)
+            .current_dir(&node.dir)
+            .stdin(Stdio::null())
+            .stdout(log("confd.log"))
+            .stderr(log("confd.err.log"));
+        let confd_child = spawn_kept(confd_cmd).unwrap_or_else(|e| panic!("confd: {e}"));
+        self.procs
+            .push((format!("confd {}", node.name), confd_child));
+        // BIRD starts once confd wrote its configuration (confd's first reload finds no
+        // BIRD yet, as when calico-node starts).
+        let cfg = config.join("bird.cfg");
+        let t = Instant::now();
+        while !(cfg.exists()
+            && config.join("bird_ipam.cfg").exists()
+            && config.join("bird_aggr.cfg").exists())
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "confd of {} wrote no bird.cfg in 30 s:\n{}",
+                node.name,
+                std::fs::read_to_string(node.dir.join("confd.err.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let mut bird_cmd = Command::new("setpriv");
+        bird_cmd
+            .args([
+                "--pdeathsig",
+                "TERM",
+                "--",
+                "timeout",
+                "-k",
+                "5",
+                &lifetime,
+                "nsenter",
+            ])
+            .arg(format!("--net=/run/netns/{}", node.name))
+            .args(["--", "bird", "-d", "-c"])
+            .arg(&cfg)
+            .arg("-s")
+            .arg(node.socket())
+            .arg("-P")
+            .arg(node.dir.join("bird.pid"))
+            .current_dir(&config)
+            .stdin(Stdio::null())
+            .stdout(log("bird.log"))
+            .stderr(log("bird.err.log"));
+        let bird = spawn_kept(bird_cmd).unwrap_or_else(|e| panic!("bird: {e}"));
+        self.procs.push((format!("bird {}", node.name), bird));
+    }
+
+    /// `kubectl ARGS` against the lab's API server.
+    ///
+    /// # Panics
+    /// When it fails.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        self.try_kubectl(args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_kubectl(&self, args: &[&str]) -> Result<String, String> {
+        let mut all = vec!["--kubeconfig", self.kubeconfig.to_str().unwrap_or_default()];
+        all.extend_from_slice(args);
+        run(crate::tool("kubectl").to_str().unwrap_or("kubectl"), &all)
+    }
+
+    /// The Node `name` Ready (`true`: as its kubelet reports it and with no taint, as
+    /// the node lifecycle controller leaves it) or not Ready (a lost kubelet).
+    ///
+    /// # Panics
+    /// When kubectl fails.
+    pub fn set_ready(&self, name: &str, ready: bool) {
+        let status = if ready { "True" } else { "Unknown" };
+        let now = "2026-01-01T00:00:00Z";
+        self.kubectl(&[
+            "patch",
+            "node",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &format!(
+                "{{\"status\":{{\"conditions\":[{{\"type\":\"Ready\",\"status\":\"{status}\",\
+                 \"reason\":\"Test\",\"message\":\"bgp lab\",\"lastHeartbeatTime\":\"{now}\",\
+                 \"lastTransitionTime\":\"{now}\"}}]}}}}"
+            ),
+        ]);
+        let taints = if ready {
+            "[]".to_owned()
+        } else {
+            "[{\"key\":\"node.kubernetes.io/unreachable\",\"effect\":\"NoSchedule\"}]".to_owned()
+        };
+        self.kubectl(&[
+            "patch",
+            "node",
+            name,
+            "--type=merge",
+            "-p",
+            &format!("{{\"spec\":{{\"taints\":{taints}}}}}"),
+        ]);
+    }
+
+    /// (origin, node) pairs whose route is not in the node's kernel now.
+    #[must_use]
+    pub fn missing_now(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for node in &self.nodes {
+            let routes = node.routes().unwrap_or_default();
+            for origin in &self.nodes {
+                if origin.name != node.name && !routes.contains(&origin.block) {
+                    out.push((origin.name.clone(), node.name.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Every node's Established BGP sessions, `(node, protocol)`.
+    #[must_use]
+    pub fn sessions(&self) -> BTreeSet<(String, String)> {
+        self.nodes
+            .iter()
+            .flat_map(|n| n.established().into_iter().map(|p| (n.name.clone(), p)))
+            .collect()
+    }
+
+    /// The end of every node's confd and BIRD logs, for failure messages.
+    #[must_use]
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for node in self.nodes.iter().take(4) {
+            for f in ["confd.err.log", "bird.err.log", "bird.log"] {
+                let text = std::fs::read_to_string(node.dir.join(f)).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(8).collect();
+                out.push_str(&format!("--- {} {f}\n", node.name));
+                for l in tail.into_iter().rev() {
+                    out.push_str(l);
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
+    /// Starts sampling every (origin, node) pair every 100 ms.
+    #[must_use]
+    pub fn check_routes(&self) -> RouteChecker {
+        RouteChecker::start(self.nodes.clone())
+    }
+
+    fn cleanup_network(&self) {
+        for node in &self.nodes {
+            let _ = run("ip", &["netns", "del", &node.name]);
+            let _ = run("ip", &["link", "del", &format!("{}h", node.name)]);
+        }
+        let _ = run("ip", &["link", "del", BRIDGE]);
+    }
+}
+
+impl Drop for BgpLab {
+    fn drop(&mut self) {
+        // TERM to each `timeout`, which passes it on; KILL whatever is left.
+        for (_, child) in &self.procs {
+            let _ = run("kill", &["-TERM", &child.id().to_string()]);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for (what, child) in &mut self.procs {
+            loop {
+                match child.try_wait() {
+                    Ok(Some(_)) | Err(_) => break,
+                    Ok(None) if Instant::now() > deadline => {
+                        eprintln!("bgp lab: {what} did not stop on TERM; killed");
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break;
+                    }
+                    Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+                }
+            }
+        }
+        let _ = run("pkill", &["-KILL", "-f", &self.dir.display().to_string()]);
+        self.cleanup_network();
+    }
+}
+
+/// A window in which one origin's route was missing from one node's kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Missing {
+    /// The node whose block route was missing.
+    pub origin: String,
+    /// The node whose kernel missed it.
+    pub node: String,
+    /// From, since the checker started.
+    pub from: Duration,
+    /// To (the last sample it was missing in).
+    pub to: Duration,
+    /// Samples it was missing in.
+    pub samples: usize,
+}
+
+/// What a [`RouteChecker`] saw.
+#[derive(Debug, Clone, Default)]
+pub struct Samples {
+    /// Sampling rounds (each reads every node's table once).
+    pub rounds: usize,
+    /// (origin, node) pairs checked per round.
+    pub pairs: usize,
+    /// Every window a pair was missing in.
+    pub missing: Vec<Missing>,
+}
+
+/// Samples every (origin, node) pair every 100 ms in a thread of its own until stopped.
+#[derive(Debug)]
+pub struct RouteChecker {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<Samples>>,
+}
+
+impl RouteChecker {
+    fn start(nodes: Vec<BgpNode>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let handle = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let mut out = Samples {
+                pairs: nodes.len() * nodes.len().saturating_sub(1),
+                ..Samples::default()
+            };
+            let mut open: BTreeMap<(String, String), Missing> = BTreeMap::new();
+            while !flag.load(Ordering::Relaxed) {
+                let at = t0.elapsed();
+                for node in &nodes {
+                    let routes = node.routes().unwrap_or_default();
+                    for origin in &nodes {
+                        if origin.name == node.name {
+                            continue;
+                        }
+                        let key = (origin.name.clone(), node.name.clone());
+                        if routes.contains(&origin.block) {
+                            if let Some(m) = open.remove(&key) {
+                                out.missing.push(m);
+                            }
+                        } else {
+                            let m = open.entry(key).or_insert_with(|| Missing {
+                                origin: origin.name.clone(),
+                                node: node.name.clone(),
+                                from: at,
+                                to: at,
+                                samples: 0,
+                            });
+                            m.to = at;
+                            m.samples += 1;
+                        }
+                    }
+                }
+                out.rounds += 1;
+                let next =
+                    Duration::from_millis(100) * u32::try_from(out.rounds).unwrap_or(u32::MAX);
+                if let Some(wait) = next.checked_sub(t0.elapsed()) {
+                    std::thread::sleep(wait);
+                }
+            }
+            out.missing.extend(open.into_values());
+            out
+        });
+        Self {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops sampling; what was seen.
+    ///
+    /// # Panics
+    /// When the sampling thread panicked.
+    #[must_use]
+    pub fn stop(mut self) -> Samples {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle
+            .take()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| panic!("the route checker panicked"))
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for RouteChecker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
