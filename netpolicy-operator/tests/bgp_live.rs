@@ -5,7 +5,7 @@
 //! reflectors. A pair missing in any sample is a failure, with the window it was missing.
 //!
 //! Needs root, Debian's `bird` (`apt-get install bird`) and confd (built by
-//! `scripts/test-tools`): `cargo test -p netpolicy-operator --test bgp_live -- --ignored
+//! `scripts/test-tools --bgp`): `cargo test -p netpolicy-operator --test bgp_live -- --ignored
 //! --nocapture`. The node count is `NETPOLICY_BGP_NODES` (default 12, over 3 zones).
 //!
 //! **Not yet in `scripts/test`: it fails today, and that is what it is for.** On live BGP

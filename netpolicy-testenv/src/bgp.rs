@@ -206,7 +206,10 @@ impl BgpLab {
             );
         }
         if !crate::tool("confd").exists() {
-            return Some("Calico's confd is not built (scripts/test-tools builds it)".into());
+            return Some(
+                "Calico's confd is not built: run `scripts/test-tools --bgp` (about 3 min once)"
+                    .into(),
+            );
         }
         None
     }
