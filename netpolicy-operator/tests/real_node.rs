@@ -35,7 +35,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams},
+    api::{DeleteParams, DynamicObject, ListParams},
     core::GroupVersionKind,
 };
 use netpolicy_testenv::{
@@ -590,31 +590,7 @@ async fn jobs(cluster: &NodeCluster, client: &Client) -> cloud::Shared {
     .await;
 
     // A RoutedIP on a provider API server the operator pod reaches on the machine.
-    let (base, cloud) = cloud::serve_on(HOST_IP, cloud::hetzner::api, "/v1").await;
-    apply(
-        client,
-        json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "hcloud", "namespace": APP_NS},
-            "stringData": {"token": cloud::hetzner::TOKEN}
-        }),
-    )
-    .await;
-    Api::<Node>::all(client.clone())
-        .patch(
-            NODE,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"providerID": "hcloud://1"}})),
-        )
-        .await
-        .unwrap();
-    apply(client, json!({
-        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIPIssuer",
-        "metadata": {"name": "hcloud"},
-        "spec": {"hetzner": {"tokenSecretRef": {"namespace": APP_NS, "name": "hcloud", "key": "token"},
-                             "location": "fsn1", "endpoint": base}}
-    }))
-    .await;
+    let cloud = common::hetzner_issuer(client, HOST_IP, APP_NS, &[NODE], json!({})).await;
     apply(
         client,
         json!({

@@ -50,7 +50,7 @@ use kube::{
     core::{ApiResource, GroupVersionKind},
 };
 use netpolicy_testenv::{
-    cloud, eventually_some as until,
+    eventually_some as until,
     node::{self, CLIENT_IP, CLIENT_NETNS, HOST_IP, NODE_MONITOR_GRACE_SECS, NodeCluster},
 };
 use serde_json::{Value, json};
@@ -892,36 +892,18 @@ fn node_ready(n: &Node) -> Option<bool> {
 }
 
 async fn failover_on_a_real_node_loss(cluster: &NodeCluster, client: &Client) {
-    let (base, cloud) = cloud::serve_on(HOST_IP, cloud::hetzner::api, "/v1").await;
-    apply(
+    let names: Vec<String> = (1..=NODES).map(|i| node::node(i).0).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let cloud = common::hetzner_issuer(
         client,
-        json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "hcloud", "namespace": WEB},
-            "stringData": {"token": cloud::hetzner::TOKEN}
-        }),
+        HOST_IP,
+        WEB,
+        &names,
+        json!({"firewall": {"name": "web-ingress"},
+               "returnRouting": {"interface": "eth0", "gateway": HOST_IP, "table": 250}}),
     )
     .await;
     let nodes = Api::<Node>::all(client.clone());
-    for i in 1..=NODES {
-        nodes
-            .patch(
-                &node::node(i).0,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"providerID": format!("hcloud://{i}")}})),
-            )
-            .await
-            .unwrap();
-    }
-    apply(client, json!({
-        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIPIssuer",
-        "metadata": {"name": "hcloud"},
-        "spec": {"hetzner": {"tokenSecretRef": {"namespace": WEB, "name": "hcloud", "key": "token"},
-                             "location": "fsn1", "endpoint": base},
-                 "firewall": {"name": "web-ingress"},
-                 "returnRouting": {"interface": "eth0", "gateway": HOST_IP, "table": 250}}
-    }))
-    .await;
     apply(client, json!({
         "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIP",
         "metadata": {"name": "ingress"},

@@ -189,13 +189,7 @@ impl BgpLab {
     /// Why the lab cannot run here (not root, no BIRD, no confd), if it cannot.
     #[must_use]
     pub fn unavailable() -> Option<String> {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        let root = status
-            .lines()
-            .find(|l| l.starts_with("Uid:"))
-            .and_then(|l| l.split_whitespace().nth(2))
-            == Some("0");
-        if !root {
+        if !crate::is_root() {
             return Some("not root: the nodes are network namespaces".into());
         }
         if run("bird", &["--version"]).is_err()

@@ -725,3 +725,15 @@ pub fn serve_dir(host: &str, dir: PathBuf) -> u16 {
     });
     port
 }
+
+/// Whether this process runs as root (the effective user in `/proc/self/status`): what
+/// network namespaces, mounts and cgroups need.
+#[must_use]
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(2))
+        == Some("0")
+}

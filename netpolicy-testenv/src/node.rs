@@ -67,14 +67,7 @@ impl NodeCluster {
     /// Why the cluster cannot run on this machine (not root, no image), if it cannot.
     #[must_use]
     pub fn unavailable() -> Option<String> {
-        // SAFETY-free check of the effective user: /proc/self/status' Uid line.
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        let root = status
-            .lines()
-            .find(|l| l.starts_with("Uid:"))
-            .and_then(|l| l.split_whitespace().nth(2))
-            == Some("0");
-        if !root {
+        if !crate::is_root() {
             return Some("not root: a node needs network namespaces, mounts and cgroups".into());
         }
         match std::env::var("NETPOLICY_NODE_IMAGE") {

@@ -462,3 +462,50 @@ pub(crate) async fn rancher_cluster(
     .await
     .unwrap();
 }
+
+/// A Hetzner `RoutedIPIssuer` named `hcloud` on a server that follows Hetzner's API,
+/// listening on `host` (where the operator's pods reach the machine): its token Secret
+/// `hcloud` in `ns`, node `nodes[i]` as Hetzner server `i + 1` (`spec.providerID`), and
+/// `extra` merged into the issuer's spec (a firewall, return routing). Returns the
+/// server's state.
+pub(crate) async fn hetzner_issuer(
+    client: &Client,
+    host: &str,
+    ns: &str,
+    nodes: &[&str],
+    extra: Value,
+) -> netpolicy_testenv::cloud::Shared {
+    use netpolicy_testenv::cloud;
+    let (base, state) = cloud::serve_on(host, cloud::hetzner::api, "/v1").await;
+    apply(
+        client,
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "hcloud", "namespace": ns},
+            "stringData": {"token": cloud::hetzner::TOKEN}
+        }),
+    )
+    .await;
+    for (i, node) in nodes.iter().enumerate() {
+        Api::<Node>::all(client.clone())
+            .patch(
+                node,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"providerID": format!("hcloud://{}", i + 1)}})),
+            )
+            .await
+            .unwrap();
+    }
+    let mut spec = json!({"hetzner": {"tokenSecretRef": {"namespace": ns, "name": "hcloud", "key": "token"},
+                                      "location": "fsn1", "endpoint": base}});
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        spec[k] = v.clone();
+    }
+    apply(
+        client,
+        json!({"apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIPIssuer",
+               "metadata": {"name": "hcloud"}, "spec": spec}),
+    )
+    .await;
+    state
+}
