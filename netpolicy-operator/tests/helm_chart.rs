@@ -187,6 +187,36 @@ fn node_cleanup_on_deletion_is_the_operators_flag_not_the_uninstall_switch() {
     );
 }
 
+/// The operator's replicas spread over nodes by default (soft, so one node still runs
+/// them all), selecting only this release's operator pods; switched off on request.
+#[test]
+fn the_operator_replicas_spread_over_nodes_unless_told_not_to() {
+    let deployment = |docs: &[Value]| {
+        of_kind(docs, "Deployment")
+            .into_iter()
+            .find(|d| d["metadata"]["name"] == "t-operator")
+            .cloned()
+            .unwrap()
+    };
+    let on = deployment(&render("np", &[]));
+    assert_eq!(
+        on["spec"]["template"]["spec"]["topologySpreadConstraints"],
+        json!([{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "t",
+                                                  "app.kubernetes.io/component": "operator"}}}])
+    );
+    // The selector picks the operator's own pods (the Deployment's selector).
+    for (k, v) in on["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(on["spec"]["template"]["metadata"]["labels"][k], *v);
+    }
+    let off = deployment(&render(
+        "np",
+        &["--set", "operator.spreadAcrossNodes=false"],
+    ));
+    assert!(off["spec"]["template"]["spec"]["topologySpreadConstraints"].is_null());
+}
+
 /// The agent keeps its last good config on the node (a hostPath), unless told not to.
 #[test]
 fn the_agent_keeps_its_last_good_config_on_the_node() {
@@ -801,40 +831,15 @@ fn the_readme_rbac_table_lists_what_the_roles_grant() {
 
 /// The chart as users get it from a Helm repository: `helm package` and `helm repo
 /// index` (what CI publishes), served over HTTP, added with `helm repo add`, and
-/// rendered from there with the version and app version of Chart.yaml.
+/// rendered from there with the version and app version of Chart.yaml. (Installed from
+/// such a repository on real nodes: `tests/three_nodes.rs`.)
 #[test]
-fn the_chart_packages_into_a_repository_helm_installs_from() {
-    let tmp = tempfile::tempdir().unwrap();
-    let repo = tmp.path().join("repo");
-    std::fs::create_dir(&repo).unwrap();
+fn the_chart_packages_into_a_repository_helm_renders_from() {
     let chart_dir = chart();
     helm(&["lint", chart_dir.to_str().unwrap()]);
-    helm(&[
-        "package",
-        chart_dir.to_str().unwrap(),
-        "-d",
-        repo.to_str().unwrap(),
-    ]);
-    let port = netpolicy_testenv::serve_dir("127.0.0.1", repo.clone());
-    let url = format!("http://127.0.0.1:{port}");
-    helm(&["repo", "index", repo.to_str().unwrap(), "--url", &url]);
-    let home = tmp.path().join("home");
-    let run = |args: &[&str]| -> String {
-        let out = Command::new(netpolicy_testenv::tool("helm"))
-            .args(args)
-            .env("HELM_CACHE_HOME", home.join("cache"))
-            .env("HELM_CONFIG_HOME", home.join("config"))
-            .env("HELM_DATA_HOME", home.join("data"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "helm {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
-    run(&["repo", "add", "netpolicy", &url]);
+    let repo = netpolicy_testenv::HelmRepo::publish(&chart_dir);
+    let run = |args: &[&str]| repo.run(args);
+    run(&["repo", "add", "netpolicy", &repo.url]);
     let shown = run(&["show", "chart", "netpolicy/netpolicy"]);
     let chart_yaml = std::fs::read_to_string(chart_dir.join("Chart.yaml")).unwrap();
     // Helm writes Chart.yaml again (quotes go): compare the values.

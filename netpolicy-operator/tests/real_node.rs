@@ -143,13 +143,7 @@ async fn pods(client: &Client, component: &str) -> Vec<Pod> {
         .items
 }
 
-fn ready(p: &Pod) -> bool {
-    p.metadata.deletion_timestamp.is_none()
-        && p.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
+use common::pod_ready as ready;
 
 async fn leader(client: &Client) -> Option<String> {
     Api::<Lease>::namespaced(client.clone(), RELEASE_NS)

@@ -35,7 +35,6 @@ mod common;
 
 use std::{
     path::PathBuf,
-    process::Command,
     time::{Duration, Instant},
 };
 
@@ -156,42 +155,20 @@ async fn three_real_nodes_serve_what_users_pay_for() {
 /// docs/guides/install.md's repository commands, against the chart packaged and
 /// indexed as a release publishes it, served over HTTP.
 fn install_from_the_repository(cluster: &NodeCluster) {
-    let tmp = tempfile::tempdir().unwrap();
-    let repo = tmp.path().join("repo");
-    std::fs::create_dir(&repo).unwrap();
-    let home = tmp.path().join("home");
+    let chart = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/netpolicy");
+    let repo = netpolicy_testenv::HelmRepo::publish(&chart);
+    let kubeconfig = cluster.kubeconfig.display().to_string();
     let helm = |args: &[&str]| {
         let t = Instant::now();
-        let out = Command::new(netpolicy_testenv::tool("helm"))
-            .args(args)
-            .arg("--kubeconfig")
-            .arg(&cluster.kubeconfig)
-            .env("HELM_CACHE_HOME", home.join("cache"))
-            .env("HELM_CONFIG_HOME", home.join("config"))
-            .env("HELM_DATA_HOME", home.join("data"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "helm {args:?}: {}{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-            state(cluster)
-        );
+        let mut all = args.to_vec();
+        all.extend(["--kubeconfig", &kubeconfig]);
+        if let Err(e) = repo.try_run(&all) {
+            panic!("{e}\n{}", state(cluster));
+        }
         eprintln!("  helm {}: {:.1} s", args[0], t.elapsed().as_secs_f64());
     };
-    let chart = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/netpolicy");
-    helm(&[
-        "package",
-        chart.to_str().unwrap(),
-        "-d",
-        repo.to_str().unwrap(),
-    ]);
-    let port = netpolicy_testenv::serve_dir("127.0.0.1", repo.clone());
-    let url = format!("http://127.0.0.1:{port}");
-    helm(&["repo", "index", repo.to_str().unwrap(), "--url", &url]);
     // As install.md says, with the repository's address here.
-    helm(&["repo", "add", "netpolicy", &url]);
+    helm(&["repo", "add", "netpolicy", &repo.url]);
     let state_dir = format!("agent.stateDir={}/agent-state", cluster.dir.display());
     helm(&[
         "install",
@@ -245,12 +222,7 @@ async fn echo_pods(cluster: &NodeCluster, client: &Client) {
             let mut nodes: Vec<String> = pods
                 .items
                 .iter()
-                .filter(|p| {
-                    p.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-                })
+                .filter(|p| common::pod_ready(p))
                 .filter_map(|p| p.spec.as_ref()?.node_name.clone())
                 .collect();
             nodes.sort();
@@ -631,82 +603,98 @@ async fn guest_installs_that_start(cluster: &NodeCluster, guest: &Client) {
             t.elapsed().as_secs_f64()
         ));
 
-        // Cleaned up for the next round: the range and its FloatingIP (deleted here: the
-        // management API server runs no garbage collector to follow the FloatingIP's
-        // ownerReference), the Service, what the installer put in the guest (labelled as
-        // netpolicy's).
         services
             .delete(&name, &DeleteParams::default())
             .await
             .unwrap();
-        cluster
-            .in_netns(
-                CLIENT_NETNS,
-                "ip",
-                &["route", "del", &format!("{address}/32")],
-            )
-            .unwrap();
-        Api::<DynamicObject>::all_with(
-            mgmt.clone(),
-            &netpolicy("FloatingIPRange", "floatingipranges"),
-        )
-        .delete(&range, &DeleteParams::default())
-        .await
-        .unwrap();
-        let guest_fips = Api::<DynamicObject>::namespaced_with(
-            mgmt.clone(),
-            &c_m,
-            &netpolicy("FloatingIP", "floatingips"),
-        );
-        guest_fips
-            .delete_collection(&DeleteParams::default(), &ListParams::default())
-            .await
-            .unwrap();
-        until(
-            "the guest's FloatingIP and range are gone",
-            60,
-            &why,
-            || async {
-                let fips = guest_fips.list(&ListParams::default()).await.ok()?;
-                let ranges = Api::<DynamicObject>::all_with(
-                    mgmt.clone(),
-                    &netpolicy("FloatingIPRange", "floatingipranges"),
-                );
-                (fips.items.is_empty() && ranges.get_opt(&range).await.ok()?.is_none())
-                    .then_some(())
-            },
+        forget_guest_round(
+            cluster, guest, &mgmt, &c_m, &range, namespace, &address, &why,
         )
         .await;
-        cluster
-            .run(&[
-                "kubectl",
-                "delete",
-                "-n",
-                namespace,
-                "--wait",
-                "deployment,daemonset,serviceaccount,configmap",
-                "-l",
-                "app.kubernetes.io/managed-by=netpolicy",
-            ])
-            .unwrap();
-        cluster
-            .run(&[
-                "kubectl",
-                "delete",
-                "--wait",
-                "clusterrole,clusterrolebinding",
-                "-l",
-                "app.kubernetes.io/managed-by=netpolicy",
-            ])
-            .unwrap();
-        Api::<ConfigMap>::namespaced(guest.clone(), namespace)
-            .delete("kubevip", &DeleteParams::default())
-            .await
-            .ok();
     }
     for r in runs {
         eprintln!("  guest {r}");
     }
+}
+
+/// What a guest round leaves, undone for the next: the client's route to the address,
+/// the range and its FloatingIP (deleted here: the management API server runs no
+/// garbage collector to follow the FloatingIP's ownerReference), and what the installer
+/// put in the guest (labelled as netpolicy's).
+#[allow(clippy::too_many_arguments)]
+async fn forget_guest_round(
+    cluster: &NodeCluster,
+    guest: &Client,
+    mgmt: &Client,
+    c_m: &str,
+    range: &str,
+    namespace: &str,
+    address: &str,
+    why: &impl Fn() -> String,
+) {
+    cluster
+        .in_netns(
+            CLIENT_NETNS,
+            "ip",
+            &["route", "del", &format!("{address}/32")],
+        )
+        .unwrap();
+    Api::<DynamicObject>::all_with(
+        mgmt.clone(),
+        &netpolicy("FloatingIPRange", "floatingipranges"),
+    )
+    .delete(range, &DeleteParams::default())
+    .await
+    .unwrap();
+    let guest_fips = Api::<DynamicObject>::namespaced_with(
+        mgmt.clone(),
+        c_m,
+        &netpolicy("FloatingIP", "floatingips"),
+    );
+    guest_fips
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+        .unwrap();
+    until(
+        "the guest's FloatingIP and range are gone",
+        60,
+        &why,
+        || async {
+            let fips = guest_fips.list(&ListParams::default()).await.ok()?;
+            let ranges = Api::<DynamicObject>::all_with(
+                mgmt.clone(),
+                &netpolicy("FloatingIPRange", "floatingipranges"),
+            );
+            (fips.items.is_empty() && ranges.get_opt(range).await.ok()?.is_none()).then_some(())
+        },
+    )
+    .await;
+    cluster
+        .run(&[
+            "kubectl",
+            "delete",
+            "-n",
+            namespace,
+            "--wait",
+            "deployment,daemonset,serviceaccount,configmap",
+            "-l",
+            "app.kubernetes.io/managed-by=netpolicy",
+        ])
+        .unwrap();
+    cluster
+        .run(&[
+            "kubectl",
+            "delete",
+            "--wait",
+            "clusterrole,clusterrolebinding",
+            "-l",
+            "app.kubernetes.io/managed-by=netpolicy",
+        ])
+        .unwrap();
+    Api::<ConfigMap>::namespaced(guest.clone(), namespace)
+        .delete("kubevip", &DeleteParams::default())
+        .await
+        .ok();
 }
 
 /// The routes of `ip route show` in node `i`'s network.
@@ -891,6 +879,61 @@ fn node_ready(n: &Node) -> Option<bool> {
         .map(|c| c.status == "True")
 }
 
+/// The provider's state after a failover from `old` to `new` (Hetzner server `i` is node
+/// `i`): the IP on `new`, and the calls since `log_len` in the seed's order — the new
+/// holder in the firewall before the IP moves, the old one out only after.
+fn failed_over_in_the_seeds_order(
+    cloud: &netpolicy_testenv::cloud::Shared,
+    log_len: usize,
+    old: &str,
+    new: &str,
+) {
+    let server = |n: &str| {
+        n.rsplit('-')
+            .next()
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(1)
+    };
+    let c = cloud.lock().unwrap();
+    assert_eq!(c.ips.len(), 1, "{:?}", c.ips);
+    assert_eq!(
+        c.ips[0]["server"],
+        server(new),
+        "the provider routes it to {new}: {:?}",
+        c.ips
+    );
+    // The seed's order: the new holder in the firewall before the IP moves, the old
+    // one out only after.
+    let steps: Vec<String> = c.log[log_len..]
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.contains("/actions/"))
+        .map(|r| {
+            let action = r.path.rsplit('/').next().unwrap_or_default();
+            let on = r.body["apply_to"][0]["server"]["id"]
+                .as_u64()
+                .or_else(|| r.body["remove_from"][0]["server"]["id"].as_u64())
+                .or_else(|| r.body["server"].as_u64());
+            format!("{action} {}", on.map(|s| s.to_string()).unwrap_or_default())
+        })
+        .collect();
+    let at = |step: &str| {
+        steps
+            .iter()
+            .position(|s| s == step)
+            .unwrap_or_else(|| panic!("no {step} among {steps:?}"))
+    };
+    let (add, assign, remove) = (
+        at(&format!("apply_to_resources {}", server(new))),
+        at(&format!("assign {}", server(new))),
+        at(&format!("remove_from_resources {}", server(old))),
+    );
+    assert!(
+        add < assign && assign < remove,
+        "the seed's order: {steps:?}"
+    );
+    eprintln!("  provider calls of the failover, in order: {steps:?}");
+}
+
 async fn failover_on_a_real_node_loss(cluster: &NodeCluster, client: &Client) {
     let names: Vec<String> = (1..=NODES).map(|i| node::node(i).0).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -1005,52 +1048,7 @@ async fn failover_on_a_real_node_loss(cluster: &NodeCluster, client: &Client) {
         moved.as_secs_f64(),
         routed_back.as_secs_f64()
     );
-    {
-        let server = |n: &str| {
-            n.rsplit('-')
-                .next()
-                .and_then(|s| s.parse::<u64>().ok())
-                .unwrap_or(1)
-        };
-        let c = cloud.lock().unwrap();
-        assert_eq!(c.ips.len(), 1, "{:?}", c.ips);
-        assert_eq!(
-            c.ips[0]["server"],
-            server(&new),
-            "the provider routes it to {new}: {:?}",
-            c.ips
-        );
-        // The seed's order: the new holder in the firewall before the IP moves, the old
-        // one out only after.
-        let steps: Vec<String> = c.log[log_len..]
-            .iter()
-            .filter(|r| r.method == "POST" && r.path.contains("/actions/"))
-            .map(|r| {
-                let action = r.path.rsplit('/').next().unwrap_or_default();
-                let on = r.body["apply_to"][0]["server"]["id"]
-                    .as_u64()
-                    .or_else(|| r.body["remove_from"][0]["server"]["id"].as_u64())
-                    .or_else(|| r.body["server"].as_u64());
-                format!("{action} {}", on.map(|s| s.to_string()).unwrap_or_default())
-            })
-            .collect();
-        let at = |step: &str| {
-            steps
-                .iter()
-                .position(|s| s == step)
-                .unwrap_or_else(|| panic!("no {step} among {steps:?}"))
-        };
-        let (add, assign, remove) = (
-            at(&format!("apply_to_resources {}", server(&new))),
-            at(&format!("assign {}", server(&new))),
-            at(&format!("remove_from_resources {}", server(&old))),
-        );
-        assert!(
-            add < assign && assign < remove,
-            "the seed's order: {steps:?}"
-        );
-        eprintln!("  provider calls of the failover, in order: {steps:?}");
-    }
+    failed_over_in_the_seeds_order(&cloud, log_len, &old, &new);
 
     // The node back: nothing moves back, nothing is assigned again.
     cluster.run(&["start-node", &old]).unwrap();

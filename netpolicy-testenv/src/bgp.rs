@@ -192,12 +192,9 @@ impl BgpLab {
         if !crate::is_root() {
             return Some("not root: the nodes are network namespaces".into());
         }
-        if run("bird", &["--version"]).is_err()
-            && Command::new("bird").arg("--version").output().is_err()
-        {
-            return Some(
-                "BIRD is not installed (Debian's `bird`; scripts/test installs it)".into(),
-            );
+        // Not found is the only failure that matters (`bird --version` prints to stderr).
+        if Command::new("bird").arg("--version").output().is_err() {
+            return Some("BIRD is not installed: `apt-get install bird` (Debian's, 1.6)".into());
         }
         if !crate::tool("confd").exists() {
             return Some(

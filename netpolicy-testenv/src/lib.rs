@@ -737,3 +737,85 @@ pub fn is_root() -> bool {
         .and_then(|l| l.split_whitespace().nth(2))
         == Some("0")
 }
+
+/// A chart published as a release publishes it (`helm package`, `helm repo index`),
+/// served over HTTP on 127.0.0.1, and a `helm` with a home of its own (repositories
+/// added here touch no one's `~/.config/helm`). Lives as long as the value.
+#[derive(Debug)]
+pub struct HelmRepo {
+    /// The repository's URL (`helm repo add <name> <url>`).
+    pub url: String,
+    dir: PathBuf,
+}
+
+impl HelmRepo {
+    /// Packages `chart` into a served repository.
+    ///
+    /// # Panics
+    /// When helm fails (with its output).
+    #[must_use]
+    pub fn publish(chart: &Path) -> Self {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "netpolicy-helm-repo-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let repo = dir.join("repo");
+        std::fs::create_dir_all(&repo).unwrap_or_else(|e| panic!("{}: {e}", repo.display()));
+        let mut this = Self {
+            url: String::new(),
+            dir,
+        };
+        this.run(&[
+            "package",
+            &chart.display().to_string(),
+            "-d",
+            &repo.display().to_string(),
+        ]);
+        let port = serve_dir("127.0.0.1", repo.clone());
+        this.url = format!("http://127.0.0.1:{port}");
+        let url = this.url.clone();
+        this.run(&["repo", "index", &repo.display().to_string(), "--url", &url]);
+        this
+    }
+
+    /// `helm ARGS` with this repository's own helm home; its standard output.
+    ///
+    /// # Panics
+    /// When helm fails (with its output).
+    pub fn run(&self, args: &[&str]) -> String {
+        self.try_run(args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`HelmRepo::run`], the failure as an error (helm's output).
+    ///
+    /// # Errors
+    /// helm could not run or failed.
+    pub fn try_run(&self, args: &[&str]) -> std::result::Result<String, String> {
+        let home = self.dir.join("home");
+        let out = Command::new(tool("helm"))
+            .args(args)
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_DATA_HOME", home.join("data"))
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("helm: {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "helm {args:?}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+}
+
+impl Drop for HelmRepo {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -471,6 +471,13 @@ impl RouteReflectors {
             generation,
             now: &now,
         };
+        // Pacing: BIRD needs the step delay to bring the last step's sessions up before
+        // the next step (or turning the mesh off) relies on them.
+        let delay = Duration::from_secs(u64::from(rrc.spec.step_delay_seconds));
+        let pacing = self
+            .last_step
+            .map(|at| delay.saturating_sub(at.elapsed()))
+            .filter(|left| !left.is_zero());
         let Some(step) = steps.first() else {
             if let Some((_, done, _)) = self.started.take() {
                 self.event(
@@ -484,15 +491,10 @@ impl RouteReflectors {
                 self.reported = Some(rc::SETTLED.to_owned());
             }
             // Every node has its reflector sessions only when the topology has no warning (a
-            // zone without reflectors, no reflector at all), and not before BIRD had the
-            // step delay to bring the last step's sessions up: the mesh is what carries the
-            // routes until then (turned off at once, every pair whose reflector session the
-            // last step restarted lost its routes for ~1.5 s on live BGP).
-            let delay = Duration::from_secs(u64::from(rrc.spec.step_delay_seconds));
-            let pacing = self
-                .last_step
-                .map(|at| delay.saturating_sub(at.elapsed()))
-                .filter(|left| !left.is_zero());
+            // zone without reflectors, no reflector at all), and not while the last step is
+            // being paced: the mesh is what carries the routes until then (turned off at
+            // once, every pair whose session the last step restarted lost its routes on
+            // live BGP).
             let etcd = match &store {
                 Datastore::Etcd(e) => Some(e),
                 Datastore::Kubernetes => None,
@@ -503,12 +505,8 @@ impl RouteReflectors {
                 .await?;
             return Ok(pacing.map_or(Next::Resync, Next::After));
         };
-        // Pacing: BIRD needs time to bring the last step's sessions up.
-        let delay = Duration::from_secs(u64::from(rrc.spec.step_delay_seconds));
-        if let Some(at) = self.last_step
-            && at.elapsed() < delay
-        {
-            return Ok(Next::After(delay - at.elapsed()));
+        if let Some(left) = pacing {
+            return Ok(Next::After(left));
         }
         let (started, done, of) = match self.started.clone() {
             Some(s) => s,

@@ -509,3 +509,12 @@ pub(crate) async fn hetzner_issuer(
     .await;
     state
 }
+
+/// Whether a pod is Ready and not being deleted.
+pub(crate) fn pod_ready(p: &k8s_openapi::api::core::v1::Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
