@@ -258,9 +258,24 @@ pub async fn install_crds(client: &Client, crds: Vec<CustomResourceDefinition>) 
     let pp = PatchParams::apply("netpolicy-testenv").force();
     for crd in &crds {
         let name = crd.metadata.name.clone().unwrap_or_default();
-        api.patch(&name, &pp, &Patch::Apply(crd))
-            .await
-            .unwrap_or_else(|e| panic!("installing {name}: {e}"));
+        // A freshly started API server can answer a plain `404 page not found` (or 503)
+        // for a short while after `/readyz` says ok, until its aggregator routes
+        // apiextensions.k8s.io (kubernetes/kubernetes#115241): retried for up to 30 s.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match api.patch(&name, &pp, &Patch::Apply(crd)).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(e))
+                    if (e.code == 503
+                        || (e.code == 404 && e.message.contains("page not found")))
+                        && Instant::now() < deadline =>
+                {
+                    eprintln!("installing {name}: {} {}, retried", e.code, e.message);
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => panic!("installing {name}: {e}"),
+            }
+        }
     }
     for crd in &crds {
         let name = crd.metadata.name.clone().unwrap_or_default();
