@@ -775,7 +775,7 @@ fn the_route_reflector_example_plans_a_multi_topology() {
         .collect();
     assert_eq!(
         phases,
-        ["createPeers", "promote", "setClusterIDs", "addClientLabels"]
+        ["createPeers", "promote", "addClientLabels", "setClusterIDs"]
     );
 }
 

@@ -212,6 +212,7 @@ fn check(seen: &mut Seen, nodes: &BTreeMap<String, Value>, peers: &BTreeMap<Stri
             })
             .collect(),
         ring: vec![],
+        mesh: false,
     };
     if !seen.armed {
         return;

@@ -29,6 +29,22 @@
 //! - Each node advertises only its best route: the shortest CLUSTER_LIST, then the
 //!   lowest peer (node name order, standing in for the lowest peer address). The
 //!   property checks use both tie orders ([`Tie`]).
+//!
+//! # Sessions as confd renders them, and when BIRD restarts one
+//! - Calico's node-to-node mesh ([`Cluster::mesh`]): every two nodes without a cluster
+//!   ID have a session (confd skips a node with one, on both ends).
+//! - A session's configuration at each end is whether it is `rr client` and with
+//!   which `rr cluster id`. BIRD applies a changed protocol by restarting it: the
+//!   session goes down (the peer flushes its routes at once: the restart sends a
+//!   Cease, not a graceful restart) and comes up a few seconds later. A pair losing
+//!   one of its two protocols (mesh and `BGPPeer`) may lose the one that carried it,
+//!   so that counts as a restart too; a protocol added beside an established one
+//!   changes nothing.
+//! - So a node whose own cluster ID changes restarts **every** session it has (each
+//!   one gains, loses or changes `rr cluster id`, or was a mesh session), and for
+//!   those seconds no route reaches it and its own route reaches nobody. No plan can
+//!   avoid that in Calico's configuration (one AS); [`verify`] reports those nodes
+//!   ([`Verified::restarts`]) and requires every other route to be kept.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -42,6 +58,41 @@ use crate::{BgpPeer, Current, NodeInfo, Op, Step, Topology, calico::Selector};
 /// Sessions by node.
 pub type Sessions = BTreeMap<String, BTreeSet<String>>;
 
+/// One session as confd configures it at both ends (the pair's names in order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Session {
+    /// Carried by Calico's node-to-node mesh (a `Mesh_` protocol).
+    pub mesh: bool,
+    /// Configured by a `BGPPeer` (a `Node_` protocol).
+    pub peer: bool,
+    /// The first node's `rr cluster id` when it treats the second as its client.
+    pub first_rr: Option<Ipv4Addr>,
+    /// The second node's, towards the first.
+    pub second_rr: Option<Ipv4Addr>,
+}
+
+impl Session {
+    /// BIRD restarts the session going from `self` to `next`: an end's reflector
+    /// options changed, or one of two protocols carrying the pair went away.
+    pub fn restarts_into(&self, next: &Self) -> bool {
+        self.first_rr != next.first_rr
+            || self.second_rr != next.second_rr
+            || (self.mesh && !next.mesh)
+            || (self.peer && !next.peer)
+    }
+}
+
+/// Every session by its pair of node names (first < second).
+pub type Pairs = BTreeMap<(String, String), Session>;
+
+/// What [`verify`] found acceptable: the nodes whose own cluster ID changes, each
+/// restarting every BGP session it has once (module docs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verified {
+    /// `(step index, node)`; the mesh switched off counts as the step after the last.
+    pub restarts: Vec<(usize, String)>,
+}
+
 /// Nodes with their labels (ours included), cluster IDs, and our `BGPPeer` objects.
 #[derive(Debug, Clone)]
 pub struct Cluster {
@@ -51,6 +102,8 @@ pub struct Cluster {
     pub cluster_ids: BTreeMap<String, Ipv4Addr>,
     /// `BGPPeer` objects by name.
     pub peers: BTreeMap<String, BgpPeer>,
+    /// Calico's node-to-node mesh is on.
+    pub mesh: bool,
     reflector_label: String,
 }
 
@@ -82,6 +135,7 @@ impl Cluster {
                 .iter()
                 .map(|p| (p.name.clone(), p.clone()))
                 .collect(),
+            mesh: current.mesh,
             reflector_label: reflector_label.to_owned(),
         }
     }
@@ -132,11 +186,31 @@ impl Cluster {
     /// # Errors
     /// A selector that does not parse, naming the object.
     pub fn sessions(&self) -> Result<Sessions, String> {
+        Ok(self.sessions_of(&self.pairs()?))
+    }
+
+    fn sessions_of(&self, pairs: &Pairs) -> Sessions {
         let mut out: Sessions = self
             .labels
             .keys()
             .map(|n| (n.clone(), BTreeSet::new()))
             .collect();
+        for (a, b) in pairs.keys() {
+            out.entry(a.clone()).or_default().insert(b.clone());
+            out.entry(b.clone()).or_default().insert(a.clone());
+        }
+        out
+    }
+
+    /// Every session with its configuration at both ends: the mesh's (when on, between
+    /// nodes without a cluster ID) and the `BGPPeer` objects' (an object peers every
+    /// node its `nodeSelector` matches with every node its `peerSelector` matches,
+    /// never a node with itself).
+    ///
+    /// # Errors
+    /// A selector that does not parse, naming the object.
+    pub fn pairs(&self) -> Result<Pairs, String> {
+        let mut peered: BTreeSet<(&String, &String)> = BTreeSet::new();
         for p in self.peers.values() {
             let parse =
                 |s: &str| Selector::parse(s).map_err(|e| format!("BGPPeer {}: {s:?}: {e}", p.name));
@@ -152,9 +226,37 @@ impl Cluster {
             for a in &from {
                 for b in &to {
                     if a != b {
-                        out.entry((*a).clone()).or_default().insert((*b).clone());
-                        out.entry((*b).clone()).or_default().insert((*a).clone());
+                        peered.insert(if a < b { (a, b) } else { (b, a) });
                     }
+                }
+            }
+        }
+        let rr = |x: &String, y: &String| {
+            let c = self.cluster_ids.get(x)?;
+            (self.cluster_ids.get(y) != Some(c)).then_some(*c)
+        };
+        let session = |a: &String, b: &String, peer: bool| Session {
+            mesh: self.mesh
+                && !self.cluster_ids.contains_key(a)
+                && !self.cluster_ids.contains_key(b),
+            peer,
+            first_rr: rr(a, b),
+            second_rr: rr(b, a),
+        };
+        let mut out: Pairs = peered
+            .into_iter()
+            .map(|(a, b)| ((a.clone(), b.clone()), session(a, b, true)))
+            .collect();
+        if self.mesh {
+            let plain: Vec<&String> = self
+                .labels
+                .keys()
+                .filter(|n| !self.cluster_ids.contains_key(*n))
+                .collect();
+            for (i, a) in plain.iter().enumerate() {
+                for b in &plain[i + 1..] {
+                    out.entry(((*a).clone(), (*b).clone()))
+                        .or_insert_with(|| session(a, b, false));
                 }
             }
         }
@@ -195,7 +297,7 @@ impl Cluster {
     /// A selector that does not parse, or a route that never settles (the rules above
     /// always settle; this guards the check itself).
     pub fn propagation(&self, tie: Tie) -> Result<Learned, String> {
-        self.follow(tie).map(|(learned, _)| learned)
+        self.follow(&self.pairs()?, tie).map(|(learned, _)| learned)
     }
 
     /// Paths each node holds once every route settled: for every other node's route,
@@ -205,11 +307,16 @@ impl Cluster {
     /// # Errors
     /// As [`Cluster::propagation`].
     pub fn paths(&self, tie: Tie) -> Result<BTreeMap<String, usize>, String> {
-        self.follow(tie).map(|(_, paths)| paths)
+        self.follow(&self.pairs()?, tie).map(|(_, paths)| paths)
     }
 
-    fn follow(&self, tie: Tie) -> Result<(Learned, BTreeMap<String, usize>), String> {
-        let sessions = self.sessions()?;
+    /// Routes through `pairs` only (the sessions that are up), with this cluster's IDs.
+    fn follow(
+        &self,
+        pairs: &Pairs,
+        tie: Tie,
+    ) -> Result<(Learned, BTreeMap<String, usize>), String> {
+        let sessions = self.sessions_of(pairs);
         let names: Vec<&String> = sessions.keys().collect();
         let index: BTreeMap<&str, usize> = names
             .iter()
@@ -326,9 +433,17 @@ impl Cluster {
 
 /// Replays `steps` from `current` one operation at a time and checks that
 /// - no node that has a session before the plan and in the target loses all of its
-///   sessions at any point;
-/// - at the end, every client's sessions are exactly its reflectors in `target`, every
-///   reflector peers with the other reflectors, and cluster IDs are the target's.
+///   sessions at any point, nor a route it learned before and should still learn —
+///   counting only the sessions that are up: a step's operations follow each other
+///   closely, so a session is up during a step only if it existed when the step began
+///   and no operation so far restarted it (module docs); the operator waits
+///   `stepDelaySeconds` after a step for them to come up. Nodes whose own cluster ID
+///   the step changes are exempt (they restart every session, [`Verified::restarts`]);
+/// - when Calico's mesh is on ([`Current::mesh`]), turning it off after the last step
+///   (the job's `nodeToNodeMesh: disable`) keeps the same;
+/// - at the end, with the mesh off, every client's sessions are exactly its reflectors
+///   in `target`, every reflector peers with the other reflectors, every node learns
+///   every other node's route, and cluster IDs are the target's.
 ///
 /// # Errors
 /// What went wrong, naming the node, the step and the operation.
@@ -338,9 +453,8 @@ pub fn verify(
     steps: &[Step],
     target: &Topology,
     reflector_label: &str,
-) -> Result<(), String> {
+) -> Result<Verified, String> {
     let mut c = Cluster::new(nodes, current, reflector_label);
-    let before = c.sessions()?;
     let reflectors: BTreeSet<&str> = target.placement.reflectors().map(|(r, _)| r).collect();
     let served: BTreeSet<&str> = target
         .clients
@@ -352,10 +466,11 @@ pub fn verify(
         target.clients.get(n).is_some_and(|rs| !rs.is_empty())
             || (reflectors.contains(n) && (reflectors.len() > 1 || served.contains(n)))
     };
-    let keep: BTreeSet<&str> = before
+    let before = c.sessions()?;
+    let keep: BTreeSet<String> = before
         .iter()
         .filter(|(n, s)| !s.is_empty() && expected(n))
-        .map(|(n, _)| n.as_str())
+        .map(|(n, _)| n.clone())
         .collect();
     // Routes that must reach their node all the way: learned before the plan (with
     // either tie order) and by a node that is still in BGP after it.
@@ -367,24 +482,50 @@ pub fn verify(
                 .iter()
                 .all(|l| l.get(o).is_some_and(|s| s.contains(x)))
     };
-    for (si, step) in steps.iter().enumerate() {
-        for (oi, op) in step.ops.iter().enumerate() {
-            c.apply(op);
-            let now = c.sessions()?;
-            for n in &keep {
-                if now.get(*n).is_none_or(BTreeSet::is_empty) {
-                    return Err(format!(
-                        "{n} has no session after step {si} ({:?}) operation {oi}: {op:?}",
-                        step.phase
-                    ));
+    let mut verified = Verified::default();
+    let mut step_of = |si: usize, phase: &str, c: &mut Cluster, ops: &[Option<&Op>]| {
+        let mut up = c.pairs()?;
+        let mut restarting: BTreeSet<String> = BTreeSet::new();
+        for (oi, op) in ops.iter().enumerate() {
+            let ids = c.cluster_ids.clone();
+            match op {
+                Some(op) => c.apply(op),
+                None => c.mesh = false,
+            }
+            let now = c.pairs()?;
+            for n in c.labels.keys() {
+                if ids.get(n) != c.cluster_ids.get(n) && restarting.insert(n.clone()) {
+                    verified.restarts.push((si, n.clone()));
+                }
+            }
+            up.retain(|k, s| now.get(k).is_some_and(|n| !s.restarts_into(n)));
+            let what = || match op {
+                Some(op) => format!("after step {si} ({phase}) operation {oi}: {op:?}"),
+                None => "once the node-to-node mesh is off".to_owned(),
+            };
+            let sessions = c.sessions_of(&up);
+            // A node that must still learn a route from a node that is not restarting
+            // needs a session up (the route check below says the same, less plainly).
+            let needs = |n: &String| {
+                !restarting.contains(n)
+                    && keep
+                        .iter()
+                        .any(|o| o != n && !restarting.contains(o) && must(o, n))
+            };
+            for n in keep.iter().filter(|n| needs(n)) {
+                if sessions.get(n).is_none_or(BTreeSet::is_empty) {
+                    return Err(format!("{n} has no session up {}", what()));
                 }
             }
             for tie in [Tie::Lowest, Tie::Highest] {
-                for (o, xs) in &c.propagation(tie)? {
-                    for x in &keep {
-                        if *x != o && !xs.contains(*x) && must(o, x) {
+                for (o, xs) in &c.follow(&up, tie)?.0 {
+                    if restarting.contains(o) {
+                        continue;
+                    }
+                    for x in keep.iter().filter(|x| !restarting.contains(*x)) {
+                        if x != o && !xs.contains(x) && must(o, x) {
                             let show = |n: &str| {
-                                let peers: Vec<String> = now
+                                let peers: Vec<String> = sessions
                                     .get(n)
                                     .into_iter()
                                     .flatten()
@@ -393,13 +534,16 @@ pub fn verify(
                                         None => p.clone(),
                                     })
                                     .collect();
-                                format!("{n}[{:?}] peers {}", c.cluster_ids.get(n), peers.join(" "))
+                                format!(
+                                    "{n}[{:?}] peers (up) {}",
+                                    c.cluster_ids.get(n),
+                                    peers.join(" ")
+                                )
                             };
                             return Err(format!(
-                                "{x} no longer learns the route of {o} after step {si} ({:?}) \
-                                 operation {oi}: {op:?} ({tie:?} ties); {}; {}; before: {o} \
-                                 peered {:?}",
-                                step.phase,
+                                "{x} no longer learns the route of {o} {} ({tie:?} ties); \
+                                 {}; {}; before: {o} peered {:?}",
+                                what(),
                                 show(o),
                                 show(x),
                                 before.get(o)
@@ -409,6 +553,14 @@ pub fn verify(
                 }
             }
         }
+        Ok::<(), String>(())
+    };
+    for (si, step) in steps.iter().enumerate() {
+        let ops: Vec<Option<&Op>> = step.ops.iter().map(Some).collect();
+        step_of(si, step.phase.as_str(), &mut c, &ops)?;
+    }
+    if c.mesh {
+        step_of(steps.len(), "mesh off", &mut c, &[None])?;
     }
     // At the end every node in the topology learns every other's route.
     let members: BTreeSet<&str> = target
@@ -459,7 +611,7 @@ pub fn verify(
             return Err(format!("at the end reflector {r} has no cluster ID {id}"));
         }
     }
-    Ok(())
+    Ok(verified)
 }
 
 #[cfg(test)]
@@ -498,8 +650,97 @@ mod tests {
                 peer("p2", "c2", "r2"),
                 peer("mesh", "r1", "r2"),
             ]),
+            mesh: false,
             reflector_label: "rr".into(),
         }
+    }
+
+    #[test]
+    fn a_node_whose_cluster_id_changes_restarts_every_session_it_has() {
+        let before = two_reflectors([224, 0, 0, 1], [224, 0, 0, 2]);
+        let mut after = before.clone();
+        after
+            .cluster_ids
+            .insert("r1".into(), Ipv4Addr::new(224, 0, 0, 3));
+        let (b, a) = (before.pairs().unwrap(), after.pairs().unwrap());
+        for (k, s) in &b {
+            let touches_r1 = k.0 == "r1" || k.1 == "r1";
+            assert_eq!(s.restarts_into(&a[k]), touches_r1, "{k:?}");
+        }
+        // Joining r2's ID: r2's end changes too (r1 is no longer its client).
+        after
+            .cluster_ids
+            .insert("r1".into(), Ipv4Addr::new(224, 0, 0, 2));
+        let a = after.pairs().unwrap();
+        let k = ("r1".to_owned(), "r2".to_owned());
+        assert_eq!(a[&k].second_rr, None);
+        assert!(b[&k].restarts_into(&a[&k]));
+    }
+
+    #[test]
+    fn the_mesh_joins_nodes_without_a_cluster_id_only() {
+        let mut c = two_reflectors([224, 0, 0, 1], [224, 0, 0, 2]);
+        c.mesh = true;
+        c.cluster_ids.remove("r1");
+        let p = c.pairs().unwrap();
+        let key = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+        assert!(p[&key("c1", "c2")].mesh && !p[&key("c1", "c2")].peer);
+        // r1 has no ID: in the mesh and, through p1, peered with c1 as well.
+        assert!(p[&key("c1", "r1")].mesh && p[&key("c1", "r1")].peer);
+        assert!(!p[&key("c2", "r2")].mesh, "r2 has an ID: confd skips it");
+        // Turning the mesh off restarts the pair that had both protocols.
+        let mut off = c.clone();
+        off.mesh = false;
+        let q = off.pairs().unwrap();
+        assert!(p[&key("c1", "r1")].restarts_into(&q[&key("c1", "r1")]));
+        assert!(!q.contains_key(&key("c1", "c2")));
+    }
+
+    /// `simple` (a zone's reflectors share an ID) to `multi` (each its own): both
+    /// reflectors change IDs. At once, every client loses both reflectors for the
+    /// restart; the plan changes one per step and keeps every route.
+    #[test]
+    fn without_the_mesh_reflectors_change_ids_one_at_a_time() {
+        use crate::{Config, Kind, topology, transition};
+        let nodes: Vec<NodeInfo> = (0..8)
+            .map(|i| NodeInfo::ready(&format!("n{i}"), "a", i))
+            .collect();
+        let c0 = Config {
+            min: 2,
+            max: 2,
+            reflector_label: "rr".into(),
+            ..Config::default()
+        };
+        let t0 = topology(&nodes, &c0, &Current::default()).unwrap();
+        let now = t0.applied();
+        let c1 = Config {
+            topology: Kind::Multi,
+            peers_per_node: 2,
+            ..c0
+        };
+        let t1 = topology(&nodes, &c1, &now).unwrap();
+        let steps = transition(&nodes, &now, &t1);
+        let ids: Vec<&Step> = steps
+            .iter()
+            .filter(|s| s.phase == crate::Phase::ClusterIds)
+            .collect();
+        assert!(
+            ids.len() >= 2 && ids.iter().all(|s| s.ops.len() == 1),
+            "{steps:?}"
+        );
+        let ok = verify(&nodes, &now, &steps, &t1, "rr").unwrap();
+        let restarted: BTreeSet<&str> = ok.restarts.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(restarted, BTreeSet::from(["n0", "n1"]), "{ok:?}");
+        // The same operations as one step: every client loses every other's route.
+        let mut merged: Vec<Step> = Vec::new();
+        for s in steps {
+            match merged.last_mut() {
+                Some(last) if last.phase == s.phase => last.ops.extend(s.ops),
+                _ => merged.push(s),
+            }
+        }
+        let e = verify(&nodes, &now, &merged, &t1, "rr").unwrap_err();
+        assert!(e.contains("setClusterIDs"), "{e}");
     }
 
     #[test]

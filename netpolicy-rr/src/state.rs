@@ -60,6 +60,11 @@ pub struct Current {
     /// in the RouteReflectorConfig's status). Empty when unknown: the ring is then built
     /// afresh, which may move clients whose sets still exist.
     pub ring: Vec<String>,
+    /// Calico's node-to-node mesh is on (`BGPConfiguration` `nodeToNodeMeshEnabled`, on
+    /// when unset): confd gives every two nodes without a cluster ID a session. It
+    /// carries the routes while a cold start promotes reflectors ([`crate::sim`] models
+    /// it, [`crate::transition()`] batches cluster-ID changes only while it is on).
+    pub mesh: bool,
 }
 
 impl Current {
@@ -79,6 +84,7 @@ impl Current {
                 .collect(),
             bgp_peers: Vec::new(),
             ring: Vec::new(),
+            mesh: false,
         }
     }
 

@@ -66,12 +66,14 @@ pub struct Topology {
 
 impl Topology {
     /// The cluster's state once this topology is applied: pass it as the current state
-    /// of the next computation.
+    /// of the next computation. Calico's node-to-node mesh is off in it (the topology
+    /// carries every route).
     pub fn applied(&self) -> Current {
         Current {
             marks: self.marks.clone(),
             bgp_peers: self.bgp_peers.clone(),
             ring: self.ring.clone(),
+            mesh: false,
         }
     }
 
@@ -168,7 +170,7 @@ pub fn topology_for(
     };
     let mut placement = placement;
     if config.topology == Kind::Multi {
-        own_cluster_ids(config, current, &mut marks)?;
+        own_cluster_ids(config, nodes, current, &mut marks)?;
         // A zone's entry shows its lowest reflector ID (each has its own here).
         for z in &mut placement.zones {
             z.cluster_id = z
@@ -203,8 +205,13 @@ pub fn topology_for(
 /// IDs in use are not reused: after a change from `simple`, the zone IDs are freed
 /// once their holders are demoted, and the next computation keeps what each reflector
 /// holds alone.
+///
+/// Only nodes of the cluster count as holders: a deleted node's marks went with it, and
+/// counting them would change a reflector's ID for nothing (a change restarts every
+/// BGP session it has; [`crate::sim`]).
 fn own_cluster_ids(
     config: &Config,
+    nodes: &[NodeInfo],
     current: &Current,
     marks: &mut BTreeMap<String, Marks>,
 ) -> Result<()> {
@@ -216,9 +223,12 @@ fn own_cluster_ids(
     // IDs in use now, and by how many nodes: a reflector keeps its ID only if no other
     // node holds it (a zone's shared ID is given up), and a new ID is one nobody holds,
     // so a reflector never shares an ID with a leaving one during the transition.
+    let exists: BTreeSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
     let mut holders: HashMap<u32, usize> = HashMap::new();
-    for m in current.marks.values() {
-        if let Some(id) = m.cluster_id {
+    for (n, m) in &current.marks {
+        if let Some(id) = m.cluster_id
+            && exists.contains(n.as_str())
+        {
             *holders.entry(u32::from(id)).or_default() += 1;
         }
     }

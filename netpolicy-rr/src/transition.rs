@@ -10,14 +10,16 @@
 //!    cluster ID yet: a plain iBGP speaker learns every route its peers send, where a
 //!    reflector sharing its zone's cluster ID would drop what its zone's reflectors
 //!    reflect until it peers with all of their clients itself.
-//! 3. [`Phase::ClusterIds`]: new reflectors get their cluster ID, existing ones a
-//!    corrected one; they now peer with every client they serve. IDs nobody holds
+//! 3. [`Phase::AddClientLabels`]: clients join their new reflector sets, next to their
+//!    old ones. Only sessions are added, and before any cluster ID changes: a reflector
+//!    that gets its ID leaves Calico's mesh, so its new clients must already peer with
+//!    it by then.
+//! 4. [`Phase::ClusterIds`]: new reflectors get their cluster ID, existing ones a
+//!    corrected one; they now reflect to every client they serve. IDs nobody holds
 //!    first, then the ones that join a cluster ID others hold (from then on they drop
 //!    what those reflect to them, so the other paths must exist already).
-//! 4. [`Phase::UpdatePeers`]: changed objects (a zone that gets or loses its own
+//! 5. [`Phase::UpdatePeers`]: changed objects (a zone that gets or loses its own
 //!    reflectors); the reflectors they now select exist and reflect.
-//! 5. [`Phase::AddClientLabels`]: clients join their new reflector sets, next to their
-//!    old ones.
 //! 6. [`Phase::ReleaseClusterIds`]: leaving reflectors lose their cluster ID while they
 //!    still peer with everyone they did: a node without one is a plain iBGP speaker
 //!    that every reflector treats as a client, so it learns and is learned by everyone
@@ -28,6 +30,13 @@
 //! 8. [`Phase::DeletePeers`]: objects no longer wanted.
 //! 9. [`Phase::Demote`]: old reflectors lose the label. Nobody's set names them any
 //!    more, and a demoted node already carries its client label.
+//!
+//! Phases 4 and 6 change cluster IDs, and a node whose cluster ID changes restarts
+//! every BGP session it has (BIRD restarts a protocol whose `rr client` or
+//! `rr cluster id` changes; see [`crate::sim`]). While Calico's node-to-node mesh is on
+//! ([`Current::mesh`], a cold start) it carries every other route and each phase is one
+//! step; without it they are one node per step, so that a restarting reflector's
+//! clients keep their other reflectors.
 //!
 //! [`crate::sim::verify`] replays a plan operation by operation against Calico's
 //! selector semantics and BIRD's route reflection and checks that no node that has a
@@ -98,12 +107,12 @@ pub enum Phase {
     CreatePeers,
     /// New reflectors join the mesh.
     Promote,
+    /// Clients join new sets.
+    AddClientLabels,
     /// New and corrected cluster IDs.
     ClusterIds,
     /// Changed objects.
     UpdatePeers,
-    /// Clients join new sets.
-    AddClientLabels,
     /// Leaving reflectors' cluster IDs go.
     ReleaseClusterIds,
     /// Clients leave old sets.
@@ -235,9 +244,28 @@ pub fn transition(nodes: &[NodeInfo], current: &Current, target: &Topology) -> V
             _ => false,
         });
     }
+    // A node whose cluster ID changes restarts every BGP session it has (BIRD restarts a
+    // protocol whose `rr client`/`rr cluster id` changes; `sim` module docs). With
+    // Calico's mesh on, the mesh carries every other route meanwhile: one step. Without
+    // it, the clients of a restarting reflector rely on their other reflectors: one node
+    // per step, each paced by the operator so that its sessions are up before the next.
+    let one_at_a_time = |phase: Phase| {
+        !current.mesh && matches!(phase, Phase::ClusterIds | Phase::ReleaseClusterIds)
+    };
     steps
         .into_iter()
-        .map(|(phase, ops)| Step { phase, ops })
+        .flat_map(|(phase, ops)| {
+            if one_at_a_time(phase) {
+                ops.into_iter()
+                    .map(|op| Step {
+                        phase,
+                        ops: vec![op],
+                    })
+                    .collect()
+            } else {
+                vec![Step { phase, ops }]
+            }
+        })
         .collect()
 }
 

@@ -254,11 +254,14 @@ proptest! {
         drop in proptest::collection::btree_set(0..40usize, 0..8),
         c0 in config(),
         c1 in config(),
+        mesh in any::<bool>(),
     ) {
         let nodes0 = build(&before);
-        let t0 = topology(&nodes0, &c0, &Current::default()).unwrap();
-        let steps0 = transition(&nodes0, &Current::default(), &t0);
-        sim::verify(&nodes0, &Current::default(), &steps0, &t0, "rr").map_err(TestCaseError::fail)?;
+        // From nothing, or from Calico's node-to-node mesh (a cold start).
+        let start = Current { mesh, ..Current::default() };
+        let t0 = topology(&nodes0, &c0, &start).unwrap();
+        let steps0 = transition(&nodes0, &start, &t0);
+        sim::verify(&nodes0, &start, &steps0, &t0, "rr").map_err(TestCaseError::fail)?;
         let now = applied(&t0);
         let mut specs1: Vec<(usize, Spec)> = before.into_iter().filter(|(i, _)| !drop.contains(i)).collect();
         specs1.extend(extra.into_iter().map(|(i, s)| (100 + i, s)));

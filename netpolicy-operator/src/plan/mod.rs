@@ -767,12 +767,17 @@ fn plan_route_reflectors(
         .iter()
         .map(|n| rr::node_info(&NodeFacts::of(n, true)))
         .collect();
-    let current = rr::current(
+    let mut current = rr::current(
         nodes.iter().copied(),
         m.bgp_peers.iter().map(|p| &p.object),
         c.status.as_ref().map_or(&[][..], |s| &s.ring[..]),
         &config.reflector_label,
     );
+    // Calico's mesh is not in the manifests. It is on by default, so before any
+    // reflector has a cluster ID (a cold start); after that the job has turned it off,
+    // unless it only reports it.
+    current.mesh = c.spec.node_to_node_mesh == crate::api::NodeToNodeMesh::Report
+        || current.marks.values().all(|m| m.cluster_id.is_none());
     match netpolicy_rr::topology(&infos, &config, &current) {
         Ok(t) => {
             let steps = netpolicy_rr::transition(&infos, &current, &t);

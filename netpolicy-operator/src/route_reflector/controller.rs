@@ -446,7 +446,13 @@ impl RouteReflectors {
         if let Some(wait) = self.unseen_wait() {
             return Ok(Next::After(wait));
         }
-        let (infos, now_state) = self.observe(&store, &cfg, &cur).await?;
+        let (infos, mut now_state) = self.observe(&store, &cfg, &cur).await?;
+        let etcd = match &store {
+            Datastore::Etcd(e) => Some(e),
+            Datastore::Kubernetes => None,
+        };
+        let mesh_on = self.mesh_on(etcd).await?;
+        now_state.mesh = mesh_on == Some(true);
         let target = match topology(&infos, &cfg, &now_state) {
             Ok(t) => t,
             Err(e) => {
@@ -495,12 +501,8 @@ impl RouteReflectors {
             // being paced: the mesh is what carries the routes until then (turned off at
             // once, every pair whose session the last step restarted lost its routes on
             // live BGP).
-            let etcd = match &store {
-                Datastore::Etcd(e) => Some(e),
-                Datastore::Kubernetes => None,
-            };
             let complete = target.warnings.is_empty() && pacing.is_none();
-            let mesh = self.mesh(&rrc, etcd, complete).await?;
+            let mesh = self.mesh(&rrc, etcd, mesh_on, complete).await?;
             self.write_status(&cur, facts.settled(&target.warnings, mesh))
                 .await?;
             return Ok(pacing.map_or(Next::Resync, Next::After));
@@ -883,20 +885,45 @@ impl RouteReflectors {
             )
     }
 
-    /// Calico's node-to-node mesh: `Some(why)` while it is on. With `disable`, it is
-    /// turned off here (the caller calls this only when every node has its reflector
-    /// sessions).
+    /// Whether Calico's node-to-node mesh is on (`None`: Calico serves no
+    /// BGPConfiguration here). The plan depends on it: while it is on, it carries the
+    /// routes of reflectors' clients when cluster IDs change.
+    async fn mesh_on(&self, etcd: Option<&Etcd>) -> Result<Option<bool>, Failed> {
+        if let Some(etcd) = etcd {
+            return Ok(Some(etcd.mesh_on().await?));
+        }
+        let api = Api::<DynamicObject>::all_with(
+            self.calico.client.clone(),
+            &bgp_configuration_resource(),
+        );
+        let obj = match api.get_opt("default").await {
+            Ok(o) => o,
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        // Calico's default is on.
+        Ok(Some(
+            obj.as_ref()
+                .and_then(|o| o.data.get("spec")?.get("nodeToNodeMeshEnabled")?.as_bool())
+                .unwrap_or(true),
+        ))
+    }
+
+    /// Calico's node-to-node mesh (`on`, from [`Self::mesh_on`]): `Some(why)` while it
+    /// is on. With `disable`, it is turned off here (the caller calls this only when
+    /// every node has its reflector sessions).
     async fn mesh(
         &self,
         rrc: &RouteReflectorConfig,
         etcd: Option<&Etcd>,
+        on: Option<bool>,
         complete: bool,
     ) -> Result<Option<String>, Failed> {
         let disable = rrc.spec.node_to_node_mesh == crate::api::NodeToNodeMesh::Disable;
+        if on != Some(true) {
+            return Ok(None);
+        }
         if let Some(etcd) = etcd {
-            if !etcd.mesh_on().await? {
-                return Ok(None);
-            }
             if disable && complete {
                 etcd.disable_mesh().await?;
                 info!(
@@ -907,25 +934,11 @@ impl RouteReflectors {
             }
             return Ok(Some(MESH_ON.into()));
         }
-        let api = Api::<DynamicObject>::all_with(
-            self.calico.client.clone(),
-            &bgp_configuration_resource(),
-        );
-        let obj = match api.get_opt("default").await {
-            Ok(o) => o,
-            // Calico without BGPConfiguration served: nothing to say.
-            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
-        // Calico's default is on.
-        let on = obj
-            .as_ref()
-            .and_then(|o| o.data.get("spec")?.get("nodeToNodeMeshEnabled")?.as_bool())
-            .unwrap_or(true);
-        if !on {
-            return Ok(None);
-        }
         if disable && complete {
+            let api = Api::<DynamicObject>::all_with(
+                self.calico.client.clone(),
+                &bgp_configuration_resource(),
+            );
             let patch = json!({
                 "apiVersion": "crd.projectcalico.org/v1",
                 "kind": "BGPConfiguration",

@@ -233,6 +233,7 @@ pub(crate) fn current_of<'a>(
             })
             .collect(),
         ring: ring.to_vec(),
+        mesh: false,
     }
 }
 
