@@ -51,6 +51,15 @@ pub fn bgp_peer_resource() -> ApiResource {
     )
 }
 
+/// Calico's `CalicoNodeStatus`: calico-node reports a node's BGP sessions in it when
+/// asked (Calico ≥ 3.22).
+pub fn calico_node_status_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("crd.projectcalico.org", "v1", "CalicoNodeStatus"),
+        "caliconodestatuses",
+    )
+}
+
 /// Calico's `BGPConfiguration`.
 pub fn bgp_configuration_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(

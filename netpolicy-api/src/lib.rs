@@ -691,6 +691,9 @@ pub mod conditions {
         pub const SETTLED: &str = "Settled";
         /// Calico's node-to-node mesh was turned off.
         pub const MESH_DISABLED: &str = "MeshDisabled";
+        /// A transition went on without calico-node's word that every reflector's BGP
+        /// sessions were up (no reports, or sessions down too long; the message says).
+        pub const SESSIONS_UNSEEN: &str = "SessionsUnseen";
         /// The route-reflector config cannot be acted on (invalid, no Calico, datastore).
         pub const NOT_READY: &str = "NotReady";
         /// The agent restored objects someone changed behind netpolicy's back (at most

@@ -31,7 +31,7 @@ use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
     thread::JoinHandle,
@@ -94,6 +94,21 @@ impl BgpNode {
             .collect()
     }
 
+    /// TCP connections on BGP's port that are established in the node's namespace
+    /// (`/proc/<bird>/net/tcp`): its BGP sessions, read without starting a process.
+    fn bgp_connections(&self) -> usize {
+        let Some(pid) = self.bird_pid() else { return 0 };
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
+        text.lines()
+            .skip(1)
+            .filter(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let port = |a: Option<&&str>| a.is_some_and(|a| a.ends_with(":00B3"));
+                f.get(3) == Some(&"01") && (port(f.get(1)) || port(f.get(2)))
+            })
+            .count()
+    }
+
     /// The destinations of the IPv4 routes in the node's main table, from
     /// `/proc/<bird>/net/route` (no process started per sample).
     fn routes(&self) -> Option<BTreeSet<String>> {
@@ -114,6 +129,21 @@ impl BgpNode {
                 .collect(),
         )
     }
+}
+
+/// The wall clock, UTC, `HH:MM:SS.mmm`.
+fn clock() -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let day = ms % 86_400_000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        day / 3_600_000,
+        day / 60_000 % 60,
+        day / 1000 % 60,
+        day % 1000
+    )
 }
 
 /// Spawns `cmd` from a thread that lives as long as the test process: `setpriv
@@ -151,6 +181,12 @@ pub struct BgpLab {
     pub dir: PathBuf,
     kubeconfig: PathBuf,
     procs: Vec<(String, Child)>,
+    zones: usize,
+    lifetime_secs: u64,
+    /// Nodes created so far (the next one's index).
+    created: usize,
+    /// The nodes a [`RouteChecker`] samples (shared with it).
+    checked: Arc<Mutex<Vec<BgpNode>>>,
 }
 
 fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
@@ -168,6 +204,25 @@ fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
             String::from_utf8_lossy(&out.stderr)
         ))
     }
+}
+
+/// A node's Kubernetes objects as calico-node and Calico's IPAM leave them: the Node
+/// (zone label, `projectcalico.org/IPv4Address`), its IPAM block and the affinity.
+fn node_manifest(node: &BgpNode) -> String {
+    let block_name = node.block.replace(['.', '/'], "-");
+    format!(
+        "---\napiVersion: v1\nkind: Node\nmetadata:\n  name: {n}\n  labels: {{kubernetes.io/hostname: {n}, \
+         topology.kubernetes.io/zone: {z}}}\n  annotations: {{projectcalico.org/IPv4Address: {ip}/16}}\n\
+         ---\napiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {{name: {block_name}}}\n\
+         spec: {{cidr: {b}, affinity: 'host:{n}', allocations: [], unallocated: [], attributes: [], \
+         strictAffinity: false, deleted: false}}\n\
+         ---\napiVersion: crd.projectcalico.org/v1\nkind: BlockAffinity\nmetadata: {{name: {n}-{block_name}}}\n\
+         spec: {{cidr: {b}, node: {n}, state: confirmed, deleted: 'false'}}\n",
+        n = node.name,
+        z = node.zone,
+        ip = node.ip,
+        b = node.block,
+    )
 }
 
 /// Node `i` (0-based) of a lab: its name, address and block.
@@ -196,9 +251,10 @@ impl BgpLab {
         if Command::new("bird").arg("--version").output().is_err() {
             return Some("BIRD is not installed: `apt-get install bird` (Debian's, 1.6)".into());
         }
-        if !crate::tool("confd").exists() {
+        if !crate::tool("confd").exists() || !crate::tool("calico-status-reporter").exists() {
             return Some(
-                "Calico's confd is not built: run `scripts/test-tools --bgp` (about 3 min once)"
+                "Calico's confd and status reporter are not built: run `scripts/test-tools --bgp` \
+                 (about 3 min once)"
                     .into(),
             );
         }
@@ -226,10 +282,14 @@ impl BgpLab {
         std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         let nodes: Vec<BgpNode> = (0..n).map(|i| node_of(i, zones, dir)).collect();
         let mut lab = Self {
+            checked: Arc::new(Mutex::new(nodes.clone())),
             nodes,
             dir: dir.to_owned(),
             kubeconfig: kubeconfig.to_owned(),
             procs: Vec::new(),
+            zones,
+            lifetime_secs,
+            created: n,
         };
         lab.cleanup_network();
         lab.kubectl(&[
@@ -253,27 +313,20 @@ impl BgpLab {
             );
             std::thread::sleep(Duration::from_millis(200));
         }
+        // `NETPOLICY_BGP_DEBUG=1`: BIRD logs every BGP event (`debug all`), not only states.
+        let severity = if std::env::var_os("NETPOLICY_BGP_DEBUG").is_some() {
+            "Debug"
+        } else {
+            "Info"
+        };
         let mut manifest = format!(
             "apiVersion: crd.projectcalico.org/v1\nkind: BGPConfiguration\nmetadata: {{name: default}}\n\
-             spec: {{asNumber: {AS_NUMBER}, nodeToNodeMeshEnabled: true, logSeverityScreen: Info}}\n---\n\
+             spec: {{asNumber: {AS_NUMBER}, nodeToNodeMeshEnabled: true, logSeverityScreen: {severity}}}\n---\n\
              apiVersion: crd.projectcalico.org/v1\nkind: IPPool\nmetadata: {{name: default-ipv4-ippool}}\n\
              spec: {{cidr: {POOL}, blockSize: 26, ipipMode: Never, vxlanMode: Never, natOutgoing: false, nodeSelector: all()}}\n"
         );
         for node in &lab.nodes {
-            let block_name = node.block.replace(['.', '/'], "-");
-            manifest.push_str(&format!(
-                "---\napiVersion: v1\nkind: Node\nmetadata:\n  name: {n}\n  labels: {{kubernetes.io/hostname: {n}, \
-                 topology.kubernetes.io/zone: {z}}}\n  annotations: {{projectcalico.org/IPv4Address: {ip}/16}}\n\
-                 ---\napiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {{name: {block_name}}}\n\
-                 spec: {{cidr: {b}, affinity: 'host:{n}', allocations: [], unallocated: [], attributes: [], \
-                 strictAffinity: false, deleted: false}}\n\
-                 ---\napiVersion: crd.projectcalico.org/v1\nkind: BlockAffinity\nmetadata: {{name: {n}-{block_name}}}\n\
-                 spec: {{cidr: {b}, node: {n}, state: confirmed, deleted: 'false'}}\n",
-                n = node.name,
-                z = node.zone,
-                ip = node.ip,
-                b = node.block,
-            ));
+            manifest.push_str(&node_manifest(node));
         }
         let file = dir.join("calico-objects.yaml");
         std::fs::write(&file, manifest).unwrap_or_else(|e| panic!("{e}"));
@@ -285,7 +338,7 @@ impl BgpLab {
         run("ip", &["link", "add", BRIDGE, "type", "bridge"]).unwrap_or_else(|e| panic!("{e}"));
         run("ip", &["link", "set", BRIDGE, "up"]).unwrap_or_else(|e| panic!("{e}"));
         for node in lab.nodes.clone() {
-            lab.node_up(&node, lifetime_secs);
+            lab.node_up(&node);
         }
         let t = Instant::now();
         loop {
@@ -311,7 +364,7 @@ impl BgpLab {
 
     /// One node: its namespace on the bridge, its block's blackhole route, its confd
     /// configuration (Calico's, with the node's paths), confd and BIRD.
-    fn node_up(&mut self, node: &BgpNode, lifetime_secs: u64) {
+    fn node_up(&mut self, node: &BgpNode) {
         let (ns, host_end) = (node.name.as_str(), format!("{}h", node.name));
         let ip = format!("{}/16", node.ip);
         for args in [
@@ -358,17 +411,31 @@ impl BgpLab {
             std::fs::write(confd.join("templates").join(e.file_name()), text)
                 .unwrap_or_else(|e| panic!("{e}"));
         }
-        // IPv4 only: bird.cfg and the two files it includes.
-        for t in ["bird", "bird_aggr", "bird_ipam"] {
+        // bird.cfg and bird6.cfg with the files they include. calico-node runs BIRD for
+        // IPv6 too (its configuration says "IPv6 disabled" here), and its status
+        // reporter reads both.
+        for t in [
+            "bird",
+            "bird_aggr",
+            "bird_ipam",
+            "bird6",
+            "bird6_aggr",
+            "bird6_ipam",
+        ] {
             let text = std::fs::read_to_string(calico.join(format!("conf.d/{t}.toml")))
                 .unwrap_or_default();
+            let (birdc, ctl) = if t.starts_with("bird6") {
+                ("birdc6", "bird6.ctl")
+            } else {
+                ("birdc", "bird.ctl")
+            };
             let text: String = text
                 .lines()
                 .map(|l| {
                     if l.starts_with("reload_cmd") {
                         format!(
-                            "reload_cmd = \"birdc -s {} configure\"\n",
-                            node.socket().display()
+                            "reload_cmd = \"{birdc} -s {} configure\"\n",
+                            node.dir.join(ctl).display()
                         )
                     } else {
                         format!(
@@ -384,7 +451,7 @@ impl BgpLab {
             std::fs::write(confd.join(format!("conf.d/{t}.toml")), text)
                 .unwrap_or_else(|e| panic!("{e}"));
         }
-        let lifetime = lifetime_secs.to_string();
+        let lifetime = self.lifetime_secs.to_string();
         let log = |name: &str| {
             std::fs::File::create(node.dir.join(name)).unwrap_or_else(|e| panic!("{e}"))
         };
@@ -405,11 +472,17 @@ impl BgpLab {
             .push((format!("confd {}", node.name), confd_child));
         // BIRD starts once confd wrote its configuration (confd's first reload finds no
         // BIRD yet, as when calico-node starts).
-        let cfg = config.join("bird.cfg");
         let t = Instant::now();
-        while !(cfg.exists()
-            && config.join("bird_ipam.cfg").exists()
-            && config.join("bird_aggr.cfg").exists())
+        while ![
+            "bird.cfg",
+            "bird_ipam.cfg",
+            "bird_aggr.cfg",
+            "bird6.cfg",
+            "bird6_ipam.cfg",
+            "bird6_aggr.cfg",
+        ]
+        .iter()
+        .all(|f| config.join(f).exists())
         {
             assert!(
                 t.elapsed() < Duration::from_secs(30),
@@ -419,8 +492,51 @@ impl BgpLab {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        let mut bird_cmd = Command::new("setpriv");
-        bird_cmd
+        for daemon in ["bird", "bird6"] {
+            let mut bird_cmd = Command::new("setpriv");
+            bird_cmd
+                .args([
+                    "--pdeathsig",
+                    "TERM",
+                    "--",
+                    "timeout",
+                    "-k",
+                    "5",
+                    &lifetime,
+                    "nsenter",
+                ])
+                .arg(format!("--net=/run/netns/{}", node.name))
+                .args(["--", daemon, "-d", "-c"])
+                .arg(config.join(format!("{daemon}.cfg")))
+                .arg("-s")
+                .arg(node.dir.join(format!("{daemon}.ctl")))
+                .arg("-P")
+                .arg(node.dir.join(format!("{daemon}.pid")))
+                .current_dir(&config)
+                .stdin(Stdio::null())
+                .stdout(log(&format!("{daemon}.log")))
+                .stderr(Stdio::piped());
+            let mut bird = spawn_kept(bird_cmd).unwrap_or_else(|e| panic!("{daemon}: {e}"));
+            // BIRD's debug output has no times: each line gets the wall clock (UTC), to
+            // line it up with confd's and the operator's logs.
+            if let Some(err) = bird.stderr.take() {
+                let mut out = log(&format!("{daemon}.err.log"));
+                std::thread::spawn(move || {
+                    use std::io::{BufRead, Write};
+                    for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                        let _ = writeln!(out, "{} {line}", clock());
+                    }
+                });
+            }
+            self.procs.push((format!("{daemon} {}", node.name), bird));
+        }
+        // calico-node's status reporter: it fills the node's CalicoNodeStatus objects from
+        // BIRD's control socket, which it finds at /var/run/calico/bird.ctl — here in a
+        // mount namespace of its own, over a private tmpfs (the host's /run is untouched).
+        // It ignores arguments: the node's directory is one, so that the lab's clean-up
+        // finds it by its command line.
+        let mut reporter_cmd = Command::new("setpriv");
+        reporter_cmd
             .args([
                 "--pdeathsig",
                 "TERM",
@@ -429,21 +545,109 @@ impl BgpLab {
                 "-k",
                 "5",
                 &lifetime,
-                "nsenter",
+                "unshare",
+                "-m",
+                "--propagation",
+                "private",
+                "--",
+                "sh",
+                "-c",
+                "mount -t tmpfs none /run && mkdir -p /run/calico && mount --bind \"$1\" \
+                 /run/calico && exec \"$2\" \"$1\"",
+                "sh",
             ])
-            .arg(format!("--net=/run/netns/{}", node.name))
-            .args(["--", "bird", "-d", "-c"])
-            .arg(&cfg)
-            .arg("-s")
-            .arg(node.socket())
-            .arg("-P")
-            .arg(node.dir.join("bird.pid"))
-            .current_dir(&config)
+            .arg(&node.dir)
+            .arg(crate::tool("calico-status-reporter"))
+            .env("NODENAME", &node.name)
+            .env("DATASTORE_TYPE", "kubernetes")
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("CALICO_NETWORKING_BACKEND", "bird")
+            .current_dir(&node.dir)
             .stdin(Stdio::null())
-            .stdout(log("bird.log"))
-            .stderr(log("bird.err.log"));
-        let bird = spawn_kept(bird_cmd).unwrap_or_else(|e| panic!("bird: {e}"));
-        self.procs.push((format!("bird {}", node.name), bird));
+            .stdout(log("status-reporter.log"))
+            .stderr(log("status-reporter.err.log"));
+        let reporter = spawn_kept(reporter_cmd).unwrap_or_else(|e| panic!("status reporter: {e}"));
+        self.procs
+            .push((format!("status-reporter {}", node.name), reporter));
+    }
+
+    /// A new node joins (the next name and block, zones in turn): its objects, Ready,
+    /// confd and BIRD. Returns once every node's kernel holds its route and its kernel
+    /// every other's; from then on the route checker samples its pairs too.
+    ///
+    /// # Panics
+    /// When a step fails, or routes do not converge in 60 s.
+    pub fn add_node(&mut self) -> BgpNode {
+        let node = node_of(self.created, self.zones, &self.dir);
+        self.created += 1;
+        let file = self.dir.join(format!("{}.yaml", node.name));
+        std::fs::write(&file, node_manifest(&node)).unwrap_or_else(|e| panic!("{e}"));
+        self.kubectl(&["apply", "-f", &file.display().to_string()]);
+        self.set_ready(&node.name, true);
+        self.node_up(&node);
+        self.nodes.push(node.clone());
+        let t = Instant::now();
+        loop {
+            let missing: Vec<(String, String)> = self
+                .missing_now()
+                .into_iter()
+                .filter(|(o, n)| *o == node.name || *n == node.name)
+                .collect();
+            if missing.is_empty() {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "{} joined but routes are missing after 60 s: {missing:?}",
+                node.name
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        self.checked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(node.clone());
+        node
+    }
+
+    /// Node `name` leaves: the route checker stops sampling its pairs, its BIRD and
+    /// confd stop (BIRD tells its peers), its namespace goes, and its Node, block and
+    /// affinity are deleted (as when a node is removed from the cluster).
+    ///
+    /// # Panics
+    /// When kubectl fails.
+    pub fn remove_node(&mut self, name: &str) {
+        self.checked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|n| n.name != name);
+        let Some(i) = self.nodes.iter().position(|n| n.name == name) else {
+            return;
+        };
+        let node = self.nodes.remove(i);
+        let mine = [
+            format!("bird {name}"),
+            format!("bird6 {name}"),
+            format!("confd {name}"),
+            format!("status-reporter {name}"),
+        ];
+        for (what, child) in &mut self.procs {
+            if mine.contains(what) {
+                let _ = run("kill", &["-TERM", &child.id().to_string()]);
+                let _ = child.wait();
+            }
+        }
+        self.procs.retain(|(what, _)| !mine.contains(what));
+        let _ = run("ip", &["netns", "del", name]);
+        let _ = run("ip", &["link", "del", &format!("{name}h")]);
+        let block_name = node.block.replace(['.', '/'], "-");
+        self.kubectl(&[
+            "delete",
+            "--ignore-not-found",
+            &format!("node/{name}"),
+            &format!("ipamblocks.crd.projectcalico.org/{block_name}"),
+            &format!("blockaffinities.crd.projectcalico.org/{name}-{block_name}"),
+        ]);
     }
 
     /// `kubectl ARGS` against the lab's API server.
@@ -541,7 +745,7 @@ impl BgpLab {
     /// Starts sampling every (origin, node) pair every 100 ms.
     #[must_use]
     pub fn check_routes(&self) -> RouteChecker {
-        RouteChecker::start(self.nodes.clone())
+        RouteChecker::start(Arc::clone(&self.checked))
     }
 
     fn cleanup_network(&self) {
@@ -599,11 +803,64 @@ pub struct Missing {
 pub struct Samples {
     /// Sampling rounds (each reads every node's table once).
     pub rounds: usize,
-    /// (origin, node) pairs checked per round.
+    /// (origin, node) pairs checked per round (the most in any round).
     pub pairs: usize,
     /// Every window a pair was missing in.
     pub missing: Vec<Missing>,
+    /// Each round: when, how many pairs were missing, how many BGP sessions were up
+    /// (established TCP connections on port 179, each counted once).
+    pub timeline: Vec<(Duration, usize, usize)>,
+    /// The wall clock (UTC) when sampling started: times above count from it.
+    pub started: String,
+    /// Samples in which a route was missing but back within 50 ms (re-read every
+    /// 10 ms): BIRD replacing it (delete, then add).
+    pub replaced: usize,
+    /// The longest such swap seen (to the next 10 ms).
+    pub longest_swap: Duration,
 }
+
+impl Samples {
+    /// Missing samples, in all.
+    #[must_use]
+    pub fn missing_samples(&self) -> usize {
+        self.missing.iter().map(|m| m.samples).sum()
+    }
+
+    /// The timeline in `every`-long rows: `| t (s) | sessions (min–max) | pairs missing (max) |`
+    /// as a Markdown table, for a report or a guide.
+    #[must_use]
+    pub fn table(&self, every: Duration) -> String {
+        let mut out = String::from(
+            "| t (s) | BGP sessions up | (origin, node) pairs missing |\n|---|---|---|\n",
+        );
+        let step = every.as_millis().max(1);
+        let mut rows: BTreeMap<u128, (usize, usize, usize)> = BTreeMap::new();
+        for (at, missing, sessions) in &self.timeline {
+            let r = rows
+                .entry(at.as_millis() / step)
+                .or_insert((usize::MAX, 0, 0));
+            r.0 = r.0.min(*sessions);
+            r.1 = r.1.max(*sessions);
+            r.2 = r.2.max(*missing);
+        }
+        for (i, (lo, hi, missing)) in rows {
+            let t = Duration::from_millis(u64::try_from(i * step).unwrap_or(u64::MAX));
+            let sessions = if lo == hi {
+                lo.to_string()
+            } else {
+                format!("{lo}–{hi}")
+            };
+            out.push_str(&format!(
+                "| {:.1} | {sessions} | {missing} |\n",
+                t.as_secs_f64()
+            ));
+        }
+        out
+    }
+}
+
+/// Re-reads of a node's table (10 ms apart) before a missing route counts as missing.
+const SWAP_READS: usize = 5;
 
 /// Samples every (origin, node) pair every 100 ms in a thread of its own until stopped.
 #[derive(Debug)]
@@ -613,25 +870,71 @@ pub struct RouteChecker {
 }
 
 impl RouteChecker {
-    fn start(nodes: Vec<BgpNode>) -> Self {
+    fn start(checked: Arc<Mutex<Vec<BgpNode>>>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let handle = std::thread::spawn(move || {
             let t0 = Instant::now();
             let mut out = Samples {
-                pairs: nodes.len() * nodes.len().saturating_sub(1),
+                started: clock(),
                 ..Samples::default()
             };
             let mut open: BTreeMap<(String, String), Missing> = BTreeMap::new();
             while !flag.load(Ordering::Relaxed) {
                 let at = t0.elapsed();
+                // Held for the whole round: a node leaving (`BgpLab::remove_node`) waits
+                // for the round, so no round reads a node that is being taken down.
+                let guard = checked
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let nodes = guard.clone();
+                out.pairs = out.pairs.max(nodes.len() * nodes.len().saturating_sub(1));
+                // A node that left: its open windows end here.
+                let gone: Vec<(String, String)> = open
+                    .keys()
+                    .filter(|(o, n)| {
+                        let has = |name: &String| nodes.iter().any(|x| x.name == *name);
+                        !has(o) || !has(n)
+                    })
+                    .cloned()
+                    .collect();
+                for k in gone {
+                    out.missing.extend(open.remove(&k));
+                }
+                let mut connections = 0;
                 for node in &nodes {
-                    let routes = node.routes().unwrap_or_default();
+                    connections += node.bgp_connections();
+                    let mut routes = node.routes().unwrap_or_default();
+                    // BIRD 1.6 changes a kernel route by deleting it and adding the new
+                    // one (its netlink code does not use replace): a sample can fall in
+                    // between. A route missing here is read again every 10 ms for 50 ms;
+                    // one back by then counts as a swap (with how long it was seen
+                    // missing), not as missing.
+                    // Only a route that was there in the last sample is read again (one
+                    // already missing is not: a session restart costs one re-read).
+                    let gone = nodes.iter().any(|o| {
+                        o.name != node.name
+                            && !routes.contains(&o.block)
+                            && !open.contains_key(&(o.name.clone(), node.name.clone()))
+                    });
+                    let mut again = Vec::new();
+                    while gone && again.len() < SWAP_READS {
+                        std::thread::sleep(Duration::from_millis(10));
+                        again.push(node.routes().unwrap_or_default());
+                    }
                     for origin in &nodes {
                         if origin.name == node.name {
                             continue;
                         }
                         let key = (origin.name.clone(), node.name.clone());
+                        if !routes.contains(&origin.block)
+                            && let Some(k) = again.iter().position(|r| r.contains(&origin.block))
+                        {
+                            out.replaced += 1;
+                            let gap = Duration::from_millis(10) * u32::try_from(k + 1).unwrap_or(1);
+                            out.longest_swap = out.longest_swap.max(gap);
+                            routes.insert(origin.block.clone());
+                        }
                         if routes.contains(&origin.block) {
                             if let Some(m) = open.remove(&key) {
                                 out.missing.push(m);
@@ -649,6 +952,8 @@ impl RouteChecker {
                         }
                     }
                 }
+                drop(guard);
+                out.timeline.push((at, open.len(), connections / 2));
                 out.rounds += 1;
                 let next =
                     Duration::from_millis(100) * u32::try_from(out.rounds).unwrap_or(u32::MAX);

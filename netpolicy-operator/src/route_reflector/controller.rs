@@ -40,7 +40,7 @@
 //! Calico Node is not a BGP speaker yet and is left out until calico-node registers it.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -62,7 +62,7 @@ use tracing::{debug, info, warn};
 use super::{
     CalicoBgpPeer, CalicoBgpPeerSpec, config, current, current_of,
     etcd::{self, Etcd},
-    marks_of, node_info,
+    marks_of, node_info, sessions,
 };
 use crate::{
     api::{
@@ -153,6 +153,8 @@ pub(crate) fn setup(
         remote: None,
         peers_health: peers.health(),
         last_step: None,
+        reports_live: true,
+        waiting_said: false,
         unseen: None,
         started: None,
         etcd: None,
@@ -246,6 +248,10 @@ pub(crate) struct RouteReflectors {
     reported: Option<String>,
     /// When the last step was applied (pacing).
     last_step: Option<Instant>,
+    /// `CalicoNodeStatus` objects of ours may exist (`sessions`).
+    reports_live: bool,
+    /// The current step's wait for calico-node's reports was already reported.
+    waiting_said: bool,
     /// The last step's operations (Kubernetes datastore) until the caches show them,
     /// and until when to wait for that.
     unseen: Option<(Vec<Op>, Instant)>,
@@ -480,10 +486,13 @@ impl RouteReflectors {
         // Pacing: BIRD needs the step delay to bring the last step's sessions up before
         // the next step (or turning the mesh off) relies on them.
         let delay = Duration::from_secs(u64::from(rrc.spec.step_delay_seconds));
-        let pacing = self
+        let mut pacing = self
             .last_step
             .map(|at| delay.saturating_sub(at.elapsed()))
             .filter(|left| !left.is_zero());
+        if pacing.is_none() && matches!(store, Datastore::Kubernetes) {
+            pacing = self.sessions_pending(&now_state, delay).await?;
+        }
         let Some(step) = steps.first() else {
             if let Some((_, done, _)) = self.started.take() {
                 self.event(
@@ -503,6 +512,11 @@ impl RouteReflectors {
             // live BGP).
             let complete = target.warnings.is_empty() && pacing.is_none();
             let mesh = self.mesh(&rrc, etcd, mesh_on, complete).await?;
+            if pacing.is_none() && self.reports_live {
+                self.last_step = None;
+                sessions::clear(&self.reports_api()).await?;
+                self.reports_live = false;
+            }
             self.write_status(&cur, facts.settled(&target.warnings, mesh))
                 .await?;
             return Ok(pacing.map_or(Next::Resync, Next::After));
@@ -561,8 +575,84 @@ impl RouteReflectors {
         )
         .await;
         self.last_step = Some(Instant::now());
+        self.waiting_said = false;
         self.started = Some((started, done + 1, of));
         Ok(Next::After(delay.max(Duration::from_millis(500))))
+    }
+
+    fn reports_api(&self) -> Api<DynamicObject> {
+        Api::all_with(
+            self.calico.client.clone(),
+            &netpolicy_api::calico::calico_node_status_resource(),
+        )
+    }
+
+    /// After a step's delay: `Some(poll)` while calico-node reports a reflector's BGP
+    /// session not Established yet (`sessions` module docs). Bounded: without reports
+    /// for [`sessions::UNREPORTED_AFTER`] (no calico-node reporting here) or with a
+    /// session down for `max(60 s, 10 × stepDelaySeconds)`, the job says so and goes on.
+    async fn sessions_pending(
+        &mut self,
+        now_state: &netpolicy_rr::Current,
+        delay: Duration,
+    ) -> Result<Option<Duration>, Failed> {
+        let Some(at) = self.last_step else {
+            return Ok(None);
+        };
+        if at.elapsed() < sessions::RENDERED_AFTER {
+            return Ok(Some(sessions::RENDERED_AFTER.saturating_sub(at.elapsed())));
+        }
+        let reflectors: BTreeSet<String> = now_state
+            .marks
+            .iter()
+            .filter(|(_, m)| m.reflector.is_some() || m.cluster_id.is_some())
+            .map(|(n, _)| n.clone())
+            .collect();
+        self.reports_live = true;
+        let poll = Some(Duration::from_secs(1));
+        let verdict = sessions::check(&self.reports_api(), &reflectors).await?;
+        let say = |this: &mut Self, what: String| {
+            let first = !this.waiting_said;
+            this.waiting_said = true;
+            first.then_some(what)
+        };
+        let message = match verdict {
+            None | Some(sessions::Verdict::Up) => return Ok(None),
+            Some(sessions::Verdict::Unreported(nodes)) => {
+                if at.elapsed() < sessions::UNREPORTED_AFTER {
+                    return Ok(poll);
+                }
+                say(
+                    self,
+                    format!(
+                        "calico-node reported no BGP sessions (CalicoNodeStatus) for {} in {} s: \
+                         pacing by stepDelaySeconds only",
+                        nodes.join(", "),
+                        sessions::UNREPORTED_AFTER.as_secs()
+                    ),
+                )
+            }
+            Some(sessions::Verdict::Waiting(why)) => {
+                let bound = (delay * 10).max(Duration::from_secs(60));
+                if at.elapsed() < bound {
+                    debug!(%why, "route reflectors: waiting for BGP sessions");
+                    return Ok(poll);
+                }
+                say(
+                    self,
+                    format!(
+                        "BGP sessions still down {} s after the step, going on: {why}",
+                        bound.as_secs()
+                    ),
+                )
+            }
+        };
+        if let Some(message) = message {
+            warn!("route reflectors: {message}");
+            self.event(EventType::Warning, events::SESSIONS_UNSEEN, message)
+                .await;
+        }
+        Ok(None)
     }
 
     /// Where Calico's objects are this pass; `Err((reason, message, next))` when that

@@ -7,6 +7,7 @@
 
 pub(crate) mod controller;
 pub mod etcd;
+mod sessions;
 
 use std::{collections::BTreeMap, net::Ipv4Addr};
 

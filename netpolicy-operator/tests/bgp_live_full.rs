@@ -1,0 +1,22 @@
+//! All five route-reflector scenarios on live BGP (`tests/bgp_live.rs` says what they
+//! prove): the cold start, nodes joining and leaving, a zone lost, the cluster-ID layout
+//! changed, a reflector cordoned and its label removed by hand — on
+//! `NETPOLICY_BGP_NODES` nodes (default 24) over 3 zones. A reported run (about 15 min):
+//! `cargo test -p netpolicy-operator --test bgp_live_full -- --ignored --nocapture`;
+//! numbers in benches/README.md.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+#[path = "bgp_live/scenarios.rs"]
+mod scenarios;
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a reported run (about 15 min): every route-reflector scenario on 24 live BGP nodes"]
+async fn every_route_reflector_transition_on_live_bgp_keeps_every_route() {
+    let n = std::env::var("NETPOLICY_BGP_NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24);
+    scenarios::run(n, scenarios::Set::All).await;
+}
