@@ -512,10 +512,8 @@ impl RouteReflectors {
             // live BGP).
             let complete = target.warnings.is_empty() && pacing.is_none();
             let mesh = self.mesh(&rrc, etcd, mesh_on, complete).await?;
-            if pacing.is_none() && self.reports_live {
-                self.last_step = None;
-                sessions::clear(&self.reports_api()).await?;
-                self.reports_live = false;
+            if pacing.is_none() {
+                self.transition_over().await?;
             }
             self.write_status(&cur, facts.settled(&target.warnings, mesh))
                 .await?;
@@ -578,6 +576,17 @@ impl RouteReflectors {
         self.waiting_said = false;
         self.started = Some((started, done + 1, of));
         Ok(Next::After(delay.max(Duration::from_millis(500))))
+    }
+
+    /// The last step's sessions are up: no more pacing, and calico-node need not
+    /// report any more.
+    async fn transition_over(&mut self) -> Result<(), Failed> {
+        if self.reports_live {
+            self.last_step = None;
+            sessions::clear(&self.reports_api()).await?;
+            self.reports_live = false;
+        }
+        Ok(())
     }
 
     fn reports_api(&self) -> Api<DynamicObject> {
