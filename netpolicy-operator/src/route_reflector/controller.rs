@@ -608,9 +608,6 @@ impl RouteReflectors {
         let Some(at) = self.last_step else {
             return Ok(None);
         };
-        if at.elapsed() < sessions::RENDERED_AFTER {
-            return Ok(Some(sessions::RENDERED_AFTER.saturating_sub(at.elapsed())));
-        }
         let reflectors: BTreeSet<String> = now_state
             .marks
             .iter()
@@ -620,6 +617,11 @@ impl RouteReflectors {
         self.reports_live = true;
         let poll = Some(Duration::from_secs(1));
         let verdict = sessions::check(&self.reports_api(), &reflectors).await?;
+        // Served: a report is read only once confd rendered the step (a Calico without
+        // CalicoNodeStatus is not held up by this).
+        if verdict.is_some() && at.elapsed() < sessions::RENDERED_AFTER {
+            return Ok(Some(sessions::RENDERED_AFTER.saturating_sub(at.elapsed())));
+        }
         let say = |this: &mut Self, what: String| {
             let first = !this.waiting_said;
             this.waiting_said = true;
