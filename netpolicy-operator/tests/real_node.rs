@@ -1250,6 +1250,21 @@ fn rbac(cluster: &NodeCluster, installed: usize) {
     // Granted and not exercised here, each for a reason the tests above cannot show.
     let justified: &[(&str, &str, &str, &str, &str)] = &[
         (
+            OPERATOR,
+            "crd.projectcalico.org",
+            "caliconodestatuses",
+            "create",
+            "asks calico-node for a reflector's BGP sessions while a transition runs: no \
+             calico-node here (tests/bgp_live.rs, with calico-node's status reporter)",
+        ),
+        (
+            OPERATOR,
+            "crd.projectcalico.org",
+            "caliconodestatuses",
+            "delete",
+            "removes those requests once the transition settled (tests/bgp_live.rs)",
+        ),
+        (
             AGENT,
             "apps",
             "daemonsets",
