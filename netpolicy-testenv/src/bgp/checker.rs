@@ -91,8 +91,8 @@ impl Samples {
 
 /// Re-reads of a node's table (10 ms apart) before a missing route counts as missing:
 /// 200 ms. BIRD 1.6 swaps a kernel route by delete + add; when a new session brings a
-/// path for every route at once on a loaded machine (24 BIRD pairs on 2 cores) the add
-/// was seen up to 100 ms after the delete. The longest swap is reported
+/// path for every route at once on a loaded machine (12 to 28 BIRD pairs on 2 cores)
+/// the add was seen up to 200 ms after the delete. The longest swap is reported
 /// ([`Samples::longest_swap`]).
 const SWAP_READS: usize = 20;
 

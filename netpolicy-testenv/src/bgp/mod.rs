@@ -146,6 +146,22 @@ pub(crate) fn clock() -> String {
     )
 }
 
+/// A command bounded in time (`timeout`, KILL 5 s after TERM) that gets TERM when the
+/// test process dies (`setpriv --pdeathsig`); the program and its arguments follow.
+fn bounded(lifetime_secs: &str) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        "--pdeathsig",
+        "TERM",
+        "--",
+        "timeout",
+        "-k",
+        "5",
+        lifetime_secs,
+    ]);
+    cmd
+}
+
 /// Spawns `cmd` from a thread that lives as long as the test process: `setpriv
 /// --pdeathsig` signals a child when the *thread* that spawned it ends, and tokio's
 /// blocking threads end after 10 s idle (which stopped every confd and BIRD 10 s in).
@@ -398,9 +414,8 @@ impl BgpLab {
         let log = |name: &str| {
             std::fs::File::create(node.dir.join(name)).unwrap_or_else(|e| panic!("{e}"))
         };
-        let mut confd_cmd = Command::new("setpriv");
+        let mut confd_cmd = bounded(&lifetime);
         confd_cmd
-            .args(["--pdeathsig", "TERM", "--", "timeout", "-k", "5", &lifetime])
             .arg(crate::tool("confd"))
             .arg(format!("-confdir={}", confd.display()))
             .env("NODENAME", &node.name)
@@ -446,18 +461,9 @@ impl BgpLab {
             std::fs::File::create(node.dir.join(name)).unwrap_or_else(|e| panic!("{e}"))
         };
         for daemon in ["bird", "bird6"] {
-            let mut bird_cmd = Command::new("setpriv");
+            let mut bird_cmd = bounded(&lifetime);
             bird_cmd
-                .args([
-                    "--pdeathsig",
-                    "TERM",
-                    "--",
-                    "timeout",
-                    "-k",
-                    "5",
-                    &lifetime,
-                    "nsenter",
-                ])
+                .arg("nsenter")
                 .arg(format!("--net=/run/netns/{}", node.name))
                 .args(["--", daemon, "-d", "-c"])
                 .arg(config.join(format!("{daemon}.cfg")))
@@ -488,16 +494,9 @@ impl BgpLab {
         // mount namespace of its own, over a private tmpfs (the host's /run is untouched).
         // It ignores arguments: the node's directory is one, so that the lab's clean-up
         // finds it by its command line.
-        let mut reporter_cmd = Command::new("setpriv");
+        let mut reporter_cmd = bounded(&lifetime);
         reporter_cmd
             .args([
-                "--pdeathsig",
-                "TERM",
-                "--",
-                "timeout",
-                "-k",
-                "5",
-                &lifetime,
                 "unshare",
                 "-m",
                 "--propagation",
