@@ -185,7 +185,8 @@ impl Run {
             "{what}: {} rounds × ≤{} pairs every 100 ms; BGP sessions {} → {} ({} torn down, {} \
              set up); settled {:.1} s after the change; nodes restarting their sessions (own \
              cluster ID changed{}): {restarted:?}; missing samples: {inside} in their pairs, {} \
-             elsewhere; {} samples caught BIRD swapping a route (back within {} ms)",
+             elsewhere; {} samples in gaps of at most {} ms while BIRD moved a route to \
+             another path (counted apart)",
             samples.rounds,
             samples.pairs,
             sessions_before.len(),
