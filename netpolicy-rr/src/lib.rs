@@ -18,9 +18,13 @@
 //! 2. [`topology()`]: the `simple` or `multi` peering, its `BGPPeer` objects and the
 //!    marks on nodes (see [`mod@topology`] for how `multi` balances and groups).
 //! 3. [`transition()`]: make-before-break steps from the [`Current`] state.
-//! 4. [`sim::verify`]: replays a plan against Calico's selector semantics and BIRD's
-//!    route reflection: no node loses its last session or a route it should keep, at
-//!    any operation, and at the end every node learns every other node's route.
+//! 4. [`sim::verify`]: replays a plan against Calico's selector semantics, its
+//!    node-to-node mesh and BIRD's route reflection, counting only the sessions that
+//!    are up (BIRD restarts a session whose `rr client`/`rr cluster id` changes): no
+//!    node loses its last session or a route it should keep, at any operation, except
+//!    a node whose own cluster ID changes (it restarts every session; reported), and at
+//!    the end every node learns every other node's route. Live BGP agrees
+//!    (netpolicy-operator's `tests/bgp_live.rs`: Calico's confd and BIRD).
 //!
 //! [`Engine`] keeps a topology and updates it for one node added or removed without
 //! recomputing the cluster.
