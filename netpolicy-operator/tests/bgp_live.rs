@@ -29,6 +29,6 @@ mod common;
 mod scenarios;
 
 #[tokio::test(flavor = "multi_thread")]
-async fn cold_start_and_nodes_joining_and_leaving_on_live_bgp_keep_every_route() {
+async fn cold_start_and_nodes_joining_and_leaving_lose_routes_only_where_a_reflector_restarts() {
     scenarios::run(12, scenarios::Set::Quick).await;
 }

@@ -13,7 +13,7 @@ mod scenarios;
 
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "a reported run (about 15 min): every route-reflector scenario on 24 live BGP nodes"]
-async fn every_route_reflector_transition_on_live_bgp_keeps_every_route() {
+async fn every_transition_loses_routes_only_where_a_reflector_restarts() {
     let n = std::env::var("NETPOLICY_BGP_NODES")
         .ok()
         .and_then(|v| v.parse().ok())
