@@ -45,7 +45,8 @@ pub struct Samples {
     /// Samples in which a route was missing in a gap of at most 500 ms: BIRD moving it
     /// to another path (see `SWAP_GAP`).
     pub replaced: usize,
-    /// The longest such gap (its samples' window plus one period: an upper bound).
+    /// The longest such gap (from the last read that had the route to the first that had
+    /// it again: an upper bound).
     pub longest_swap: Duration,
 }
 
@@ -92,8 +93,8 @@ impl Samples {
 /// How often every pair is sampled.
 const PERIOD: Duration = Duration::from_millis(100);
 
-/// A route out of a node's kernel for at most this long (bounded by its samples: the
-/// window between the first and the last sample it was missing in, plus one period)
+/// A route out of a node's kernel for at most this long (bounded by the reads around it:
+/// from the last read that had it to the first that has it again)
 /// counts as a moment in which BIRD moved it to another path, not as missing: BIRD 1.6
 /// swaps a kernel route by delete + add, and with ADD-PATH a reflector may withdraw one
 /// path before it announces the next, so a node whose every path changes at once (its
@@ -121,6 +122,10 @@ impl RouteChecker {
                 ..Samples::default()
             };
             let mut open: BTreeMap<(String, String), Missing> = BTreeMap::new();
+            // Per node, when it was last read; per open window, the last read that
+            // still had the route.
+            let mut last_read: BTreeMap<String, Duration> = BTreeMap::new();
+            let mut present: BTreeMap<(String, String), Duration> = BTreeMap::new();
             while !flag.load(Ordering::Relaxed) {
                 let at = t0.elapsed();
                 // Held for the whole round: a node leaving (`BgpLab::remove_node`) waits
@@ -145,6 +150,12 @@ impl RouteChecker {
                 let mut connections = 0;
                 for node in &nodes {
                     connections += node.bgp_connections();
+                    // Times are those of this node's read (a round reads the nodes one
+                    // after the other, slowly on a loaded machine).
+                    let read_at = t0.elapsed();
+                    let before = last_read
+                        .insert(node.name.clone(), read_at)
+                        .unwrap_or(read_at);
                     let routes = node.routes().unwrap_or_default();
                     for origin in &nodes {
                         if origin.name == node.name {
@@ -153,10 +164,11 @@ impl RouteChecker {
                         let key = (origin.name.clone(), node.name.clone());
                         if routes.contains(&origin.block) {
                             if let Some(m) = open.remove(&key) {
-                                // Back: a gap shorter than SWAP_GAP is BIRD moving the
-                                // route to another path (at most the window plus one
-                                // sampling period).
-                                let gap = m.to.saturating_sub(m.from) + PERIOD;
+                                // Back: a gap of at most SWAP_GAP is BIRD moving the
+                                // route to another path. The gap is at most the time
+                                // from the last read that had it to this one.
+                                let seen = present.remove(&key).unwrap_or(m.from);
+                                let gap = read_at.saturating_sub(seen);
                                 if gap <= SWAP_GAP {
                                     out.replaced += m.samples;
                                     out.longest_swap = out.longest_swap.max(gap);
@@ -165,14 +177,17 @@ impl RouteChecker {
                                 }
                             }
                         } else {
+                            if !open.contains_key(&key) {
+                                present.insert(key.clone(), before);
+                            }
                             let m = open.entry(key).or_insert_with(|| Missing {
                                 origin: origin.name.clone(),
                                 node: node.name.clone(),
-                                from: at,
-                                to: at,
+                                from: read_at,
+                                to: read_at,
                                 samples: 0,
                             });
-                            m.to = at;
+                            m.to = read_at;
                             m.samples += 1;
                         }
                     }
