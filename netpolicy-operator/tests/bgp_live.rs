@@ -11,8 +11,8 @@
 //! protocols, or drops it from the mesh, and BIRD applies a changed protocol by
 //! restarting it with a Cease, which makes its peers flush its routes). For those seconds
 //! its own route reaches no one and no route reaches it; the test requires that every
-//! such window is one restart long (≤ 10 s) and involves such a node, and that every
-//! other pair never misses a sample. `netpolicy-rr`'s checker models exactly this and
+//! such window is one restart long (≤ 60 s with BIRD's collision flaps) and involves
+//! such a node, and that every other pair never misses a sample. `netpolicy-rr`'s checker models exactly this and
 //! plans so that nothing else is lost (cluster IDs one node per step without the mesh).
 //!
 //! Needs root, Debian's `bird` (scripts/test installs it) and Calico's confd and status

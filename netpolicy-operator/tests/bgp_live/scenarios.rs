@@ -24,6 +24,11 @@ use serde_json::json;
 /// one `connect retry time 5` when the first attempt meets a peer still in its delay.
 const RESTART_BOUND: Duration = Duration::from_secs(10);
 
+/// How long a restarting node's pairs may miss their routes: its sessions' restart
+/// including BIRD 1.6's collision flaps (both ends of a BGPPeer session are active; seen
+/// keeping a session down for up to 55 s), the same bound the job waits for sessions.
+const WINDOW_BOUND: Duration = Duration::from_secs(60);
+
 /// `NETPOLICY_BGP_STEP_DELAY` (seconds), default 3: the job waits longer when calico-node
 /// reports a reflector's session not up yet.
 fn step_delay() -> u32 {
@@ -222,11 +227,11 @@ impl Run {
         let long: Vec<_> = samples
             .missing
             .iter()
-            .filter(|m| m.to.saturating_sub(m.from) > RESTART_BOUND)
+            .filter(|m| m.to.saturating_sub(m.from) > WINDOW_BOUND)
             .collect();
         assert!(
             long.is_empty(),
-            "{what}: missing longer than one session restart: {:?}",
+            "{what}: missing longer than a session restart with BIRD's collision flaps: {:?}",
             &long[..long.len().min(20)]
         );
         assert!(
