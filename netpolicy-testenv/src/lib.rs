@@ -809,28 +809,32 @@ impl HelmRepo {
     /// helm could not run or failed.
     pub fn try_run(&self, args: &[&str]) -> std::result::Result<String, String> {
         let home = self.dir.join("home");
-        let out = Command::new(tool("helm"))
-            .args(args)
+        let mut out = Command::new(tool("helm"));
+        out.args(args)
             .env("HELM_CACHE_HOME", home.join("cache"))
             .env("HELM_CONFIG_HOME", home.join("config"))
             .env("HELM_DATA_HOME", home.join("data"))
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("helm: {e}"))?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(format!(
-                "helm {args:?}: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
+            .stdin(Stdio::null());
+        stdout_of(&mut out, &format!("helm {args:?}"))
     }
 }
 
 impl Drop for HelmRepo {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs `cmd` and returns its stdout; a failure names `what` with its stdout and stderr.
+pub(crate) fn stdout_of(cmd: &mut Command, what: &str) -> std::result::Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("{what}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{what}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
     }
 }

@@ -228,22 +228,14 @@ impl NodeCluster {
     /// # Errors
     /// The command failed; the error holds its output.
     pub fn in_netns(&self, netns: &str, cmd: &str, args: &[&str]) -> Result<String, String> {
-        let out = Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{netns}"))
-            .arg("--")
-            .arg(cmd)
-            .args(args)
-            .output()
-            .map_err(|e| format!("running {cmd} in {netns}: {e}"))?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(format!(
-                "{cmd} {args:?} in {netns}: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
+        crate::stdout_of(
+            Command::new("nsenter")
+                .arg(format!("--net=/run/netns/{netns}"))
+                .arg("--")
+                .arg(cmd)
+                .args(args),
+            &format!("{cmd} {args:?} in {netns}"),
+        )
     }
 }
 

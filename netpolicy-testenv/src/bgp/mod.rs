@@ -206,20 +206,10 @@ pub struct BgpLab {
 }
 
 fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(cmd)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{cmd}: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "{cmd} {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
+    crate::stdout_of(
+        Command::new(cmd).args(args).stdin(Stdio::null()),
+        &format!("{cmd} {args:?}"),
+    )
 }
 
 /// A node's Kubernetes objects as calico-node and Calico's IPAM leave them: the Node
