@@ -1,36 +1,6 @@
-//! Arbitrary bytes as a manifest file: YAML splitting and parsing, strict schema
-//! checks, validation, selector matching and merge must never panic, and the merge
-//! must be deterministic.
+//! libFuzzer entry of `netpolicy_fuzz::plan_input` (cargo-fuzz, nightly); the same target
+//! runs on stable in `scripts/test` (netpolicy-operator/tests/fuzz.rs).
 
 #![no_main]
 
-use std::path::Path;
-
-use libfuzzer_sys::fuzz_target;
-use netpolicy_operator::{manifest::Manifests, plan::plan};
-
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    let mut m = Manifests::default();
-    m.add_text(Path::new("fuzz.yaml"), text);
-    let a = plan(&m);
-    let b = plan(&m);
-    assert_eq!(
-        serde_json::to_string(&a).ok(),
-        serde_json::to_string(&b).ok(),
-        "plan is deterministic"
-    );
-    // Every rendered node validates back to itself through the canonical wire form.
-    for spec in a.nodes.values() {
-        for r in &spec.routes {
-            let _ = netpolicy_core::spec::RoutingSpec {
-                routes: vec![r.item.clone()],
-                ..Default::default()
-            }
-            .validate("spec")
-            .expect("canonical output is valid input");
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| netpolicy_fuzz::plan_input::run(data));

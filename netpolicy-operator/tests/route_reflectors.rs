@@ -36,7 +36,7 @@ use netpolicy_operator::{
     api::{RouteReflectorConfig, crds},
     testing as rr,
 };
-use netpolicy_rr::sim::{self, Tie};
+use netpolicy_rr::sim;
 use serde_json::json;
 
 const ZONES: [&str; 3] = ["a", "b", "c"];
@@ -109,26 +109,8 @@ impl Seen {
                 ));
             }
         }
-        for tie in [Tie::Lowest, Tie::Highest] {
-            match cluster.propagation(tie) {
-                Ok(learned) => {
-                    for (o, xs) in &learned {
-                        if xs.len() + 1 < sessions.len() {
-                            let missing: Vec<&String> = sessions
-                                .keys()
-                                .filter(|x| *x != o && !xs.contains(*x))
-                                .take(3)
-                                .collect();
-                            self.violations.push(format!(
-                                "{} node(s) do not learn the route of {o} ({tie:?} ties), e.g. {missing:?}",
-                                sessions.len() - 1 - xs.len()
-                            ));
-                        }
-                    }
-                }
-                Err(e) => self.violations.push(e),
-            }
-        }
+        self.violations
+            .extend(common::unreached(&cluster, &sessions));
     }
 }
 

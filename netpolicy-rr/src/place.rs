@@ -138,8 +138,7 @@ pub fn place(nodes: &[NodeInfo], config: &Config, current: &Current) -> Result<P
             )
         })
         .collect();
-    let staffed: Vec<bool> = chosen.iter().map(|c| !c.is_empty()).collect();
-    let ids = zone_cluster_ids(&zones, &staffed, config, current)?;
+    let ids = zone_cluster_ids(&zones, &chosen, config, current)?;
     let mut out = Vec::with_capacity(zones.len());
     for (i, ((zone, _), chosen)) in zones.iter().zip(chosen).enumerate() {
         let shortfall = shortfall(wanted[i], targets[i], caps[i]);
@@ -162,15 +161,18 @@ pub fn place(nodes: &[NodeInfo], config: &Config, current: &Current) -> Result<P
 /// clients lose routes (BIRD drops a reflected route whose CLUSTER_LIST holds its own
 /// ID; see [`crate::sim`]). `multi` gives each reflector its own ([`crate::topology()`]).
 ///
-/// A zone keeps the ID its reflectors hold now (the most common one among them, when
-/// no earlier zone in name order kept it), so a new zone never renumbers the others;
+/// A zone keeps the ID its staying reflectors hold now (the most common one among
+/// them, when no earlier zone in name order kept it), so a new zone never renumbers the
+/// others; a leaving reflector's ID counts for nothing (counted, it could take a zone's
+/// ID from under a staying reflector of another zone, whose change restarts every
+/// session its clients have — found by the rr_topology fuzz target);
 /// the others take the lowest last octet from `clusterID`'s up that no node holds now
 /// and no zone took. With no reflectors anywhere yet that is `clusterID`, then one up
 /// per zone in zone-name order. A zone without reflectors holds no ID (its entry says
 /// `clusterID` and means nothing).
 fn zone_cluster_ids(
     zones: &BTreeMap<&str, Vec<&NodeInfo>>,
-    staffed: &[bool],
+    chosen: &[Vec<String>],
     config: &Config,
     current: &Current,
 ) -> Result<Vec<Ipv4Addr>> {
@@ -182,12 +184,12 @@ fn zone_cluster_ids(
     let mut taken: BTreeSet<Ipv4Addr> = BTreeSet::new();
     let mut out: Vec<Option<Ipv4Addr>> = Vec::with_capacity(zones.len());
     for (zi, nodes) in zones.values().enumerate() {
-        if !staffed[zi] {
+        if chosen[zi].is_empty() {
             out.push(Some(config.cluster_id));
             continue;
         }
         let mut counts: BTreeMap<Ipv4Addr, usize> = BTreeMap::new();
-        for n in nodes {
+        for n in nodes.iter().filter(|n| chosen[zi].contains(&n.name)) {
             if let Some(m) = current.marks.get(&n.name)
                 && m.reflector.is_some()
                 && let Some(id) = m.cluster_id

@@ -751,6 +751,55 @@ mod tests {
         assert!(e.contains("setClusterIDs"), "{e}");
     }
 
+    /// Found by the rr_topology fuzz target: `simple` → `multi` where a client's new
+    /// set is an old reflector (its ID changes) and promoted ones (no ID yet). Changed
+    /// first, the old one restarted while the new ones reflected nothing yet.
+    #[test]
+    fn new_reflectors_get_their_ids_before_an_old_one_changes_its() {
+        use crate::{Config, Kind, topology, transition};
+        let nodes: Vec<NodeInfo> = (0..12)
+            .map(|i| NodeInfo::ready(&format!("n{i:02}"), "a", i))
+            .collect();
+        // Two reflectors sharing the zone's cluster ID; in `multi` one of them gets an
+        // ID of its own, next to a third, new reflector.
+        let c0 = Config {
+            min: 2,
+            max: 2,
+            reflector_label: "rr".into(),
+            ..Config::default()
+        };
+        let now = topology(&nodes, &c0, &Current::default())
+            .unwrap()
+            .applied();
+        let c1 = Config {
+            min: 3,
+            max: 3,
+            topology: Kind::Multi,
+            peers_per_node: 2,
+            ..c0
+        };
+        let t1 = topology(&nodes, &c1, &now).unwrap();
+        let steps = transition(&nodes, &now, &t1);
+        let order: Vec<(&str, bool)> = steps
+            .iter()
+            .flat_map(|s| &s.ops)
+            .filter_map(|op| match op {
+                crate::Op::SetClusterId { node, .. } => Some((
+                    node.as_str(),
+                    now.marks.get(node).is_some_and(|m| m.cluster_id.is_some()),
+                )),
+                _ => None,
+            })
+            .collect();
+        assert!(order.iter().any(|(_, had)| *had), "{order:?}");
+        let first_changed = order.iter().position(|(_, had)| *had).unwrap();
+        assert!(
+            order[first_changed..].iter().all(|(_, had)| *had),
+            "every new reflector first: {order:?}"
+        );
+        verify(&nodes, &now, &steps, &t1, "rr").unwrap();
+    }
+
     #[test]
     fn reflectors_sharing_a_cluster_id_but_not_their_clients_lose_routes() {
         let c = two_reflectors([224, 0, 0, 1], [224, 0, 0, 1]);

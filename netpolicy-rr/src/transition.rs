@@ -4,7 +4,11 @@
 //! one and finishes a step before starting the next):
 //!
 //! 1. [`Phase::CreatePeers`]: new `BGPPeer` objects. Creating an object only adds
-//!    sessions.
+//!    sessions. When some client's only reflector is one whose cluster ID changes
+//!    (without the mesh), also a bridge (`netpolicy-rr-bridge`: every client with every
+//!    reflector), deleted in phase 8: that reflector's restart leaves the client others.
+//!    Also when a reflector learns some client's route only through reflectors whose IDs
+//!    change, or leaving reflectors depend on each other's paths in a circle (phase 6).
 //! 2. [`Phase::Promote`]: new reflectors get the reflector label (a promoted client
 //!    moves to the reflector mesh, and every client of its zone or set gains it). No
 //!    cluster ID yet: a plain iBGP speaker learns every route its peers send, where a
@@ -17,14 +21,17 @@
 //! 4. [`Phase::ClusterIds`]: new reflectors get their cluster ID, existing ones a
 //!    corrected one; they now reflect to every client they serve. IDs nobody holds
 //!    first, then the ones that join a cluster ID others hold (from then on they drop
-//!    what those reflect to them, so the other paths must exist already).
+//!    what those reflect to them, so the other paths must exist already); within
+//!    each, new reflectors before changed ones (a changed one restarts the sessions
+//!    its clients learn through, so their new reflectors must reflect already).
 //! 5. [`Phase::UpdatePeers`]: changed objects (a zone that gets or loses its own
 //!    reflectors); the reflectors they now select exist and reflect.
-//! 6. [`Phase::ReleaseClusterIds`]: leaving reflectors lose their cluster ID while they
-//!    still peer with everyone they did: a node without one is a plain iBGP speaker
-//!    that every reflector treats as a client, so it learns and is learned by everyone
-//!    (keeping the ID until its sessions are gone would make the reflectors that share
-//!    it drop what it sends them).
+//! 6. [`Phase::ReleaseClusterIds`]: leaving reflectors lose their cluster ID (in the
+//!    order `release_order` gives: one that learns a route only through another goes
+//!    first) while they still peer with everyone they did: a node without one is a
+//!    plain iBGP speaker that every reflector treats as a client, so it learns and is
+//!    learned by everyone (keeping the ID until its sessions are gone would make the
+//!    reflectors that share it drop what it sends them).
 //! 7. [`Phase::RemoveClientLabels`]: clients leave their old sets; their new sessions are
 //!    already configured.
 //! 8. [`Phase::DeletePeers`]: objects no longer wanted.
@@ -230,9 +237,23 @@ pub fn transition(nodes: &[NodeInfo], current: &Current, target: &Topology) -> V
             push(Phase::Demote, Op::RemoveReflectorLabel { node: owned() });
         }
     }
+    // A client whose one reflecting session is with a reflector whose ID changes would
+    // have no reflector while that one restarts (a zone with one reflector whose
+    // shared ID must be split, after a zone label changed): every client peers with
+    // every reflector while IDs change, through a bridge object made first and
+    // deleted with the old ones (found by the rr_topology fuzz target).
+    let mut bridged = false;
+    if needs_bridge(nodes, current, target) {
+        bridged = add_bridge(&mut steps, &now, target);
+    }
     // A reflector taking an ID nobody holds goes first; one joining a cluster ID that
     // others hold goes last: from then on it drops what those others reflect to it, so
-    // every other path (the new reflectors' own IDs) must already be in place.
+    // every other path (the new reflectors' own IDs) must already be in place. Within
+    // each, nodes that have no ID yet go before nodes whose ID changes: a changing
+    // reflector restarts the sessions its clients learn through, and a client whose
+    // other reflectors are new (promoted, no ID yet: plain iBGP speakers that reflect
+    // nothing) would have no reflector left meanwhile (found by the rr_topology fuzz
+    // target: `simple` → `multi`).
     let held: BTreeSet<Ipv4Addr> = current
         .marks
         .values()
@@ -240,10 +261,19 @@ pub fn transition(nodes: &[NodeInfo], current: &Current, target: &Topology) -> V
         .collect();
     if let Some(ops) = steps.get_mut(&Phase::ClusterIds) {
         ops.sort_by_key(|op| match op {
-            Op::SetClusterId { id, .. } => held.contains(id),
-            _ => false,
+            Op::SetClusterId { node, id } => (
+                held.contains(id),
+                current
+                    .marks
+                    .get(node.as_str())
+                    .is_some_and(|m| m.cluster_id.is_some()),
+            ),
+            _ => (false, false),
         });
     }
+    // Leaving reflectors release their IDs in an order that keeps the paths each one
+    // learns through until it is released itself (found by the rr_topology fuzz target).
+    order_releases(nodes, current, target, &mut steps, &now, bridged);
     // A node whose cluster ID changes restarts every BGP session it has (BIRD restarts a
     // protocol whose `rr client`/`rr cluster id` changes; `sim` module docs). With
     // Calico's mesh on, the mesh carries every other route meanwhile: one step. Without
@@ -267,6 +297,238 @@ pub fn transition(nodes: &[NodeInfo], current: &Current, target: &Topology) -> V
             }
         })
         .collect()
+}
+
+/// The reflector label, read from the reflector mesh object (it selects
+/// `has(<reflector label>)` at both ends).
+fn reflector_label(target: &Topology) -> Option<&str> {
+    let mesh = target
+        .bgp_peers
+        .iter()
+        .find(|p| p.name == format!("{}mesh", crate::BGP_PEER_PREFIX))?;
+    mesh.node_selector.strip_prefix("has(")?.strip_suffix(')')
+}
+
+/// Orders the [`Phase::ReleaseClusterIds`] operations of `steps` by [`release_order`]
+/// over the sessions the phases before leave; where no order keeps every path, adds
+/// the bridge (unless `bridged` already).
+fn order_releases(
+    nodes: &[NodeInfo],
+    current: &Current,
+    target: &Topology,
+    steps: &mut BTreeMap<Phase, Vec<Op>>,
+    now: &BTreeMap<&str, &BgpPeer>,
+    bridged: bool,
+) {
+    if !current.mesh
+        && let Some(ops) = steps.get(&Phase::ReleaseClusterIds)
+        && ops.len() > 1
+        && let Some(label) = reflector_label(target)
+    {
+        let mut before = crate::sim::Cluster::new(nodes, current, label);
+        for op in steps
+            .range(..Phase::ReleaseClusterIds)
+            .flat_map(|(_, ops)| ops)
+        {
+            before.apply(op);
+        }
+        if let Ok(sessions) = before.sessions() {
+            let leaving: Vec<&str> = ops
+                .iter()
+                .filter_map(|op| match op {
+                    Op::RemoveClusterId { node } => Some(node.as_str()),
+                    _ => None,
+                })
+                .collect();
+            match release_order(&before, &sessions, &leaving) {
+                Some(order) => {
+                    let order: BTreeMap<String, usize> =
+                        order.into_iter().enumerate().map(|(i, n)| (n, i)).collect();
+                    if let Some(ops) = steps.get_mut(&Phase::ReleaseClusterIds) {
+                        ops.sort_by_key(|op| match op {
+                            Op::RemoveClusterId { node } => order.get(node).copied(),
+                            _ => None,
+                        });
+                    }
+                }
+                // Each must go before another: no order keeps every path, the bridge
+                // does (every reflector then peers with every client itself).
+                None if !bridged => {
+                    add_bridge(steps, now, target);
+                }
+                None => {}
+            }
+        }
+    }
+}
+
+/// The order in which `leaving` reflectors release their cluster IDs, given the
+/// sessions before the first release.
+///
+/// A reflector L with cluster ID C drops every route whose CLUSTER_LIST holds C, so it
+/// learns the route of a client of C (a node with another ID or none, peering a
+/// reflector that holds C) that it does not peer with itself only through that
+/// client's reflectors of other IDs. If one of those, R, is leaving too, R's release
+/// (a plain iBGP speaker reflects nothing) would take L's last path to the route: L
+/// goes first, and once released it is a plain speaker that every reflector serves.
+/// Releases nobody depends on keep node-name order. `None` when the dependencies
+/// form a circle (no order keeps every path).
+fn release_order(
+    cluster: &crate::sim::Cluster,
+    sessions: &crate::sim::Sessions,
+    leaving: &[&str],
+) -> Option<Vec<String>> {
+    let leaving_set: BTreeSet<&str> = leaving.iter().copied().collect();
+    let id = |n: &str| cluster.cluster_ids.get(n).copied();
+    // after[l]: the leaving reflectors that must release after l.
+    let mut after: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    let mut waits: BTreeMap<&str, usize> = leaving.iter().map(|l| (*l, 0)).collect();
+    for &l in leaving {
+        let Some(c) = id(l) else { continue };
+        let mine = sessions.get(l);
+        for (client, peers) in sessions {
+            let unserved = client != l
+                && id(client) != Some(c)
+                && !mine.is_some_and(|m| m.contains(client))
+                && peers.iter().any(|p| id(p) == Some(c));
+            if !unserved {
+                continue;
+            }
+            for r in peers {
+                let r = r.as_str();
+                if r != l
+                    && leaving_set.contains(r)
+                    && id(r).is_some_and(|d| d != c)
+                    && after.entry(l).or_default().insert(r)
+                {
+                    *waits.entry(r).or_default() += 1;
+                }
+            }
+        }
+    }
+    let mut ready: BTreeSet<&str> = waits
+        .iter()
+        .filter(|(_, w)| **w == 0)
+        .map(|(n, _)| *n)
+        .collect();
+    let mut out = Vec::with_capacity(leaving.len());
+    while let Some(n) = ready.pop_first() {
+        out.push(n.to_owned());
+        waits.remove(n);
+        for r in after.get(n).into_iter().flatten() {
+            if let Some(w) = waits.get_mut(r) {
+                *w -= 1;
+                if *w == 0 {
+                    ready.insert(r);
+                }
+            }
+        }
+    }
+    waits.is_empty().then_some(out)
+}
+
+/// Whether the plan needs the bridge `BGPPeer` (every client with every reflector; its
+/// sessions cost clients × reflectors, so only when needed): the mesh is off and some
+/// client's only reflecting session is with a reflector whose cluster ID changes, or
+/// some reflector learns a client's route only through reflectors whose IDs change.
+fn needs_bridge(nodes: &[NodeInfo], current: &Current, target: &Topology) -> bool {
+    if current.mesh {
+        return false;
+    }
+    let changing: BTreeSet<&str> = current
+        .marks
+        .iter()
+        .filter(|(n, m)| {
+            m.cluster_id.is_some()
+                && target.marks.get(n.as_str()).and_then(|t| t.cluster_id) != m.cluster_id
+                && target
+                    .marks
+                    .get(n.as_str())
+                    .is_some_and(|t| t.cluster_id.is_some())
+        })
+        .map(|(n, _)| n.as_str())
+        .collect();
+    if changing.is_empty() {
+        return false;
+    }
+    let Some(label) = reflector_label(target) else {
+        return false;
+    };
+    let cluster = crate::sim::Cluster::new(nodes, current, label);
+    let Ok(sessions) = cluster.sessions() else {
+        return false;
+    };
+    let stranded = sessions.iter().any(|(n, peers)| {
+        let mut reflecting = peers
+            .iter()
+            .filter(|p| cluster.cluster_ids.contains_key(*p));
+        !cluster.cluster_ids.contains_key(n)
+            && reflecting
+                .next()
+                .is_some_and(|only| reflecting.next().is_none() && changing.contains(only.as_str()))
+    });
+    // A reflector L with cluster ID C drops what reflectors sharing C reflect to it, so
+    // it learns the route of a client of C it does not peer with only through that
+    // client's reflectors of other IDs: when every one of those changes its ID, L (and
+    // L's clients) would lose the route while they restart (reflectors of two zones
+    // sharing an ID after a zone label changed; found by the rr_topology fuzz target).
+    // The bridge peers L with the client itself.
+    let id = |n: &str| cluster.cluster_ids.get(n);
+    let unreached = || {
+        sessions.iter().any(|(l, mine)| {
+            let Some(c) = id(l) else { return false };
+            sessions.iter().any(|(client, peers)| {
+                if client == l || id(client) == Some(c) || mine.contains(client) {
+                    return false;
+                }
+                if !peers.iter().any(|p| id(p) == Some(c)) {
+                    return false;
+                }
+                let mut others = peers
+                    .iter()
+                    .filter(|p| id(p).is_some_and(|d| d != c))
+                    .peekable();
+                others.peek().is_some() && others.all(|p| changing.contains(p.as_str()))
+            })
+        })
+    };
+    stranded || unreached()
+}
+
+/// Adds the bridge `BGPPeer` (every client with every reflector: made first, deleted
+/// with the old objects) to `steps`; whether it did. One left by an interrupted plan
+/// (in `now`) is not made again: it is deleted with the old objects.
+fn add_bridge(
+    steps: &mut BTreeMap<Phase, Vec<Op>>,
+    now: &BTreeMap<&str, &BgpPeer>,
+    target: &Topology,
+) -> bool {
+    let Some(mesh) = target
+        .bgp_peers
+        .iter()
+        .find(|p| p.name == format!("{}mesh", crate::BGP_PEER_PREFIX))
+    else {
+        return false;
+    };
+    let bridge = BgpPeer {
+        name: format!("{}bridge", crate::BGP_PEER_PREFIX),
+        node_selector: format!("!{}", mesh.node_selector),
+        peer_selector: mesh.peer_selector.clone(),
+    };
+    if now.contains_key(bridge.name.as_str()) {
+        return false;
+    }
+    steps
+        .entry(Phase::DeletePeers)
+        .or_default()
+        .push(Op::DeleteBgpPeer {
+            name: bridge.name.clone(),
+        });
+    steps
+        .entry(Phase::CreatePeers)
+        .or_default()
+        .push(Op::ApplyBgpPeer(bridge));
+    true
 }
 
 impl std::fmt::Display for Op {

@@ -1,0 +1,6 @@
+//! libFuzzer entry of `netpolicy_fuzz::agent_plan` (cargo-fuzz, nightly); the same target
+//! runs on stable in `scripts/test` (netpolicy-operator/tests/fuzz.rs).
+
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| netpolicy_fuzz::agent_plan::run(data));
