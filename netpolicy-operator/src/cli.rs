@@ -34,6 +34,10 @@ pub enum Command {
     /// as YAML; other documents pass through; what needs a person's check is noted on
     /// stderr).
     Convert(ConvertArgs),
+    /// What the cluster says about a node or a policy (read-only, with your kubeconfig):
+    /// revision, conditions, every item with where it came from and whether it is
+    /// applied, repairs and fights, and what `plan` would change.
+    Status(StatusArgs),
     /// Run the operator: leader election, controllers, metrics and health endpoints.
     Operator(crate::operator::Options),
     /// Run the node agent: apply this node's NodeNetworkConfig and report its status.
@@ -49,6 +53,38 @@ pub struct PlanArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
     pub output: Output,
+}
+
+/// Arguments of `netpolicy status`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// What to show.
+    #[command(subcommand)]
+    pub what: StatusTarget,
+    /// The kubeconfig file (default: `KUBECONFIG`, `~/.kube/config`, in-cluster).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table, global = true)]
+    pub output: Output,
+}
+
+/// What `netpolicy status` shows.
+#[derive(Debug, Subcommand)]
+pub enum StatusTarget {
+    /// A node: its NodeNetworkConfig's revision and conditions, every item with the
+    /// policies it came from and whether its agent applied it, the agent's repairs and
+    /// fights (Events), and what `plan` over the cluster's objects would change.
+    Node {
+        /// The node's name.
+        name: String,
+    },
+    /// A policy (`ClusterConfig/<name>`, `NodeConfig/<name>`, or a name): the nodes it
+    /// selects and which applied it, its rollout waves, conflicts and conditions.
+    Policy {
+        /// The policy.
+        name: String,
+    },
 }
 
 /// Arguments of `netpolicy convert`.
@@ -70,7 +106,7 @@ pub struct ConvertArgs {
 pub enum Output {
     /// Tables for a person.
     Table,
-    /// The JSON contract of docs/architecture.md.
+    /// JSON (`plan`'s is the contract of docs/architecture.md).
     Json,
     /// The same as YAML.
     Yaml,
@@ -88,6 +124,7 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
     match cli.command {
         Command::Plan(a) => run_plan(&a),
         Command::Convert(a) => run_convert(&a),
+        Command::Status(a) => run_status(a),
         Command::Operator(opts) => run_operator(opts),
         Command::Agent(opts) => run_agent(opts),
         Command::Crds => match crds_yaml() {
@@ -121,6 +158,78 @@ fn run_async<T>(
         Err(e) => {
             eprintln!("error: {}", crate::error::Chain(&e));
             ExitCode::from(2)
+        }
+    }
+}
+
+fn run_status(a: StatusArgs) -> ExitCode {
+    let width = terminal_width();
+    let output = a.output;
+    run_async(
+        async move {
+            let client = crate::process::client_from(a.kubeconfig.as_ref()).await?;
+            let what = match &a.what {
+                StatusTarget::Node { name } => format!("node {name}"),
+                StatusTarget::Policy { name } => format!("policy {name}"),
+            };
+            let wrap = |e: crate::status::StatusError| {
+                let source = match e {
+                    crate::status::StatusError::Kube(k) => k,
+                    crate::status::StatusError::Usage(u) => {
+                        return crate::Error::Config {
+                            what: u,
+                            source: "not a node or policy name".into(),
+                        };
+                    }
+                };
+                let what = match &source {
+                    kube::Error::Api(e) if e.code == 404 => match &a.what {
+                        StatusTarget::Node { name } => format!(
+                            "no NodeNetworkConfig for node {name}: no policy selects it, the node does not exist, or no operator runs"
+                        ),
+                        StatusTarget::Policy { name } => format!("no policy {name}"),
+                    },
+                    _ => format!("reading the cluster for {what}"),
+                };
+                crate::Error::Kube { what, source }
+            };
+            let text = match &a.what {
+                StatusTarget::Node { name } => {
+                    let s = crate::status::node(&client, name)
+                        .await
+                        .map_err(|e| wrap(e.into()))?;
+                    render(output, &s, || s.to_table(width))
+                }
+                StatusTarget::Policy { name } => {
+                    let s = crate::status::policy(&client, name).await.map_err(wrap)?;
+                    render(output, &s, || s.to_table(width))
+                }
+            };
+            Ok(text)
+        },
+        |text| match text {
+            Ok(t) => print_out(&t),
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        },
+    )
+}
+
+/// `value` as `output` asks: a table, JSON or YAML.
+fn render<T: serde::Serialize>(
+    output: Output,
+    value: &T,
+    table: impl FnOnce() -> String,
+) -> Result<String, String> {
+    match output {
+        Output::Table => Ok(table()),
+        Output::Json => serde_json::to_string_pretty(value)
+            .map(|s| s + "\n")
+            .map_err(|e| format!("cannot render JSON: {e}")),
+        Output::Yaml => {
+            serde_saphyr::to_string(value).map_err(|e| format!("cannot render YAML: {e}"))
         }
     }
 }

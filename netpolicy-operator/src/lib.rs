@@ -54,6 +54,7 @@ pub(crate) mod route_reflector;
 pub(crate) mod routed_ip;
 pub(crate) mod routing;
 pub mod runtime;
+pub mod status;
 pub(crate) mod telemetry;
 pub(crate) mod trench;
 

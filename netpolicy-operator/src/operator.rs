@@ -16,7 +16,9 @@
 //!   `netpolicy_reconcile_duration_seconds` per job, `netpolicy_leader`),
 //!   `/healthz` (the process runs), `/readyz` (200 when the API server answered and, on
 //!   the leader, every job synced every kind it reads and finished its first pass; 503
-//!   otherwise, the body naming what each waiting job waits for).
+//!   otherwise, the body naming what each waiting job waits for — also while the API
+//!   server's own `/readyz`, asked every 5 s, names failing checks such as etcd, and
+//!   while a job's passes have failed transiently for 10 s).
 //! - **Logs**: `tracing`, human-readable or `--log-format json`; `RUST_LOG` filters.
 //! - **Configuration**: `--kubeconfig`, else `KUBECONFIG` / `~/.kube/config`, else the
 //!   in-cluster service account.
@@ -34,10 +36,14 @@ use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 pub use crate::k8s::DEFAULT_MAX_OBJECT_BYTES;
+
+/// `--write-concurrency`'s default: see benches/README.md, "Scale on the chart's
+/// defaults".
+pub const DEFAULT_WRITE_CONCURRENCY: u16 = 32;
 use crate::{
     error::{Error, Result},
     floating_ip,
-    process::{LogFormat, client_from, init_logs, serve_probes, shutdown_signal},
+    process::{LogFormat, client_from, init_logs, serve_probes, shutdown_signal, watch_api_health},
     route_reflector, routed_ip, routing,
     runtime::{Informers, Runner, Shared},
     trench,
@@ -71,6 +77,12 @@ pub struct Options {
     /// the node keeps its last config and the policies selecting it report `TooLarge`.
     #[arg(long, default_value_t = DEFAULT_MAX_OBJECT_BYTES)]
     pub max_object_bytes: usize,
+    /// Writes the routing and floating-IP jobs keep in flight at once (each job; the
+    /// API server's priority and fairness answers more with 429s, which back off). The
+    /// default keeps a cold start at 10,000 nodes within 1.5× of the API server's own
+    /// write pace (benches/README.md, "Scale on the chart's defaults").
+    #[arg(long, default_value_t = DEFAULT_WRITE_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub write_concurrency: u16,
     /// Remove a deleted ClusterConfig's or NodeConfig's items from the nodes (ipruler's
     /// `node-cleanup-on-deletion`, default true). With `false` they stay in the kernel as
     /// they are, are no longer netpolicy's (never changed or removed again), and are
@@ -151,8 +163,10 @@ fn jobs(
         routing::controller::setup(
             &informers,
             client,
+            shared,
             opts.max_object_bytes,
             opts.node_cleanup_on_deletion,
+            usize::from(opts.write_concurrency),
         ),
         stop.clone(),
     );
@@ -163,6 +177,7 @@ fn jobs(
             shared,
             opts.rancher_clusters,
             opts.trace_ipam_data,
+            usize::from(opts.write_concurrency),
         ),
         stop.clone(),
     );
@@ -205,7 +220,9 @@ pub async fn run(opts: Options) -> Result<Exit> {
     };
     let client = client(&opts).await?;
     let shared = Arc::new(Shared::default());
+    shared.metrics.component("operator");
     let server = serve_probes(opts.listen, &shared, &client).await?;
+    let api_health = watch_api_health(Arc::clone(&shared), client.clone());
 
     let identity = opts
         .identity
@@ -274,5 +291,6 @@ pub async fn run(opts: Options) -> Result<Exit> {
         _ => warn!("could not release the lease; it expires on its own"),
     }
     server.abort();
+    api_health.abort();
     Ok(exit)
 }

@@ -72,6 +72,8 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route(
             "/metrics",
             get(|State(s): State<Arc<Shared>>| async move {
+                // `netpolicy_ready`: what /readyz would answer now.
+                s.metrics.ready.set(i64::from(s.waiting().is_empty()));
                 (
                     [(
                         "content-type",
@@ -140,4 +142,66 @@ pub(crate) async fn serve_probes(
     }
     shared.connected.store(true, Ordering::Release);
     Ok(server)
+}
+
+/// How often the operator asks the API server's own `/readyz`.
+pub(crate) const API_HEALTH_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Asks the API server's own `/readyz` every [`API_HEALTH_PERIOD`] (a GET any user may
+/// make: `system:public-info-viewer`); while it does not answer, or names failing
+/// checks (etcd down: `etcd`, `etcd-readiness`), the operator's `/readyz` says so. A
+/// read, never a write; stop it by aborting the handle.
+pub(crate) fn watch_api_health(shared: Arc<Shared>, client: Client) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(API_HEALTH_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Ok(req) = axum::http::Request::get("/readyz?verbose").body(Vec::new()) else {
+                return;
+            };
+            let asked = tokio::time::timeout(API_HEALTH_PERIOD, client.request_text(req)).await;
+            let why = match asked {
+                Err(_) => Some(format!(
+                    "no answer to /readyz within {} s",
+                    API_HEALTH_PERIOD.as_secs()
+                )),
+                Ok(Ok(_)) => None,
+                Ok(Err(kube::Error::Api(s))) => {
+                    Some(failed_checks(&s.message).unwrap_or_else(|| {
+                        format!("/readyz answered {}: {}", s.code, s.message.trim())
+                    }))
+                }
+                Ok(Err(e)) => Some(crate::error::Chain(&e).to_string()),
+            };
+            shared.set_api_trouble(why);
+        }
+    })
+}
+
+/// The failing checks of a verbose `/readyz` body (`[-]etcd failed: ...` lines):
+/// `checks failing: etcd, etcd-readiness`.
+fn failed_checks(body: &str) -> Option<String> {
+    let failed: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("[-]"))
+        .map(|l| l.split_whitespace().next().unwrap_or(l))
+        .collect();
+    (!failed.is_empty()).then(|| format!("checks failing: {}", failed.join(", ")))
+}
+
+#[cfg(test)]
+mod health_tests {
+    use super::failed_checks;
+
+    #[test]
+    fn the_api_servers_failing_checks_are_named() {
+        let body = "[+]ping ok\n[-]etcd failed: reason withheld\n[+]informer-sync ok\n\
+                    [-]etcd-readiness failed: reason withheld\nreadyz check failed\n";
+        assert_eq!(
+            failed_checks(body).as_deref(),
+            Some("checks failing: etcd, etcd-readiness")
+        );
+        assert_eq!(failed_checks("ok"), None);
+    }
 }

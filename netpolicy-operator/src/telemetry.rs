@@ -50,6 +50,9 @@ pub struct Metrics {
     agent_repairs: Counter,
     agent_fighting: Gauge<i64, AtomicI64>,
     agent_not_probed: Gauge<i64, AtomicI64>,
+    /// What the alert rules read about the cluster's state.
+    state: StateMetrics,
+    pub(crate) ready: Gauge<i64, AtomicI64>,
 }
 
 /// Labels of the per-controller error metrics.
@@ -120,6 +123,36 @@ pub(crate) struct GuestEventLabel {
     pub kind: String,
 }
 
+/// Labels of `netpolicy_build_info`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct BuildLabel {
+    /// `operator` or `agent`.
+    pub component: String,
+    /// The crate version.
+    pub version: String,
+}
+
+/// Labels of the NodeNetworkConfig state metric.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct StateLabel {
+    /// `applied`, `progressing`, `degraded` or `noAgent`.
+    pub state: String,
+}
+
+/// Labels of the per-policy metrics.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct PolicyLabel {
+    /// `ClusterConfig/<name>` or `NodeConfig/<namespace>/<name>`.
+    pub policy: String,
+}
+
+/// Labels of the per-RoutedIP metrics.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RoutedIpLabel {
+    /// `<namespace>/<name>`.
+    pub routed_ip: String,
+}
+
 /// Labels of the per-range metrics.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RangeLabel {
@@ -133,6 +166,88 @@ fn latency_histogram() -> Histogram {
 
 fn duration_histogram() -> Histogram {
     Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0])
+}
+
+/// The gauges of the cluster's state that the alert rules read (deploy/prometheus-rules.yaml).
+#[derive(Debug)]
+struct StateMetrics {
+    build_info: Family<BuildLabel, Gauge<i64, AtomicI64>>,
+    nnc_states: Family<StateLabel, Gauge<i64, AtomicI64>>,
+    nnc_fighting: Gauge<i64, AtomicI64>,
+    policy_halted: Family<PolicyLabel, Gauge<i64, AtomicI64>>,
+    policy_pending: Family<PolicyLabel, Gauge<i64, AtomicI64>>,
+    policy_conflicts: Family<PolicyLabel, Gauge<i64, AtomicI64>>,
+    /// The policies with series now (their series go with them).
+    policies: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    rip_ready: Family<RoutedIpLabel, Gauge<i64, AtomicI64>>,
+    rr_in_transition: Gauge<i64, AtomicI64>,
+}
+
+impl StateMetrics {
+    fn new(registry: &mut Registry) -> Self {
+        let nnc_states = Family::<StateLabel, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "node_network_configs",
+            "NodeNetworkConfigs by what their agents report: applied (the current revision), \
+             progressing (a newer revision not applied yet), degraded (the current revision \
+             rolled back), noAgent (no agent reported yet)",
+            nnc_states.clone(),
+        );
+        let nnc_fighting = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "node_network_configs_fighting",
+            "NodeNetworkConfigs whose Fighting condition is True",
+            nnc_fighting.clone(),
+        );
+        let policy_halted = Family::<PolicyLabel, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "policy_rollout_halted",
+            "1 while a policy's rollout is halted by a Degraded node it selects",
+            policy_halted.clone(),
+        );
+        let policy_pending = Family::<PolicyLabel, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "policy_pending_nodes",
+            "Nodes a policy selects whose change waits for its rollout wave",
+            policy_pending.clone(),
+        );
+        let policy_conflicts = Family::<PolicyLabel, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "policy_conflicts",
+            "Conflicts a policy is part of (items defined differently by policies of equal \
+             precedence on a node)",
+            policy_conflicts.clone(),
+        );
+        let rip_ready = Family::<RoutedIpLabel, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "routed_ip_ready",
+            "1 when a RoutedIP's Ready condition is True, 0 when not",
+            rip_ready.clone(),
+        );
+        let rr_in_transition = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "route_reflector_transition_in_progress",
+            "1 while a route-reflector transition has steps left",
+            rr_in_transition.clone(),
+        );
+        let build_info = Family::<BuildLabel, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "build_info",
+            "1, labelled with what this process is (operator or agent) and its version",
+            build_info.clone(),
+        );
+        Self {
+            build_info,
+            nnc_states,
+            nnc_fighting,
+            policy_halted,
+            policy_pending,
+            policy_conflicts,
+            policies: std::sync::Mutex::default(),
+            rip_ready,
+            rr_in_transition,
+        }
+    }
 }
 
 // `default` is long because it registers every metric with its help text, one after
@@ -301,8 +416,17 @@ impl Default for Metrics {
             "Addresses added without a duplicate address check (status.notProbed)",
             agent_not_probed.clone(),
         );
+        let state = StateMetrics::new(&mut registry);
+        let ready = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "ready",
+            "1 when this instance's /readyz says ready",
+            ready.clone(),
+        );
         Self {
             registry,
+            state,
+            ready,
             agent_item_errors,
             agent_repairs,
             agent_fighting,
@@ -360,6 +484,24 @@ impl Metrics {
     /// `n` objects restored by one pass.
     pub fn agent_repaired(&self, n: usize) {
         self.agent_repairs.inc_by(n as u64);
+    }
+
+    /// A job's counters at 0 before its first pass (passes, errors by class): an alert
+    /// on `increase(...)` sees its first error, and a quiet job's series exist.
+    pub fn job_started(&self, controller: &str) {
+        let l = ControllerLabel {
+            controller: controller.to_owned(),
+        };
+        self.reconciles.get_or_create(&l).inc_by(0);
+        self.errors.get_or_create(&l).inc_by(0);
+        for class in ["transient", "conflict", "permanent"] {
+            self.error_classes
+                .get_or_create(&ErrorClassLabel {
+                    controller: controller.to_owned(),
+                    class: class.to_owned(),
+                })
+                .inc_by(0);
+        }
     }
 
     /// Records one reconcile pass of `controller`, failed with an error of class
@@ -498,6 +640,100 @@ impl Metrics {
             .inc();
     }
 
+    /// What this process is: `netpolicy_build_info{component, version} 1`.
+    pub fn component(&self, component: &str) {
+        self.state
+            .build_info
+            .get_or_create(&BuildLabel {
+                component: component.to_owned(),
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+            })
+            .set(1);
+    }
+
+    /// NodeNetworkConfigs by state (`applied`, `progressing`, `degraded`, `noAgent`),
+    /// and how many are Fighting.
+    pub(crate) fn node_network_configs(
+        &self,
+        states: &std::collections::BTreeMap<&str, usize>,
+        fighting: usize,
+    ) {
+        for (state, n) in states {
+            self.state
+                .nnc_states
+                .get_or_create(&StateLabel {
+                    state: (*state).to_owned(),
+                })
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
+        self.state
+            .nnc_fighting
+            .set(i64::try_from(fighting).unwrap_or(i64::MAX));
+    }
+
+    /// Every policy's rollout and conflicts: `(policy, halted, pending nodes,
+    /// conflicts)`. The series of policies not listed go.
+    pub(crate) fn policies<'a>(
+        &self,
+        policies: impl IntoIterator<Item = (&'a str, bool, usize, usize)>,
+    ) {
+        let mut now = std::collections::BTreeSet::new();
+        for (policy, halted, pending, conflicts) in policies {
+            let l = PolicyLabel {
+                policy: policy.to_owned(),
+            };
+            self.state
+                .policy_halted
+                .get_or_create(&l)
+                .set(i64::from(halted));
+            self.state
+                .policy_pending
+                .get_or_create(&l)
+                .set(i64::try_from(pending).unwrap_or(i64::MAX));
+            self.state
+                .policy_conflicts
+                .get_or_create(&l)
+                .set(i64::try_from(conflicts).unwrap_or(i64::MAX));
+            now.insert(policy.to_owned());
+        }
+        let before = std::mem::replace(
+            &mut *self
+                .state
+                .policies
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            now.clone(),
+        );
+        for gone in before.difference(&now) {
+            let l = PolicyLabel {
+                policy: gone.clone(),
+            };
+            self.state.policy_halted.remove(&l);
+            self.state.policy_pending.remove(&l);
+            self.state.policy_conflicts.remove(&l);
+        }
+    }
+
+    /// Whether RoutedIP `routed_ip` (`<namespace>/<name>`) is Ready; `None`: it is gone.
+    pub(crate) fn routed_ip_ready(&self, routed_ip: &str, ready: Option<bool>) {
+        let l = RoutedIpLabel {
+            routed_ip: routed_ip.to_owned(),
+        };
+        match ready {
+            Some(r) => {
+                self.state.rip_ready.get_or_create(&l).set(i64::from(r));
+            }
+            None => {
+                self.state.rip_ready.remove(&l);
+            }
+        }
+    }
+
+    /// Whether a route-reflector transition has steps left.
+    pub(crate) fn rr_in_transition(&self, yes: bool) {
+        self.state.rr_in_transition.set(i64::from(yes));
+    }
+
     /// A range's capacity and allocated count, when known.
     pub fn floating_ip_range(&self, range: &str, capacity: Option<f64>, allocated: Option<f64>) {
         let l = RangeLabel {
@@ -539,6 +775,12 @@ pub struct Shared {
     /// This instance holds the lease.
     pub leading: AtomicBool,
     jobs: std::sync::Mutex<Vec<std::sync::Arc<dyn Waiting>>>,
+    /// Why the API server is not ready, from its own `/readyz` (`None`: it is, or it
+    /// is not asked).
+    api_trouble: std::sync::Mutex<Option<String>>,
+    /// How many times the API server's `/readyz` turned ready again after it was not:
+    /// a transient backoff that an outage grew starts over then.
+    api_recovered: tokio::sync::watch::Sender<u64>,
 }
 
 impl Shared {
@@ -561,6 +803,28 @@ impl Shared {
             .push(job);
     }
 
+    /// What the API server's own `/readyz` last said: `None` when ready. Turning
+    /// ready after it was not counts as a recovery ([`Shared::api_recoveries`]).
+    pub fn set_api_trouble(&self, why: Option<String>) {
+        let recovered = why.is_none();
+        let was = std::mem::replace(
+            &mut *self
+                .api_trouble
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            why,
+        );
+        if recovered && was.is_some() {
+            self.api_recovered.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// The count of the API server's recoveries (its `/readyz` ready again after it
+    /// was not), to wait on: the runner starts a transient backoff over at each.
+    pub fn api_recoveries(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.api_recovered.subscribe()
+    }
+
     /// Forgets every job (the controllers stopped).
     pub(crate) fn clear_jobs(&self) {
         self.jobs
@@ -575,6 +839,13 @@ impl Shared {
     pub fn waiting(&self) -> Vec<String> {
         if !self.connected.load(Ordering::Acquire) {
             return vec!["the API server has not answered".into()];
+        }
+        if let Some(why) = &*self
+            .api_trouble
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            return vec![format!("the API server is not ready: {why}")];
         }
         if !self.leading.load(Ordering::Acquire) {
             return Vec::new();

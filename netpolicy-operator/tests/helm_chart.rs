@@ -127,8 +127,14 @@ fn the_chart_carries_the_current_crds() {
     // Rendered, they are the generated CRDs, kept on uninstall; `crds.enabled=false`
     // renders none. The trench-label admission policy and its binding come with them.
     let docs = render("np", &[]);
-    assert_eq!(of_kind(&docs, "ValidatingAdmissionPolicy").len(), 1);
-    assert_eq!(of_kind(&docs, "ValidatingAdmissionPolicyBinding").len(), 1);
+    let trench_label = |kind: &str| {
+        of_kind(&docs, kind)
+            .into_iter()
+            .filter(|d| d["metadata"]["name"] == "netpolicy-trench-label")
+            .count()
+    };
+    assert_eq!(trench_label("ValidatingAdmissionPolicy"), 1);
+    assert_eq!(trench_label("ValidatingAdmissionPolicyBinding"), 1);
     let rendered = of_kind(&docs, "CustomResourceDefinition");
     assert_eq!(rendered.len(), crds().len());
     for (r, c) in rendered.iter().zip(crds()) {
@@ -145,6 +151,37 @@ fn the_chart_carries_the_current_crds() {
     }
     let docs = render("np", &["--set", "crds.enabled=false"]);
     assert!(of_kind(&docs, "CustomResourceDefinition").is_empty());
+}
+
+#[test]
+fn the_alert_rules_ship_as_a_prometheus_rule_where_the_cluster_serves_the_kind() {
+    let in_chart = std::fs::read_to_string(chart().join("files/prometheus-rules.yaml")).unwrap();
+    let deploy =
+        std::fs::read_to_string(chart().join("../../deploy/prometheus-rules.yaml")).unwrap();
+    assert!(
+        in_chart == deploy,
+        "charts/netpolicy/files/prometheus-rules.yaml is stale: copy deploy/prometheus-rules.yaml there"
+    );
+    let rules: Value = serde_saphyr::from_str(&deploy).unwrap();
+    // Off by default; on, only where the API server serves the kind (or forced).
+    assert!(of_kind(&render("np", &[]), "PrometheusRule").is_empty());
+    let on = ["--set", "monitoring.prometheusRule.enabled=true"];
+    assert!(of_kind(&render("np", &on), "PrometheusRule").is_empty());
+    for extra in [
+        &["--api-versions", "monitoring.coreos.com/v1/PrometheusRule"][..],
+        &["--set", "monitoring.prometheusRule.force=true"][..],
+    ] {
+        let mut args = on.to_vec();
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--set", "monitoring.prometheusRule.labels.release=kps"]);
+        let docs = render("np", &args);
+        let rule = of_kind(&docs, "PrometheusRule");
+        assert_eq!(rule.len(), 1, "{extra:?}");
+        // The same groups, alert templates untouched by Helm.
+        assert_eq!(rule[0]["spec"]["groups"], rules["groups"], "{extra:?}");
+        assert_eq!(rule[0]["metadata"]["labels"]["release"], "kps");
+        assert_eq!(rule[0]["metadata"]["namespace"], "np");
+    }
 }
 
 #[test]
@@ -379,7 +416,12 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
     ];
     let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
     let operator = cp.client_impersonating(&sa("t-operator"), &groups).await;
-    let agent = cp.client_impersonating(&sa("t-agent"), &groups).await;
+    // The agent as its pod is: a token bound to a Pod on its node (the API server
+    // puts the node in the identity; the chart's node restriction keys on it).
+    let name = cp.unique("rbac-node");
+    let agent = cp
+        .client_with_token(&cp.pod_token(&ns, "t-agent", &name).await)
+        .await;
 
     let nc = |name: &str| -> DynamicObject {
         serde_json::from_value(json!({
@@ -404,8 +446,8 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
         .unwrap();
     let pp = PostParams::default();
 
-    // The agent: cannot write policy or NodeNetworkConfig specs, can write their status.
-    let name = cp.unique("rbac-node");
+    // The agent: cannot write policy or NodeNetworkConfig specs, can write its own
+    // node's status.
     Api::<DynamicObject>::all_with(admin.clone(), &nnc_ar)
         .create(&pp, &nnc(&name))
         .await
@@ -439,6 +481,7 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
     assert!(forbidden(
         agent_nnc.delete(&name, &Default::default()).await
     ));
+    node_restriction(cp, &admin, &agent, &nnc_ar, &name, &ns, &groups).await;
     // The agent reads its own DaemonSet (uninstall or update?), and only that.
     let agent_ds = Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(agent.clone(), &ns);
     // Allowed: the DaemonSet was applied as a dry run, so it is not there (404, not 403).
@@ -638,6 +681,98 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
             .await
     ));
     assert!(forbidden(cm(&kube_vip_ns).list(&Default::default()).await));
+}
+
+/// The chart's node restriction: the agent of node `own` changes its own
+/// NodeNetworkConfig's status and writes Events about it, and nothing of another node;
+/// the same account without a node (impersonated: no bound token) changes nothing.
+async fn node_restriction(
+    cp: &netpolicy_testenv::ControlPlane,
+    admin: &Client,
+    agent: &Client,
+    nnc_ar: &kube::discovery::ApiResource,
+    own: &str,
+    ns: &str,
+    groups: &[&str],
+) {
+    let other = cp.unique("rbac-other-node");
+    let nnc: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "NodeNetworkConfig",
+        "metadata": {"name": other}, "spec": {"revision": "r1"}
+    }))
+    .unwrap();
+    Api::<DynamicObject>::all_with(admin.clone(), nnc_ar)
+        .create(&PostParams::default(), &nnc)
+        .await
+        .unwrap();
+    let healthy = Patch::Merge(json!({"status": {"appliedRevision": "r1"}}));
+    // A new policy takes effect once the API server has compiled it (about a second).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let refused = loop {
+        let r = Api::<DynamicObject>::all_with(agent.clone(), nnc_ar)
+            .patch_status(&other, &PatchParams::default(), &healthy)
+            .await;
+        if r.is_err() || std::time::Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert!(
+        matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 403
+            && s.message.contains(&format!("the agent of node {own} may change only NodeNetworkConfig {own}, not {other}"))),
+        "{refused:?}"
+    );
+    let event = |about: &str| -> k8s_openapi::api::events::v1::Event {
+        serde_json::from_value(json!({
+            "metadata": {"name": cp.unique("agent-event")},
+            "eventTime": "2026-01-01T00:00:00.000000Z",
+            "reportingController": "netpolicy-agent", "reportingInstance": own,
+            "action": "Repair", "reason": "Repaired", "type": "Normal",
+            "regarding": {"apiVersion": "netpolicy.io/v1alpha1", "kind": "NodeNetworkConfig", "name": about}
+        }))
+        .unwrap()
+    };
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(agent.clone(), "default");
+    let mine = events
+        .create(&PostParams::default(), &event(own))
+        .await
+        .unwrap();
+    // Its Events' series (a patch), as the agent's recorder writes them.
+    events
+        .patch(
+            &mine.metadata.name.clone().unwrap(),
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"series": {"count": 2, "lastObservedTime": "2026-01-01T00:01:00.000000Z"}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let refused = events.create(&PostParams::default(), &event(&other)).await;
+    assert!(
+        matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 403
+            && s.message.contains("may write Events only about NodeNetworkConfig")),
+        "{refused:?}"
+    );
+    // The agent's account with no node in its identity: nothing.
+    let nodeless = cp
+        .client_impersonating(&format!("system:serviceaccount:{ns}:t-agent"), groups)
+        .await;
+    let refused = Api::<DynamicObject>::all_with(nodeless, nnc_ar)
+        .patch_status(own, &PatchParams::default(), &healthy)
+        .await;
+    assert!(
+        matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 403
+            && s.message.contains("carries no node")),
+        "{refused:?}"
+    );
+    // What remains readable: every NodeNetworkConfig (admission sees no reads).
+    assert!(
+        Api::<DynamicObject>::all_with(agent.clone(), nnc_ar)
+            .list(&kube::api::ListParams::default().fields(&format!("metadata.name={other}")))
+            .await
+            .is_ok()
+    );
 }
 
 /// `operator.watchNamespace` (Meridio's operator's scope): a Role in that namespace

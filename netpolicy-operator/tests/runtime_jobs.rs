@@ -11,7 +11,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Killed, events_about, http_get, operator_on, watches};
+use common::{Killed, events_about, free_port, http_get, operator_on, watches};
 use k8s_openapi::{
     api::core::v1::{ConfigMap, Namespace, Node},
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
@@ -31,14 +31,6 @@ use serde_json::json;
 /// The operators here watch the whole (shared) cluster, and the readiness test runs
 /// with a CRD missing: one test at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn leading(port: u16) -> bool {
     http_get(port, "/metrics").is_some_and(|(_, b)| b.lines().any(|l| l == "netpolicy_leader 1"))

@@ -57,6 +57,66 @@ pub struct ControlPlane {
     pub dir: PathBuf,
     ready: AtomicBool,
     counter: AtomicU64,
+    /// The supervisor thread's orders: stop or start a process (fault tests).
+    orders: std::sync::Mutex<Option<mpsc::Sender<Order>>>,
+}
+
+/// A process of the control plane, for tests that stop and start it
+/// ([`ControlPlane::stop`], [`ControlPlane::start`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// etcd: the API server stays up and answers 5xx or times out.
+    Etcd,
+    /// kube-apiserver: every client's connections and watches break.
+    ApiServer,
+}
+
+impl Part {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Etcd => "etcd",
+            Self::ApiServer => "kube-apiserver",
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Order {
+    Stop(Part, mpsc::Sender<Result<()>>),
+    Start(Part, mpsc::Sender<Result<()>>),
+}
+
+/// One process of a control plane and how to start it again.
+struct Proc {
+    part: Part,
+    bin: PathBuf,
+    args: Vec<String>,
+    log: PathBuf,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Proc {
+    fn start(&mut self) -> Result<()> {
+        if self.child.is_some() {
+            return Ok(());
+        }
+        // Appended to, so the log of the run before the restart stays.
+        let mut child = spawn_appending(&self.bin, &self.args, &self.log)?;
+        let up = wait_for_port(self.port, &mut child, self.part.name(), &self.log);
+        self.child = Some(child);
+        up
+    }
+
+    fn stop(&mut self) -> Result<()> {
+        if let Some(mut child) = self.child.take() {
+            child
+                .kill()
+                .map_err(|e| format!("stopping {}: {e}", self.part.name()))?;
+            let _ = child.wait();
+        }
+        Ok(())
+    }
 }
 
 /// etcd's TLS client endpoint and the PEM files a client needs.
@@ -114,7 +174,79 @@ pub fn third() -> &'static ControlPlane {
     })
 }
 
+/// A control plane of its own for the caller (never shared): for a test that stops and
+/// starts its processes ([`ControlPlane::stop`]). Its processes end with the test
+/// binary.
+///
+/// # Panics
+/// As [`shared`].
+pub fn dedicated() -> &'static ControlPlane {
+    match start() {
+        Ok(cp) => Box::leak(Box::new(cp)),
+        Err(e) => panic!("netpolicy-testenv: a dedicated control plane did not start: {e}"),
+    }
+}
+
 impl ControlPlane {
+    /// Stops `part` (SIGKILL, as a crash or a node lost): clients see connections
+    /// refused, or, for etcd, an API server answering errors.
+    ///
+    /// # Errors
+    /// When the supervisor is gone or the process cannot be signalled.
+    pub fn stop(&self, part: Part) -> Result<()> {
+        self.order(|tx| Order::Stop(part, tx))
+    }
+
+    /// Starts `part` again with the same arguments and data; returns once it listens.
+    /// The next [`ControlPlane::client`] waits for `/readyz` again.
+    ///
+    /// # Errors
+    /// When it does not start (with the end of its log).
+    pub fn start(&self, part: Part) -> Result<()> {
+        let r = self.order(|tx| Order::Start(part, tx));
+        self.ready.store(false, Ordering::Release);
+        r
+    }
+
+    /// Compacts etcd's history up to its current revision (what etcd does on its own
+    /// every few minutes): a watch that resumes from an older resource version can then
+    /// only be answered `410 Gone`, once the API server's watch cache no longer holds
+    /// it (after [`ControlPlane::start`] of the API server). Returns the revision.
+    ///
+    /// # Errors
+    /// When etcd does not answer or refuses.
+    pub fn compact_etcd(&self) -> Result<i64> {
+        let key = b64("\0");
+        let range = etcd_post(
+            &self.etcd,
+            "/v3/kv/range",
+            &format!(r#"{{"key":"{key}","range_end":"{key}","count_only":true}}"#),
+        )?;
+        let rev: i64 = range["header"]["revision"]
+            .as_str()
+            .and_then(|r| r.parse().ok())
+            .ok_or_else(|| format!("etcd's range answer has no revision: {range}"))?;
+        etcd_post(
+            &self.etcd,
+            "/v3/kv/compaction",
+            &format!(r#"{{"revision":"{rev}","physical":true}}"#),
+        )?;
+        Ok(rev)
+    }
+
+    fn order(&self, order: impl FnOnce(mpsc::Sender<Result<()>>) -> Order) -> Result<()> {
+        let (tx, rx) = mpsc::channel();
+        self.orders
+            .lock()
+            .map_err(|_| "the supervisor's lock is poisoned".to_owned())?
+            .as_ref()
+            .ok_or("no supervisor")?
+            .send(order(tx))
+            .map_err(|_| "the supervisor thread is gone".to_owned())?;
+        rx.recv()
+            .map_err(|_| "the supervisor thread is gone".to_owned())?
+    }
+
     /// A name no other test of this binary gets: `<prefix>-<n>` (lowercase, valid as a
     /// Kubernetes object name).
     pub fn unique(&self, prefix: &str) -> String {
@@ -176,12 +308,74 @@ impl ControlPlane {
         self.client_as(Some((user, groups))).await
     }
 
-    async fn client_as(&self, who: Option<(&str, &[&str])>) -> Client {
-        let kc = Kubeconfig::read_from(&self.kubeconfig)
-            .unwrap_or_else(|e| panic!("reading {}: {e}", self.kubeconfig.display()));
-        let mut config = Config::from_custom_kubeconfig(kc, &Default::default())
+    /// A client that authenticates with `token` (a ServiceAccount token) and nothing
+    /// else, as a pod would.
+    pub async fn client_with_token(&self, token: &str) -> Client {
+        drop(self.client().await);
+        token_client(&self.kubeconfig, token).await
+    }
+
+    /// A token of ServiceAccount `namespace/account` bound to a Pod on node `node`, as
+    /// the kubelet gets one for a pod's projected volume: the API server adds the node
+    /// (`authentication.kubernetes.io/node-name`) to the identity it authenticates. The
+    /// Node (if missing) and the Pod are created for it; no kubelet runs the Pod.
+    ///
+    /// # Panics
+    /// When the API server refuses any of it.
+    pub async fn pod_token(&self, namespace: &str, account: &str, node: &str) -> String {
+        use k8s_openapi::api::{
+            authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec},
+            core::v1::{Node, Pod, ServiceAccount},
+        };
+        let admin = self.client().await;
+        let node_obj: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": node}
+        }))
+        .unwrap_or_default();
+        match Api::<Node>::all(admin.clone())
+            .create(&Default::default(), &node_obj)
             .await
-            .unwrap_or_else(|e| panic!("kubeconfig {}: {e}", self.kubeconfig.display()));
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("creating Node {node}: {e}"),
+        }
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": self.unique(&format!("{account}-on-{node}"))},
+            "spec": {"nodeName": node, "serviceAccountName": account,
+                     "containers": [{"name": "c", "image": "pause"}]}
+        }))
+        .unwrap_or_default();
+        let pod = Api::<Pod>::namespaced(admin.clone(), namespace)
+            .create(&Default::default(), &pod)
+            .await
+            .unwrap_or_else(|e| panic!("creating a Pod of {account} on {node}: {e}"));
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: vec![],
+                expiration_seconds: Some(3600),
+                bound_object_ref: Some(BoundObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    name: pod.metadata.name.clone(),
+                    uid: pod.metadata.uid.clone(),
+                }),
+            },
+            ..Default::default()
+        };
+        let out = Api::<ServiceAccount>::namespaced(admin, namespace)
+            .create_token_request(account, &Default::default(), &request)
+            .await
+            .unwrap_or_else(|e| panic!("a token of {namespace}/{account}: {e}"));
+        out.status.map(|s| s.token).unwrap_or_default()
+    }
+
+    async fn config(&self) -> Config {
+        config_of(&self.kubeconfig).await
+    }
+
+    async fn client_as(&self, who: Option<(&str, &[&str])>) -> Client {
+        let mut config = self.config().await;
         if let Some((user, groups)) = who {
             config.auth_info.impersonate = Some(user.to_owned());
             config.auth_info.impersonate_groups =
@@ -189,6 +383,32 @@ impl ControlPlane {
         }
         Client::try_from(config).unwrap_or_else(|e| panic!("client: {e}"))
     }
+}
+
+/// The client configuration a kubeconfig file describes.
+///
+/// # Panics
+/// When it cannot be read or is not valid.
+pub async fn config_of(kubeconfig: &Path) -> Config {
+    let kc = Kubeconfig::read_from(kubeconfig)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", kubeconfig.display()));
+    Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("kubeconfig {}: {e}", kubeconfig.display()))
+}
+
+/// A client of the cluster in `kubeconfig` that authenticates with `token` (a
+/// ServiceAccount token, as a pod's) instead of the kubeconfig's user.
+///
+/// # Panics
+/// When the kubeconfig cannot be read.
+pub async fn token_client(kubeconfig: &Path, token: &str) -> Client {
+    let mut config = config_of(kubeconfig).await;
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.to_owned().into()),
+        ..Default::default()
+    };
+    Client::try_from(config).unwrap_or_else(|e| panic!("client: {e}"))
 }
 
 /// One write request the API server answered, from its audit log.
@@ -204,6 +424,8 @@ pub struct Write {
     pub name: String,
     /// The user who made the request.
     pub user: String,
+    /// The HTTP status the API server answered (0 when the audit event has none).
+    pub code: u16,
 }
 
 impl ControlPlane {
@@ -223,6 +445,18 @@ impl ControlPlane {
     /// # Panics
     /// When the audit log cannot be read.
     pub fn writes_where(&self, resource: &str, pick: impl Fn(&str) -> bool) -> Vec<Write> {
+        self.all_writes()
+            .into_iter()
+            .filter(|w| w.resource == resource && pick(&w.name))
+            .collect()
+    }
+
+    /// Every write request the API server answered so far, in order, from its audit
+    /// log (kept across restarts of the API server).
+    ///
+    /// # Panics
+    /// When the audit log cannot be read.
+    pub fn all_writes(&self) -> Vec<Write> {
         let path = self.dir.join("audit.log");
         let text =
             fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
@@ -242,8 +476,13 @@ impl ControlPlane {
                 subresource: field(&e, &["objectRef", "subresource"]),
                 name: field(&e, &["objectRef", "name"]),
                 user: field(&e, &["user", "username"]),
+                code: e
+                    .get("responseStatus")
+                    .and_then(|r| r.get("code"))
+                    .and_then(serde_json::Value::as_u64)
+                    .and_then(|c| u16::try_from(c).ok())
+                    .unwrap_or(0),
             })
-            .filter(|w| w.resource == resource && pick(&w.name))
             .collect()
     }
 }
@@ -485,14 +724,48 @@ fn pki() -> std::result::Result<Pki, rcgen::Error> {
     })
 }
 
+/// POSTs `body` to etcd's JSON gateway at `url` (plain HTTP), its answer as JSON.
+fn etcd_post(url: &str, path: &str, body: &str) -> Result<serde_json::Value> {
+    use std::io::{Read, Write as _};
+    let host = url.trim_start_matches("http://");
+    let mut conn =
+        std::net::TcpStream::connect(host).map_err(|e| format!("connecting to etcd: {e}"))?;
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+    write!(
+        conn,
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .map_err(|e| format!("writing to etcd: {e}"))?;
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer)
+        .map_err(|e| format!("reading etcd's answer: {e}"))?;
+    let (head, rest) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(format!("etcd {path}: {head}\n{rest}"));
+    }
+    // Chunked or not, the JSON object is between the first '{' and the last '}'.
+    let json = rest
+        .find('{')
+        .zip(rest.rfind('}'))
+        .map_or("", |(a, b)| &rest[a..=b]);
+    serde_json::from_str(json).map_err(|e| format!("etcd {path}: {e}: {rest}"))
+}
+
 fn b64(s: &str) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(s)
 }
 
-/// Spawns `bin args` with its output in `log`, killed when this thread's process dies.
-fn spawn(bin: &Path, args: &[String], log: &Path) -> Result<Child> {
-    let out = fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+/// Spawns `bin args` with its output appended to `log`, killed when this thread's
+/// process dies.
+fn spawn_appending(bin: &Path, args: &[String], log: &Path) -> Result<Child> {
+    let out = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| format!("{}: {e}", log.display()))?;
     let err = out
         .try_clone()
         .map_err(|e| format!("{}: {e}", log.display()))?;
@@ -530,33 +803,51 @@ fn wait_for_port(port: u16, child: &mut Child, name: &str, log: &Path) -> Result
 
 fn start() -> Result<ControlPlane> {
     let (tx, rx) = mpsc::channel();
+    let (orders, inbox) = mpsc::channel::<Order>();
     // The processes' parent thread must outlive every test: PR_SET_PDEATHSIG fires when
-    // the thread that spawned a child exits.
+    // the thread that spawned a child exits. It also restarts them (fault tests), so
+    // that a restarted process has the same parent.
     thread::Builder::new()
         .name("netpolicy-testenv".into())
         .spawn(move || {
-            let result = launch();
-            let children = match result {
-                Ok((cp, children)) => {
+            let mut procs = match launch() {
+                Ok((cp, procs)) => {
                     let _ = tx.send(Ok(cp));
-                    children
+                    procs
                 }
                 Err(e) => {
                     let _ = tx.send(Err(e));
                     return;
                 }
             };
+            // Never returns while the process lives: the senders live in statics.
+            while let Ok(order) = inbox.recv() {
+                let (part, reply, start) = match order {
+                    Order::Stop(p, r) => (p, r, false),
+                    Order::Start(p, r) => (p, r, true),
+                };
+                let result = procs.iter_mut().find(|p| p.part == part).map_or_else(
+                    || Err(format!("no {}", part.name())),
+                    |p| if start { p.start() } else { p.stop() },
+                );
+                let _ = reply.send(result);
+            }
             loop {
                 thread::park();
-                let _ = &children;
+                let _ = &procs;
             }
         })
         .map_err(|e| format!("starting the supervisor thread: {e}"))?;
-    rx.recv()
-        .map_err(|_| "the supervisor thread died".to_owned())?
+    let cp = rx
+        .recv()
+        .map_err(|_| "the supervisor thread died".to_owned())??;
+    if let Ok(mut o) = cp.orders.lock() {
+        *o = Some(orders);
+    }
+    Ok(cp)
 }
 
-fn launch() -> Result<(ControlPlane, Vec<Child>)> {
+fn launch() -> Result<(ControlPlane, Vec<Proc>)> {
     let bin = binaries()?;
     for b in ["etcd", "kube-apiserver"] {
         if !bin.join(b).is_file() {
@@ -597,13 +888,16 @@ fn launch() -> Result<(ControlPlane, Vec<Child>)> {
     let tls_port = free_port()?;
     let tls_url = format!("https://127.0.0.1:{tls_port}");
     let s = |p: &Path| p.display().to_string();
-    let mut children = Vec::new();
-    let etcd_log = dir.join("etcd.log");
+    let mut procs = Vec::new();
     let client_url = format!("http://127.0.0.1:{client_port}");
     let peer_url = format!("http://127.0.0.1:{peer_port}");
-    let mut etcd = spawn(
-        &bin.join("etcd"),
-        &[
+    let mut etcd = Proc {
+        part: Part::Etcd,
+        bin: bin.join("etcd"),
+        log: dir.join("etcd.log"),
+        port: client_port,
+        child: None,
+        args: vec![
             format!("--data-dir={}", s(&dir.join("etcd"))),
             // Plain for the API server, TLS with client certificates for clients that
             // test it (one certificate setting serves both: http ignores it).
@@ -619,16 +913,19 @@ fn launch() -> Result<(ControlPlane, Vec<Child>)> {
             "--unsafe-no-fsync=true".into(),
             "--log-level=warn".into(),
         ],
-        &etcd_log,
-    )?;
-    let up = wait_for_port(client_port, &mut etcd, "etcd", &etcd_log);
-    children.push(etcd);
+    };
+    let _ = fs::File::create(&etcd.log);
+    let up = etcd.start();
+    procs.push(etcd);
     up?;
 
-    let api_log = dir.join("kube-apiserver.log");
-    let mut api = spawn(
-        &bin.join("kube-apiserver"),
-        &[
+    let mut api = Proc {
+        part: Part::ApiServer,
+        bin: bin.join("kube-apiserver"),
+        log: dir.join("kube-apiserver.log"),
+        port: api_port,
+        child: None,
+        args: vec![
             format!("--etcd-servers={client_url}"),
             format!("--audit-policy-file={}", s(&audit_policy)),
             format!("--audit-log-path={}", s(&dir.join("audit.log"))),
@@ -650,10 +947,10 @@ fn launch() -> Result<(ControlPlane, Vec<Child>)> {
             "--enable-priority-and-fairness=false".into(),
             "--v=1".into(),
         ],
-        &api_log,
-    )?;
-    let up = wait_for_port(api_port, &mut api, "kube-apiserver", &api_log);
-    children.push(api);
+    };
+    let _ = fs::File::create(&api.log);
+    let up = api.start();
+    procs.push(api);
     up?;
 
     let server = format!("https://127.0.0.1:{api_port}");
@@ -683,8 +980,9 @@ fn launch() -> Result<(ControlPlane, Vec<Child>)> {
             dir,
             ready: AtomicBool::new(false),
             counter: AtomicU64::new(0),
+            orders: std::sync::Mutex::new(None),
         },
-        children,
+        procs,
     ))
 }
 

@@ -18,7 +18,7 @@ use std::{
     time::Instant,
 };
 
-use kube::{Client, Config, config::Kubeconfig};
+use kube::Client;
 
 /// The node's name.
 pub const NODE: &str = "np-node";
@@ -132,12 +132,8 @@ impl NodeCluster {
     /// # Panics
     /// When the kubeconfig cannot be read.
     pub async fn client(&self) -> Client {
-        let kc = Kubeconfig::read_from(&self.kubeconfig)
-            .unwrap_or_else(|e| panic!("reading {}: {e}", self.kubeconfig.display()));
-        let config = Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap_or_else(|e| panic!("kubeconfig: {e}"));
-        Client::try_from(config).unwrap_or_else(|e| panic!("client: {e}"))
+        Client::try_from(crate::config_of(&self.kubeconfig).await)
+            .unwrap_or_else(|e| panic!("client: {e}"))
     }
 
     /// Runs `scripts/node-cluster ARGS` (`helm …`, `ctr …`, `kubectl …`).

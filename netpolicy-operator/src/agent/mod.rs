@@ -157,6 +157,7 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
     let mut trigger = Trigger::default();
     let client = client_from(opts.kubeconfig.as_ref()).await?;
     let shared = Arc::new(Shared::default());
+    shared.metrics.component("agent");
     let server = serve_probes(opts.listen, &shared, &client).await?;
     let api: Api<NodeNetworkConfig> = Api::all(client.clone());
     let recorder = crate::k8s::events::Recorder::new(

@@ -74,9 +74,6 @@ use crate::{
     telemetry::Shared,
 };
 
-/// Writes in flight at once.
-const CONCURRENCY: usize = 16;
-
 /// What of a FloatingIPRange the job reads: its spec, its deletion, its finalizers.
 fn range_fingerprint(r: &FloatingIPRange) -> String {
     format!(
@@ -121,6 +118,7 @@ pub(crate) fn setup(
     shared: &Arc<Shared>,
     rancher_clusters: bool,
     trace_ipam: bool,
+    write_concurrency: usize,
 ) -> Setup<Writer> {
     let wake = Wake::new();
     let ranges = informers.get::<FloatingIPRange>();
@@ -175,9 +173,12 @@ pub(crate) fn setup(
         guest_due: HashMap::new(),
         published: BTreeMap::new(),
         publish_backoff: HashMap::new(),
+        created: HashMap::new(),
+        recoveries: shared.api_recoveries(),
         wake: wake.clone(),
         trace_ipam,
         harvester: HashMap::new(),
+        concurrency: write_concurrency.max(1),
     };
     Setup { job, wake, kinds }
 }
@@ -192,6 +193,15 @@ impl Job for Writer {
             // A full pass looks again at Harvester lookups that failed.
             self.harvester.retain(|_, (_, r)| r.is_ok());
         }
+        // The API server is back after an outage: a kube-vip ConfigMap that could not
+        // be written meanwhile is written now, not after the backoff the outage grew
+        // (its FloatingIPs said Published false until then: found by the API-server
+        // fault test, whose quiet window caught them flipping back).
+        if self.recoveries.has_changed().unwrap_or(false) {
+            self.recoveries.borrow_and_update();
+            self.publish_backoff
+                .retain(|_, (_, _, transient)| !*transient);
+        }
         self.run_pass().await?;
         // What is due at a known time: a kube-vip ConfigMap waiting out its backoff, a
         // guest waiting out its backoff or its next visit. One timer, the runner's.
@@ -199,7 +209,7 @@ impl Job for Writer {
         Ok(self
             .publish_backoff
             .values()
-            .map(|(at, _)| *at)
+            .map(|(at, _, _)| *at)
             .chain(self.guest_backoff.values().map(|(at, _)| *at))
             .chain(self.guest_due.values().copied())
             .map(|at| at.saturating_duration_since(now))
@@ -247,8 +257,18 @@ pub(crate) struct Writer {
     /// The last write of each kube-vip ConfigMap here (`<namespace>/<name>`): `Ok` or
     /// the API server's refusal. FloatingIPs say Published from it.
     published: BTreeMap<String, Result<(), String>>,
-    /// ConfigMaps whose write failed: when to try again, and the backoff.
-    publish_backoff: HashMap<String, (Instant, Backoff)>,
+    /// ConfigMaps whose write failed: when to try again, the backoff, and whether the
+    /// failure was transient (those are tried again at once when the API server is
+    /// ready again after it was not).
+    publish_backoff: HashMap<String, (Instant, Backoff, bool)>,
+    /// Claims this job created that its cache did not show yet, by name, with when: a
+    /// pass counts them as held (without that, a pass woken by anything else before the
+    /// claims' watch caught up allocated the same FloatingIPs again, and the next
+    /// released the extra claims: found by the OOM fault test under load). Forgotten
+    /// once the cache shows them, or after [`CREATED_MEMO`].
+    created: HashMap<String, (Arc<FloatingIPClaim>, Instant)>,
+    /// Counts the API server's recoveries ([`Shared::api_recoveries`]).
+    recoveries: tokio::sync::watch::Receiver<u64>,
     /// To run another pass when a guest's state changes (its FloatingIPs' status).
     wake: Wake,
     /// `--trace-ipam-data`: log every pass's allocations (kube-fip's `traceIpamData`).
@@ -256,6 +276,8 @@ pub(crate) struct Writer {
     /// Each Rancher Cluster's Harvester cluster and network (by uid: the generation it
     /// was read at, and what was found or why not).
     harvester: HashMap<String, (i64, Result<Option<super::guest::Harvester>, String>)>,
+    /// `--write-concurrency`: claim and status writes in flight at once.
+    concurrency: usize,
 }
 
 /// kube-fip's `traceIpamData`: every FloatingIP and its address, every range and its
@@ -292,12 +314,45 @@ where
     store.get(&r)
 }
 
+/// How long a created claim counts as held while the cache does not show it.
+const CREATED_MEMO: Duration = Duration::from_secs(60);
+
+/// `cached` and the claims of `created` it does not show (as of `now`); `created`
+/// forgets the ones it shows and those older than [`CREATED_MEMO`].
+pub(super) fn with_created(
+    mut cached: Vec<Arc<FloatingIPClaim>>,
+    created: &mut HashMap<String, (Arc<FloatingIPClaim>, Instant)>,
+    now: Instant,
+) -> Vec<Arc<FloatingIPClaim>> {
+    if created.is_empty() {
+        return cached;
+    }
+    let names: BTreeSet<&str> = cached
+        .iter()
+        .filter_map(|c| c.metadata.name.as_deref())
+        .collect();
+    created.retain(|name, (_, at)| {
+        !names.contains(name.as_str()) && now.saturating_duration_since(*at) < CREATED_MEMO
+    });
+    cached.extend(created.values().map(|(c, _)| Arc::clone(c)));
+    cached
+}
+
 impl Writer {
+    /// The cached claims and those created since that the cache does not show yet.
+    fn claims_with_created(&mut self) -> Vec<Arc<FloatingIPClaim>> {
+        with_created(
+            self.stores.claims.state(),
+            &mut self.created,
+            Instant::now(),
+        )
+    }
+
     async fn run_pass(&mut self) -> Result<(), kube::Error> {
         let ranges = self.stores.ranges.state();
         let fips = self.stores.fips.state();
         let namespaces = self.stores.namespaces.state();
-        let claims = self.stores.claims.state();
+        let claims = self.claims_with_created();
         let wants_harvester = ranges.iter().any(|r| r.spec.harvester.is_some());
         let objects = self.stores.clusters.as_ref().map(Store::state);
         if wants_harvester && let Some(objects) = &objects {
@@ -348,10 +403,10 @@ impl Writer {
         if self.trace_ipam {
             trace_ipam(&p);
         }
-        let s = &self.stores;
         writes += self.create_fips(&p).await?;
         let (claimed, just_claimed) = self.create_claims(&p).await?;
         writes += claimed;
+        let s = &self.stores;
         writes += self.release(&p).await?;
         writes += self.fip_statuses(&p, &just_claimed).await?;
         let range_api = Api::<FloatingIPRange>::all(self.client.clone());
@@ -404,7 +459,7 @@ impl Writer {
     }
 
     /// New claims: the API server decides who gets an address. How many were created, and the FloatingIPs that just got one.
-    async fn create_claims(&self, p: &Pass) -> Result<(usize, BTreeSet<String>), kube::Error> {
+    async fn create_claims(&mut self, p: &Pass) -> Result<(usize, BTreeSet<String>), kube::Error> {
         let mut writes = 0;
         let s = &self.stores;
         let claim_api = Api::<FloatingIPClaim>::all(self.client.clone());
@@ -416,12 +471,12 @@ impl Writer {
                 (c.clone(), fip)
             })
             .collect();
-        let created: Vec<Option<(String, String, f64, String)>> = futures::stream::iter(jobs)
+        let created: Vec<Option<(f64, FloatingIPClaim)>> = futures::stream::iter(jobs)
             .map(|(c, fip)| {
                 let api = claim_api.clone();
                 async move {
                     match api.create(&PostParams::default(), &c).await {
-                        Ok(_) => {
+                        Ok(made) => {
                             let waited = fip
                                 .and_then(|f| f.metadata.creation_timestamp.clone())
                                 .map_or(0.0, |t| {
@@ -430,12 +485,7 @@ impl Writer {
                                     .max(0) as f64
                                         / 1000.0
                                 });
-                            Ok(Some((
-                                c.spec.range.clone(),
-                                c.spec.address.clone(),
-                                waited,
-                                format!("{}/{}", c.spec.owner.namespace, c.spec.owner.name),
-                            )))
+                            Ok(Some((waited, made)))
                         }
                         Err(kube::Error::Api(e)) if e.code == 409 => {
                             // Someone else holds it (another operator process, or our
@@ -450,14 +500,18 @@ impl Writer {
                     }
                 }
             })
-            .buffer_unordered(CONCURRENCY)
+            .buffer_unordered(self.concurrency)
             .try_collect()
             .await?;
         // FloatingIPs that just got a claim: their status is written by the next pass
         // (woken by the claim), with the address, not now without it.
         let mut just_claimed: BTreeSet<String> = BTreeSet::new();
-        for (range, address, waited, owner) in created.into_iter().flatten() {
+        let now = Instant::now();
+        for (waited, made) in created.into_iter().flatten() {
             writes += 1;
+            let (range, address) = (made.spec.range.clone(), made.spec.address.clone());
+            let owner = format!("{}/{}", made.spec.owner.namespace, made.spec.owner.name);
+            self.created.insert(made.name_any(), (Arc::new(made), now));
             just_claimed.insert(owner);
             self.shared.metrics.floating_ip_allocated(&range, waited);
             debug!(range, address, "address claimed");
@@ -513,35 +567,41 @@ impl Writer {
     }
 
     /// FloatingIP statuses that differ, with their Events; how many were written.
+    /// Independent objects: `--write-concurrency` at a time (after an outage every status of
+    /// a large pool may change at once: one round trip each, in sequence, took seconds).
     async fn fip_statuses(
         &self,
         p: &Pass,
         just_claimed: &BTreeSet<String>,
     ) -> Result<usize, kube::Error> {
-        let mut writes = 0;
         let s = &self.stores;
-        for (ns, name, status) in &p.fip_status {
-            if just_claimed.contains(&format!("{ns}/{name}")) {
-                continue;
-            }
-            let Some(cur) = get(&s.fips, Some(ns), name) else {
-                continue;
-            };
-            let current = cur.status.clone().unwrap_or_default();
-            if current == *status {
-                continue;
-            }
-            self.recorder
-                .tell_all(cur.as_ref(), super::fip_events(&current, status))
-                .await;
-            let api = Api::<FloatingIP>::namespaced(self.client.clone(), ns);
-            writes += usize::from(
-                apply_status(&api, FIELD_MANAGER, name, status)
-                    .await?
-                    .is_some(),
-            );
-        }
-        Ok(writes)
+        let due: Vec<_> = p
+            .fip_status
+            .iter()
+            .filter(|(ns, name, _)| !just_claimed.contains(&format!("{ns}/{name}")))
+            .filter_map(|(ns, name, status)| {
+                let cur = get(&s.fips, Some(ns), name)?;
+                let current = cur.status.clone().unwrap_or_default();
+                (current != *status)
+                    .then(|| (ns.clone(), name.clone(), status.clone(), cur, current))
+            })
+            .collect();
+        let written: Vec<bool> = futures::stream::iter(due)
+            .map(|(ns, name, status, cur, current)| async move {
+                self.recorder
+                    .tell_all(cur.as_ref(), super::fip_events(&current, &status))
+                    .await;
+                let api = Api::<FloatingIP>::namespaced(self.client.clone(), &ns);
+                Ok::<_, kube::Error>(
+                    apply_status(&api, FIELD_MANAGER, &name, &status)
+                        .await?
+                        .is_some(),
+                )
+            })
+            .buffer_unordered(self.concurrency)
+            .try_collect()
+            .await?;
+        Ok(written.into_iter().filter(|w| *w).count())
     }
 
     /// Range statuses that differ (and the ranges' metrics), with their Events; how many were written.
@@ -666,7 +726,7 @@ impl Writer {
             if self
                 .publish_backoff
                 .get(&key)
-                .is_some_and(|(at, _)| *at > now)
+                .is_some_and(|(at, _, _)| *at > now)
             {
                 continue;
             }
@@ -684,7 +744,8 @@ impl Writer {
                     let b = self
                         .publish_backoff
                         .entry(key.clone())
-                        .or_insert_with(|| (now, class.backoff()));
+                        .or_insert_with(|| (now, class.backoff(), false));
+                    b.2 = class == ErrorClass::Transient;
                     let delay = b.1.next_delay();
                     b.0 = Instant::now() + delay;
                     warn!(configmap = key, error = %e, retry_in = ?delay, "kube-vip ConfigMap not written");
@@ -898,7 +959,7 @@ impl Writer {
                     (g, v)
                 }
             })
-            .buffer_unordered(CONCURRENCY)
+            .buffer_unordered(self.concurrency)
             .collect()
             .await;
         let mut changed = false;

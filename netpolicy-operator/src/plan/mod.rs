@@ -19,7 +19,7 @@ use netpolicy_core::{
 use serde::Serialize;
 
 pub mod manifest;
-mod table;
+pub(crate) mod table;
 
 pub(crate) use table::wrap_prose;
 

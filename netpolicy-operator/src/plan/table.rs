@@ -21,7 +21,7 @@ fn sources(s: &[SourceRef]) -> String {
         .join(", ")
 }
 
-fn vlan_row(v: &VlanSpec) -> (String, String) {
+pub(crate) fn vlan_row(v: &VlanSpec) -> (String, String) {
     let mut d = format!(
         "{} id {} on {}",
         v.protocol.as_deref().unwrap_or("802.1Q"),
@@ -37,7 +37,7 @@ fn vlan_row(v: &VlanSpec) -> (String, String) {
     (v.name.clone().unwrap_or_default(), d)
 }
 
-fn route_row(r: &RouteSpec) -> (String, String) {
+pub(crate) fn route_row(r: &RouteSpec) -> (String, String) {
     let item = format!("{} table {}", r.to, r.table.unwrap_or(254));
     let mut d = Vec::new();
     if let Some(v) = &r.via {
@@ -72,7 +72,7 @@ fn route_row(r: &RouteSpec) -> (String, String) {
     (item, d.join(", "))
 }
 
-fn rule_row(r: &RuleSpec) -> (String, String) {
+pub(crate) fn rule_row(r: &RuleSpec) -> (String, String) {
     let mut item = format!("priority {}", r.priority);
     if r.invert {
         item.push_str(" not");
@@ -141,7 +141,7 @@ pub(crate) fn wrap_prose(text: &str, width: usize) -> String {
 }
 
 /// A table in the report's style: fitted into `width` columns when given.
-fn new_table(width: Option<u16>) -> Table {
+pub(crate) fn new_table(width: Option<u16>) -> Table {
     let mut t = Table::new();
     t.load_style(presets::UTF8_FULL_CONDENSED);
     if let Some(w) = width {

@@ -515,10 +515,12 @@ impl RouteReflectors {
             if pacing.is_none() {
                 self.transition_over().await?;
             }
+            self.shared.metrics.rr_in_transition(pacing.is_some());
             self.write_status(&cur, facts.settled(&target.warnings, mesh))
                 .await?;
             return Ok(pacing.map_or(Next::Resync, Next::After));
         };
+        self.shared.metrics.rr_in_transition(true);
         if let Some(left) = pacing {
             return Ok(Next::After(left));
         }

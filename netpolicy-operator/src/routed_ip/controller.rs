@@ -297,6 +297,7 @@ impl ObjectJob for RoutedIps {
         let ctx = &self.0;
         let api = Api::<RoutedIP>::all(ctx.client.clone());
         let name = rip.name_any();
+        let deleting = rip.metadata.deletion_timestamp.is_some();
         // What the job asks of the runtime (the finalizer helper speaks kube's Action).
         let next = Mutex::new(Next::Resync);
         let r = finalizer(&api, FINALIZER, rip, |event| async {
@@ -324,6 +325,9 @@ impl ObjectJob for RoutedIps {
             e => Failed::Finalizer(e.to_string()),
         })?;
         lock(&ctx.last_error).remove(&name);
+        if deleting {
+            ctx.shared.metrics.routed_ip_ready(&name, None);
+        }
         Ok(*lock(&next))
     }
 
@@ -663,10 +667,15 @@ impl Context {
                 (Some(nodes), ports)
             }
         };
+        // Only selected nodes can be elected: the others are never candidates (at
+        // 10,000 nodes, a list of every node per RoutedIP reconcile was 10,000 label
+        // maps copied, times the reconciles in flight).
+        let no_labels = BTreeMap::new();
         let candidates: Vec<Candidate> = self
             .nodes
             .state()
             .iter()
+            .filter(|n| selector.matches(n.metadata.labels.as_ref().unwrap_or(&no_labels)))
             .map(|n| {
                 let f = NodeFacts::of(n, false);
                 let has = with_endpoint.as_ref().is_none_or(|s| s.contains(&f.name));
@@ -701,14 +710,17 @@ impl Context {
             return Ok(Next::After(self.resync - t.elapsed()));
         }
         let provider = self.provider(&issuer).await?;
-        let by_provider_id: BTreeMap<String, String> = candidates
-            .iter()
-            .filter_map(|c| Some((c.provider_id.clone()?, c.name.clone())))
-            .collect();
+        // The node a provider ID names (the provider's holder may be any node).
+        let nodes = self.nodes.clone();
+        let node_of = move |p: &str| {
+            nodes
+                .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(p))
+                .and_then(|n| n.metadata.name.clone())
+        };
         let ctx = Drive {
             rip,
             candidates: &candidates,
-            by_provider_id: &by_provider_id,
+            node_of: &node_of,
             firewall: firewall.clone(),
             ports: ports.clone(),
         };
@@ -780,12 +792,7 @@ impl Context {
             info!(routed_ip = %name, address = %observed.ip.address, "routed IP found or created");
         }
         let now = k8s_openapi::jiff::Timestamp::now();
-        let node_name = |p: &String| {
-            d.by_provider_id
-                .get(p)
-                .cloned()
-                .unwrap_or_else(|| p.clone())
-        };
+        let node_name = |p: &String| (d.node_of)(p).unwrap_or_else(|| p.clone());
         // The provider's holder is the truth: an operator killed after the provider
         // moved the IP but before the status said so left the old node in the status.
         let holder = observed.ip.assigned_to.as_ref().map(node_name);
@@ -1023,14 +1030,17 @@ impl Context {
         current: &RoutedIPStatus,
         next: &RoutedIPStatus,
     ) -> Result<(), kube::Error> {
-        if current == next {
-            return Ok(());
+        let ready = next
+            .conditions
+            .iter()
+            .any(|c| c.type_ == conditions::READY && c.status == conditions::STATUS_TRUE);
+        if current != next {
+            debug!(routed_ip = name, step = ?next.step, "routed IP: status");
+            let api = Api::<RoutedIP>::all(self.client.clone());
+            apply_status(&api, FIELD_MANAGER, name, next).await?;
         }
-        debug!(routed_ip = name, step = ?next.step, "routed IP: status");
-        let api = Api::<RoutedIP>::all(self.client.clone());
-        apply_status(&api, FIELD_MANAGER, name, next)
-            .await
-            .map(|_| ())
+        self.shared.metrics.routed_ip_ready(name, Some(ready));
+        Ok(())
     }
 }
 
@@ -1041,7 +1051,8 @@ type Made = (Option<i64>, Arc<AnyIssuer>);
 struct Drive<'a> {
     rip: &'a RoutedIP,
     candidates: &'a [Candidate],
-    by_provider_id: &'a BTreeMap<String, String>,
+    /// The name of the node with a provider ID.
+    node_of: &'a (dyn Fn(&str) -> Option<String> + Send + Sync),
     firewall: Option<String>,
     ports: BTreeSet<netpolicy_issuers::PortRule>,
 }

@@ -82,14 +82,42 @@ pub(crate) struct RoutingJob {
     max_object_bytes: usize,
     /// `--node-cleanup-on-deletion`: false keeps deleted policies' items on the nodes.
     node_cleanup: bool,
+    /// `--write-concurrency`: NodeNetworkConfig writes in flight at once.
+    write_concurrency: usize,
+    /// The last write made per NodeNetworkConfig and the cached version it was made
+    /// over: the same write is not sent again until the cache has moved (a cache
+    /// behind a broken watch would otherwise have every pass resend it).
+    sent: std::collections::HashMap<String, Sent>,
+    /// Metrics: NodeNetworkConfigs by state, every policy's rollout.
+    shared: Arc<crate::telemetry::Shared>,
+}
+
+/// A write sent: a digest of what was written (or deleted), and the resource version
+/// the cache held then.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Sent {
+    what: u64,
+    over: Option<String>,
+}
+
+impl Sent {
+    fn of(what: &str, cached: Option<&NodeNetworkConfig>) -> Self {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        Self {
+            what: BuildHasherDefault::<DefaultHasher>::default().hash_one(what),
+            over: cached.and_then(|o| o.metadata.resource_version.clone()),
+        }
+    }
 }
 
 /// The routing job and what wakes it.
 pub(crate) fn setup(
     informers: &Informers,
     client: &Client,
+    shared: &Arc<crate::telemetry::Shared>,
     max_object_bytes: usize,
     node_cleanup: bool,
+    write_concurrency: usize,
 ) -> Setup<RoutingJob> {
     let mut inputs = Inputs::new();
     let ccs = inputs.read(&informers.get::<ClusterConfig>(), spec_fingerprint);
@@ -146,6 +174,9 @@ pub(crate) fn setup(
         too_large: BTreeMap::new(),
         max_object_bytes,
         node_cleanup,
+        write_concurrency: write_concurrency.max(1),
+        sent: std::collections::HashMap::new(),
+        shared: Arc::clone(shared),
     };
     inputs.setup(job)
 }
@@ -173,6 +204,7 @@ impl Job for RoutingJob {
         let mut facts = self.routing.facts();
         rollout_facts(&mut facts, &self.pending, &self.stores.nncs);
         self.too_large_facts(&mut facts);
+        self.metrics(&facts);
         self.status
             .write_all(
                 &self.stores.ccs,
@@ -192,6 +224,32 @@ impl Job for RoutingJob {
 }
 
 impl RoutingJob {
+    /// NodeNetworkConfigs by state and every policy's rollout, for `/metrics` (what the
+    /// alert rules in `deploy/prometheus` read).
+    fn metrics(&self, facts: &BTreeMap<String, PolicyFacts>) {
+        let mut states: BTreeMap<&str, usize> = ["applied", "progressing", "degraded", "noAgent"]
+            .into_iter()
+            .map(|w| (w, 0))
+            .collect();
+        let mut fighting = 0;
+        for o in self.stores.nncs.state() {
+            *states.entry(NodeState::of(Some(&o)).word()).or_default() += 1;
+            let fights = o.status.as_ref().is_some_and(|s| {
+                crate::api::conditions::is_true(&s.conditions, crate::api::conditions::FIGHTING)
+            });
+            fighting += usize::from(fights);
+        }
+        self.shared.metrics.node_network_configs(&states, fighting);
+        self.shared.metrics.policies(facts.iter().map(|(k, f)| {
+            (
+                k.as_str(),
+                !f.degraded.is_empty(),
+                f.pending.len(),
+                f.conflicts.len(),
+            )
+        }));
+    }
+
     /// Adds the nodes over the size limit to the facts of every policy that selects
     /// them.
     fn too_large_facts(&self, facts: &mut BTreeMap<String, PolicyFacts>) {
@@ -299,9 +357,6 @@ where
 {
     store.get(&ObjectRef::new(name))
 }
-
-/// NodeNetworkConfig writes in flight at once.
-const WRITE_CONCURRENCY: usize = 16;
 
 /// A NodeNetworkConfig's revision and the revision its agent applied: what a policy's
 /// `appliedNodes` is counted from.
@@ -610,6 +665,8 @@ impl RoutingJob {
             too_large,
             max_object_bytes,
             node_cleanup,
+            write_concurrency,
+            sent,
             ..
         } = self;
         let api = &*api;
@@ -639,24 +696,50 @@ impl RoutingJob {
         *too_large = writes.too_large;
         *pending = writes.held_back;
         let pp = PatchParams::apply(FIELD_MANAGER).force();
-        // Independent objects: written WRITE_CONCURRENCY at a time, not one round trip
+        // A write already sent over the version the cache still holds is not sent
+        // again: the cache has not seen it yet (its watch is behind or broken).
+        let mut unseen = 0;
+        let apply: Vec<(String, Box<serde_json::value::RawValue>, Sent)> = writes
+            .apply
+            .into_iter()
+            .filter_map(|(node, obj)| {
+                let s = Sent::of(obj.get(), get(&stores.nncs, &node).as_deref());
+                if sent.get(&node) == Some(&s) {
+                    unseen += 1;
+                    return None;
+                }
+                Some((node, obj, s))
+            })
+            .collect();
+        if unseen > 0 {
+            debug!(
+                unseen,
+                "NodeNetworkConfigs written before and not seen back yet: not sent again"
+            );
+        }
+        // Independent objects: written `--write-concurrency` at a time, not one round trip
         // after another; one that fails holds up no other.
-        let results: Vec<(String, usize, Result<(), kube::Error>)> =
-            futures::stream::iter(writes.apply)
-                .map(|(node, obj)| {
+        let results: Vec<(String, usize, Sent, Result<(), kube::Error>)> =
+            futures::stream::iter(apply)
+                .map(|(node, obj, s)| {
                     let pp = &pp;
                     async move {
-                        let bytes = super::object_bytes(&obj);
-                        let r = api.patch(&node, pp, &Patch::Apply(&obj)).await.map(|_| ());
-                        (node, bytes, r)
+                        let bytes = obj.get().len();
+                        let r = api.patch(&node, pp, &Patch::Apply(&*obj)).await.map(|_| ());
+                        (node, bytes, s, r)
                     }
                 })
-                .buffer_unordered(WRITE_CONCURRENCY)
+                .buffer_unordered(*write_concurrency)
                 .collect()
                 .await;
         let mut changed = 0;
         let mut first_error: Option<kube::Error> = None;
-        for (node, bytes, r) in results {
+        for (node, bytes, s, r) in results {
+            if r.is_ok() {
+                sent.insert(node.clone(), s);
+            } else {
+                sent.remove(&node);
+            }
             match r {
                 Ok(()) => {
                     debug!(node, "NodeNetworkConfig applied");
@@ -679,13 +762,27 @@ impl RoutingJob {
         }
         for name in writes.delete {
             too_large.remove(&name);
+            let s = Sent::of("delete", get(&stores.nncs, &name).as_deref());
+            if sent.get(&name) == Some(&s) {
+                continue;
+            }
             match api.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => changed += 1,
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Ok(_) => {
+                    changed += 1;
+                    sent.insert(name, s);
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    sent.insert(name, s);
+                }
                 Err(e) => {
+                    sent.remove(&name);
                     first_error.get_or_insert(e);
                 }
             }
+        }
+        // Nodes that are gone from the cache and from the writes: nothing to remember.
+        if sent.len() > 2 * stores.nncs.state().len() + 64 {
+            sent.retain(|n, _| get(&stores.nncs, n).is_some());
         }
         match first_error {
             Some(e) => Err(e.into()),
@@ -698,5 +795,34 @@ impl RoutingJob {
 fn log_problems(errors: &[crate::k8s::InputError]) {
     for e in errors {
         warn!(kind = %e.kind, name = %e.name, field = %e.field, "{}", e.message);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cached(rv: &str) -> NodeNetworkConfig {
+        let mut o = NodeNetworkConfig::new("n1", Default::default());
+        o.metadata.resource_version = Some(rv.into());
+        o
+    }
+
+    #[test]
+    fn a_write_is_the_same_only_while_the_cache_has_not_moved_and_the_body_is_equal() {
+        let body = r#"{"spec":{"revision":"r2"}}"#;
+        let sent = Sent::of(body, Some(&cached("41")));
+        // The cache still at 41 (its watch behind or broken): not sent again.
+        assert_eq!(Sent::of(body, Some(&cached("41"))), sent);
+        // The cache moved (it saw a write, ours or another's): compared afresh.
+        assert_ne!(Sent::of(body, Some(&cached("42"))), sent);
+        // Another body over the same version: sent.
+        assert_ne!(
+            Sent::of(r#"{"spec":{"revision":"r3"}}"#, Some(&cached("41"))),
+            sent
+        );
+        // Created over nothing cached, and still nothing cached: not sent twice.
+        assert_eq!(Sent::of(body, None), Sent::of(body, None));
+        assert_ne!(Sent::of(body, None), sent);
     }
 }

@@ -158,6 +158,18 @@ impl NodeState {
         }
     }
 
+    /// What its agent reports, in one word (the `state` label of
+    /// `netpolicy_node_network_configs`, the groups of `netpolicy status policy`):
+    /// `noAgent`, `degraded`, `progressing` or `applied`.
+    pub(crate) fn word(self) -> &'static str {
+        match (self.has_agent, self.degraded, self.in_flight) {
+            (false, ..) => "noAgent",
+            (true, true, _) => "degraded",
+            (true, false, true) => "progressing",
+            (true, false, false) => "applied",
+        }
+    }
+
     /// Counts against `maxUnavailable`.
     pub(crate) fn unavailable(self) -> bool {
         self.has_agent && (self.in_flight || self.degraded)
@@ -205,4 +217,43 @@ pub(crate) fn gate<'a>(
     }
     go.extend(admit(waiting, &mut budgets));
     (go, budgets)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NodeState;
+    use crate::api::NodeNetworkConfig;
+
+    fn nnc(applied: Option<&str>, failed: Option<&str>) -> NodeNetworkConfig {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "NodeNetworkConfig",
+            "metadata": {"name": "n"},
+            "spec": {"revision": "r2"},
+            "status": {"appliedRevision": applied, "failedRevision": failed}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_nodes_state_in_one_word_follows_what_its_agent_reports() {
+        assert_eq!(NodeState::of(None).word(), "noAgent");
+        assert_eq!(NodeState::of(Some(&nnc(None, None))).word(), "noAgent");
+        assert_eq!(
+            NodeState::of(Some(&nnc(Some("r2"), None))).word(),
+            "applied"
+        );
+        assert_eq!(
+            NodeState::of(Some(&nnc(Some("r1"), None))).word(),
+            "progressing"
+        );
+        assert_eq!(
+            NodeState::of(Some(&nnc(Some("r1"), Some("r2")))).word(),
+            "degraded"
+        );
+        // An older revision rolled back, the current one not applied yet.
+        assert_eq!(
+            NodeState::of(Some(&nnc(Some("r1"), Some("r0")))).word(),
+            "progressing"
+        );
+    }
 }

@@ -47,8 +47,9 @@ pub(crate) struct Limits {
 /// What a pass does to NodeNetworkConfigs.
 #[derive(Debug, Default)]
 pub(crate) struct NodeWrites {
-    /// Server-side applied, by node.
-    pub(crate) apply: Vec<(String, serde_json::Value)>,
+    /// Server-side applied, by node: the object as JSON text (a tenth of a
+    /// `serde_json::Value`'s memory; at a cluster-wide edit every node has one).
+    pub(crate) apply: Vec<(String, Box<serde_json::value::RawValue>)>,
     /// Ours, whose node has no outcome any more (gone or selected by nothing).
     pub(crate) delete: Vec<String>,
     /// Nodes whose rendering is over the size limit (bytes, revision), as they stand
@@ -123,11 +124,17 @@ pub(crate) fn node_writes(
             out.too_large.remove(node);
             continue;
         }
-        let obj = super::node_object(node, &(cluster.node_uid)(node), &spec);
+        let Ok(obj) = serde_json::value::to_raw_value(&super::node_object(
+            node,
+            &(cluster.node_uid)(node),
+            &spec,
+        )) else {
+            continue; // A Value always serializes.
+        };
         // Larger than the API server stores: not sent (it would be refused with 413 on
         // every pass); the node keeps its last config and the policies that select it
         // say why.
-        let bytes = super::object_bytes(&obj);
+        let bytes = obj.get().len();
         if bytes > limits.max_object_bytes {
             if out.too_large.get(node).map(|(b, _)| *b) != Some(bytes) {
                 warn!(
@@ -202,7 +209,7 @@ fn spec_of<'r>(
 /// NodeNetworkConfig yet) always go.
 fn held_back(
     routing: &Routing,
-    apply: &[(String, serde_json::Value)],
+    apply: &[(String, Box<serde_json::value::RawValue>)],
     cluster: &Cluster<'_>,
 ) -> BTreeSet<String> {
     let changed: Vec<(String, Vec<String>)> = apply
@@ -266,8 +273,8 @@ mod tests {
 
     /// The NodeNetworkConfig a write carries, as the API server would store it, with
     /// its agent's report (`applied`: the revision it applied).
-    fn stored(obj: &serde_json::Value, applied: Option<&str>) -> Arc<NodeNetworkConfig> {
-        let mut nnc: NodeNetworkConfig = serde_json::from_value(obj.clone()).unwrap_or_default();
+    fn stored(obj: &serde_json::value::RawValue, applied: Option<&str>) -> Arc<NodeNetworkConfig> {
+        let mut nnc: NodeNetworkConfig = serde_json::from_str(obj.get()).unwrap_or_default();
         nnc.status = applied.map(|r| NodeNetworkConfigStatus {
             applied_revision: Some(r.to_owned()),
             ..NodeNetworkConfigStatus::default()
@@ -299,7 +306,7 @@ mod tests {
         )
     }
 
-    fn nodes(w: &[(String, serde_json::Value)]) -> Vec<&str> {
+    fn nodes(w: &[(String, Box<serde_json::value::RawValue>)]) -> Vec<&str> {
         w.iter().map(|(n, _)| n.as_str()).collect()
     }
 
@@ -309,10 +316,9 @@ mod tests {
         let first = plan(&routing, &dirty, &BTreeMap::new(), 1_000_000);
         assert_eq!(nodes(&first.apply), ["n1", "n2", "n3"]);
         assert!(first.delete.is_empty() && first.held_back.is_empty());
-        assert_eq!(
-            first.apply[0].1["metadata"]["ownerReferences"][0]["uid"],
-            "uid-n1"
-        );
+        let written: serde_json::Value =
+            serde_json::from_str(first.apply[0].1.get()).unwrap_or_default();
+        assert_eq!(written["metadata"]["ownerReferences"][0]["uid"], "uid-n1");
         // Stored as written: the next pass writes nothing.
         let existing: BTreeMap<_, _> = first
             .apply
@@ -332,7 +338,8 @@ mod tests {
             .apply
             .iter()
             .map(|(n, o)| {
-                let rev = o["spec"]["revision"].as_str().map(str::to_owned);
+                let v: serde_json::Value = serde_json::from_str(o.get()).unwrap_or_default();
+                let rev = v["spec"]["revision"].as_str().map(str::to_owned);
                 (n.clone(), stored(o, rev.as_deref()))
             })
             .collect();

@@ -281,7 +281,9 @@ enum Target<K> {
 struct Subscriber<K> {
     kind: Arc<str>,
     fingerprint: Fingerprint<K>,
-    seen: HashMap<ObjectKey, String>,
+    /// A digest of each object's fingerprint as last told ([`digest`]): 8 bytes an
+    /// object, not the fingerprint's text, at 10,000 objects a kind.
+    seen: HashMap<ObjectKey, u64>,
     target: Target<K>,
     /// Changes found while a relist of a synced cache is under way: told at `InitDone`,
     /// once the store holds the new list (the reflector swaps it in then), so a job woken
@@ -521,7 +523,7 @@ where
         if self.inner.health.state() == KindState::Synced {
             for o in self.inner.store.state() {
                 let key = ObjectKey::of(o.as_ref());
-                sub.seen.insert(key.clone(), (sub.fingerprint)(&o));
+                sub.seen.insert(key.clone(), digest(&(sub.fingerprint)(&o)));
                 sub.tell(&key, &o);
             }
         }
@@ -538,8 +540,11 @@ where
             config = config.labels(selector);
         }
         let stream = watcher(inner.api.clone(), config)
-            .default_backoff()
-            .modify(|o| o.meta_mut().managed_fields = None);
+            .backoff(kube::runtime::utils::ResetTimerBackoff::new(
+                super::backoff::Reconnect::default(),
+                super::backoff::RECONNECT_RESET,
+            ))
+            .modify(slim::<K>);
         let mut relist: Option<HashSet<ObjectKey>> = None;
         let task = reflector::reflector(writer, stream).for_each(move |ev| {
             inner.dispatch(&ev, &mut relist);
@@ -626,7 +631,7 @@ where
     fn applied(&self, key: &ObjectKey, o: &K, relisting: bool) {
         let mut subs = lock(&self.subscribers);
         subs.retain_mut(|s| {
-            let f = (s.fingerprint)(o);
+            let f = digest(&(s.fingerprint)(o));
             if s.seen.get(key) == Some(&f) {
                 return true;
             }
@@ -638,6 +643,35 @@ where
             }
             s.tell(key, o)
         });
+    }
+}
+
+/// A fingerprint's digest (SipHash with fixed keys: the same in the whole process).
+/// Two fingerprints of one object that differ share a digest with a chance of 2⁻⁶⁴;
+/// the job's periodic full pass would still see that change.
+fn digest(fingerprint: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    #[allow(deprecated)]
+    let mut h = std::hash::SipHasher::new();
+    fingerprint.hash(&mut h);
+    h.finish()
+}
+
+/// What of a cached object no job reads, dropped before it reaches the cache: a
+/// Node's image list, volumes, capacity and system info (tens of KiB on a busy
+/// node, times every node). Jobs read a Node's metadata (labels, annotations,
+/// creation), spec (taints, unschedulable, providerID) and status conditions and
+/// addresses; `managedFields` is dropped from every kind.
+fn slim<K: Resource + 'static>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
+    if let Some(node) = (o as &mut dyn Any).downcast_mut::<k8s_openapi::api::core::v1::Node>()
+        && let Some(st) = node.status.as_mut()
+    {
+        *st = k8s_openapi::api::core::v1::NodeStatus {
+            addresses: st.addresses.take(),
+            conditions: st.conditions.take(),
+            ..Default::default()
+        };
     }
 }
 
@@ -949,6 +983,68 @@ mod tests {
 
     fn keys(c: &Changes) -> Vec<String> {
         c.of("ConfigMap").map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn a_cached_node_keeps_what_jobs_read_and_drops_images_volumes_and_system_info() {
+        use k8s_openapi::api::core::v1::{
+            ContainerImage, Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo,
+        };
+        let mut n = Node::default();
+        n.metadata.name = Some("n1".into());
+        n.metadata.labels = Some([("zone".to_owned(), "a".to_owned())].into());
+        n.metadata.annotations = Some(
+            [(
+                "projectcalico.org/IPv4Address".to_owned(),
+                "10.0.0.1/24".to_owned(),
+            )]
+            .into(),
+        );
+        n.metadata.managed_fields = Some(vec![Default::default()]);
+        n.spec = Some(NodeSpec {
+            provider_id: Some("hcloud://1".into()),
+            unschedulable: Some(true),
+            ..Default::default()
+        });
+        let ready = NodeCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            ..Default::default()
+        };
+        let address = NodeAddress {
+            type_: "InternalIP".into(),
+            address: "10.0.0.1".into(),
+        };
+        n.status = Some(NodeStatus {
+            conditions: Some(vec![ready.clone()]),
+            addresses: Some(vec![address.clone()]),
+            images: Some(vec![ContainerImage {
+                names: Some(vec!["registry.example/big:1".into()]),
+                size_bytes: Some(1 << 30),
+            }]),
+            volumes_in_use: Some(vec!["kubernetes.io/csi/x".into()]),
+            node_info: Some(NodeSystemInfo::default()),
+            capacity: Some([("cpu".to_owned(), Default::default())].into()),
+            ..Default::default()
+        });
+        let before = n.clone();
+        slim(&mut n);
+        assert_eq!(n.metadata.managed_fields, None);
+        assert_eq!(n.metadata.labels, before.metadata.labels);
+        assert_eq!(n.metadata.annotations, before.metadata.annotations);
+        assert_eq!(n.spec, before.spec);
+        let st = n.status.unwrap_or_default();
+        assert_eq!(st.conditions, Some(vec![ready]));
+        assert_eq!(st.addresses, Some(vec![address]));
+        assert_eq!(
+            (st.images, st.volumes_in_use, st.node_info, st.capacity),
+            (None, None, None, None)
+        );
+        // Other kinds lose only their managedFields.
+        let mut c = cm("ns", "a", "v");
+        c.metadata.managed_fields = Some(vec![Default::default()]);
+        slim(&mut c);
+        assert_eq!(c, cm("ns", "a", "v"));
     }
 
     #[tokio::test]

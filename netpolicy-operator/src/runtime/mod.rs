@@ -7,6 +7,7 @@
 //! operator` ([`crate::operator`]) wires the jobs to it, and the process plumbing (logs,
 //! client, probes, signals) is [`crate::process`]'s.
 
+mod backoff;
 pub mod informer;
 pub mod per_object;
 pub mod runner;

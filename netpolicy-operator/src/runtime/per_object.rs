@@ -10,7 +10,8 @@
 //!   kind the job reads has synced;
 //! - graceful shutdown on `stop` (a reconcile in flight finishes);
 //! - the backoff of each object by its error's class (its own: the others go on),
-//!   reset by a success; [`Next::Backoff`] for a reconcile that reported a condition
+//!   reset by a success, and for transient ones by the API server turning ready again
+//!   (the objects waiting in one are reconciled then); [`Next::Backoff`] for a reconcile that reported a condition
 //!   and wants to look again by a class's backoff without failing;
 //! - metrics: `netpolicy_reconciles_total`, errors by class and the measured duration of
 //!   every reconcile, under the job's name;
@@ -277,6 +278,7 @@ impl Runner {
             backoff: Mutex::new(HashMap::new()),
         });
         let (trigger, store, related) = (setup.trigger, setup.store, setup.related);
+        let self_shared = Arc::clone(&self.shared);
         async move {
             let mut stopped = stop.clone();
             tokio::select! {
@@ -284,6 +286,7 @@ impl Runner {
                 _ = stopped.changed() => return,
             }
             info!(job = name, "caches synced: running");
+            self_shared.metrics.job_started(name);
             // Readiness: every object there was at start, reconciled successfully once.
             let mut first: HashSet<ObjectRef<J::Kind>> = store
                 .state()
@@ -301,6 +304,8 @@ impl Runner {
             for r in related {
                 controller = controller.reconcile_on(r);
             }
+            controller = controller
+                .reconcile_on(recovered(self_shared.api_recoveries(), Arc::clone(&driver)));
             controller
                 .graceful_shutdown_on(shutdown)
                 .run(reconcile::<J>, error_policy::<J>, Arc::clone(&driver))
@@ -331,6 +336,37 @@ impl Runner {
             info!(job = name, "stopped");
         }
     }
+}
+
+/// The objects waiting in a transient backoff, each time the API server is ready again
+/// after an outage: their backoffs (grown by the outage, up to minutes) start over and
+/// they are reconciled now.
+fn recovered<J: ObjectJob>(
+    recoveries: watch::Receiver<u64>,
+    driver: Arc<Driver<J>>,
+) -> impl futures::Stream<Item = ObjectRef<J::Kind>> + Send + 'static {
+    futures::stream::unfold(recoveries, |mut rx| async move {
+        rx.changed().await.ok().map(|()| ((), rx))
+    })
+    .flat_map(move |()| {
+        let mut backoff = lock(&driver.backoff);
+        let waiting: Vec<ObjectRef<J::Kind>> = backoff
+            .iter()
+            .filter(|(_, (class, _))| *class == ErrorClass::Transient)
+            .map(|(o, _)| o.clone())
+            .collect();
+        for o in &waiting {
+            backoff.remove(o);
+        }
+        if !waiting.is_empty() {
+            info!(
+                job = driver.job.name(),
+                objects = waiting.len(),
+                "the API server is ready again: retrying now"
+            );
+        }
+        futures::stream::iter(waiting)
+    })
 }
 
 /// Every object of `store`: the mapping of a change that concerns all of them.
@@ -457,6 +493,28 @@ mod tests {
             (0.15..0.2).contains(&sum),
             "duration sum {sum} s\n{metrics}"
         );
+        let _ = stop_tx.send(true);
+        task.await.unwrap_or_default();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_api_server_ready_again_retries_an_object_in_a_transient_backoff_now() {
+        // Six failures: 1 + 2 + 4 + 8 + 16 s of backoff, then ~32 s before the seventh.
+        let (setup, job, _writer) = setup(7);
+        let shared = Shared::leading();
+        let runner = Runner::new(Arc::clone(&shared), Duration::from_secs(3600));
+        let (stop_tx, stop) = watch::channel(false);
+        shared.set_api_trouble(Some("[-]etcd failed".into()));
+        let task = tokio::spawn(runner.run_each(setup, stop));
+        let calls = || job.calls.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(40)).await;
+        assert_eq!(calls(), 6, "six reconciles in 40 s of backoff");
+        shared.set_api_trouble(None);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(calls(), 7, "reconciled when the API server came back");
+        // Its next failure backs off from the first step (~1 s), not from 64 s.
+        tokio::time::sleep(Duration::from_millis(1400)).await;
+        assert_eq!(calls(), 8, "then ~1 s, and it succeeded");
         let _ = stop_tx.send(true);
         task.await.unwrap_or_default();
     }

@@ -12,8 +12,13 @@
 //!   5 min; conflict (409) at once, then backing off like a transient error if it
 //!   repeats; permanent for this input (400, 403, 404, 413, 422) after the long backoff
 //!   (10 s doubling to 90 s) or as soon as something the job reads changes.
+//! - A transient backoff starts over when the API server's own `/readyz` turns ready
+//!   again after it was not ([`Shared::api_recoveries`]): a job waiting in one passes at
+//!   once, and the backoff an outage grew (up to minutes) does not delay the first
+//!   failure after it.
 //! - The job counts as ready (`/readyz`) once its kinds synced and its first pass ended
-//!   without error.
+//!   without error; it is unready again, saying why, while its passes have failed
+//!   transiently for [`TROUBLE_AFTER`] (an API server or etcd that does not answer).
 //!
 //! # Examples
 //! ```no_run
@@ -49,10 +54,9 @@
 //! ```
 
 use std::{
-    hash::{BuildHasher, Hasher},
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, Ordering},
     },
     time::Duration,
 };
@@ -201,14 +205,7 @@ impl Backoff {
     }
 }
 
-/// `d` spread uniformly over [0.8 d, 1.2 d).
-pub fn jitter(d: Duration) -> Duration {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(SEQ.fetch_add(1, Ordering::Relaxed));
-    let unit = (h.finish() >> 11) as f64 / (1u64 << 53) as f64;
-    d.mul_f64(0.8 + 0.4 * unit)
-}
+pub use super::backoff::jitter;
 
 /// A job's readiness: its kinds synced and its first pass done.
 #[derive(Debug)]
@@ -217,7 +214,15 @@ pub struct JobReadiness {
     kinds: Vec<Arc<KindHealth>>,
     first_pass: AtomicBool,
     last_error: std::sync::Mutex<Option<String>>,
+    /// Since when every pass fails (or leaves items failing) transiently, and the
+    /// last error: an API server or etcd that does not answer.
+    trouble: std::sync::Mutex<Option<(std::time::Instant, String)>>,
 }
+
+/// How long transient failures last before a ready job reports them in `/readyz`: one
+/// failed write (a 429, a timeout) is not news; an API server or etcd down for this
+/// long is.
+pub const TROUBLE_AFTER: Duration = Duration::from_secs(10);
 
 impl JobReadiness {
     /// Readiness of job `name`, which reads `kinds`.
@@ -227,6 +232,7 @@ impl JobReadiness {
             kinds,
             first_pass: AtomicBool::new(false),
             last_error: std::sync::Mutex::new(None),
+            trouble: std::sync::Mutex::new(None),
         })
     }
 
@@ -238,7 +244,16 @@ impl JobReadiness {
             return Some(format!("{}: {}", self.name, kinds.join("; ")));
         }
         if self.first_pass.load(Ordering::Acquire) {
-            return None;
+            return super::informer::lock(&self.trouble)
+                .as_ref()
+                .filter(|(since, _)| since.elapsed() >= TROUBLE_AFTER)
+                .map(|(since, why)| {
+                    format!(
+                        "{}: retrying with backoff, transient errors for {} s: {why}",
+                        self.name,
+                        since.elapsed().as_secs()
+                    )
+                });
         }
         match &*super::informer::lock(&self.last_error) {
             Some(e) => Some(format!("{}: first pass failed: {e}", self.name)),
@@ -268,6 +283,21 @@ impl JobReadiness {
     /// The first pass failed with `e` (shown until a pass succeeds).
     pub fn failed(&self, e: String) {
         *super::informer::lock(&self.last_error) = Some(e);
+    }
+
+    /// A pass failed transiently (or left items to retry so): after [`TROUBLE_AFTER`]
+    /// of nothing else, a ready job reports `why` again.
+    pub fn troubled(&self, why: String) {
+        let mut t = super::informer::lock(&self.trouble);
+        match &mut *t {
+            Some((_, w)) => *w = why,
+            None => *t = Some((std::time::Instant::now(), why)),
+        }
+    }
+
+    /// A pass went through with nothing left to retry transiently.
+    pub fn untroubled(&self) {
+        *super::informer::lock(&self.trouble) = None;
     }
 }
 
@@ -345,9 +375,13 @@ impl Runner {
             _ = stop.changed() => return,
         }
         info!(job = name, "caches synced: running");
+        self.shared.metrics.job_started(name);
         let mut full = true;
         let mut last_full = Instant::now();
         let mut backoff: Option<(ErrorClass, Backoff)> = None;
+        // The API server back after an outage: a transient backoff that the outage
+        // grew (up to minutes) starts over, and a job waiting in one passes now.
+        let mut recoveries = self.shared.api_recoveries();
         loop {
             let mut changes = wake.take();
             changes.full |= full;
@@ -362,6 +396,12 @@ impl Runner {
                 took,
                 result.as_ref().err().map(|e| e.class.as_str()),
             );
+            if recoveries.has_changed().unwrap_or(false) {
+                recoveries.mark_unchanged();
+                if matches!(backoff, Some((ErrorClass::Transient, _))) {
+                    backoff = None;
+                }
+            }
             // How long to wait, and whether a change may cut the wait short.
             let (wait, on_change) = match result {
                 Ok(next) => {
@@ -371,13 +411,20 @@ impl Runner {
                     match next {
                         Next::Resync => {
                             backoff = None;
+                            ready.untroubled();
                             (until_resync, true)
                         }
                         Next::After(d) => {
                             backoff = None;
+                            ready.untroubled();
                             (d.min(until_resync), true)
                         }
                         Next::Backoff(class) => {
+                            if class == ErrorClass::Transient {
+                                ready.troubled("items failed; see the job's log".into());
+                            } else {
+                                ready.untroubled();
+                            }
                             let b = match &mut backoff {
                                 Some((c, b)) if *c == class => b,
                                 _ => &mut backoff.insert((class, class.backoff())).1,
@@ -389,6 +436,11 @@ impl Runner {
                 Err(e) => {
                     full = true;
                     ready.failed(Chain(&e).to_string());
+                    if e.class == ErrorClass::Transient {
+                        ready.troubled(Chain(&e).to_string());
+                    } else {
+                        ready.untroubled();
+                    }
                     let b = match &mut backoff {
                         Some((class, b)) if *class == e.class => b,
                         _ => &mut backoff.insert((e.class, e.class.backoff())).1,
@@ -418,6 +470,14 @@ impl Runner {
                     }
                 }
                 () = wake.notified(), if on_change => {}
+                Ok(()) = recoveries.changed(),
+                    if matches!(backoff, Some((ErrorClass::Transient, _))) =>
+                {
+                    recoveries.mark_unchanged();
+                    backoff = None;
+                    full = true;
+                    info!(job = name, "the API server is ready again: retrying now");
+                }
             }
             // Gather a burst into one pass.
             tokio::time::sleep(self.debounce).await;
@@ -506,6 +566,42 @@ mod tests {
         assert!(
             p.iter().all(|(_, full)| *full),
             "every pass after a failure is full"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_api_server_ready_again_starts_a_transient_backoff_over() {
+        // Seven transient failures (an outage), the eighth would wait ~64 s; the eighth
+        // fails too, the ninth passes.
+        let (setup, passes) = flaky(vec![ErrorClass::Transient; 8]);
+        let shared = Arc::new(Shared::default());
+        let runner = Runner::new(Arc::clone(&shared), Duration::from_secs(3600));
+        let (stop_tx, stop) = watch::channel(false);
+        let task = tokio::spawn(runner.run(setup, stop));
+        shared.set_api_trouble(Some("[-]etcd failed".into()));
+        // 1 + 2 + 4 + 8 + 16 + 32 s (+ 20 % and debounces): six passes by 80 s.
+        tokio::time::sleep(Duration::from_secs(80)).await;
+        let count = || passes.lock().map(|p| p.len()).unwrap_or(0);
+        assert_eq!(count(), 7, "the first pass and six retries");
+        // Still unready: nothing changes.
+        shared.set_api_trouble(Some("[-]etcd failed".into()));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(count(), 7, "no retry without a recovery");
+        // The API server is ready again: the pass comes at once (debounce), and the
+        // failure it meets backs off from the first step (1 s), not from 64 s.
+        shared.set_api_trouble(None);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(count(), 8, "retried when the API server came back");
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(count(), 9, "then backed off from 1 s and passed");
+        // Ready twice in a row is one recovery, not two.
+        shared.set_api_trouble(None);
+        let _ = stop_tx.send(true);
+        task.await.unwrap_or_default();
+        let g = gaps(&passes);
+        assert!(
+            (0.8..1.5).contains(&g[7]),
+            "the last failure waited ~1 s: {g:?}"
         );
     }
 

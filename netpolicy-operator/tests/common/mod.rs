@@ -15,6 +15,8 @@ use kube::{
 };
 use serde_json::{Value, json};
 
+pub(crate) mod alerts;
+
 /// A child process, killed when dropped.
 pub(crate) struct Killed(pub(crate) Child);
 
@@ -25,12 +27,37 @@ impl Drop for Killed {
     }
 }
 
+/// User and system CPU seconds of process `pid` so far (`/proc/<pid>/stat`).
+pub(crate) fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command (in parentheses): utime and stime are the 12th
+    // and 13th, in clock ticks (100 a second on Linux).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    f.get(11)
+        .zip(f.get(12))
+        .map_or(0.0, |(u, s)| (u + s) as f64 / 100.0)
+}
+
 /// A process's resident memory (KiB), from `/proc/<pid>/status`; 0 when unreadable.
 pub(crate) fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// The most resident memory process `pid` has had (what a memory limit meets first).
+#[allow(dead_code)]
+pub(crate) fn peak_rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmHWM:")
+}
+
+fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
 }
@@ -250,13 +277,7 @@ pub(crate) fn operator_with(
             .args(extra)
             .env("RUST_LOG", rust_log)
             .stdout(std::process::Stdio::null())
-            .stderr(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(log)
-                    .unwrap(),
-            )
+            .stderr(appending(log))
             .spawn()
             .unwrap(),
     )
@@ -270,23 +291,49 @@ pub(crate) fn agent(
     netns: &str,
     log: &std::path::Path,
 ) -> Killed {
+    agent_with(kubeconfig, node, netns, log, &["--resync-seconds", "1"])
+}
+
+/// [`agent`] with `extra` arguments instead of the 1 s resync; its log appended to
+/// `log` (an agent started again writes after the one before).
+pub(crate) fn agent_with(
+    kubeconfig: &std::path::Path,
+    node: &str,
+    netns: &str,
+    log: &std::path::Path,
+    extra: &[&str],
+) -> Killed {
     Killed(
         std::process::Command::new(env!("CARGO_BIN_EXE_netpolicy"))
             .args(["agent", "--node", node, "--netns", netns])
-            .args([
-                "--resync-seconds",
-                "1",
-                "--listen",
-                "127.0.0.1:0",
-                "--kubeconfig",
-            ])
+            .args(["--listen", "127.0.0.1:0", "--kubeconfig"])
             .arg(kubeconfig)
+            .args(extra)
             .env("RUST_LOG", "info")
             .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap())
+            .stderr(appending(log))
             .spawn()
             .unwrap(),
     )
+}
+
+/// `log` opened for appending (created if missing): a process started again writes
+/// after the one before.
+pub(crate) fn appending(log: &std::path::Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap_or_else(|e| panic!("{}: {e}", log.display()))
+}
+
+/// A port nothing listens on now (for `--listen`).
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// The Events with `reason` about the object named `name` (of kind `kind`), in
@@ -508,6 +555,38 @@ pub(crate) async fn hetzner_issuer(
     )
     .await;
     state
+}
+
+/// Origins whose route does not reach every node of `cluster` (`sessions` its sessions)
+/// as Calico and BIRD would propagate it (`netpolicy_rr::sim`), under both tie-breaks:
+/// one line each, naming a few nodes that miss it.
+pub(crate) fn unreached(
+    cluster: &netpolicy_rr::sim::Cluster,
+    sessions: &netpolicy_rr::sim::Sessions,
+) -> Vec<String> {
+    use netpolicy_rr::sim::Tie;
+    let mut out = Vec::new();
+    for tie in [Tie::Lowest, Tie::Highest] {
+        match cluster.propagation(tie) {
+            Ok(learned) => {
+                for (o, xs) in &learned {
+                    if xs.len() + 1 < sessions.len() {
+                        let missing: Vec<&String> = sessions
+                            .keys()
+                            .filter(|x| *x != o && !xs.contains(*x))
+                            .take(3)
+                            .collect();
+                        out.push(format!(
+                            "{} node(s) do not learn the route of {o} ({tie:?} ties), e.g. {missing:?}",
+                            sessions.len() - 1 - xs.len()
+                        ));
+                    }
+                }
+            }
+            Err(e) => out.push(e),
+        }
+    }
+    out
 }
 
 /// Whether a pod is Ready and not being deleted.
