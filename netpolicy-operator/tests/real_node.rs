@@ -584,7 +584,6 @@ async fn prometheus_scrapes_where_the_charts_services_point(client: &Client) {
     let leaders = || async {
         prom.query("sum(netpolicy_leader{component=\"operator\"})")
             .await
-            .ok()
             .and_then(|v| {
                 v.first()
                     .and_then(|s| s["value"][1].as_str().map(str::to_owned))

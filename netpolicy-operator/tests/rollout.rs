@@ -11,6 +11,8 @@
 //!   fixed spec then rolls out to every node.
 //! - An agent that loses the API server after applying a revision rolls back by itself
 //!   (its API server runs behind a proxy the test cuts), and reports why once it can.
+//! - A node cut off from the API server while the rollout reaches it holds the rollout
+//!   there (never counted applied; the nodes after it wait) until it is back.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -359,6 +361,27 @@ impl Proxy {
         });
         Self { port, cut }
     }
+
+    /// A proxy to `cp`'s API server and a kubeconfig (`cp.dir/file`) that goes through it.
+    async fn kubeconfig(
+        cp: &netpolicy_testenv::ControlPlane,
+        file: &str,
+    ) -> (Self, std::path::PathBuf) {
+        let text = std::fs::read_to_string(&cp.kubeconfig).unwrap();
+        let server = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("server: https://"))
+            .unwrap()
+            .to_owned();
+        let proxy = Self::start(server.clone()).await;
+        let path = cp.dir.join(file);
+        std::fs::write(
+            &path,
+            text.replace(&server, &format!("127.0.0.1:{}", proxy.port)),
+        )
+        .unwrap();
+        (proxy, path)
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -371,19 +394,7 @@ async fn an_agent_that_loses_the_api_server_rolls_back_by_itself() {
         return;
     };
     // The agent reaches the API server through the proxy.
-    let text = std::fs::read_to_string(&cp.kubeconfig).unwrap();
-    let server = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("server: https://"))
-        .unwrap()
-        .to_owned();
-    let proxy = Proxy::start(server.clone()).await;
-    let kubeconfig = cp.dir.join("kubeconfig-proxied");
-    std::fs::write(
-        &kubeconfig,
-        text.replace(&server, &format!("127.0.0.1:{}", proxy.port)),
-    )
-    .unwrap();
+    let (proxy, kubeconfig) = Proxy::kubeconfig(cp, "kubeconfig-proxied").await;
     // No Node object: no operator renders this NodeNetworkConfig; the test writes it.
     let node = cp.unique("apiloss");
     let api: Api<NodeNetworkConfig> = Api::all(client.clone());
@@ -476,5 +487,160 @@ async fn an_agent_that_loses_the_api_server_rolls_back_by_itself() {
             .unwrap()
             .contains("10.61.0.0/16"),
         "r2 was applied again"
+    );
+}
+
+/// Fault 4, the rollout's side (docs/reliability.md): a node cut off from the API
+/// server while a change rolls out (`maxUnavailable: 1`, the cut-off node first in name
+/// order). Its NodeNetworkConfig gets the new revision, its agent cannot see it, and
+/// the rollout holds there: the node is never counted as done, the other nodes keep
+/// their config, the policy is not Ready. Once the node is back the rollout completes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rollout_holds_at_a_node_cut_off_and_completes_when_it_is_back() {
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let mut nets = Vec::new();
+    for i in 0..3 {
+        let Some(w) = wired(&format!("rollout-hold-{i}")) else {
+            common::skip("rollout hold at a cut-off node: not root, no network namespaces");
+            return;
+        };
+        nets.push(w);
+    }
+    let (proxy, proxied) = Proxy::kubeconfig(cp, "kubeconfig-rollout-hold").await;
+    let lease_ns = cp.namespace("roh-lease").await;
+    let pool = cp.unique("hold-pool");
+    // Name order is rollout order: the cut-off node (index 0) goes first.
+    let names: Vec<String> = (0..3).map(|i| cp.unique(&format!("roh{i}"))).collect();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for n in &names {
+        let node: Node =
+            serde_json::from_value(json!({"metadata": {"name": n, "labels": {"pool": pool}}}))
+                .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+    let _agents: Vec<Killed> = names
+        .iter()
+        .zip(&nets)
+        .enumerate()
+        .map(|(i, (n, (ns, _)))| {
+            let kubeconfig = if i == 0 { &proxied } else { &cp.kubeconfig };
+            common::agent(
+                kubeconfig,
+                n,
+                ns.name(),
+                &cp.dir.join(format!("agent-{n}.log")),
+            )
+        })
+        .collect();
+    let _op = common::operator(
+        cp,
+        &lease_ns,
+        &cp.dir.join("operator-rollout-hold.log"),
+        "info,netpolicy_operator::routing=debug",
+    );
+    eventually(
+        "every node has its first NodeNetworkConfig applied",
+        30,
+        || async {
+            let mut ok = true;
+            for n in &names {
+                ok &= nnc(&client, n).await.is_some_and(|o| applied(&o));
+            }
+            ok
+        },
+    )
+    .await;
+    let mut before = Vec::new();
+    for n in &names {
+        before.push(nnc(&client, n).await.unwrap().spec.revision);
+    }
+
+    proxy.cut.send(true).unwrap();
+    let ncs: Api<NodeConfig> = Api::all(client.clone());
+    let nc_name = cp.unique("held");
+    let nc: NodeConfig = serde_json::from_value(json!({
+        "metadata": {"name": nc_name},
+        "spec": {
+            "nodeSelector": {"matchLabels": {"pool": pool}},
+            "rollout": {"maxUnavailable": 1, "rollbackSeconds": 4},
+            "probes": [{"ping": "198.51.100.1"}],
+            "routes": [{"to": "10.52.0.0/16", "via": "198.51.100.1", "table": 150}],
+        }
+    }))
+    .unwrap();
+    ncs.create(&PostParams::default(), &nc).await.unwrap();
+    eventually(
+        "the cut-off node's NodeNetworkConfig has the change",
+        20,
+        || async {
+            nnc(&client, &names[0])
+                .await
+                .is_some_and(|o| o.spec.revision != before[0])
+        },
+    )
+    .await;
+    // 15 s cut off: the rollout holds at that node.
+    let held_from = Instant::now();
+    while held_from.elapsed() < Duration::from_secs(15) {
+        let o = nnc(&client, &names[0]).await.unwrap();
+        assert!(
+            !applied(&o),
+            "the cut-off node counted as applied: {:?}",
+            o.status
+        );
+        for (n, old) in names.iter().zip(&before).skip(1) {
+            let o = nnc(&client, n).await.unwrap();
+            assert_eq!(
+                &o.spec.revision, old,
+                "{n} got the change while the node before it was cut off (maxUnavailable 1)"
+            );
+        }
+        let s = ncs.get(&nc_name).await.unwrap().status.unwrap_or_default();
+        assert!(
+            condition(&s.conditions, "Ready").is_none_or(|c| c.0 != "True"),
+            "the policy says Ready while a node cannot have its change: {s:?}"
+        );
+        assert!(
+            !nets[1..].iter().any(|(ns, _)| ns
+                .ip(&["route", "show", "table", "150"])
+                .unwrap_or_default()
+                .contains("10.52.0.0/16")),
+            "a held node's kernel has the change"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let s = ncs.get(&nc_name).await.unwrap().status.unwrap_or_default();
+    println!(
+        "held 15 s at the cut-off node: appliedNodes {}, pendingNodes {}",
+        s.applied_nodes, s.pending_nodes
+    );
+    assert_eq!(s.pending_nodes, 2, "the two nodes after it wait: {s:?}");
+
+    proxy.cut.send(false).unwrap();
+    let healed = Instant::now();
+    eventually(
+        "the rollout completes once the node is back",
+        90,
+        || async {
+            let mut ok = true;
+            for (n, old) in names.iter().zip(&before) {
+                ok &= nnc(&client, n)
+                    .await
+                    .is_some_and(|o| applied(&o) && &o.spec.revision != old);
+            }
+            ok && ncs
+                .get(&nc_name)
+                .await
+                .unwrap()
+                .status
+                .is_some_and(|s| condition(&s.conditions, "Ready").is_some_and(|c| c.0 == "True"))
+        },
+    )
+    .await;
+    println!(
+        "| a node cut off while a rollout reaches it (maxUnavailable 1) | a NodeConfig rolling out to 3 nodes, the cut-off node first | rollout complete {:.1} s after the node was back | — | held at the node 15 s: never counted applied, the others kept their config, policy not Ready |",
+        healed.elapsed().as_secs_f64()
     );
 }
