@@ -205,13 +205,9 @@ impl Job for RoutingJob {
         rollout_facts(&mut facts, &self.pending, &self.stores.nncs);
         self.too_large_facts(&mut facts);
         self.metrics(&facts);
+        let applied = self.applied_nodes();
         self.status
-            .write_all(
-                &self.stores.ccs,
-                &self.stores.ncs,
-                &self.stores.nncs,
-                &facts,
-            )
+            .write_all(&self.stores.ccs, &self.stores.ncs, &applied, &facts)
             .await?;
         self.status
             .trench_events(&self.stores.traffic.trenches, &facts)
@@ -224,6 +220,32 @@ impl Job for RoutingJob {
 }
 
 impl RoutingJob {
+    /// The nodes whose desired NodeNetworkConfig is applied, what a policy's
+    /// `appliedNodes` and `Ready` count: the cached object's revision is the one its
+    /// agent applied, no change of the node waits for its rollout wave (its applied
+    /// config is the old one), and no write the cache has not seen yet was sent for it
+    /// (the cache would still show the old revision, applied).
+    fn applied_nodes(&self) -> BTreeSet<String> {
+        self.stores
+            .nncs
+            .state()
+            .iter()
+            .filter(|o| {
+                let name = o.name_any();
+                o.status
+                    .as_ref()
+                    .and_then(|s| s.applied_revision.as_deref())
+                    == Some(o.spec.revision.as_str())
+                    && !self.pending.contains(&name)
+                    && self
+                        .sent
+                        .get(&name)
+                        .is_none_or(|s| s.over != o.metadata.resource_version)
+            })
+            .map(|o| o.name_any())
+            .collect()
+    }
+
     /// NodeNetworkConfigs by state and every policy's rollout, for `/metrics` (what the
     /// alert rules in `deploy/prometheus` read).
     fn metrics(&self, facts: &BTreeMap<String, PolicyFacts>) {
@@ -463,20 +485,9 @@ impl StatusWriter {
         &self,
         ccs: &Store<ClusterConfig>,
         ncs: &Store<NodeConfig>,
-        nncs: &Store<NodeNetworkConfig>,
+        applied: &BTreeSet<String>,
         facts: &BTreeMap<String, PolicyFacts>,
     ) -> Result<(), kube::Error> {
-        let applied: BTreeSet<String> = nncs
-            .state()
-            .iter()
-            .filter(|o| {
-                o.status
-                    .as_ref()
-                    .and_then(|s| s.applied_revision.as_deref())
-                    == Some(o.spec.revision.as_str())
-            })
-            .map(|o| o.name_any())
-            .collect();
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::now(),
         );
