@@ -626,6 +626,7 @@ fn multi(
     );
     let peerings: usize = a.load.iter().sum();
     let bound = balance_bound(peerings, ring.names.len());
+    rebalance_chains(&ring, clients, &mut a, bound);
     if let Some((r, l)) = a.load.iter().enumerate().max_by_key(|(_, l)| **l)
         && *l > bound
     {
@@ -728,6 +729,87 @@ fn rebalance(
             return;
         };
         a.put(ring, ci, t);
+    }
+}
+
+/// After [`rebalance`], while a reflector is over `bound`: moves one of its clients to
+/// a set that has room everywhere but at one reflector, after moving another client
+/// away from that one (a chain of two moves). `rebalance` moves one client at a time
+/// and stops when no set has room: zones of 9, 10, 9 and 11 nodes with 5 reflectors
+/// each (`peersPerNode: 2`) were left with two reflectors at 3 over a bound of 2 where
+/// one client per ring set fits every zone (found by `multi_balances_clusters_of_similar_zones`).
+/// Moves are churn, so this runs only while the bound is broken; one candidate client per
+/// zone is tried at each level (a zone's clients share their targets).
+fn rebalance_chains(ring: &Ring, clients: &[(&str, usize)], a: &mut Assign, bound: usize) {
+    // One client per zone among a set's members (the last in name order, as rebalance).
+    let per_zone = |a: &Assign, s: usize, not: Option<usize>| -> Vec<usize> {
+        let mut seen: Vec<usize> = Vec::new();
+        let mut out = Vec::new();
+        for ci in a.members[s].iter().rev().copied() {
+            let z = clients[ci].1;
+            if Some(ci) != not && !seen.contains(&z) {
+                seen.push(z);
+                out.push(ci);
+            }
+        }
+        out
+    };
+    let mut guard = 2 * clients.len() + 16;
+    'next: while guard > 0 {
+        guard -= 1;
+        let Some(r) = (0..a.load.len())
+            .filter(|r| a.load[*r] > bound)
+            .max_by_key(|r| (a.load[*r], std::cmp::Reverse(*r)))
+        else {
+            return;
+        };
+        for &s in &a.sets_of[r].clone() {
+            for ci in per_zone(a, s, None) {
+                for &t in &ring.valid[clients[ci].1] {
+                    if ring.sets[t].contains(&r) {
+                        continue;
+                    }
+                    let full: Vec<usize> = ring.sets[t]
+                        .iter()
+                        .copied()
+                        .filter(|x| a.load[*x] + 1 > bound)
+                        .collect();
+                    if full.is_empty() {
+                        a.put(ring, ci, t);
+                        continue 'next;
+                    }
+                    let [b] = full[..] else {
+                        continue;
+                    };
+                    // Room at b: another client of a set holding b goes where it fits.
+                    for &s2 in &a.sets_of[b] {
+                        for cj in per_zone(a, s2, Some(ci)) {
+                            for &t2 in &ring.valid[clients[cj].1] {
+                                if t2 == s2 || ring.sets[t2].contains(&b) {
+                                    continue;
+                                }
+                                let mut delta: BTreeMap<usize, isize> = BTreeMap::new();
+                                for (set, d) in [(s, -1), (t, 1), (s2, -1), (t2, 1)] {
+                                    for x in &ring.sets[set] {
+                                        *delta.entry(*x).or_default() += d;
+                                    }
+                                }
+                                let ok = delta.get(&r).is_some_and(|d| *d < 0)
+                                    && delta.iter().all(|(x, d)| {
+                                        *d <= 0 || a.load[*x].saturating_add_signed(*d) <= bound
+                                    });
+                                if ok {
+                                    a.put(ring, cj, t2);
+                                    a.put(ring, ci, t);
+                                    continue 'next;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        return;
     }
 }
 

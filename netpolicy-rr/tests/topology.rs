@@ -135,13 +135,10 @@ proptest! {
     /// Zones of similar size (within a quarter) with every node eligible: the bound
     /// always holds.
     ///
-    /// Open (found 2026-11-28 by a CI-equivalent run, about 1 run in 20 draws it):
-    /// `base = 9, spread = [0, 45, 0, 89], p = 2, min = 5` (zones of 9, 10, 9 and 11
-    /// nodes, 5 reflectors each) ends with two reflectors at 3 clients over a bound of
-    /// 2, and says so in a warning. The ring allows the bound (one client in each of
-    /// 19 of its 20 windows fits every zone's clients), but `rebalance` moves one client
-    /// at a time to a less loaded set and stops there: it needs chains of moves. Not in
-    /// `topology.proptest-regressions` (it would fail every run until fixed).
+    /// Found 2026-11-28 by a CI-equivalent run (kept in `topology.proptest-regressions`):
+    /// `base = 9, spread = [0, 45, 0, 89], p = 2, min = 5` left two reflectors at 3
+    /// clients over a bound of 2; `rebalance` moved one client at a time and stopped, and
+    /// `rebalance_chains` now makes the two-move chains that case needs.
     #[test]
     fn multi_balances_clusters_of_similar_zones(
         base in 8..200usize,
