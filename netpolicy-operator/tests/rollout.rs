@@ -69,6 +69,36 @@ async fn nnc(client: &Client, node: &str) -> Option<NodeNetworkConfig> {
         .unwrap()
 }
 
+/// Nodes `names`, labelled `pool: <pool>`.
+async fn create_pool_nodes(client: &Client, names: &[String], pool: &str) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    for n in names {
+        let node: Node =
+            serde_json::from_value(json!({"metadata": {"name": n, "labels": {"pool": pool}}}))
+                .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+}
+
+/// Every node of `names` has a NodeNetworkConfig whose revision its agent applied.
+async fn all_applied(client: &Client, names: &[String]) -> bool {
+    for n in names {
+        if !nnc(client, n).await.is_some_and(|o| applied(&o)) {
+            return false;
+        }
+    }
+    true
+}
+
+/// The NodeNetworkConfig revision of each node of `names`.
+async fn revisions(client: &Client, names: &[String]) -> Vec<String> {
+    let mut v = Vec::new();
+    for n in names {
+        v.push(nnc(client, n).await.unwrap().spec.revision);
+    }
+    v
+}
+
 fn applied(o: &NodeNetworkConfig) -> bool {
     o.status
         .as_ref()
@@ -102,15 +132,9 @@ async fn a_change_rolls_out_in_waves_and_a_bad_one_stops_at_the_first_node() {
         nets.push(w);
     }
     let lease_ns = cp.namespace("ro-lease").await;
-    let nodes: Api<Node> = Api::all(client.clone());
     let pool = cp.unique("pool");
     let names: Vec<String> = (0..4).map(|i| cp.unique(&format!("ro{i}"))).collect();
-    for n in &names {
-        let node: Node =
-            serde_json::from_value(json!({"metadata": {"name": n, "labels": {"pool": pool}}}))
-                .unwrap();
-        nodes.create(&PostParams::default(), &node).await.unwrap();
-    }
+    create_pool_nodes(&client, &names, &pool).await;
     let _agents: Vec<Killed> = names
         .iter()
         .zip(&nets)
@@ -132,13 +156,7 @@ async fn a_change_rolls_out_in_waves_and_a_bad_one_stops_at_the_first_node() {
     eventually(
         "every node has its first NodeNetworkConfig applied",
         30,
-        || async {
-            let mut ok = true;
-            for n in &names {
-                ok &= nnc(&client, n).await.is_some_and(|o| applied(&o));
-            }
-            ok
-        },
+        || all_applied(&client, &names),
     )
     .await;
 
@@ -158,10 +176,7 @@ async fn a_change_rolls_out_in_waves_and_a_bad_one_stops_at_the_first_node() {
             "rules": rules,
         })
     };
-    let mut initial = Vec::new();
-    for n in &names {
-        initial.push(nnc(&client, n).await.unwrap().spec.revision);
-    }
+    let initial = revisions(&client, &names).await;
     let nc: NodeConfig = serde_json::from_value(
         json!({"metadata": {"name": nc_name}, "spec": spec(json!([]), false)}),
     )
@@ -199,13 +214,6 @@ async fn a_change_rolls_out_in_waves_and_a_bad_one_stops_at_the_first_node() {
             }
         }
     };
-    let revisions = || async {
-        let mut v = Vec::new();
-        for n in &names {
-            v.push(nnc(&client, n).await.unwrap().spec.revision);
-        }
-        v
-    };
     let max = watch_rollout("the good change", initial).await;
     assert!(
         max <= 1,
@@ -222,7 +230,7 @@ async fn a_change_rolls_out_in_waves_and_a_bad_one_stops_at_the_first_node() {
         assert_eq!(o.spec.probes.len(), 1);
         assert_eq!(o.spec.rollback_seconds, Some(4));
     }
-    let good = revisions().await;
+    let good = revisions(&client, &names).await;
 
     // A bad change: it blackholes the probe target.
     ncs.patch(&nc_name, &PatchParams::default(), &Patch::Merge(json!({"spec": spec(json!([{"priority": 100, "to": "198.51.100.1/32", "action": "blackhole"}]), false)})))
@@ -513,13 +521,7 @@ async fn a_rollout_holds_at_a_node_cut_off_and_completes_when_it_is_back() {
     let pool = cp.unique("hold-pool");
     // Name order is rollout order: the cut-off node (index 0) goes first.
     let names: Vec<String> = (0..3).map(|i| cp.unique(&format!("roh{i}"))).collect();
-    let nodes: Api<Node> = Api::all(client.clone());
-    for n in &names {
-        let node: Node =
-            serde_json::from_value(json!({"metadata": {"name": n, "labels": {"pool": pool}}}))
-                .unwrap();
-        nodes.create(&PostParams::default(), &node).await.unwrap();
-    }
+    create_pool_nodes(&client, &names, &pool).await;
     let _agents: Vec<Killed> = names
         .iter()
         .zip(&nets)
@@ -543,19 +545,10 @@ async fn a_rollout_holds_at_a_node_cut_off_and_completes_when_it_is_back() {
     eventually(
         "every node has its first NodeNetworkConfig applied",
         30,
-        || async {
-            let mut ok = true;
-            for n in &names {
-                ok &= nnc(&client, n).await.is_some_and(|o| applied(&o));
-            }
-            ok
-        },
+        || all_applied(&client, &names),
     )
     .await;
-    let mut before = Vec::new();
-    for n in &names {
-        before.push(nnc(&client, n).await.unwrap().spec.revision);
-    }
+    let before = revisions(&client, &names).await;
 
     proxy.cut.send(true).unwrap();
     let ncs: Api<NodeConfig> = Api::all(client.clone());
