@@ -80,6 +80,46 @@ async fn create_pool_nodes(client: &Client, names: &[String], pool: &str) {
     }
 }
 
+/// An agent per node (node `i` on `nets[i]`, reaching the API server through
+/// `kubeconfig(i)`) and the operator (`operator-<what>.log`), once every node applied its
+/// first NodeNetworkConfig. They run as long as what is returned lives.
+async fn start_pool<'a>(
+    client: &Client,
+    names: &[String],
+    nets: &[(TestNamespace, TestNamespace)],
+    kubeconfig: impl Fn(usize) -> &'a std::path::PathBuf,
+    lease_ns: &str,
+    what: &str,
+) -> (Vec<Killed>, Killed) {
+    let cp = netpolicy_testenv::shared();
+    let agents = names
+        .iter()
+        .zip(nets)
+        .enumerate()
+        .map(|(i, (n, (ns, _)))| {
+            common::agent(
+                kubeconfig(i),
+                n,
+                ns.name(),
+                &cp.dir.join(format!("agent-{n}.log")),
+            )
+        })
+        .collect();
+    let op = common::operator(
+        cp,
+        lease_ns,
+        &cp.dir.join(format!("operator-{what}.log")),
+        "info,netpolicy_operator::routing=debug",
+    );
+    eventually(
+        "every node has its first NodeNetworkConfig applied",
+        30,
+        || all_applied(client, names),
+    )
+    .await;
+    (agents, op)
+}
+
 /// Every node of `names` has a NodeNetworkConfig whose revision its agent applied.
 async fn all_applied(client: &Client, names: &[String]) -> bool {
     for n in names {
@@ -135,28 +175,13 @@ async fn a_change_rolls_out_in_waves_and_a_bad_one_stops_at_the_first_node() {
     let pool = cp.unique("pool");
     let names: Vec<String> = (0..4).map(|i| cp.unique(&format!("ro{i}"))).collect();
     create_pool_nodes(&client, &names, &pool).await;
-    let _agents: Vec<Killed> = names
-        .iter()
-        .zip(&nets)
-        .map(|(n, (ns, _))| {
-            common::agent(
-                &cp.kubeconfig,
-                n,
-                ns.name(),
-                &cp.dir.join(format!("agent-{n}.log")),
-            )
-        })
-        .collect();
-    let _op = common::operator(
-        cp,
+    let _running = start_pool(
+        &client,
+        &names,
+        &nets,
+        |_| &cp.kubeconfig,
         &lease_ns,
-        &cp.dir.join("operator-rollout.log"),
-        "info,netpolicy_operator::routing=debug",
-    );
-    eventually(
-        "every node has its first NodeNetworkConfig applied",
-        30,
-        || all_applied(&client, &names),
+        "rollout",
     )
     .await;
 
@@ -522,30 +547,13 @@ async fn a_rollout_holds_at_a_node_cut_off_and_completes_when_it_is_back() {
     // Name order is rollout order: the cut-off node (index 0) goes first.
     let names: Vec<String> = (0..3).map(|i| cp.unique(&format!("roh{i}"))).collect();
     create_pool_nodes(&client, &names, &pool).await;
-    let _agents: Vec<Killed> = names
-        .iter()
-        .zip(&nets)
-        .enumerate()
-        .map(|(i, (n, (ns, _)))| {
-            let kubeconfig = if i == 0 { &proxied } else { &cp.kubeconfig };
-            common::agent(
-                kubeconfig,
-                n,
-                ns.name(),
-                &cp.dir.join(format!("agent-{n}.log")),
-            )
-        })
-        .collect();
-    let _op = common::operator(
-        cp,
+    let _running = start_pool(
+        &client,
+        &names,
+        &nets,
+        |i| if i == 0 { &proxied } else { &cp.kubeconfig },
         &lease_ns,
-        &cp.dir.join("operator-rollout-hold.log"),
-        "info,netpolicy_operator::routing=debug",
-    );
-    eventually(
-        "every node has its first NodeNetworkConfig applied",
-        30,
-        || all_applied(&client, &names),
+        "rollout-hold",
     )
     .await;
     let before = revisions(&client, &names).await;
