@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod common;
+
 use std::{
     collections::{BTreeMap, BTreeSet},
     io::{Read, Write},
@@ -19,7 +21,7 @@ use kube::{
     Api, Client,
     api::{DeleteParams, ListParams, PostParams},
 };
-use netpolicy_operator::api::{FloatingIP, FloatingIPClaim, FloatingIPRange, crds};
+use netpolicy_operator::api::{FloatingIP, FloatingIPRange, crds};
 use netpolicy_testenv::{ControlPlane, eventually};
 use serde_json::json;
 
@@ -154,17 +156,6 @@ async fn range_condition(client: &Client, name: &str, type_: &str) -> Option<Str
         .map(|c| c.status)
 }
 
-async fn claims_of(client: &Client, range: &str) -> Vec<FloatingIPClaim> {
-    Api::<FloatingIPClaim>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|c| c.spec.range == range)
-        .collect()
-}
-
 async fn kube_vip_data(client: &Client, ns: &str) -> BTreeMap<String, String> {
     Api::<ConfigMap>::namespaced(client.clone(), ns)
         .get_opt("kubevip")
@@ -297,7 +288,7 @@ async fn static_dynamic_taken_exhausted_released_published_and_quiet() {
             == Some("10.77.0.3/32")
     })
     .await;
-    let claims = claims_of(&client, &name).await;
+    let claims = common::claims_of(&client, &name).await;
     let addrs: BTreeSet<&str> = claims.iter().map(|c| c.spec.address.as_str()).collect();
     assert_eq!(addrs.len(), 6);
     assert_eq!(claims.len(), 6);
@@ -363,12 +354,12 @@ async fn two_operators_and_a_kill_never_hand_out_an_address_twice() {
         if i == 100 {
             // Kill once the leader has claimed some addresses, not all.
             eventually("the leader claims some", 30, || async {
-                !claims_of(&client, &name).await.is_empty()
+                !common::claims_of(&client, &name).await.is_empty()
             })
             .await;
             leader.child.kill().unwrap();
             let _ = leader.child.wait();
-            killed_at = claims_of(&client, &name).await.len();
+            killed_at = common::claims_of(&client, &name).await.len();
         }
     }
     println!("claims when the leader was killed: {killed_at} of 200");
@@ -418,7 +409,7 @@ async fn two_operators_and_a_kill_never_hand_out_an_address_twice() {
     );
     // Nothing leaked: one claim per FloatingIP, naming it.
     eventually("one claim per address, no leftovers", 30, || async {
-        let claims = claims_of(&client, &name).await;
+        let claims = common::claims_of(&client, &name).await;
         claims.len() == 200
             && claims.iter().all(|c| {
                 held.get(&c.spec.address)
@@ -496,7 +487,7 @@ async fn namespaces_get_their_floating_ip_by_selector_and_prefix_and_free_it_whe
         .await
         .unwrap();
     eventually("the address is released", 30, || async {
-        claims_of(&client, &name).await.is_empty()
+        common::claims_of(&client, &name).await.is_empty()
     })
     .await;
 }
@@ -665,10 +656,10 @@ async fn a_move_keeps_the_old_address_until_the_new_one_is_held_and_a_range_wait
     move_to("10.81.0.5").await;
     eventually("moved", 30, || async {
         address(&client, &ns, "x").await.as_deref() == Some("10.81.0.5")
-            && claims_of(&client, &name).await.len() == 2
+            && common::claims_of(&client, &name).await.len() == 2
     })
     .await;
-    let held: BTreeSet<String> = claims_of(&client, &name)
+    let held: BTreeSet<String> = common::claims_of(&client, &name)
         .await
         .into_iter()
         .map(|c| c.spec.address)

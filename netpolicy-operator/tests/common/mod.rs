@@ -597,3 +597,18 @@ pub(crate) fn pod_ready(p: &k8s_openapi::api::core::v1::Pod) -> bool {
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
+
+/// The FloatingIPClaims of range `range`.
+pub(crate) async fn claims_of(
+    client: &kube::Client,
+    range: &str,
+) -> Vec<netpolicy_operator::api::FloatingIPClaim> {
+    kube::Api::<netpolicy_operator::api::FloatingIPClaim>::all(client.clone())
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|c| c.spec.range == range)
+        .collect()
+}

@@ -15,7 +15,7 @@ use kube::{
     api::{ListParams, Patch, PatchParams, PostParams},
 };
 use netpolicy_operator::api::{
-    ClusterConfig, FloatingIP, FloatingIPClaim, FloatingIPRange, NodeNetworkConfig, crds,
+    ClusterConfig, FloatingIP, FloatingIPRange, NodeNetworkConfig, crds,
 };
 use netpolicy_testenv::{ControlPlane, Write};
 use serde_json::json;
@@ -230,14 +230,7 @@ pub(crate) async fn floating_ips_hold(
             panic!("{a} handed out twice: {other} and {owner}");
         }
     }
-    let claims: Vec<FloatingIPClaim> = Api::<FloatingIPClaim>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|c| c.spec.range == range)
-        .collect();
+    let claims = common::claims_of(client, range).await;
     assert_eq!(claims.len(), count, "one claim per FloatingIP, no leftover");
     for c in &claims {
         let owner = format!("{}/{}", c.spec.owner.namespace, c.spec.owner.name);
