@@ -67,7 +67,7 @@ use tracing::{debug, info, warn};
 use super::{Pass, World, pass};
 use crate::{
     api::{FloatingIP, FloatingIPClaim, FloatingIPRange, conditions::events},
-    k8s::{FIELD_MANAGER, apply_status},
+    k8s::FIELD_MANAGER,
     runtime::{
         Backoff, Changes, ErrorClass, Informers, Job, JobError, Next, ObjectKey, Setup, Wake,
     },
@@ -174,6 +174,7 @@ pub(crate) fn setup(
         published: BTreeMap::new(),
         publish_backoff: HashMap::new(),
         created: HashMap::new(),
+        sent: crate::k8s::Sent::default(),
         recoveries: shared.api_recoveries(),
         wake: wake.clone(),
         trace_ipam,
@@ -267,6 +268,10 @@ pub(crate) struct Writer {
     /// released the extra claims: found by the OOM fault test under load). Forgotten
     /// once the cache shows them, or after [`CREATED_MEMO`].
     created: HashMap<String, (Arc<FloatingIPClaim>, Instant)>,
+    /// FloatingIP and range statuses written and not seen back yet: not sent again while
+    /// the cache stays behind (after an API server restart, CI saw one namespace's 20
+    /// statuses rewritten every resync).
+    sent: crate::k8s::Sent,
     /// Counts the API server's recoveries ([`Shared::api_recoveries`]).
     recoveries: tokio::sync::watch::Receiver<u64>,
     /// To run another pass when a guest's state changes (its FloatingIPs' status).
@@ -582,21 +587,20 @@ impl Writer {
             .filter_map(|(ns, name, status)| {
                 let cur = get(&s.fips, Some(ns), name)?;
                 let current = cur.status.clone().unwrap_or_default();
-                (current != *status)
-                    .then(|| (ns.clone(), name.clone(), status.clone(), cur, current))
+                // Written before over the version the cache still holds: not again.
+                (current != *status && !self.sent.status_unseen(cur.as_ref(), status))
+                    .then(|| (ns.clone(), status.clone(), cur, current))
             })
             .collect();
         let written: Vec<bool> = futures::stream::iter(due)
-            .map(|(ns, name, status, cur, current)| async move {
+            .map(|(ns, status, cur, current)| async move {
                 self.recorder
                     .tell_all(cur.as_ref(), super::fip_events(&current, &status))
                     .await;
                 let api = Api::<FloatingIP>::namespaced(self.client.clone(), &ns);
-                Ok::<_, kube::Error>(
-                    apply_status(&api, FIELD_MANAGER, &name, &status)
-                        .await?
-                        .is_some(),
-                )
+                self.sent
+                    .apply_status(&api, FIELD_MANAGER, cur.as_ref(), &status)
+                    .await
             })
             .buffer_unordered(self.concurrency)
             .try_collect()
@@ -628,7 +632,7 @@ impl Writer {
                     .as_deref()
                     .and_then(|c| c.parse::<f64>().ok()),
             );
-            if current == *status {
+            if current == *status || self.sent.status_unseen(cur.as_ref(), status) {
                 continue;
             }
             let became_full = |st: &crate::api::FloatingIPRangeStatus| {
@@ -662,9 +666,9 @@ impl Writer {
                     .await;
             }
             writes += usize::from(
-                apply_status(range_api, FIELD_MANAGER, name, status)
-                    .await?
-                    .is_some(),
+                self.sent
+                    .apply_status(range_api, FIELD_MANAGER, cur.as_ref(), status)
+                    .await?,
             );
         }
         Ok(writes)

@@ -10,9 +10,11 @@ pub const DEFAULT_MAX_OBJECT_BYTES: usize = 1_400_000;
 pub(crate) mod events;
 mod host_address;
 pub(crate) mod job_items;
+pub(crate) mod sent;
 pub(crate) mod traffic;
 pub(crate) use host_address::host_address;
 pub(crate) use job_items::{JobItems, job_items};
+pub(crate) use sent::Sent;
 
 use k8s_openapi::{
     api::core::v1::Node,

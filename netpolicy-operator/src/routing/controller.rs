@@ -45,7 +45,7 @@ use crate::{
         ClusterConfig, FloatingIP, FloatingIPRange, NodeConfig, NodeNetworkConfig, PolicyStatus,
         RoutedIP, RoutedIPIssuer,
     },
-    k8s::{labels_fingerprint, spec_fingerprint},
+    k8s::{labels_fingerprint, sent::digest, spec_fingerprint},
     runtime::{Changes, Informers, InputKinds, Inputs, Job, JobError, Next, Setup},
 };
 
@@ -87,27 +87,9 @@ pub(crate) struct RoutingJob {
     /// The last write made per NodeNetworkConfig and the cached version it was made
     /// over: the same write is not sent again until the cache has moved (a cache
     /// behind a broken watch would otherwise have every pass resend it).
-    sent: std::collections::HashMap<String, Sent>,
+    sent: crate::k8s::Sent,
     /// Metrics: NodeNetworkConfigs by state, every policy's rollout.
     shared: Arc<crate::telemetry::Shared>,
-}
-
-/// A write sent: a digest of what was written (or deleted), and the resource version
-/// the cache held then.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Sent {
-    what: u64,
-    over: Option<String>,
-}
-
-impl Sent {
-    fn of(what: &str, cached: Option<&NodeNetworkConfig>) -> Self {
-        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-        Self {
-            what: BuildHasherDefault::<DefaultHasher>::default().hash_one(what),
-            over: cached.and_then(|o| o.metadata.resource_version.clone()),
-        }
-    }
 }
 
 /// The routing job and what wakes it.
@@ -166,6 +148,7 @@ pub(crate) fn setup(
             ncs: Api::all(client.clone()),
             trench_conflicts: BTreeMap::new(),
             recorder: crate::k8s::recorder(client),
+            sent: crate::k8s::Sent::default(),
         },
         routing: Routing::new(),
         job_items: BTreeMap::new(),
@@ -175,7 +158,7 @@ pub(crate) fn setup(
         max_object_bytes,
         node_cleanup,
         write_concurrency: write_concurrency.max(1),
-        sent: std::collections::HashMap::new(),
+        sent: crate::k8s::Sent::default(),
         shared: Arc::clone(shared),
     };
     inputs.setup(job)
@@ -237,10 +220,9 @@ impl RoutingJob {
                     .and_then(|s| s.applied_revision.as_deref())
                     == Some(o.spec.revision.as_str())
                     && !self.pending.contains(&name)
-                    && self
+                    && !self
                         .sent
-                        .get(&name)
-                        .is_none_or(|s| s.over != o.metadata.resource_version)
+                        .waits(&name, o.metadata.resource_version.as_deref())
             })
             .map(|o| o.name_any())
             .collect()
@@ -442,6 +424,8 @@ struct StatusWriter {
     /// remembered here: a restarted operator reports a standing conflict once more.
     trench_conflicts: BTreeMap<String, Vec<crate::api::PolicyConflict>>,
     recorder: crate::k8s::events::Recorder,
+    /// Status writes not seen back yet: not sent again while the cache stays behind.
+    sent: crate::k8s::Sent,
 }
 
 impl StatusWriter {
@@ -530,8 +514,13 @@ impl StatusWriter {
         self.recorder
             .tell_all(obj, super::status::policy_events(current, &next))
             .await;
-        crate::k8s::apply_status(api, FIELD_MANAGER, &name, &next).await?;
-        debug!(name, "policy status written");
+        if self
+            .sent
+            .apply_status(api, FIELD_MANAGER, obj, &next)
+            .await?
+        {
+            debug!(name, "policy status written");
+        }
         Ok(())
     }
 }
@@ -710,16 +699,17 @@ impl RoutingJob {
         // A write already sent over the version the cache still holds is not sent
         // again: the cache has not seen it yet (its watch is behind or broken).
         let mut unseen = 0;
-        let apply: Vec<(String, Box<serde_json::value::RawValue>, Sent)> = writes
+        let apply: Vec<(String, Box<serde_json::value::RawValue>, Option<String>)> = writes
             .apply
             .into_iter()
             .filter_map(|(node, obj)| {
-                let s = Sent::of(obj.get(), get(&stores.nncs, &node).as_deref());
-                if sent.get(&node) == Some(&s) {
+                let over =
+                    get(&stores.nncs, &node).and_then(|o| o.metadata.resource_version.clone());
+                if sent.unseen(&node, digest(obj.get()), over.as_deref()) {
                     unseen += 1;
                     return None;
                 }
-                Some((node, obj, s))
+                Some((node, obj, over))
             })
             .collect();
         if unseen > 0 {
@@ -730,26 +720,28 @@ impl RoutingJob {
         }
         // Independent objects: written `--write-concurrency` at a time, not one round trip
         // after another; one that fails holds up no other.
-        let results: Vec<(String, usize, Sent, Result<(), kube::Error>)> =
-            futures::stream::iter(apply)
-                .map(|(node, obj, s)| {
-                    let pp = &pp;
-                    async move {
-                        let bytes = obj.get().len();
-                        let r = api.patch(&node, pp, &Patch::Apply(&*obj)).await.map(|_| ());
-                        (node, bytes, s, r)
-                    }
-                })
-                .buffer_unordered(*write_concurrency)
-                .collect()
-                .await;
+        // (node, bytes, the write's digest, the cached version it went over, the answer)
+        type Written = (String, usize, u64, Option<String>, Result<(), kube::Error>);
+        let results: Vec<Written> = futures::stream::iter(apply)
+            .map(|(node, obj, over)| {
+                let pp = &pp;
+                async move {
+                    let bytes = obj.get().len();
+                    let what = digest(obj.get());
+                    let r = api.patch(&node, pp, &Patch::Apply(&*obj)).await.map(|_| ());
+                    (node, bytes, what, over, r)
+                }
+            })
+            .buffer_unordered(*write_concurrency)
+            .collect()
+            .await;
         let mut changed = 0;
         let mut first_error: Option<kube::Error> = None;
-        for (node, bytes, s, r) in results {
+        for (node, bytes, what, over, r) in results {
             if r.is_ok() {
-                sent.insert(node.clone(), s);
+                sent.record(&node, what, over.as_deref());
             } else {
-                sent.remove(&node);
+                sent.forget(&node);
             }
             match r {
                 Ok(()) => {
@@ -773,27 +765,28 @@ impl RoutingJob {
         }
         for name in writes.delete {
             too_large.remove(&name);
-            let s = Sent::of("delete", get(&stores.nncs, &name).as_deref());
-            if sent.get(&name) == Some(&s) {
+            let over = get(&stores.nncs, &name).and_then(|o| o.metadata.resource_version.clone());
+            let what = digest("delete");
+            if sent.unseen(&name, what, over.as_deref()) {
                 continue;
             }
             match api.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {
                     changed += 1;
-                    sent.insert(name, s);
+                    sent.record(&name, what, over.as_deref());
                 }
                 Err(kube::Error::Api(e)) if e.code == 404 => {
-                    sent.insert(name, s);
+                    sent.record(&name, what, over.as_deref());
                 }
                 Err(e) => {
-                    sent.remove(&name);
+                    sent.forget(&name);
                     first_error.get_or_insert(e);
                 }
             }
         }
         // Nodes that are gone from the cache and from the writes: nothing to remember.
         if sent.len() > 2 * stores.nncs.state().len() + 64 {
-            sent.retain(|n, _| get(&stores.nncs, n).is_some());
+            sent.retain(|n| get(&stores.nncs, n).is_some());
         }
         match first_error {
             Some(e) => Err(e.into()),
@@ -806,34 +799,5 @@ impl RoutingJob {
 fn log_problems(errors: &[crate::k8s::InputError]) {
     for e in errors {
         warn!(kind = %e.kind, name = %e.name, field = %e.field, "{}", e.message);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cached(rv: &str) -> NodeNetworkConfig {
-        let mut o = NodeNetworkConfig::new("n1", Default::default());
-        o.metadata.resource_version = Some(rv.into());
-        o
-    }
-
-    #[test]
-    fn a_write_is_the_same_only_while_the_cache_has_not_moved_and_the_body_is_equal() {
-        let body = r#"{"spec":{"revision":"r2"}}"#;
-        let sent = Sent::of(body, Some(&cached("41")));
-        // The cache still at 41 (its watch behind or broken): not sent again.
-        assert_eq!(Sent::of(body, Some(&cached("41"))), sent);
-        // The cache moved (it saw a write, ours or another's): compared afresh.
-        assert_ne!(Sent::of(body, Some(&cached("42"))), sent);
-        // Another body over the same version: sent.
-        assert_ne!(
-            Sent::of(r#"{"spec":{"revision":"r3"}}"#, Some(&cached("41"))),
-            sent
-        );
-        // Created over nothing cached, and still nothing cached: not sent twice.
-        assert_eq!(Sent::of(body, None), Sent::of(body, None));
-        assert_ne!(Sent::of(body, None), sent);
     }
 }

@@ -33,10 +33,7 @@ use crate::{
         Attractor, Conduit, Flow, Gateway, Stream, TrafficStatus, Trench, TrenchStatus, Vip,
         conditions::{READY, events, traffic as reason},
     },
-    k8s::{
-        FIELD_MANAGER, InputError, apply_status, condition, labels_fingerprint,
-        traffic::TrafficStores,
-    },
+    k8s::{FIELD_MANAGER, InputError, condition, labels_fingerprint, traffic::TrafficStores},
     runtime::{Changes, Informers, Inputs, Job, JobError, Next, Setup, informer::lock},
 };
 
@@ -65,6 +62,7 @@ pub(crate) fn setup(
         nodes,
         settings,
         applied: std::sync::Mutex::new(BTreeMap::new()),
+        sent: crate::k8s::Sent::default(),
     };
     inputs.setup(job)
 }
@@ -83,6 +81,8 @@ pub(crate) struct TrenchJob {
     /// What was last applied of each Meridio object (`Kind/namespace/name` → the hash
     /// of the object applied): a pass applies only what changed.
     applied: std::sync::Mutex<BTreeMap<String, String>>,
+    /// Status writes not seen back yet: not sent again while the cache stays behind.
+    sent: crate::k8s::Sent,
 }
 
 use crate::k8s::applied::{HASH_ANNOTATION as APPLIED_HASH, hash as hash_of};
@@ -448,7 +448,7 @@ impl TrenchJob {
             t.metadata.generation,
             now,
         )];
-        if next == current {
+        if next == current || self.sent.status_unseen(t, &next) {
             return Ok(0);
         }
         let was_ok = crate::api::conditions::find(&current.conditions, READY)
@@ -498,9 +498,12 @@ impl TrenchJob {
             }
         }
         let api: Api<Trench> = Api::namespaced(self.client.clone(), &d.namespace);
-        apply_status(&api, FIELD_MANAGER, &d.name, &next).await?;
+        let written = self
+            .sent
+            .apply_status(&api, FIELD_MANAGER, t, &next)
+            .await?;
         debug!(trench = key, "trench status written");
-        Ok(1)
+        Ok(usize::from(written))
     }
 
     /// The children's `Ready` conditions.
@@ -690,7 +693,7 @@ impl TrenchJob {
                 now,
             )],
         };
-        if next == current {
+        if next == current || self.sent.status_unseen(o, &next) {
             return Ok(0);
         }
         let was = crate::api::conditions::find(&current.conditions, READY).map(|c| {
@@ -707,14 +710,11 @@ impl TrenchJob {
             self.client.clone(),
             o.meta().namespace.as_deref().unwrap_or_default(),
         );
-        apply_status(
-            &api,
-            FIELD_MANAGER,
-            o.meta().name.as_deref().unwrap_or_default(),
-            &next,
-        )
-        .await?;
-        Ok(1)
+        Ok(usize::from(
+            self.sent
+                .apply_status(&api, FIELD_MANAGER, o, &next)
+                .await?,
+        ))
     }
 
     async fn event<K: Resource<DynamicType = ()>>(
