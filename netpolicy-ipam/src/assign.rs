@@ -108,6 +108,43 @@ pub fn assign(
     recorded: &[Recorded<'_>],
     requests: &[Request<'_>],
 ) -> Assignment {
+    assign_keeping(pools, recorded, requests).0
+}
+
+/// [`assign`], and the owners whose records could not be restored (what a [`Ledger`]
+/// keeps refusing).
+fn assign_keeping(
+    pools: &mut Pools,
+    recorded: &[Recorded<'_>],
+    requests: &[Request<'_>],
+) -> (Assignment, HashMap<String, IpAddr>) {
+    let (unrestored, restore_problems) = restore_all(pools, recorded);
+    let mut order: Vec<usize> = (0..requests.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (a, b) = (&requests[a], &requests[b]);
+        a.address
+            .is_none()
+            .cmp(&b.address.is_none())
+            .then_with(|| a.owner.split('/').cmp(b.owner.split('/')))
+            .then_with(|| a.pool.cmp(b.pool))
+    });
+    let mut results: Vec<Option<Result<IpAddr, Refusal>>> = vec![None; requests.len()];
+    for i in order {
+        results[i] = Some(serve(pools, &unrestored, &requests[i]));
+    }
+    let assignment = Assignment {
+        results: results.into_iter().flatten().collect(),
+        restore_problems,
+    };
+    (assignment, unrestored)
+}
+
+/// Rules 1 and 2: every pool's records restored; the owners whose records contradict
+/// others (with the address they had), and each such pool's problems.
+fn restore_all(
+    pools: &mut Pools,
+    recorded: &[Recorded<'_>],
+) -> (HashMap<String, IpAddr>, Vec<(String, Error)>) {
     let mut by_pool: BTreeMap<&str, Vec<(IpAddr, &str)>> = BTreeMap::new();
     for r in recorded {
         by_pool
@@ -115,7 +152,7 @@ pub fn assign(
             .or_default()
             .push((r.address, r.owner));
     }
-    let mut unrestored: HashMap<&str, IpAddr> = HashMap::new();
+    let mut unrestored: HashMap<String, IpAddr> = HashMap::new();
     let mut restore_problems = Vec::new();
     for (pool, mut entries) in by_pool {
         if pools.get(pool).is_none() {
@@ -129,7 +166,7 @@ pub fn assign(
         let mut keep: Vec<(IpAddr, String)> = Vec::new();
         for (a, o) in entries {
             if bad_owners.contains(o) {
-                unrestored.insert(o, a);
+                unrestored.insert(o.to_owned(), a);
             } else if !contested.contains(&a.to_string()) {
                 keep.push((a, o.to_owned()));
             }
@@ -145,37 +182,177 @@ pub fn assign(
         let _ = pools.restore(pool, keep);
         restore_problems.push((pool.to_owned(), e));
     }
-    let mut order: Vec<usize> = (0..requests.len()).collect();
-    order.sort_by(|&a, &b| {
-        let (a, b) = (&requests[a], &requests[b]);
-        a.address
-            .is_none()
-            .cmp(&b.address.is_none())
-            .then_with(|| a.owner.split('/').cmp(b.owner.split('/')))
-            .then_with(|| a.pool.cmp(b.pool))
-    });
-    let mut results: Vec<Option<Result<IpAddr, Refusal>>> = vec![None; requests.len()];
-    for i in order {
-        let r = &requests[i];
-        let result = if let Some(&address) = unrestored.get(r.owner) {
-            Err(Refusal::Unrestored { address })
-        } else if pools.get(r.pool).is_none() {
-            Err(Refusal::NoPool {
-                pool: r.pool.to_owned(),
-            })
-        } else {
-            match &r.address {
-                Some(a) => pools
-                    .allocate_static(r.pool, r.owner, a)
-                    .map_err(Refusal::Static),
-                None => pools.allocate(r.pool, r.owner).map_err(Refusal::Dynamic),
-            }
-        };
-        results[i] = Some(result);
+    (unrestored, restore_problems)
+}
+
+/// Rules 3 and 4 for one request, on the pools as they are.
+fn serve(
+    pools: &mut Pools,
+    unrestored: &HashMap<String, IpAddr>,
+    r: &Request<'_>,
+) -> Result<IpAddr, Refusal> {
+    if let Some(&address) = unrestored.get(r.owner) {
+        Err(Refusal::Unrestored { address })
+    } else if pools.get(r.pool).is_none() {
+        Err(Refusal::NoPool {
+            pool: r.pool.to_owned(),
+        })
+    } else {
+        match &r.address {
+            Some(a) => pools
+                .allocate_static(r.pool, r.owner, a)
+                .map_err(Refusal::Static),
+            None => pools.allocate(r.pool, r.owner).map_err(Refusal::Dynamic),
+        }
     }
-    Assignment {
-        results: results.into_iter().flatten().collect(),
-        restore_problems,
+}
+
+/// An assignment kept between changes: [`assign`] once over everything, then each new
+/// request and each owner that goes applied to what it left. Its answers are a full
+/// [`assign`]'s when every address given so far is recorded (as a caller that persists
+/// its results does: the floating-IP job's claims), and its pools end the same — the
+/// property `tests/ledger.rs` checks against a full pass after every change. A new
+/// owner among 10,000 is then one allocation, not a pass over 10,000.
+///
+/// What it keeps besides the pools: the requests refused so far (served again, in
+/// [`assign`]'s order, when an address of their pool is released) and the owners whose
+/// records could not be restored. Releasing such an owner, or in a pool whose records
+/// contradicted each other, would change what a full pass restores: the ledger then
+/// says it is no longer [exact](Ledger::exact), and the caller assigns afresh.
+///
+/// # Examples
+/// ```
+/// use netpolicy_ipam::{assign::{Ledger, Recorded, Request}, pools::Pools, space::AddressSpace};
+///
+/// let mut pools = Pools::new();
+/// pools.add("lan", AddressSpace::parse("spec", &["10.0.0.0/30".into()], &[], &[])?, false)?;
+/// let recorded = [
+///     Recorded { pool: "lan", owner: "a/one", address: "10.0.0.1".parse().unwrap() },
+///     Recorded { pool: "lan", owner: "a/two", address: "10.0.0.2".parse().unwrap() },
+/// ];
+/// let (mut ledger, _) = Ledger::assign(pools, &recorded, &[]);
+/// // The pool is full: the new owner waits.
+/// let new = Request { pool: "lan", owner: "a/new", address: None };
+/// assert!(ledger.request(&new).is_err());
+/// // a/one goes: its address is released and the waiting request is served again.
+/// let again = ledger.release("lan", "a/one");
+/// assert_eq!(again.len(), 1);
+/// assert_eq!(again[0].0, "a/new");
+/// assert_eq!(again[0].1.as_ref().unwrap().to_string(), "10.0.0.1");
+/// assert!(ledger.exact());
+/// # Ok::<(), netpolicy_ipam::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    pools: Pools,
+    unrestored: HashMap<String, IpAddr>,
+    /// Pools whose records contradicted each other (contested addresses reserved).
+    contested: BTreeSet<String>,
+    /// Requests refused so far, by owner: (pool, address asked for).
+    refused: BTreeMap<String, (String, Option<IpAddr>)>,
+    exact: bool,
+}
+
+impl Ledger {
+    /// A full [`assign`] over `pools`, kept.
+    pub fn assign(
+        mut pools: Pools,
+        recorded: &[Recorded<'_>],
+        requests: &[Request<'_>],
+    ) -> (Self, Assignment) {
+        let (assignment, unrestored) = assign_keeping(&mut pools, recorded, requests);
+        let contested = assignment
+            .restore_problems
+            .iter()
+            .map(|(pool, _)| pool.clone())
+            .collect();
+        let refused = requests
+            .iter()
+            .zip(&assignment.results)
+            .filter(|(_, result)| result.is_err())
+            .map(|(r, _)| (r.owner.to_owned(), (r.pool.to_owned(), r.address)))
+            .collect();
+        let ledger = Self {
+            pools,
+            unrestored,
+            contested,
+            refused,
+            exact: true,
+        };
+        (ledger, assignment)
+    }
+
+    /// Serves one request (a new owner, or an owner whose earlier request was refused
+    /// asking anew): the answer a full [`assign`] gives it with every address given so
+    /// far recorded. An owner that holds an address in the pool gets it back.
+    ///
+    /// # Errors
+    /// Why it gets no address ([`Refusal`]), as [`assign`] says it; the request is kept
+    /// and served again when an address of its pool is released.
+    pub fn request(&mut self, r: &Request<'_>) -> Result<IpAddr, Refusal> {
+        self.refused.remove(r.owner);
+        let result = serve(&mut self.pools, &self.unrestored, r);
+        if result.is_err() {
+            self.refused
+                .insert(r.owner.to_owned(), (r.pool.to_owned(), r.address));
+        }
+        result
+    }
+
+    /// `owner` is gone: what it holds in `pool` is released, its refused request (if
+    /// any) forgotten, and the refused requests of that pool served again in
+    /// [`assign`]'s order (static first, then by owner). Returns each request served
+    /// again with its answer (those given an address are no longer kept as refused).
+    pub fn release(&mut self, pool: &str, owner: &str) -> Vec<(String, Result<IpAddr, Refusal>)> {
+        self.refused.remove(owner);
+        if self.unrestored.remove(owner).is_some() || self.contested.contains(pool) {
+            // A full pass would restore differently without this owner's record.
+            self.exact = false;
+        }
+        if self.pools.release(pool, owner).is_none() {
+            return Vec::new();
+        }
+        let mut waiting: Vec<(String, Option<IpAddr>)> = self
+            .refused
+            .iter()
+            .filter(|(_, (p, _))| p == pool)
+            .map(|(o, (_, a))| (o.clone(), *a))
+            .collect();
+        waiting.sort_by(|(a_owner, a), (b_owner, b)| {
+            a.is_none()
+                .cmp(&b.is_none())
+                .then_with(|| a_owner.split('/').cmp(b_owner.split('/')))
+        });
+        let mut out = Vec::with_capacity(waiting.len());
+        for (o, address) in waiting {
+            let r = Request {
+                pool,
+                owner: &o,
+                address,
+            };
+            let result = serve(&mut self.pools, &self.unrestored, &r);
+            if result.is_ok() {
+                self.refused.remove(&o);
+            }
+            out.push((o, result));
+        }
+        out
+    }
+
+    /// Whether the ledger still answers as a full [`assign`] would (false once an owner
+    /// whose records were contested is released: assign afresh then).
+    pub fn exact(&self) -> bool {
+        self.exact
+    }
+
+    /// The pools as the ledger leaves them.
+    pub fn pools(&self) -> &Pools {
+        &self.pools
+    }
+
+    /// The requests refused so far, by owner: the pool and the address asked for.
+    pub fn refused(&self) -> &BTreeMap<String, (String, Option<IpAddr>)> {
+        &self.refused
     }
 }
 
