@@ -35,8 +35,15 @@ fn pools() -> Pools {
 /// Addresses a request or a record may name: in and out of the pools.
 fn address(i: usize) -> IpAddr {
     [
-        "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.6", "10.0.0.9", "10.0.1.1", "10.0.1.2",
-        "10.0.2.1", "192.0.2.1",
+        "10.0.0.1",
+        "10.0.0.2",
+        "10.0.0.3",
+        "10.0.0.6",
+        "10.0.0.9",
+        "10.0.1.1",
+        "10.0.1.2",
+        "10.0.2.1",
+        "192.0.2.1",
     ][i % 9]
         .parse()
         .unwrap()
@@ -159,7 +166,11 @@ fn check(start: Vec<(u8, usize, usize)>, ops: Vec<Op>) -> Result<(), TestCaseErr
         .collect();
     let (mut ledger, _) = Ledger::assign(pools(), &rec, &[]);
     let (_, oracle) = world.full();
-    prop_assert_eq!(holdings(ledger.pools()), holdings(&oracle), "after the first pass");
+    prop_assert_eq!(
+        holdings(ledger.pools()),
+        holdings(&oracle),
+        "after the first pass"
+    );
     for op in ops {
         let served: Vec<(String, Result<IpAddr, Refusal>)> = match op {
             Op::Request(o, p, a) => {

@@ -44,6 +44,11 @@ impl Drop for Operator {
 impl Operator {
     /// An operator with a 2 s resync, so "quiet" is measured over several resyncs.
     fn start(cp: &ControlPlane, ns: &str, lease: &str, id: &str) -> Self {
+        Self::start_resyncing(cp, ns, lease, id, "2")
+    }
+
+    /// An operator resyncing every `resync` seconds.
+    fn start_resyncing(cp: &ControlPlane, ns: &str, lease: &str, id: &str, resync: &str) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -61,7 +66,13 @@ impl Operator {
                 "--identity",
                 id,
             ])
-            .args(["--lease-seconds", "3", "--resync-seconds", "2", "--listen"])
+            .args([
+                "--lease-seconds",
+                "3",
+                "--resync-seconds",
+                resync,
+                "--listen",
+            ])
             .arg(format!("127.0.0.1:{port}"))
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -256,6 +267,16 @@ async fn static_dynamic_taken_exhausted_released_published_and_quiet() {
                 .is_some_and(|(s, r, _)| s == "False" && r == "RangeExhausted")
     })
     .await;
+    // Lowest first, by name, whichever pass served them (the fast path, or a resync's
+    // full pass that came first).
+    let served: Vec<Option<String>> =
+        futures::future::join_all(["e1", "e2", "e3"].map(|n| address(&client, &ns2, n))).await;
+    assert_eq!(
+        served,
+        ["10.77.0.4", "10.77.0.5", "10.77.0.6"].map(|a| Some(a.to_owned())),
+        "{}",
+        op.log()
+    );
     let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), "default");
     eventually("an Exhausted Event", 20, || async {
         events
@@ -314,6 +335,69 @@ async fn static_dynamic_taken_exhausted_released_published_and_quiet() {
         "writes on a quiet cluster\n{}",
         op.log()
     );
+}
+
+/// A FloatingIP created while the pools of the last full pass hold is served from them
+/// (`floating_ip::fast`): its claim without a pass over everything, the address a full
+/// pass gives, then its status and kube-vip's from the full pass that follows. The
+/// resync is an hour, so no full pass of the timer's can serve it first.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_floating_ip_is_claimed_by_the_fast_path_with_a_full_pass_address() {
+    let _serial = SERIAL.lock().await;
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let system = cp.namespace("fip-fast").await;
+    let kv = cp.namespace("fip-fast-kube-vip").await;
+    let ns = cp.namespace("fip-fast-apps").await;
+    let name = cp.unique("fast");
+    Api::<FloatingIPRange>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &range(
+                &name,
+                "10.82.0.0/29",
+                json!({"kubeVip": {"publish": true, "namespace": kv}}),
+            ),
+        )
+        .await
+        .unwrap();
+    create_fip(&client, &ns, "pinned", &name, Some("10.82.0.2")).await;
+    let op = Operator::start_resyncing(cp, &system, &cp.unique("lease"), "solo", "3600");
+    eventually("the first FloatingIP's address", 30, || async {
+        address(&client, &ns, "pinned").await.is_some()
+    })
+    .await;
+    // Settled: its status and kube-vip's written (the full passes after its claim).
+    eventually("kube-vip's ConfigMap", 20, || async {
+        kube_vip_data(&client, &kv)
+            .await
+            .get(&format!("cidr-{ns}"))
+            .map(String::as_str)
+            == Some("10.82.0.2/32")
+    })
+    .await;
+    create_fip(&client, &ns, "new", &name, None).await;
+    eventually(
+        "the new FloatingIP's address and kube-vip's",
+        20,
+        || async {
+            address(&client, &ns, "new").await.as_deref() == Some("10.82.0.1")
+                && kube_vip_data(&client, &kv)
+                    .await
+                    .get(&format!("cidr-{ns}"))
+                    .map(String::as_str)
+                    == Some("10.82.0.1/32,10.82.0.2/32")
+        },
+    )
+    .await;
+    let log = op.log();
+    assert!(
+        log.contains("(fast path) floating_ips=1 claimed=1"),
+        "the new FloatingIP was not claimed by the fast path\n{log}"
+    );
+    let claims = common::claims_of(&client, &name).await;
+    assert_eq!(claims.len(), 2, "one claim each: {claims:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -175,6 +175,8 @@ pub(crate) fn setup(
         publish_backoff: HashMap::new(),
         created: HashMap::new(),
         sent: crate::k8s::Sent::default(),
+        ledger: None,
+        owed: None,
         recoveries: shared.api_recoveries(),
         wake: wake.clone(),
         trace_ipam,
@@ -187,6 +189,12 @@ pub(crate) fn setup(
 impl Job for Writer {
     fn name(&self) -> &'static str {
         "floating-ip"
+    }
+
+    /// While the pools of the last full pass hold (a new FloatingIP is one allocation
+    /// then), changes are gathered for 10 ms, not the runner's 100.
+    fn debounce(&self) -> Option<Duration> {
+        self.ledger.as_ref().map(|_| FAST_DEBOUNCE)
     }
 
     async fn pass(&mut self, changes: &Changes) -> Result<Next, JobError> {
@@ -203,7 +211,12 @@ impl Job for Writer {
             self.publish_backoff
                 .retain(|_, (_, _, transient)| !*transient);
         }
+        if !changes.full && self.fast(changes).await? {
+            // The full pass it owes comes next, after the (short) debounce.
+            return Ok(Next::After(Duration::ZERO));
+        }
         self.run_pass().await?;
+        self.owed = None;
         // What is due at a known time: a kube-vip ConfigMap waiting out its backoff, a
         // guest waiting out its backoff or its next visit. One timer, the runner's.
         let now = Instant::now();
@@ -272,6 +285,13 @@ pub(crate) struct Writer {
     /// the cache stays behind (after an API server restart, CI saw one namespace's 20
     /// statuses rewritten every resync).
     sent: crate::k8s::Sent,
+    /// The pools the last full pass left (its claims made since counted in), while
+    /// they hold what the API server holds: new FloatingIPs are served from them
+    /// (`super::fast`) without a pass over everything.
+    ledger: Option<netpolicy_ipam::assign::Ledger>,
+    /// Since when the fast path owes a full pass (the statuses and publications of the
+    /// FloatingIPs it claimed for).
+    owed: Option<Instant>,
     /// Counts the API server's recoveries ([`Shared::api_recoveries`]).
     recoveries: tokio::sync::watch::Receiver<u64>,
     /// To run another pass when a guest's state changes (its FloatingIPs' status).
@@ -319,6 +339,13 @@ where
     store.get(&r)
 }
 
+/// How long changes are gathered while the fast path can serve them.
+const FAST_DEBOUNCE: Duration = Duration::from_millis(10);
+
+/// The longest the fast path puts off the full pass it owes (statuses, publications)
+/// while new FloatingIPs keep coming.
+const OWED_MAX: Duration = Duration::from_secs(1);
+
 /// How long a created claim counts as held while the cache does not show it.
 const CREATED_MEMO: Duration = Duration::from_secs(60);
 
@@ -344,6 +371,62 @@ pub(super) fn with_created(
 }
 
 impl Writer {
+    /// The fast path (`super::fast`): when the only changes are FloatingIPs created
+    /// since the last full pass (and the echoes of claims made for others), their
+    /// claims from that pass's pools; true when it served them (a full pass is owed).
+    async fn fast(&mut self, changes: &Changes) -> Result<bool, kube::Error> {
+        if self.owed.is_some_and(|t| t.elapsed() > OWED_MAX)
+            || !changes.touched("FloatingIP")
+            || changes
+                .kinds()
+                .any(|k| k != "FloatingIP" && k != "FloatingIPClaim")
+        {
+            return Ok(false);
+        }
+        let Some(mut ledger) = self.ledger.take() else {
+            return Ok(false);
+        };
+        let s = &self.stores;
+        let mut fips = Vec::new();
+        for key in changes.of("FloatingIP") {
+            let Some(f) = get(&s.fips, key.namespace.as_deref(), &key.name) else {
+                return Ok(false);
+            };
+            fips.push(f);
+        }
+        let mut claims = Vec::new();
+        for key in changes.of("FloatingIPClaim") {
+            let Some(c) = get(&s.claims, None, &key.name) else {
+                return Ok(false);
+            };
+            claims.push(c);
+        }
+        let terminating = |ns: &str| {
+            get(&s.namespaces, None, ns).is_some_and(|n| n.metadata.deletion_timestamp.is_some())
+        };
+        let fips: Vec<&FloatingIP> = fips.iter().map(AsRef::as_ref).collect();
+        let claims: Vec<&FloatingIPClaim> = claims.iter().map(AsRef::as_ref).collect();
+        let Some(create_claims) = super::fast::claims(&mut ledger, &fips, &claims, terminating)
+        else {
+            return Ok(false);
+        };
+        let p = Pass {
+            create_claims,
+            ..Pass::default()
+        };
+        let (made, _) = self.create_claims(&p).await?;
+        if made == p.create_claims.len() {
+            self.ledger = Some(ledger);
+        }
+        self.owed.get_or_insert_with(Instant::now);
+        info!(
+            floating_ips = fips.len(),
+            claimed = made,
+            "new FloatingIPs claimed from the last pass's pools (fast path)"
+        );
+        Ok(true)
+    }
+
     /// The cached claims and those created since that the cache does not show yet.
     fn claims_with_created(&mut self) -> Vec<Arc<FloatingIPClaim>> {
         with_created(
@@ -354,6 +437,7 @@ impl Writer {
     }
 
     async fn run_pass(&mut self) -> Result<(), kube::Error> {
+        self.ledger = None;
         let ranges = self.stores.ranges.state();
         let fips = self.stores.fips.state();
         let namespaces = self.stores.namespaces.state();
@@ -409,8 +493,15 @@ impl Writer {
             trace_ipam(&p);
         }
         writes += self.create_fips(&p).await?;
+        let ledger = p.ledger.take();
         let (claimed, just_claimed) = self.create_claims(&p).await?;
         writes += claimed;
+        // The pools as this pass leaves them serve the FloatingIPs created next
+        // (`super::fast`), when they hold what the API server holds: every claim made,
+        // nothing released (a release may be put off while the cache is behind).
+        if claimed == p.create_claims.len() && p.releases.is_empty() {
+            self.ledger = ledger;
+        }
         let s = &self.stores;
         writes += self.release(&p).await?;
         writes += self.fip_statuses(&p, &just_claimed).await?;

@@ -8,6 +8,7 @@
 //! ([`controller`], the only part that awaits).
 
 pub(crate) mod controller;
+mod fast;
 pub(crate) mod guest;
 mod pass;
 
@@ -652,6 +653,9 @@ pub(crate) struct Pass {
     pub(crate) guests: Vec<KubeVipPublication>,
     /// Problems with the input (logged once per change).
     pub(crate) problems: Vec<InputError>,
+    /// The pools as the pass leaves them (its claims counted as made), for the
+    /// FloatingIPs created next (`fast`).
+    pub(crate) ledger: Option<netpolicy_ipam::assign::Ledger>,
 }
 
 /// Whether kube-vip-cloud-provider ever hands out this address (it skips IPv4
@@ -1054,5 +1058,126 @@ mod tests {
         let told = fip_events(&failed, &published);
         assert_eq!(told.len(), 1, "and its recovery");
         assert!(!told[0].warning);
+    }
+
+    /// The FloatingIPs of a world, each `(range, namespace, name, static address)`.
+    fn fips_of(list: &[(usize, u8, u8, Option<usize>)], prefix: &str) -> Vec<Arc<FloatingIP>> {
+        const RANGES: [&str; 3] = ["blue", "green", "none"];
+        const ADDRESSES: [&str; 8] = [
+            "10.0.0.1",
+            "10.0.0.2",
+            "10.0.0.3",
+            "10.0.0.6",
+            "10.0.1.1",
+            "10.0.1.2",
+            "10.0.9.9",
+            "not-an-address",
+        ];
+        let mut seen = BTreeSet::new();
+        list.iter()
+            .filter(|(_, ns, n, _)| seen.insert((*ns, *n)))
+            .map(|(r, ns, n, a)| {
+                fip(
+                    &format!("ns{ns}"),
+                    &format!("{prefix}{n}"),
+                    RANGES[*r],
+                    a.map(|i| ADDRESSES[i]),
+                )
+            })
+            .collect()
+    }
+
+    fn shown(claims: &[FloatingIPClaim]) -> Vec<(String, String, String)> {
+        let mut out: Vec<_> = claims
+            .iter()
+            .map(|c| {
+                (
+                    format!("{}/{}", c.spec.owner.namespace, c.spec.owner.name),
+                    c.spec.range.clone(),
+                    c.spec.address.clone(),
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// The fast path's claims for new FloatingIPs are the full pass's: over random
+        /// worlds (two ranges, one of them small enough to fill; static requests in,
+        /// outside and between the ranges; invalid addresses; a range that does not
+        /// exist), from the ledger of a pass that made claims (their echoes arriving
+        /// with the new FloatingIPs) or of a settled one.
+        #[test]
+        fn the_fast_path_claims_what_a_full_pass_claims(
+            existing in proptest::collection::vec((0..3usize, 0..2u8, 0..10u8, proptest::option::of(0..8usize)), 0..10),
+            new in proptest::collection::vec((0..3usize, 0..2u8, 0..10u8, proptest::option::of(0..8usize)), 1..4),
+            settle in proptest::bool::ANY,
+        ) {
+            let ranges = [range("blue", "10.0.0.0/29", true), range("green", "10.0.1.0/30", false)];
+            let fips = fips_of(&existing, "e");
+            let mut claims: Vec<Arc<FloatingIPClaim>> = Vec::new();
+            let mut p = run(&ranges, &fips, &claims);
+            let mut echoes: Vec<Arc<FloatingIPClaim>> = Vec::new();
+            for _ in 0..3 {
+                echoes = p.create_claims.iter().cloned().map(Arc::new).collect();
+                claims.extend(echoes.iter().cloned());
+                if !settle || p.create_claims.is_empty() {
+                    break;
+                }
+                p = run(&ranges, &fips, &claims);
+            }
+            if settle {
+                echoes.clear();
+            }
+            let mut ledger = p.ledger.take().unwrap();
+            let added = fips_of(&new, "n");
+            let added_refs: Vec<&FloatingIP> = added.iter().map(AsRef::as_ref).collect();
+            let echo_refs: Vec<&FloatingIPClaim> = echoes.iter().map(AsRef::as_ref).collect();
+            let fast = fast::claims(&mut ledger, &added_refs, &echo_refs, |_| false);
+            let all: Vec<Arc<FloatingIP>> = fips.iter().chain(&added).cloned().collect();
+            let full = run(&ranges, &all, &claims);
+            if let Some(fast) = fast {
+                proptest::prop_assert_eq!(shown(&fast), shown(&full.create_claims));
+            }
+        }
+    }
+
+    #[test]
+    fn the_fast_path_serves_a_new_floating_ip_and_leaves_anything_else_to_a_full_pass() {
+        let ranges = [range("blue", "10.0.0.0/29", true)];
+        let fips = [fip("apps", "a", "blue", None)];
+        let p = run(&ranges, &fips, &[]);
+        let made: Vec<Arc<FloatingIPClaim>> =
+            p.create_claims.iter().cloned().map(Arc::new).collect();
+        let echo: Vec<&FloatingIPClaim> = made.iter().map(AsRef::as_ref).collect();
+        let ledger = p.ledger.unwrap();
+        let b = fip("apps", "b", "blue", None);
+        // A new FloatingIP, with the echo of a's claim: the next address, no pass over
+        // everything.
+        let got = fast::claims(&mut ledger.clone(), &[&b], &echo, |_| false).unwrap();
+        assert_eq!(
+            shown(&got),
+            [("apps/b".into(), "blue".into(), "10.0.0.2".into())]
+        );
+        // a edited (it holds an address): a full pass's.
+        let a = fip("apps", "a", "blue", Some("10.0.0.5"));
+        assert!(fast::claims(&mut ledger.clone(), &[&a], &[], |_| false).is_none());
+        // In a Namespace being deleted: a full pass's.
+        assert!(fast::claims(&mut ledger.clone(), &[&b], &[], |ns| ns == "apps").is_none());
+        // A claim the ledger does not hold (another operator's): a full pass's.
+        let other = claim("10.0.0.4", "blue", "apps", "x");
+        assert!(fast::claims(&mut ledger.clone(), &[&b], &[&other], |_| false).is_none());
+        // Refused (taken; a range that does not exist): no claim, as in a full pass
+        // (whose status says why), and the others of the batch served.
+        let taken = fip("apps", "c", "blue", Some("10.0.0.1"));
+        let lost = fip("apps", "d", "none", None);
+        let got = fast::claims(&mut ledger.clone(), &[&taken, &b, &lost], &echo, |_| false);
+        assert_eq!(
+            shown(&got.unwrap()),
+            [("apps/b".into(), "blue".into(), "10.0.0.2".into())]
+        );
     }
 }

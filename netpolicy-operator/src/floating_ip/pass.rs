@@ -11,7 +11,7 @@ use std::{
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use netpolicy_ipam::{
-    assign::{self, Recorded, Refusal},
+    assign::{self, Ledger, Recorded, Refusal},
     pools::Pools,
 };
 
@@ -64,7 +64,8 @@ pub(crate) fn pass(world: World<'_>, now: &Time) -> Pass {
     }
     out.create_fips = auto_fips(world, &ranges, &mut problems);
     let owners = Owners::of(world, &mut out.releases);
-    let allocated = allocate(&owners, &mut pools, &ranges, &mut out.create_claims);
+    let (allocated, ledger) = allocate(&owners, pools, &ranges, &mut out.create_claims);
+    let pools = ledger.pools();
     let ranges_by_name: BTreeMap<&str, &FloatingIPRange> = ranges
         .iter()
         .map(|r| (r.metadata.name.as_deref().unwrap_or_default(), *r))
@@ -79,7 +80,7 @@ pub(crate) fn pass(world: World<'_>, now: &Time) -> Pass {
     let counts = ClaimCounts::of(world.claims, &out.releases);
     for r in &ranges {
         let (name, status, finalizer) =
-            range_status(r, &pools, &problems, &allocated, &counts, now);
+            range_status(r, pools, &problems, &allocated, &counts, now);
         if let Some(add) = finalizer {
             out.range_finalizers.push((name.clone(), add));
         }
@@ -112,6 +113,7 @@ pub(crate) fn pass(world: World<'_>, now: &Time) -> Pass {
         }
     }
     out.problems = problems;
+    out.ledger = Some(ledger);
     out
 }
 
@@ -274,13 +276,14 @@ struct Allocated {
 }
 
 /// Restores every held address into `pools` and allocates the requests (FloatingIPs
-/// without a claim, and moves): a claim for each address given, in `claims`.
+/// without a claim, and moves): a claim for each address given, in `claims`; the
+/// pools as it leaves them, kept for the FloatingIPs that come next (`super::fast`).
 fn allocate(
     owners: &Owners<'_>,
-    pools: &mut Pools,
+    pools: Pools,
     ranges: &[&FloatingIPRange],
     claims: &mut Vec<FloatingIPClaim>,
-) -> Allocated {
+) -> (Allocated, Ledger) {
     let mut out = Allocated {
         known: ranges
             .iter()
@@ -346,7 +349,7 @@ fn allocate(
             address: *address,
         })
         .collect();
-    let assigned = assign::assign(pools, &recorded, &requests);
+    let (ledger, assigned) = Ledger::assign(pools, &recorded, &requests);
     for ((range, key, _), result) in requests_owned.iter().zip(assigned.results) {
         match result {
             Ok(a) => claims.push(new_claim(a, range, owners.live[key])),
@@ -358,11 +361,11 @@ fn allocate(
             }
         }
     }
-    out
+    (out, ledger)
 }
 
 /// The claim of address `a` of `range` for `f`.
-fn new_claim(a: IpAddr, range: &str, f: &FloatingIP) -> FloatingIPClaim {
+pub(super) fn new_claim(a: IpAddr, range: &str, f: &FloatingIP) -> FloatingIPClaim {
     let mut claim = FloatingIPClaim::new(
         &FloatingIPClaim::name_for(a),
         FloatingIPClaimSpec {

@@ -126,6 +126,14 @@ impl Changes {
         self.keys.get(kind).into_iter().flatten()
     }
 
+    /// The kinds with changes.
+    pub fn kinds(&self) -> impl Iterator<Item = &str> {
+        self.keys
+            .iter()
+            .filter(|(_, k)| !k.is_empty())
+            .map(|(kind, _)| &**kind)
+    }
+
     /// Whether anything of `kind` changed.
     pub fn touched(&self, kind: &str) -> bool {
         self.keys.get(kind).is_some_and(|k| !k.is_empty())

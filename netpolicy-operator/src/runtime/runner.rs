@@ -171,6 +171,12 @@ pub trait Job: Send {
     /// # Errors
     /// A failure the runner retries by its [`ErrorClass`]; the next pass is full.
     fn pass(&mut self, changes: &Changes) -> impl Future<Output = Result<Next, JobError>> + Send;
+
+    /// How long to gather changes into the next pass; `None`: the runner's (100 ms).
+    /// A job whose pass over a few changes is cheap asks for less.
+    fn debounce(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Exponential backoff with jitter: each delay doubles up to `cap`, and is spread over
@@ -450,10 +456,11 @@ impl Runner {
                     (d, e.class == ErrorClass::Permanent)
                 }
             };
+            let debounce = job.debounce().unwrap_or(self.debounce);
             if wait.is_zero() {
                 // Due at once (a resync, an item's backoff ending): still gather a
                 // burst, never spin.
-                tokio::time::sleep(self.debounce).await;
+                tokio::time::sleep(debounce).await;
                 if last_full.elapsed() >= self.resync {
                     full = true;
                 }
@@ -480,7 +487,7 @@ impl Runner {
                 }
             }
             // Gather a burst into one pass.
-            tokio::time::sleep(self.debounce).await;
+            tokio::time::sleep(debounce).await;
         }
     }
 }
