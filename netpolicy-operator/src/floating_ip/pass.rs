@@ -79,8 +79,7 @@ pub(crate) fn pass(world: World<'_>, now: &Time) -> Pass {
     }
     let counts = ClaimCounts::of(world.claims, &out.releases);
     for r in &ranges {
-        let (name, status, finalizer) =
-            range_status(r, pools, &problems, &allocated, &counts, now);
+        let (name, status, finalizer) = range_status(r, pools, &problems, &allocated, &counts, now);
         if let Some(add) = finalizer {
             out.range_finalizers.push((name.clone(), add));
         }
