@@ -85,29 +85,36 @@ struct World {
 }
 
 impl World {
-    /// A full pass over fresh pools: every owner's answer (the records restored, the
-    /// waiting requests served), and the pools it leaves.
-    fn full(&self) -> (BTreeMap<String, Result<IpAddr, Refusal>>, Pools) {
-        let mut p = pools();
-        let recorded: Vec<Recorded<'_>> = self
-            .held
+    /// What the world has recorded: every holder's address.
+    fn records(&self) -> Vec<Recorded<'_>> {
+        self.held
             .iter()
             .map(|(o, (pool, a))| Recorded {
                 pool,
                 owner: o,
                 address: *a,
             })
-            .collect();
-        let requests: Vec<Request<'_>> = self
-            .waiting
+            .collect()
+    }
+
+    /// The requests still waiting.
+    fn requests(&self) -> Vec<Request<'_>> {
+        self.waiting
             .iter()
             .map(|(o, (pool, a))| Request {
                 pool,
                 owner: o,
                 address: *a,
             })
-            .collect();
-        let out = assign(&mut p, &recorded, &requests);
+            .collect()
+    }
+
+    /// A full pass over fresh pools: every owner's answer (the records restored, the
+    /// waiting requests served), and the pools it leaves.
+    fn full(&self) -> (BTreeMap<String, Result<IpAddr, Refusal>>, Pools) {
+        let mut p = pools();
+        let requests = self.requests();
+        let out = assign(&mut p, &self.records(), &requests);
         let answers = requests
             .iter()
             .map(|r| r.owner.to_owned())
@@ -151,20 +158,7 @@ fn check(start: Vec<(u8, usize, usize)>, ops: Vec<Op>) -> Result<(), TestCaseErr
     }
     // The starting records as the ledger's first full pass sees them; contradicting
     // ones leave their owners without an address (and that is what the oracle says).
-    let recorded: Vec<(String, String, IpAddr)> = world
-        .held
-        .iter()
-        .map(|(o, (p, a))| (p.clone(), o.clone(), *a))
-        .collect();
-    let rec: Vec<Recorded<'_>> = recorded
-        .iter()
-        .map(|(p, o, a)| Recorded {
-            pool: p,
-            owner: o,
-            address: *a,
-        })
-        .collect();
-    let (mut ledger, _) = Ledger::assign(pools(), &rec, &[]);
+    let (mut ledger, _) = Ledger::assign(pools(), &world.records(), &[]);
     let (_, oracle) = world.full();
     prop_assert_eq!(
         holdings(ledger.pools()),
@@ -201,33 +195,7 @@ fn check(start: Vec<(u8, usize, usize)>, ops: Vec<Op>) -> Result<(), TestCaseErr
         if rebuilt {
             // Released an owner whose records were contested: assign afresh, as the
             // floating-IP job does.
-            let recorded: Vec<(String, String, IpAddr)> = world
-                .held
-                .iter()
-                .map(|(o, (p, a))| (p.clone(), o.clone(), *a))
-                .collect();
-            let requests: Vec<(String, String, Option<IpAddr>)> = world
-                .waiting
-                .iter()
-                .map(|(o, (p, a))| (p.clone(), o.clone(), *a))
-                .collect();
-            let rec: Vec<Recorded<'_>> = recorded
-                .iter()
-                .map(|(p, o, a)| Recorded {
-                    pool: p,
-                    owner: o,
-                    address: *a,
-                })
-                .collect();
-            let req: Vec<Request<'_>> = requests
-                .iter()
-                .map(|(p, o, a)| Request {
-                    pool: p,
-                    owner: o,
-                    address: *a,
-                })
-                .collect();
-            ledger = Ledger::assign(pools(), &rec, &req).0;
+            ledger = Ledger::assign(pools(), &world.records(), &world.requests()).0;
         }
         let (answers, oracle) = world.full();
         for (o, got) in &served {
