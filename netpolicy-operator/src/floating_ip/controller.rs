@@ -559,51 +559,55 @@ impl Writer {
         let mut writes = 0;
         let s = &self.stores;
         let claim_api = Api::<FloatingIPClaim>::all(self.client.clone());
-        let created: Vec<Option<(f64, FloatingIPClaim)>> =
-            futures::stream::iter(0..p.create_claims.len())
-                .map(|i| {
-                    // By index: a stream over references is not `Send` for every lifetime.
-                    let c = &p.create_claims[i];
-                    let fip = get(&s.fips, Some(&c.spec.owner.namespace), &c.spec.owner.name);
-                    let api = claim_api.clone();
-                    async move {
-                        match api.create(&PostParams::default(), c).await {
-                            Ok(mut made) => {
-                                // Held until the cache shows it (`created`): without its
-                                // managedFields, as the cache holds objects (at a cold start
-                                // on 10,000 FloatingIPs they were 32 MB of the peak).
-                                made.metadata.managed_fields = None;
-                                let waited = fip
-                                    .and_then(|f| f.metadata.creation_timestamp.clone())
-                                    .map_or(0.0, |t| {
-                                        (k8s_openapi::jiff::Timestamp::now().as_millisecond()
-                                            - t.0.as_millisecond())
-                                        .max(0) as f64
-                                            / 1000.0
-                                    });
-                                Ok(Some((waited, made)))
-                            }
-                            Err(kube::Error::Api(e)) if e.code == 409 => {
-                                // Someone else holds it (another operator process, or our
-                                // cache is behind): not ours; the next pass sees theirs.
-                                debug!(
-                                    address = c.spec.address,
-                                    "claim exists already; not allocated"
-                                );
-                                Ok(None)
-                            }
-                            Err(e) => Err(e),
+        let created = futures::stream::iter(0..p.create_claims.len())
+            .map(|i| {
+                // By index: a stream over references is not `Send` for every lifetime.
+                let c = &p.create_claims[i];
+                let fip = get(&s.fips, Some(&c.spec.owner.namespace), &c.spec.owner.name);
+                let api = claim_api.clone();
+                async move {
+                    match api.create(&PostParams::default(), c).await {
+                        Ok(mut made) => {
+                            // Held until the cache shows it (`created`): without its
+                            // managedFields, as the cache holds objects (at a cold start
+                            // on 10,000 FloatingIPs they were 32 MB of the peak).
+                            made.metadata.managed_fields = None;
+                            let waited = fip
+                                .and_then(|f| f.metadata.creation_timestamp.clone())
+                                .map_or(0.0, |t| {
+                                    (k8s_openapi::jiff::Timestamp::now().as_millisecond()
+                                        - t.0.as_millisecond())
+                                    .max(0) as f64
+                                        / 1000.0
+                                });
+                            Ok(Some((waited, made)))
                         }
+                        Err(kube::Error::Api(e)) if e.code == 409 => {
+                            // Someone else holds it (another operator process, or our
+                            // cache is behind): not ours; the next pass sees theirs.
+                            debug!(
+                                address = c.spec.address,
+                                "claim exists already; not allocated"
+                            );
+                            Ok(None)
+                        }
+                        Err(e) => Err(e),
                     }
-                })
-                .buffer_unordered(self.concurrency)
-                .try_collect()
-                .await?;
+                }
+            })
+            .buffer_unordered(self.concurrency);
+        futures::pin_mut!(created);
         // FloatingIPs that just got a claim: their status is written by the next pass
         // (woken by the claim), with the address, not now without it.
         let mut just_claimed: BTreeSet<String> = BTreeSet::new();
-        let now = Instant::now();
-        for (waited, made) in created.into_iter().flatten() {
+        // Each answer is remembered as it comes (not collected first: 10,000 claims at a
+        // cold start), so that a failure later in the pass leaves the claims made before
+        // it counted as held.
+        while let Some(answer) = created.try_next().await? {
+            let Some((waited, made)) = answer else {
+                continue;
+            };
+            let now = Instant::now();
             writes += 1;
             let (range, address) = (made.spec.range.clone(), made.spec.address.clone());
             let owner = format!("{}/{}", made.spec.owner.namespace, made.spec.owner.name);
