@@ -562,11 +562,11 @@ impl Writer {
         let created = futures::stream::iter(0..p.create_claims.len())
             .map(|i| {
                 // By index: a stream over references is not `Send` for every lifetime.
-                let c = &p.create_claims[i];
+                let c = super::pass::claim(&p.create_claims[i]);
                 let fip = get(&s.fips, Some(&c.spec.owner.namespace), &c.spec.owner.name);
                 let api = claim_api.clone();
                 async move {
-                    match api.create(&PostParams::default(), c).await {
+                    match api.create(&PostParams::default(), &c).await {
                         Ok(mut made) => {
                             // Held until the cache shows it (`created`): without its
                             // managedFields, as the cache holds objects (at a cold start

@@ -26,7 +26,7 @@ pub(crate) fn claims(
     changed: &[&FloatingIP],
     claims: &[&FloatingIPClaim],
     terminating: impl Fn(&str) -> bool,
-) -> Option<Vec<FloatingIPClaim>> {
+) -> Option<Vec<super::NewClaim>> {
     for c in claims {
         let owner = format!("{}/{}", c.spec.owner.namespace, c.spec.owner.name);
         let address: IpAddr = c.spec.address.parse().ok()?;

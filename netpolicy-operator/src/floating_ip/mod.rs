@@ -632,13 +632,22 @@ pub(crate) fn kube_vip(
         .collect()
 }
 
+/// A claim a pass makes: the address it allocated and the claim's spec.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct NewClaim {
+    /// The address (the claim is named after it).
+    pub(crate) address: std::net::IpAddr,
+    /// The claim's spec.
+    pub(crate) spec: crate::api::FloatingIPClaimSpec,
+}
+
 /// What one pass wants done. The controller writes only what differs from the world.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Pass {
     /// FloatingIPs `autoAllocate` wants that do not exist.
     pub(crate) create_fips: Vec<FloatingIP>,
-    /// New claims (one per newly allocated address).
-    pub(crate) create_claims: Vec<FloatingIPClaim>,
+    /// New claims (one per newly allocated address; [`pass::claim`] makes the object).
+    pub(crate) create_claims: Vec<NewClaim>,
     /// Claims to delete: their owner is gone, or moved to its new address.
     pub(crate) releases: Vec<Release>,
     /// Every live FloatingIP's status: (namespace, name, status).
@@ -795,7 +804,7 @@ mod tests {
         // The first pass claims an address for a.
         let first = run(&ranges, &fips, &[]);
         assert_eq!(first.create_claims.len(), 1);
-        let made = Arc::new(first.create_claims[0].clone());
+        let made = Arc::new(pass::claim(&first.create_claims[0]));
         let name = made.metadata.name.clone().unwrap();
         let t0 = Instant::now();
         let mut created = HashMap::from([(name.clone(), (Arc::clone(&made), t0))]);
@@ -1087,7 +1096,7 @@ mod tests {
             .collect()
     }
 
-    fn shown(claims: &[FloatingIPClaim]) -> Vec<(String, String, String)> {
+    fn shown(claims: &[NewClaim]) -> Vec<(String, String, String)> {
         let mut out: Vec<_> = claims
             .iter()
             .map(|c| {
@@ -1122,7 +1131,7 @@ mod tests {
             let mut p = run(&ranges, &fips, &claims);
             let mut echoes: Vec<Arc<FloatingIPClaim>> = Vec::new();
             for _ in 0..3 {
-                echoes = p.create_claims.iter().cloned().map(Arc::new).collect();
+                echoes = p.create_claims.iter().map(|c| Arc::new(pass::claim(c))).collect();
                 claims.extend(echoes.iter().cloned());
                 if !settle || p.create_claims.is_empty() {
                     break;
@@ -1150,8 +1159,11 @@ mod tests {
         let ranges = [range("blue", "10.0.0.0/29", true)];
         let fips = [fip("apps", "a", "blue", None)];
         let p = run(&ranges, &fips, &[]);
-        let made: Vec<Arc<FloatingIPClaim>> =
-            p.create_claims.iter().cloned().map(Arc::new).collect();
+        let made: Vec<Arc<FloatingIPClaim>> = p
+            .create_claims
+            .iter()
+            .map(|c| Arc::new(pass::claim(c)))
+            .collect();
         let echo: Vec<&FloatingIPClaim> = made.iter().map(AsRef::as_ref).collect();
         let ledger = p.ledger.unwrap();
         let b = fip("apps", "b", "blue", None);
