@@ -665,13 +665,26 @@ fn digest(fingerprint: &str) -> u64 {
     h.finish()
 }
 
+/// The annotation `kubectl apply` keeps its last sent object in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// What of a cached object no job reads, dropped before it reaches the cache: a
 /// Node's image list, volumes, capacity and system info (tens of KiB on a busy
 /// node, times every node). Jobs read a Node's metadata (labels, annotations,
 /// creation), spec (taints, unschedulable, providerID) and status conditions and
-/// addresses; `managedFields` is dropped from every kind.
+/// addresses; `managedFields` and `kubectl apply`'s last-applied copy are dropped from
+/// every kind.
 fn slim<K: Resource + 'static>(o: &mut K) {
-    o.meta_mut().managed_fields = None;
+    let meta = o.meta_mut();
+    meta.managed_fields = None;
+    // A copy of the whole object as `kubectl apply` last sent it; `kubectl` reads it
+    // from the API server, nothing here reads it.
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+        if a.is_empty() {
+            meta.annotations = None;
+        }
+    }
     if let Some(node) = (o as &mut dyn Any).downcast_mut::<k8s_openapi::api::core::v1::Node>()
         && let Some(st) = node.status.as_mut()
     {
@@ -1048,11 +1061,25 @@ mod tests {
             (st.images, st.volumes_in_use, st.node_info, st.capacity),
             (None, None, None, None)
         );
-        // Other kinds lose only their managedFields.
+        // Other kinds lose only their managedFields and kubectl's last-applied copy
+        // (other annotations stay).
         let mut c = cm("ns", "a", "v");
         c.metadata.managed_fields = Some(vec![Default::default()]);
+        c.metadata.annotations = Some([(LAST_APPLIED.to_owned(), "{...}".to_owned())].into());
         slim(&mut c);
         assert_eq!(c, cm("ns", "a", "v"));
+        let mut c = cm("ns", "a", "v");
+        let kept = [("example.com/x".to_owned(), "y".to_owned())];
+        c.metadata.annotations = Some(kept.clone().into());
+        let mut with_copy = c.clone();
+        with_copy
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(LAST_APPLIED.to_owned(), "{...}".to_owned());
+        slim(&mut with_copy);
+        assert_eq!(with_copy, c);
     }
 
     #[tokio::test]
