@@ -105,13 +105,18 @@ impl fmt::Display for ObjectKey {
     }
 }
 
+/// An object's key as the informer holds it: one allocation per object, shared by every
+/// subscriber's digests and the changes it tells (at 10,000 objects a kind and several
+/// subscribers a kind, copies of the name were megabytes).
+type SharedKey = Arc<ObjectKey>;
+
 /// What changed since a job last looked: object keys per kind, and whether the job
 /// must compare everything (its first pass, a resync, the pass after a failure).
 #[derive(Debug, Default, Clone)]
 pub struct Changes {
     /// Compare every object, not only the changed ones.
     pub full: bool,
-    keys: BTreeMap<Arc<str>, BTreeSet<ObjectKey>>,
+    keys: BTreeMap<Arc<str>, BTreeSet<SharedKey>>,
 }
 
 impl Changes {
@@ -123,7 +128,7 @@ impl Changes {
     /// The changed objects of `kind` (appeared, disappeared, or changed in what the
     /// subscription's fingerprint covers).
     pub fn of(&self, kind: &str) -> impl Iterator<Item = &ObjectKey> {
-        self.keys.get(kind).into_iter().flatten()
+        self.keys.get(kind).into_iter().flatten().map(|k| &**k)
     }
 
     /// The kinds with changes.
@@ -141,7 +146,18 @@ impl Changes {
 
     /// Records a change (for jobs that wake themselves, and for tests).
     pub fn insert(&mut self, kind: &str, key: ObjectKey) {
-        self.keys.entry(Arc::from(kind)).or_default().insert(key);
+        self.insert_shared(kind, Arc::new(key));
+    }
+
+    fn insert_shared(&mut self, kind: &str, key: SharedKey) {
+        match self.keys.get_mut(kind) {
+            Some(keys) => {
+                keys.insert(key);
+            }
+            None => {
+                self.keys.insert(Arc::from(kind), BTreeSet::from([key]));
+            }
+        }
     }
 }
 
@@ -161,7 +177,11 @@ impl Wake {
 
     /// Object `key` of `kind` changed.
     pub fn changed(&self, kind: &str, key: ObjectKey) {
-        lock(&self.changes).insert(kind, key);
+        self.changed_shared(kind, Arc::new(key));
+    }
+
+    fn changed_shared(&self, kind: &str, key: SharedKey) {
+        lock(&self.changes).insert_shared(kind, key);
         self.notify.notify_one();
     }
 
@@ -291,20 +311,20 @@ struct Subscriber<K> {
     fingerprint: Fingerprint<K>,
     /// A digest of each object's fingerprint as last told ([`digest`]): 8 bytes an
     /// object, not the fingerprint's text, at 10,000 objects a kind.
-    seen: HashMap<ObjectKey, u64>,
+    seen: HashMap<SharedKey, u64>,
     target: Target<K>,
     /// Changes found while a relist of a synced cache is under way: told at `InitDone`,
     /// once the store holds the new list (the reflector swaps it in then), so a job woken
     /// by them reads what woke it. (The first list needs no such care: nothing reads a
     /// cache before it synced.) The object is kept for triggers only.
-    pending: Vec<(ObjectKey, Option<K>)>,
+    pending: Vec<(SharedKey, Option<K>)>,
 }
 
 impl<K: Clone> Subscriber<K> {
-    fn tell(&self, key: &ObjectKey, obj: &K) -> bool {
+    fn tell(&self, key: &SharedKey, obj: &K) -> bool {
         match &self.target {
             Target::Wake(w) => {
-                w.changed(&self.kind, key.clone());
+                w.changed_shared(&self.kind, Arc::clone(key));
                 true
             }
             Target::Trigger(tx) => tx.send(obj.clone()).is_ok(),
@@ -530,8 +550,9 @@ where
         let mut subs = lock(&self.inner.subscribers);
         if self.inner.health.state() == KindState::Synced {
             for o in self.inner.store.state() {
-                let key = ObjectKey::of(o.as_ref());
-                sub.seen.insert(key.clone(), digest(&(sub.fingerprint)(&o)));
+                let key = Arc::new(ObjectKey::of(o.as_ref()));
+                sub.seen
+                    .insert(Arc::clone(&key), digest(&(sub.fingerprint)(&o)));
                 sub.tell(&key, &o);
             }
         }
@@ -593,9 +614,13 @@ where
             Ok(watcher::Event::Apply(o)) => self.applied(&ObjectKey::of(o), o, false),
             Ok(watcher::Event::Delete(o)) => {
                 let key = ObjectKey::of(o);
+                let mut shared = None;
                 let mut subs = lock(&self.subscribers);
                 subs.retain_mut(|s| {
-                    s.seen.remove(&key);
+                    let key = match s.seen.remove_entry(&key) {
+                        Some((k, _)) => k,
+                        None => Arc::clone(shared.get_or_insert_with(|| Arc::new(key.clone()))),
+                    };
                     s.tell(&key, o)
                 });
             }
@@ -607,22 +632,22 @@ where
                     let mut open = true;
                     for (key, o) in std::mem::take(&mut s.pending) {
                         match (&s.target, o) {
-                            (Target::Wake(w), _) => w.changed(&s.kind, key),
+                            (Target::Wake(w), _) => w.changed_shared(&s.kind, key),
                             (Target::Trigger(tx), Some(o)) => open &= tx.send(o).is_ok(),
                             (Target::Trigger(_), None) => {}
                         }
                     }
                     // Deleted while the watch was down: no Delete event came.
-                    let gone: Vec<ObjectKey> = s
+                    let gone: Vec<SharedKey> = s
                         .seen
                         .keys()
-                        .filter(|k| !present.contains(*k))
+                        .filter(|k| !present.contains(&***k))
                         .cloned()
                         .collect();
                     for key in gone {
-                        s.seen.remove(&key);
+                        s.seen.remove(&*key);
                         if let Target::Wake(w) = &s.target {
-                            w.changed(&s.kind, key);
+                            w.changed_shared(&s.kind, key);
                         }
                     }
                     open && !matches!(&s.target, Target::Trigger(tx) if tx.is_closed())
@@ -637,19 +662,24 @@ where
     /// cache, whose objects reach the store only at `InitDone` (subscribers are told
     /// then).
     fn applied(&self, key: &ObjectKey, o: &K, relisting: bool) {
+        // The key as every subscriber that has not seen the object yet holds it: one
+        // allocation, shared.
+        let mut shared: Option<SharedKey> = None;
         let mut subs = lock(&self.subscribers);
         subs.retain_mut(|s| {
             let f = digest(&(s.fingerprint)(o));
-            if s.seen.get(key) == Some(&f) {
-                return true;
-            }
-            s.seen.insert(key.clone(), f);
+            let key = match s.seen.get_key_value(key) {
+                Some((_, d)) if *d == f => return true,
+                Some((k, _)) => Arc::clone(k),
+                None => Arc::clone(shared.get_or_insert_with(|| Arc::new(key.clone()))),
+            };
+            s.seen.insert(Arc::clone(&key), f);
             if relisting {
                 let keep = matches!(s.target, Target::Trigger(_)).then(|| o.clone());
-                s.pending.push((key.clone(), keep));
+                s.pending.push((key, keep));
                 return true;
             }
-            s.tell(key, o)
+            s.tell(&key, o)
         });
     }
 }
