@@ -18,6 +18,34 @@ use crate::{error::Result, spec::LabelSelector, validate::Problems};
 /// A node's labels.
 pub type Labels = BTreeMap<String, String>;
 
+/// Labels a selector can be matched against: a [`Labels`] map, or any other form that
+/// looks a value up by its key (the merge engine keeps nodes' labels as shared strings).
+///
+/// # Examples
+/// ```
+/// use netpolicy_core::selector::{LabelLookup, Labels};
+///
+/// let labels = Labels::from([("zone".to_string(), "a".to_string())]);
+/// assert_eq!(labels.label("zone"), Some("a"));
+/// assert_eq!(labels.label("rack"), None);
+/// ```
+pub trait LabelLookup {
+    /// The value of label `key`, when the label is present.
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl LabelLookup for Labels {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
+impl<L: LabelLookup + ?Sized> LabelLookup for &L {
+    fn label(&self, key: &str) -> Option<&str> {
+        (**self).label(key)
+    }
+}
+
 /// One requirement of a validated [`Selector`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Requirement {
@@ -56,17 +84,15 @@ pub enum Requirement {
 
 impl Requirement {
     /// Whether `labels` satisfy the requirement.
-    pub fn matches(&self, labels: &Labels) -> bool {
+    pub fn matches<L: LabelLookup + ?Sized>(&self, labels: &L) -> bool {
+        let search =
+            |values: &[String], v: &str| values.binary_search_by(|x| x.as_str().cmp(v)).is_ok();
         match self {
-            Self::Equals { key, value } => labels.get(key) == Some(value),
-            Self::In { key, values } => labels
-                .get(key)
-                .is_some_and(|v| values.binary_search(v).is_ok()),
-            Self::NotIn { key, values } => labels
-                .get(key)
-                .is_none_or(|v| values.binary_search(v).is_err()),
-            Self::Exists { key } => labels.contains_key(key),
-            Self::DoesNotExist { key } => !labels.contains_key(key),
+            Self::Equals { key, value } => labels.label(key) == Some(value.as_str()),
+            Self::In { key, values } => labels.label(key).is_some_and(|v| search(values, v)),
+            Self::NotIn { key, values } => labels.label(key).is_none_or(|v| !search(values, v)),
+            Self::Exists { key } => labels.label(key).is_some(),
+            Self::DoesNotExist { key } => labels.label(key).is_none(),
         }
     }
 
@@ -137,7 +163,7 @@ impl Selector {
     /// assert!(sel.matches(&Labels::new())); // NotIn matches an absent label
     /// assert!(!sel.matches(&Labels::from([("zone".into(), "a".into())])));
     /// ```
-    pub fn matches(&self, labels: &Labels) -> bool {
+    pub fn matches<L: LabelLookup + ?Sized>(&self, labels: &L) -> bool {
         self.requirements.iter().all(|r| r.matches(labels))
     }
 }

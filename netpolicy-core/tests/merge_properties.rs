@@ -536,6 +536,11 @@ proptest! {
             for n in &reported {
                 prop_assert!(before.get(n) != after.get(n), "{} reported but unchanged", n);
             }
+            // The labels the engine keeps (shared strings) are each node's labels.
+            for (n, l) in &nodes {
+                let kept = engine.labels(n);
+                prop_assert_eq!(kept.as_ref(), Some(l));
+            }
             // What each policy selects, from the label index, is what its selector
             // matches.
             for p in policies.values() {

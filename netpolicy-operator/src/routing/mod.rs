@@ -544,12 +544,10 @@ impl Routing {
             self.held.remove(name);
             return Vec::new();
         };
-        let new = self.engine.labels(name).is_none();
-        // Per-node policies (a trench's) select the node by its name.
+        let new = !self.engine.has_node(name);
+        // Per-node policies (a trench's) select the node by its name. The engine
+        // compares: the same labels again change nothing.
         let labels = with_node_name(name, labels);
-        if !new && self.engine.labels(name) == Some(&labels) {
-            return Vec::new();
-        }
         let mut changed = self.engine.upsert_node(name, labels);
         if new && changed.is_empty() {
             changed.push(name.into());
