@@ -574,7 +574,7 @@ where
                 super::backoff::RECONNECT_RESET,
             ))
             .modify(slim::<K>);
-        let mut relist: Option<HashSet<ObjectKey>> = None;
+        let mut relist: Option<HashSet<SharedKey>> = None;
         let task = reflector::reflector(writer, stream).for_each(move |ev| {
             inner.dispatch(&ev, &mut relist);
             futures::future::ready(())
@@ -591,7 +591,7 @@ where
     fn dispatch(
         &self,
         ev: &Result<watcher::Event<K>, watcher::Error>,
-        relist: &mut Option<HashSet<ObjectKey>>,
+        relist: &mut Option<HashSet<SharedKey>>,
     ) {
         let kind = &*self.kind;
         match ev {
@@ -606,12 +606,14 @@ where
             Ok(watcher::Event::InitApply(o)) => {
                 let key = ObjectKey::of(o);
                 let relisting = self.health.state() == KindState::Synced;
-                self.applied(&key, o, relisting);
+                let key = self.applied(&key, o, relisting);
                 if let Some(r) = relist {
                     r.insert(key);
                 }
             }
-            Ok(watcher::Event::Apply(o)) => self.applied(&ObjectKey::of(o), o, false),
+            Ok(watcher::Event::Apply(o)) => {
+                self.applied(&ObjectKey::of(o), o, false);
+            }
             Ok(watcher::Event::Delete(o)) => {
                 let key = ObjectKey::of(o);
                 let mut shared = None;
@@ -660,8 +662,9 @@ where
 
     /// An object appeared or changed; `relisting`: it came in a relist of a synced
     /// cache, whose objects reach the store only at `InitDone` (subscribers are told
-    /// then).
-    fn applied(&self, key: &ObjectKey, o: &K, relisting: bool) {
+    /// then). Returns the key as the subscribers hold it (the relist's record of what
+    /// it holds shares it too).
+    fn applied(&self, key: &ObjectKey, o: &K, relisting: bool) -> SharedKey {
         // The key as every subscriber that has not seen the object yet holds it: one
         // allocation, shared.
         let mut shared: Option<SharedKey> = None;
@@ -669,8 +672,13 @@ where
         subs.retain_mut(|s| {
             let f = digest(&(s.fingerprint)(o));
             let key = match s.seen.get_key_value(key) {
-                Some((_, d)) if *d == f => return true,
-                Some((k, _)) => Arc::clone(k),
+                Some((k, d)) => {
+                    let k = Arc::clone(shared.get_or_insert_with(|| Arc::clone(k)));
+                    if *d == f {
+                        return true;
+                    }
+                    k
+                }
                 None => Arc::clone(shared.get_or_insert_with(|| Arc::new(key.clone()))),
             };
             s.seen.insert(Arc::clone(&key), f);
@@ -681,6 +689,7 @@ where
             }
             s.tell(&key, o)
         });
+        shared.unwrap_or_else(|| Arc::new(key.clone()))
     }
 }
 
@@ -995,7 +1004,7 @@ mod tests {
     struct Fed {
         informer: Informer<ConfigMap>,
         writer: Writer<ConfigMap>,
-        relist: Option<HashSet<ObjectKey>>,
+        relist: Option<HashSet<SharedKey>>,
     }
 
     impl Fed {
