@@ -162,38 +162,20 @@ impl LabelIndex {
         )
     }
 
-    /// Indexes one label; returns its key and value as the index holds them.
+    /// Indexes one label; returns its key and value as the index holds them (looked up
+    /// first: keys and many values repeat on every node, so each is allocated once).
     fn add_label(&mut self, id: u32, k: &str, v: &str) -> (Arc<str>, Arc<str>) {
-        // Look up before inserting: keys repeat on every node, so allocate only once.
-        let key = match self.by_pair.get_key_value(k) {
-            Some((key, _)) => Arc::clone(key),
-            None => {
-                let key: Arc<str> = Arc::from(k);
-                self.by_pair.insert(Arc::clone(&key), HashMap::default());
-                key
-            }
-        };
-        let mut value = None;
-        if let Some(values) = self.by_pair.get_mut(k) {
-            match values.get_key_value(v) {
-                Some((stored, _)) => value = Some(Arc::clone(stored)),
-                None => {
-                    let stored: Arc<str> = Arc::from(v);
-                    values.insert(Arc::clone(&stored), Vec::new());
-                    value = Some(stored);
-                }
-            }
-            if let Some(list) = values.get_mut(v) {
-                sorted_insert(list, id);
-            }
-        }
-        match self.by_key.get_mut(k) {
-            Some(list) => sorted_insert(list, id),
-            None => {
-                self.by_key.insert(Arc::clone(&key), vec![id]);
-            }
-        }
-        (key, value.unwrap_or_else(|| Arc::from(v)))
+        let key = self
+            .by_pair
+            .get_key_value(k)
+            .map_or_else(|| Arc::from(k), |(key, _)| Arc::clone(key));
+        let values = self.by_pair.entry(Arc::clone(&key)).or_default();
+        let value = values
+            .get_key_value(v)
+            .map_or_else(|| Arc::from(v), |(value, _)| Arc::clone(value));
+        sorted_insert(values.entry(Arc::clone(&value)).or_default(), id);
+        sorted_insert(self.by_key.entry(Arc::clone(&key)).or_default(), id);
+        (key, value)
     }
 
     fn remove(&mut self, id: u32, labels: &NodeLabels) {

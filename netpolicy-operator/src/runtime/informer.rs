@@ -1140,6 +1140,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn every_subscriber_and_the_changes_it_tells_share_one_key_per_object() {
+        let mut fed = Fed::new();
+        let (a, b) = (Wake::new(), Wake::new());
+        fed.informer
+            .subscribe(&a, |c: &ConfigMap| format!("{:?}", c.data));
+        fed.informer
+            .subscribe(&b, |c: &ConfigMap| format!("{:?}", c.metadata.labels));
+        fed.list(vec![cm("a", "one", "1")]);
+        let told = |w: &Wake| {
+            let c = w.take();
+            let keys = c.keys.get("ConfigMap").cloned().unwrap_or_default();
+            keys.into_iter()
+                .next()
+                .unwrap_or_else(|| panic!("nothing told"))
+        };
+        let (ta, tb) = (told(&a), told(&b));
+        let subs = lock(&fed.informer.inner.subscribers);
+        let seen: Vec<&SharedKey> = subs.iter().flat_map(|s| s.seen.keys()).collect();
+        assert_eq!(seen.len(), 2);
+        assert!(
+            Arc::ptr_eq(seen[0], seen[1]),
+            "each subscriber copied the key"
+        );
+        assert!(Arc::ptr_eq(seen[0], &ta) && Arc::ptr_eq(&ta, &tb));
+        assert_eq!(ta.to_string(), "a/one");
+    }
+
+    #[tokio::test]
     async fn a_relist_tells_its_changes_once_the_store_holds_them_and_reports_deletions() {
         let mut fed = Fed::new();
         let wake = Wake::new();
