@@ -18,5 +18,5 @@ async fn every_transition_loses_routes_only_where_a_reflector_restarts() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(24);
-    scenarios::run(n, scenarios::Set::All).await;
+    scenarios::run(n).await;
 }

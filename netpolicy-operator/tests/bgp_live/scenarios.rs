@@ -274,17 +274,9 @@ fn per_zone(n: usize) -> impl Fn(&BTreeMap<String, BTreeSet<String>>) -> bool {
     move |r| r.values().all(|s| s.len() == n)
 }
 
-/// Which transitions a run goes through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Set {
-    /// The cold start, nodes joining and leaving (scripts/test, 12 nodes).
-    Quick,
-    /// All five scenarios (the reported run, 24 nodes).
-    All,
-}
-
-/// Starts the lab with `n` nodes over 3 zones and the operator, and goes through `set`.
-pub(crate) async fn run(n: usize, set: Set) {
+/// Starts the lab with `n` nodes over 3 zones and the operator, and goes through all
+/// five scenarios.
+pub(crate) async fn run(n: usize) {
     if let Some(why) = BgpLab::unavailable() {
         eprintln!("SKIP live BGP: {why}");
         return;
@@ -371,15 +363,6 @@ pub(crate) async fn run(n: usize, set: Set) {
         &leaving,
     )
     .await;
-
-    if set == Set::Quick {
-        eprintln!(
-            "live BGP, {n} nodes, 3 zones, stepDelaySeconds {}:\n{}",
-            step_delay(),
-            run.table
-        );
-        return;
-    }
 
     // 3. A zone lost: every node of zone-c NotReady (their kubelets gone; BIRD still
     // runs), reflectors elsewhere serve its nodes; then it comes back.
