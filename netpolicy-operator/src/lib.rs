@@ -74,7 +74,7 @@ pub use plan::manifest;
 
 pub use error::{Error, Result};
 /// What every job reads of a Node (one type, so the jobs agree on "Ready" or "tainted").
-pub use k8s::NodeFacts;
+pub use k8s::{CachedNode, CachedNodeSpec, CachedNodeStatus, NodeFacts, NodeView};
 
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

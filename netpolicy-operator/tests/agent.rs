@@ -717,6 +717,15 @@ async fn every_object_is_repaired_on_its_notification_while_a_peer_fights_over_a
             .collect(),
     ))
     .unwrap();
+    // Each removal below takes one address: without promote_secondaries, removing
+    // v1's primary address takes its 19 secondaries with it, and the next removal
+    // failed when the agent had not put them all back within 150 ms.
+    let promoted = Command::new("ip")
+        .args(["netns", "exec", s.ns.name(), "sysctl", "-qw"])
+        .arg("net.ipv4.conf.v1.promote_secondaries=1")
+        .status()
+        .unwrap();
+    assert!(promoted.success(), "sysctl promote_secondaries on v1");
     s.api.create(&PostParams::default(), &obj).await.unwrap();
     let log = s.cp.dir.join(format!("agent-{}.log", s.node));
     let _agent = start_agent_with(s.cp, &s.node, &s.ns, &["--resync-seconds", "3600"]);

@@ -71,6 +71,9 @@ pub(crate) fn pass(world: World<'_>, now: &Time) -> Pass {
         .iter()
         .map(|r| (r.metadata.name.as_deref().unwrap_or_default(), *r))
         .collect();
+    // Sized once: at 10,000 FloatingIPs doubling left up to 60 % unused capacity, and
+    // each growth held the old and the new buffer at once (a cold start's heap peak).
+    out.fip_status.reserve_exact(owners.live.len());
     for (key, f) in &owners.live {
         let kv = ranges_by_name
             .get(f.spec.range.as_str())
@@ -350,6 +353,7 @@ fn allocate(
         })
         .collect();
     let (ledger, assigned) = Ledger::assign(pools, &recorded, &requests);
+    claims.reserve_exact(requests_owned.len());
     for ((range, key, _), result) in requests_owned.iter().zip(assigned.results) {
         match result {
             Ok(a) => claims.push(new_claim(a, range, owners.live[key])),

@@ -10,16 +10,15 @@ pub const DEFAULT_MAX_OBJECT_BYTES: usize = 1_400_000;
 pub(crate) mod events;
 mod host_address;
 pub(crate) mod job_items;
+mod node;
 pub(crate) mod sent;
 pub(crate) mod traffic;
 pub(crate) use host_address::host_address;
 pub(crate) use job_items::{JobItems, job_items};
+pub use node::{CachedNode, CachedNodeSpec, CachedNodeStatus, NodeView};
 pub(crate) use sent::Sent;
 
-use k8s_openapi::{
-    api::core::v1::Node,
-    apimachinery::pkg::apis::meta::v1::{Condition, Time},
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{Api, Resource, ResourceExt};
 use netpolicy_core::error::FieldError;
 
@@ -106,24 +105,18 @@ impl NodeFacts {
     /// Node with no Ready condition at all is Ready only when `assume_ready` is set:
     /// `netpolicy plan` sets it, because hand-written manifests have no status; the
     /// operator, which reads live Nodes, does not.
-    pub fn of(node: &Node, assume_ready: bool) -> Self {
-        let condition = node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
-        let spec = node.spec.as_ref();
+    pub fn of(node: &impl NodeView, assume_ready: bool) -> Self {
+        let meta = node.node_meta();
         Self {
-            name: node.metadata.name.clone().unwrap_or_default(),
-            labels: node.metadata.labels.clone().unwrap_or_default(),
-            ready: condition.map_or(assume_ready, |c| {
-                c.status == crate::api::conditions::STATUS_TRUE
-            }),
-            unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
-            taints: spec.and_then(|s| s.taints.clone()).unwrap_or_default(),
-            provider_id: spec.and_then(|s| s.provider_id.clone()),
-            created: node
-                .metadata
+            name: meta.name.clone().unwrap_or_default(),
+            labels: meta.labels.clone().unwrap_or_default(),
+            ready: node
+                .ready_status()
+                .map_or(assume_ready, |s| s == crate::api::conditions::STATUS_TRUE),
+            unschedulable: node.unschedulable(),
+            taints: node.taints().to_vec(),
+            provider_id: node.provider_id().map(str::to_owned),
+            created: meta
                 .creation_timestamp
                 .as_ref()
                 .map_or(0, |t| t.0.as_second()),
@@ -213,7 +206,7 @@ pub(crate) fn spec_fingerprint<K: Resource>(o: &K) -> String {
 
 /// A Node's uid and labels: all the routing job reads of it (and its uid, for owner
 /// references).
-pub(crate) fn labels_fingerprint(n: &Node) -> String {
+pub(crate) fn labels_fingerprint<K: Resource>(n: &K) -> String {
     let mut s = n.meta().uid.clone().unwrap_or_default();
     for (k, v) in n.labels() {
         s.push('\n');

@@ -71,7 +71,9 @@ use crate::{
         calico::{bgp_configuration_resource, bgp_peer_resource},
         conditions::{self, events, route_reflector as rc},
     },
-    k8s::{FIELD_MANAGER, MANAGED_BY, NodeFacts, apply_status, condition, spec_fingerprint},
+    k8s::{
+        CachedNode, FIELD_MANAGER, MANAGED_BY, NodeFacts, apply_status, condition, spec_fingerprint,
+    },
     runtime::{
         Changes, ErrorClass, Informer, Informers, Job, JobError, KindHealth, KindState, Next,
         ObjectKey, Setup, Wake,
@@ -84,7 +86,7 @@ const MESH_ON: &str = "Calico's node-to-node mesh is still on (nodeToNodeMesh: r
 
 /// What of a Node placement reads: identity, labels, the cluster-ID annotation,
 /// readiness, schedulability, taints.
-fn node_fingerprint(n: &Node) -> String {
+fn node_fingerprint(n: &CachedNode) -> String {
     let f = NodeFacts::of(n, false);
     format!(
         "{}|{:?}|{:?}|{}|{}|{:?}",
@@ -131,7 +133,7 @@ pub(crate) fn setup(
 ) -> Setup<RouteReflectors> {
     let wake = Wake::new();
     let configs = informers.get::<RouteReflectorConfig>();
-    let nodes = informers.get::<Node>();
+    let nodes = informers.get::<CachedNode>();
     let peers = informers.dynamic(&bgp_peer_resource(), true);
     configs.subscribe(&wake, spec_fingerprint);
     nodes.subscribe(&wake, node_fingerprint);
@@ -169,7 +171,7 @@ pub(crate) fn setup(
 #[derive(Clone)]
 struct Calico {
     client: Client,
-    nodes: Store<Node>,
+    nodes: Store<CachedNode>,
     peers: Store<DynamicObject>,
 }
 
@@ -178,7 +180,7 @@ struct Calico {
 struct Remote {
     settings: KubeconfigSecretRef,
     _informers: Informers,
-    nodes: Informer<Node>,
+    nodes: Informer<CachedNode>,
     peers: Informer<DynamicObject>,
 }
 
@@ -948,7 +950,7 @@ impl RouteReflectors {
                 ) => return Some(format!("datastore.kubernetes.kubeconfigSecretRef: {m}")),
             };
             let informers = Informers::new(client.clone());
-            let nodes = informers.get::<Node>();
+            let nodes = informers.get::<CachedNode>();
             let peers = informers.dynamic(&bgp_peer_resource(), true);
             nodes.subscribe(&self.wake, node_fingerprint);
             peers.subscribe(&self.wake, peer_fingerprint);

@@ -11,7 +11,6 @@ mod sessions;
 
 use std::{collections::BTreeMap, net::Ipv4Addr};
 
-use k8s_openapi::api::core::v1::Node;
 use netpolicy_core::FieldError;
 use netpolicy_rr::{
     BGP_PEER_PREFIX, BgpPeer, CLUSTER_ID_ANNOTATION, Config, Current, Effect, Kind, Marks,
@@ -21,7 +20,7 @@ use serde::Serialize;
 
 use crate::{
     api::{ReflectorTopology, ReflectorsPer, RouteReflectorConfigSpec},
-    k8s::NodeFacts,
+    k8s::{NodeFacts, NodeView},
 };
 
 pub(crate) use crate::api::calico::{CalicoBgpPeer, CalicoBgpPeerSpec};
@@ -162,10 +161,10 @@ pub fn node_info(node: &NodeFacts) -> NodeInfo {
 
 /// The marks netpolicy owns on a Node now. A cluster-ID annotation that is not an IPv4
 /// address is treated as absent (it will be rewritten).
-pub(crate) fn marks(node: &Node, reflector_label: &str) -> Marks {
+pub(crate) fn marks(node: &impl NodeView, reflector_label: &str) -> Marks {
     marks_of(
-        node.metadata.labels.as_ref(),
-        node.metadata
+        node.node_meta().labels.as_ref(),
+        node.node_meta()
             .annotations
             .as_ref()
             .and_then(|a| a.get(CLUSTER_ID_ANNOTATION))
@@ -195,8 +194,8 @@ pub(crate) fn marks_of(
 
 /// The current state from Nodes, `BGPPeer`s (only `netpolicy-rr-*` objects count) and
 /// the ring kept in the RouteReflectorConfig's status.
-pub fn current<'a>(
-    nodes: impl IntoIterator<Item = &'a Node>,
+pub fn current<'a, N: NodeView + 'a>(
+    nodes: impl IntoIterator<Item = &'a N>,
     peers: impl IntoIterator<Item = &'a CalicoBgpPeer>,
     ring: &[String],
     reflector_label: &str,
@@ -204,7 +203,7 @@ pub fn current<'a>(
     current_of(
         nodes.into_iter().map(|n| {
             (
-                n.metadata.name.clone().unwrap_or_default(),
+                n.node_meta().name.clone().unwrap_or_default(),
                 marks(n, reflector_label),
             )
         }),

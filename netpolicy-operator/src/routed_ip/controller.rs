@@ -49,7 +49,7 @@ use std::{
 
 use k8s_openapi::{
     api::{
-        core::v1::{Namespace, Node, Secret, Service},
+        core::v1::{Namespace, Secret, Service},
         discovery::v1::EndpointSlice,
     },
     apimachinery::pkg::apis::meta::v1::Time,
@@ -76,7 +76,7 @@ use crate::{
         ReclaimPolicy, RoutedIP, RoutedIPIssuer, RoutedIPIssuerStatus, RoutedIPStatus,
         conditions::{self, events, routed_ip as rc},
     },
-    k8s::{FIELD_MANAGER, NodeFacts, apply_status, condition, spec_fingerprint},
+    k8s::{CachedNode, FIELD_MANAGER, NodeFacts, apply_status, condition, spec_fingerprint},
     runtime::{ErrorClass, Informers, Next, ObjectJob, ObjectSetup, informer::lock, per_object},
     telemetry::Shared,
 };
@@ -94,7 +94,7 @@ fn generation_fingerprint<K: Resource>(o: &K) -> String {
 }
 
 /// What of a Node election reads.
-fn node_fingerprint(n: &Node) -> String {
+fn node_fingerprint(n: &CachedNode) -> String {
     let f = NodeFacts::of(n, false);
     format!(
         "{}|{:?}|{:?}|{}|{}|{}",
@@ -191,7 +191,7 @@ pub(crate) fn setup(
 ) -> (ObjectSetup<RoutedIps>, ObjectSetup<IssuerChecks>) {
     let rips = informers.get::<RoutedIP>();
     let issuers = informers.get::<RoutedIPIssuer>();
-    let nodes = informers.get::<Node>();
+    let nodes = informers.get::<CachedNode>();
     let slices = informers.get::<EndpointSlice>();
     let services = informers.get::<Service>();
     let ctx = Arc::new(Context {
@@ -402,7 +402,7 @@ pub(crate) struct Context {
     cluster: tokio::sync::OnceCell<String>,
     issuers: Store<RoutedIPIssuer>,
     rips: Store<RoutedIP>,
-    nodes: Store<Node>,
+    nodes: Store<CachedNode>,
     slices: Store<EndpointSlice>,
     services: Store<Service>,
     /// Provider clients by issuer name, with the issuer generation they were made for.

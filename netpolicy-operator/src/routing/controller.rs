@@ -29,7 +29,6 @@ use std::{
 };
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
@@ -45,7 +44,7 @@ use crate::{
         ClusterConfig, FloatingIP, FloatingIPRange, NodeConfig, NodeNetworkConfig, PolicyStatus,
         RoutedIP, RoutedIPIssuer,
     },
-    k8s::{labels_fingerprint, sent::digest, spec_fingerprint},
+    k8s::{CachedNode, labels_fingerprint, sent::digest, spec_fingerprint},
     runtime::{Changes, Informers, InputKinds, Inputs, Job, JobError, Next, Setup},
 };
 
@@ -104,7 +103,7 @@ pub(crate) fn setup(
     let mut inputs = Inputs::new();
     let ccs = inputs.read(&informers.get::<ClusterConfig>(), spec_fingerprint);
     let ncs = inputs.read(&informers.get::<NodeConfig>(), spec_fingerprint);
-    let nodes = inputs.read(&informers.get::<Node>(), labels_fingerprint);
+    let nodes = inputs.read(&informers.get::<CachedNode>(), labels_fingerprint);
     // Agents write NodeNetworkConfig status: a spec change or a deletion (someone
     // else's) is compared again; a new applied revision only updates the policies'
     // status (under its own name: not an input).
@@ -281,7 +280,7 @@ impl RoutingJob {
 struct Stores {
     ccs: Store<ClusterConfig>,
     ncs: Store<NodeConfig>,
-    nodes: Store<Node>,
+    nodes: Store<CachedNode>,
     nncs: Store<NodeNetworkConfig>,
     rips: Store<RoutedIP>,
     issuers: Store<RoutedIPIssuer>,

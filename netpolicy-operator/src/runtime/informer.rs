@@ -926,6 +926,9 @@ impl Informers {
         K: Resource + Clone + fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
         K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync + Unpin,
     {
+        // Two types may read one resource (`k8s_openapi`'s Node and `CachedNode`): each
+        // has its own informer and watch, never one replacing the other's.
+        let key = format!("{key} as {}", std::any::type_name::<K>());
         let mut kinds = lock(&self.kinds);
         if let Some(i) = kinds
             .get(&key)

@@ -20,7 +20,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
     Api, Client, Resource, ResourceExt,
     runtime::{events::EventType, reflector::Store},
@@ -33,7 +33,10 @@ use crate::{
         Attractor, Conduit, Flow, Gateway, Stream, TrafficStatus, Trench, TrenchStatus, Vip,
         conditions::{READY, events, traffic as reason},
     },
-    k8s::{FIELD_MANAGER, InputError, condition, labels_fingerprint, traffic::TrafficStores},
+    k8s::{
+        CachedNode, FIELD_MANAGER, InputError, condition, labels_fingerprint,
+        traffic::TrafficStores,
+    },
     runtime::{Changes, Informers, Inputs, Job, JobError, Next, Setup, informer::lock},
 };
 
@@ -52,7 +55,7 @@ pub(crate) fn setup(
     let nodes = informers
         .namespace()
         .is_none()
-        .then(|| inputs.read(&informers.get::<Node>(), labels_fingerprint));
+        .then(|| inputs.read(&informers.get::<CachedNode>(), labels_fingerprint));
     let workloads = super::rollout::Workloads::subscribe(informers, &mut inputs);
     let job = TrenchJob {
         workloads,
@@ -73,7 +76,7 @@ pub(crate) struct TrenchJob {
     recorder: crate::k8s::events::Recorder,
     stores: TrafficStores,
     /// Nodes (none when limited to one namespace).
-    nodes: Option<Store<Node>>,
+    nodes: Option<Store<CachedNode>>,
     /// Images and accounts of Meridio's workloads.
     settings: super::meridio::Settings,
     /// The rollouts of Meridio's workloads (label-selected caches).
