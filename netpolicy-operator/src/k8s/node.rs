@@ -128,89 +128,59 @@ fn ready_of(conditions: Option<&Vec<NodeCondition>>) -> Option<&str> {
         .map(|c| c.status.as_str())
 }
 
-impl NodeView for Node {
-    fn node_meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn ready_status(&self) -> Option<&str> {
-        ready_of(self.status.as_ref().and_then(|s| s.conditions.as_ref()))
-    }
-    fn unschedulable(&self) -> bool {
-        self.spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false)
-    }
-    fn taints(&self) -> &[Taint] {
-        self.spec
-            .as_ref()
-            .and_then(|s| s.taints.as_deref())
-            .unwrap_or_default()
-    }
-    fn provider_id(&self) -> Option<&str> {
-        self.spec.as_ref().and_then(|s| s.provider_id.as_deref())
-    }
+/// `k8s_openapi`'s `Node` and [`CachedNode`] spell every field [`NodeView`] reads alike.
+macro_rules! node_view_by_fields {
+    ($($node:ty),*) => {$(
+        impl NodeView for $node {
+            fn node_meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn ready_status(&self) -> Option<&str> {
+                ready_of(self.status.as_ref().and_then(|s| s.conditions.as_ref()))
+            }
+            fn unschedulable(&self) -> bool {
+                self.spec
+                    .as_ref()
+                    .and_then(|s| s.unschedulable)
+                    .unwrap_or(false)
+            }
+            fn taints(&self) -> &[Taint] {
+                self.spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_deref())
+                    .unwrap_or_default()
+            }
+            fn provider_id(&self) -> Option<&str> {
+                self.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+            }
+        }
+    )*};
 }
+node_view_by_fields!(Node, CachedNode);
 
-impl NodeView for CachedNode {
-    fn node_meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn ready_status(&self) -> Option<&str> {
-        ready_of(self.status.as_ref().and_then(|s| s.conditions.as_ref()))
-    }
-    fn unschedulable(&self) -> bool {
-        self.spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false)
-    }
-    fn taints(&self) -> &[Taint] {
-        self.spec
-            .as_ref()
-            .and_then(|s| s.taints.as_deref())
-            .unwrap_or_default()
-    }
-    fn provider_id(&self) -> Option<&str> {
-        self.spec.as_ref().and_then(|s| s.provider_id.as_deref())
-    }
+/// Through a reference or an `Arc` (a cache's `Arc<CachedNode>`).
+macro_rules! node_view_through {
+    ($($pointer:ty),*) => {$(
+        impl<T: NodeView + ?Sized> NodeView for $pointer {
+            fn node_meta(&self) -> &ObjectMeta {
+                (**self).node_meta()
+            }
+            fn ready_status(&self) -> Option<&str> {
+                (**self).ready_status()
+            }
+            fn unschedulable(&self) -> bool {
+                (**self).unschedulable()
+            }
+            fn taints(&self) -> &[Taint] {
+                (**self).taints()
+            }
+            fn provider_id(&self) -> Option<&str> {
+                (**self).provider_id()
+            }
+        }
+    )*};
 }
-
-impl<T: NodeView + ?Sized> NodeView for &T {
-    fn node_meta(&self) -> &ObjectMeta {
-        (**self).node_meta()
-    }
-    fn ready_status(&self) -> Option<&str> {
-        (**self).ready_status()
-    }
-    fn unschedulable(&self) -> bool {
-        (**self).unschedulable()
-    }
-    fn taints(&self) -> &[Taint] {
-        (**self).taints()
-    }
-    fn provider_id(&self) -> Option<&str> {
-        (**self).provider_id()
-    }
-}
-
-impl<T: NodeView + ?Sized> NodeView for std::sync::Arc<T> {
-    fn node_meta(&self) -> &ObjectMeta {
-        (**self).node_meta()
-    }
-    fn ready_status(&self) -> Option<&str> {
-        (**self).ready_status()
-    }
-    fn unschedulable(&self) -> bool {
-        (**self).unschedulable()
-    }
-    fn taints(&self) -> &[Taint] {
-        (**self).taints()
-    }
-    fn provider_id(&self) -> Option<&str> {
-        (**self).provider_id()
-    }
-}
+node_view_through!(&T, std::sync::Arc<T>);
 
 #[cfg(test)]
 mod tests {
