@@ -261,8 +261,9 @@ pub struct PolicyStatus {
     /// Nodes the policy selects.
     #[serde(default)]
     pub matched_nodes: i64,
-    /// Selected nodes whose agent reports their current NodeNetworkConfig revision
-    /// applied.
+    /// Selected nodes whose agent reports the NodeNetworkConfig revision the policies
+    /// want applied (a node whose change waits for its rollout wave is not counted: its
+    /// agent still runs the old revision).
     #[serde(default)]
     pub applied_nodes: i64,
     /// Selected nodes whose change waits for its rollout wave.
