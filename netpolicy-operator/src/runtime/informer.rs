@@ -1010,15 +1010,19 @@ mod tests {
         relist: Option<HashSet<SharedKey>>,
     }
 
+    /// A client that is never connected (nothing here starts a watch).
+    fn offline_client() -> Client {
+        let config = kube::Config::new(
+            "http://127.0.0.1:9"
+                .parse()
+                .unwrap_or_else(|_| unreachable!("a valid URI")),
+        );
+        Client::try_from(config).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     impl Fed {
         fn new() -> Self {
-            let config = kube::Config::new(
-                "http://127.0.0.1:9"
-                    .parse()
-                    .unwrap_or_else(|_| unreachable!("a valid URI")),
-            );
-            let client = Client::try_from(config).unwrap_or_else(|e| panic!("{e}"));
-            let informers = Informers::new(client);
+            let informers = Informers::new(offline_client());
             let informer = informers.get::<ConfigMap>();
             let writer = lock(&informer.inner.writer)
                 .take()
@@ -1140,6 +1144,26 @@ mod tests {
         same.metadata.labels = Some([("x".to_owned(), "y".to_owned())].into());
         fed.feed(Event::Apply(same));
         assert!(wake.take().is_empty());
+    }
+
+    /// The operator's jobs read Nodes as `CachedNode`, a consumer's own job may read
+    /// them as `k8s_openapi`'s Node: the second type once replaced the first one's
+    /// informer, whose subscribers then never had a watch.
+    #[tokio::test]
+    async fn two_types_of_one_resource_get_an_informer_each_and_keep_it() {
+        use kube::core::PartialObjectMeta;
+        let informers = Informers::new(offline_client());
+        let whole = informers.get::<ConfigMap>();
+        let meta = informers.get::<PartialObjectMeta<ConfigMap>>();
+        assert!(Arc::ptr_eq(
+            &whole.inner,
+            &informers.get::<ConfigMap>().inner
+        ));
+        assert!(Arc::ptr_eq(
+            &meta.inner,
+            &informers.get::<PartialObjectMeta<ConfigMap>>().inner
+        ));
+        assert_eq!(lock(&informers.kinds).len(), 2);
     }
 
     #[tokio::test]
