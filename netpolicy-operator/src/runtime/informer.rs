@@ -41,6 +41,10 @@
 //! }
 //! # }
 //! ```
+//!
+//! One informer is kept per resource and Rust type: the operator's own jobs read Nodes as
+//! `netpolicy_operator::CachedNode` (only the fields they use), so a job that asks for
+//! `k8s_openapi`'s `Node` in the same process gets an informer and a watch of its own.
 
 use std::{
     any::Any,
