@@ -48,15 +48,14 @@
 
 use std::{
     any::Any,
-    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+    collections::{HashMap, HashSet},
     fmt,
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{Arc, Mutex},
 };
 
 use futures::{Stream, StreamExt};
 use kube::{
-    Api, Client, Resource,
-    api::{ApiResource, DynamicObject},
+    Api, Resource,
     runtime::{
         WatchStreamExt,
         reflector::{self, Store, store::Writer},
@@ -66,140 +65,9 @@ use kube::{
 use tokio::sync::{Notify, mpsc};
 use tracing::{debug, warn};
 
-/// Locks a mutex whose data stays consistent even if a holder panicked (every critical
-/// section here leaves it whole).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// An object's identity within its kind: namespace (`None` for cluster-scoped kinds) and
-/// name.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ObjectKey {
-    /// Namespace; `None` for cluster-scoped objects.
-    pub namespace: Option<String>,
-    /// Name.
-    pub name: String,
-}
-
-impl ObjectKey {
-    /// The key of `o`.
-    pub fn of<K: Resource>(o: &K) -> Self {
-        Self {
-            namespace: o.meta().namespace.clone(),
-            name: o.meta().name.clone().unwrap_or_default(),
-        }
-    }
-
-    /// A cluster-scoped object's key.
-    pub fn cluster(name: impl Into<String>) -> Self {
-        Self {
-            namespace: None,
-            name: name.into(),
-        }
-    }
-}
-
-impl fmt::Display for ObjectKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.namespace {
-            Some(ns) => write!(f, "{ns}/{}", self.name),
-            None => f.write_str(&self.name),
-        }
-    }
-}
-
-/// An object's key as the informer holds it: one allocation per object, shared by every
-/// subscriber's digests and the changes it tells (at 10,000 objects a kind and several
-/// subscribers a kind, copies of the name were megabytes).
-type SharedKey = Arc<ObjectKey>;
-
-/// What changed since a job last looked: object keys per kind, and whether the job
-/// must compare everything (its first pass, a resync, the pass after a failure).
-#[derive(Debug, Default, Clone)]
-pub struct Changes {
-    /// Compare every object, not only the changed ones.
-    pub full: bool,
-    keys: BTreeMap<Arc<str>, BTreeSet<SharedKey>>,
-}
-
-impl Changes {
-    /// Nothing changed and no full pass is due.
-    pub fn is_empty(&self) -> bool {
-        !self.full && self.keys.is_empty()
-    }
-
-    /// The changed objects of `kind` (appeared, disappeared, or changed in what the
-    /// subscription's fingerprint covers).
-    pub fn of(&self, kind: &str) -> impl Iterator<Item = &ObjectKey> {
-        self.keys.get(kind).into_iter().flatten().map(|k| &**k)
-    }
-
-    /// The kinds with changes.
-    pub fn kinds(&self) -> impl Iterator<Item = &str> {
-        self.keys
-            .iter()
-            .filter(|(_, k)| !k.is_empty())
-            .map(|(kind, _)| &**kind)
-    }
-
-    /// Whether anything of `kind` changed.
-    pub fn touched(&self, kind: &str) -> bool {
-        self.keys.get(kind).is_some_and(|k| !k.is_empty())
-    }
-
-    /// Records a change (for jobs that wake themselves, and for tests).
-    pub fn insert(&mut self, kind: &str, key: ObjectKey) {
-        self.insert_shared(kind, Arc::new(key));
-    }
-
-    fn insert_shared(&mut self, kind: &str, key: SharedKey) {
-        match self.keys.get_mut(kind) {
-            Some(keys) => {
-                keys.insert(key);
-            }
-            None => {
-                self.keys.insert(Arc::from(kind), BTreeSet::from([key]));
-            }
-        }
-    }
-}
-
-/// Wakes a job and tells it which objects changed. Clones share one set of changes; a
-/// wake-up that comes while the job works is kept for its next wait.
-#[derive(Debug, Clone, Default)]
-pub struct Wake {
-    changes: Arc<Mutex<Changes>>,
-    notify: Arc<Notify>,
-}
-
-impl Wake {
-    /// A new wake-up with no changes.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Object `key` of `kind` changed.
-    pub fn changed(&self, kind: &str, key: ObjectKey) {
-        self.changed_shared(kind, Arc::new(key));
-    }
-
-    fn changed_shared(&self, kind: &str, key: SharedKey) {
-        lock(&self.changes).insert_shared(kind, key);
-        self.notify.notify_one();
-    }
-
-    /// Waits until something changed (returns at once if something did since the last
-    /// wait).
-    pub async fn notified(&self) {
-        self.notify.notified().await;
-    }
-
-    /// The changes so far, leaving none.
-    pub fn take(&self) -> Changes {
-        std::mem::take(&mut *lock(&self.changes))
-    }
-}
+use super::changes::SharedKey;
+pub(crate) use super::changes::lock;
+pub use super::changes::{Changes, ObjectKey, Wake};
 
 /// Whether a kind's cache can be used yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -336,7 +204,7 @@ impl<K: Clone> Subscriber<K> {
     }
 }
 
-struct Inner<K>
+pub(super) struct Inner<K>
 where
     K: Resource + Clone + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,
@@ -432,7 +300,7 @@ where
     K: Resource + Clone + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
-    inner: Arc<Inner<K>>,
+    pub(super) inner: Arc<Inner<K>>,
 }
 
 impl<K> Clone for Informer<K>
@@ -452,7 +320,7 @@ where
     K: Resource + Clone + fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync + Unpin,
 {
-    fn new(
+    pub(super) fn new(
         kind: Arc<str>,
         resource: String,
         api: Api<K>,
@@ -475,7 +343,7 @@ where
     }
 
     /// Limits the watch to the objects `selector` selects (before it starts).
-    fn with_selector(mut self, selector: &str) -> Self {
+    pub(super) fn with_selector(mut self, selector: &str) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.selector = Some(selector.to_owned());
         }
@@ -565,7 +433,7 @@ where
 
     /// Starts the watch (once; later calls do nothing). The task ends when the returned
     /// handle is aborted.
-    fn start(&self) -> Option<tokio::task::JoinHandle<()>> {
+    pub(super) fn start(&self) -> Option<tokio::task::JoinHandle<()>> {
         let writer = lock(&self.inner.writer).take()?;
         let inner = Arc::clone(&self.inner);
         let mut config = watcher::Config::default();
@@ -745,258 +613,13 @@ fn tokio_stream_from<K: Send + 'static>(
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|o| o.map(Ok)))
 }
 
-trait Startable: Send + Sync {
-    fn start_task(&self) -> Option<tokio::task::JoinHandle<()>>;
-    fn health_of(&self) -> Arc<KindHealth>;
-    fn as_any(&self) -> &dyn Any;
-}
-
-impl<K> Startable for Informer<K>
-where
-    K: Resource + Clone + fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync + Unpin,
-{
-    fn start_task(&self) -> Option<tokio::task::JoinHandle<()>> {
-        self.start()
-    }
-    fn health_of(&self) -> Arc<KindHealth> {
-        self.health()
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
-/// Every informer of a process, one per kind. Jobs take the informers of the kinds they
-/// read ([`Informers::get`]) and subscribe; [`Informers::start`] then starts one watch
-/// per kind.
-pub struct Informers {
-    client: Client,
-    /// `--watch-namespace`: namespaced kinds taken with [`Informers::get_namespaced`]
-    /// are watched in this namespace only.
-    namespace: Option<String>,
-    kinds: Mutex<BTreeMap<String, Box<dyn Startable>>>,
-    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
-    started: std::sync::atomic::AtomicBool,
-}
-
-impl fmt::Debug for Informers {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Informers")
-            .field("kinds", &lock(&self.kinds).keys().collect::<Vec<_>>())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Informers {
-    /// No informers yet, reading through `client`.
-    pub fn new(client: Client) -> Self {
-        Self::in_namespace(client, None)
-    }
-
-    /// No informers yet; namespaced kinds taken with [`Informers::get_namespaced`] are
-    /// watched in `namespace` only (all namespaces when `None`).
-    pub fn in_namespace(client: Client, namespace: Option<String>) -> Self {
-        Self {
-            client,
-            namespace,
-            kinds: Mutex::new(BTreeMap::new()),
-            tasks: Mutex::new(Vec::new()),
-            started: std::sync::atomic::AtomicBool::new(false),
-        }
-    }
-
-    /// The client the informers read with.
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
-
-    /// The informer of kind `K` across all namespaces (made on first use).
-    pub fn get<K>(&self) -> Informer<K>
-    where
-        K: Resource + Clone + fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-        K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync + Unpin,
-    {
-        let dt = K::DynamicType::default();
-        let key = format!("{}/{}", K::api_version(&dt), K::plural(&dt));
-        self.entry(key, || {
-            let resource = resource_name(&K::plural(&dt), &K::group(&dt));
-            Informer::new(
-                Arc::from(&*K::kind(&dt)),
-                resource,
-                Api::<K>::all(self.client.clone()),
-                dt.clone(),
-                false,
-            )
-        })
-    }
-
-    /// The namespace the operator is limited to (`--watch-namespace`), if any.
-    pub fn namespace(&self) -> Option<&str> {
-        self.namespace.as_deref()
-    }
-
-    /// The informer of the namespaced kind `K`: in [`Informers::namespace`] when the
-    /// operator is limited to one, across all namespaces otherwise.
-    pub fn get_namespaced<K>(&self) -> Informer<K>
-    where
-        K: Resource<Scope = kube::core::NamespaceResourceScope>
-            + Clone
-            + fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
-        K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync + Unpin,
-    {
-        self.scoped(None)
-    }
-
-    /// The informer of the namespaced kind `K` limited to the objects `selector` (a
-    /// label selector, `app.kubernetes.io/managed-by=netpolicy`) selects: a job that
-    /// reads only what it made caches only that, not every Deployment of the cluster.
-    /// Namespaced as [`Informers::get_namespaced`]; one watch per kind and selector.
-    pub fn labelled<K>(&self, selector: &str) -> Informer<K>
-    where
-        K: Resource<Scope = kube::core::NamespaceResourceScope>
-            + Clone
-            + fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
-        K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync + Unpin,
-    {
-        self.scoped(Some(selector))
-    }
-
-    /// The informer of `K` in [`Informers::namespace`] (all namespaces without one),
-    /// limited to `selector` when given; [`Informers::get`]'s own when neither limits it.
-    fn scoped<K>(&self, selector: Option<&str>) -> Informer<K>
-    where
-        K: Resource<Scope = kube::core::NamespaceResourceScope>
-            + Clone
-            + fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
-        K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync + Unpin,
-    {
-        let ns = self.namespace.clone();
-        if ns.is_none() && selector.is_none() {
-            return self.get::<K>();
-        }
-        let dt = K::DynamicType::default();
-        let key = format!(
-            "{}/{}@{}?{}",
-            K::api_version(&dt),
-            K::plural(&dt),
-            ns.as_deref().unwrap_or_default(),
-            selector.unwrap_or_default()
-        );
-        self.entry(key, || {
-            let resource = resource_name(&K::plural(&dt), &K::group(&dt));
-            let api = match &ns {
-                Some(ns) => Api::<K>::namespaced(self.client.clone(), ns),
-                None => Api::<K>::all(self.client.clone()),
-            };
-            let i = Informer::new(Arc::from(&*K::kind(&dt)), resource, api, dt.clone(), false);
-            match selector {
-                Some(s) => i.with_selector(s),
-                None => i,
-            }
-        })
-    }
-
-    /// The informer of a kind known by its [`ApiResource`] (kinds of other projects,
-    /// such as Calico's). `optional`: the kind may not be served (its CRD not installed);
-    /// readiness then treats it as empty, and the informer keeps trying.
-    pub fn dynamic(&self, ar: &ApiResource, optional: bool) -> Informer<DynamicObject> {
-        let key = format!("{}/{}", ar.api_version, ar.plural);
-        self.entry(key, || {
-            Informer::new(
-                Arc::from(ar.kind.as_str()),
-                resource_name(&ar.plural, &ar.group),
-                Api::all_with(self.client.clone(), ar),
-                ar.clone(),
-                optional,
-            )
-        })
-    }
-
-    fn entry<K>(&self, key: String, make: impl FnOnce() -> Informer<K>) -> Informer<K>
-    where
-        K: Resource + Clone + fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-        K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync + Unpin,
-    {
-        // Two types may read one resource (`k8s_openapi`'s Node and `CachedNode`): each
-        // has its own informer and watch, never one replacing the other's.
-        let key = format!("{key} as {}", std::any::type_name::<K>());
-        let mut kinds = lock(&self.kinds);
-        if let Some(i) = kinds
-            .get(&key)
-            .and_then(|b| b.as_any().downcast_ref::<Informer<K>>())
-        {
-            return i.clone();
-        }
-        let i = make();
-        kinds.insert(key, Box::new(i.clone()));
-        if self.started.load(std::sync::atomic::Ordering::Acquire) {
-            // Made after start: start it now.
-            if let Some(t) = i.start() {
-                lock(&self.tasks).push(t);
-            }
-        }
-        i
-    }
-
-    /// Starts one watch per kind taken so far (and any kind taken later at once).
-    pub fn start(&self) {
-        let kinds = lock(&self.kinds);
-        self.started
-            .store(true, std::sync::atomic::Ordering::Release);
-        let mut tasks = lock(&self.tasks);
-        for i in kinds.values() {
-            if let Some(t) = i.start_task() {
-                tasks.push(t);
-            }
-        }
-    }
-
-    /// The health of every kind.
-    pub fn health(&self) -> Vec<Arc<KindHealth>> {
-        lock(&self.kinds).values().map(|i| i.health_of()).collect()
-    }
-
-    /// Stops every watch.
-    pub fn stop(&self) {
-        for t in lock(&self.tasks).drain(..) {
-            t.abort();
-        }
-    }
-}
-
-impl Drop for Informers {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn resource_name(plural: &str, group: &str) -> String {
-    if group.is_empty() {
-        plural.to_owned()
-    } else {
-        format!("{plural}.{group}")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::runtime::watcher::Event;
 
     use super::*;
+    use crate::runtime::{Informers, offline_client};
 
     fn cm(ns: &str, name: &str, v: &str) -> ConfigMap {
         let mut c = ConfigMap::default();
@@ -1012,16 +635,6 @@ mod tests {
         informer: Informer<ConfigMap>,
         writer: Writer<ConfigMap>,
         relist: Option<HashSet<SharedKey>>,
-    }
-
-    /// A client that is never connected (nothing here starts a watch).
-    fn offline_client() -> Client {
-        let config = kube::Config::new(
-            "http://127.0.0.1:9"
-                .parse()
-                .unwrap_or_else(|_| unreachable!("a valid URI")),
-        );
-        Client::try_from(config).unwrap_or_else(|e| panic!("{e}"))
     }
 
     impl Fed {
@@ -1148,26 +761,6 @@ mod tests {
         same.metadata.labels = Some([("x".to_owned(), "y".to_owned())].into());
         fed.feed(Event::Apply(same));
         assert!(wake.take().is_empty());
-    }
-
-    /// The operator's jobs read Nodes as `CachedNode`, a consumer's own job may read
-    /// them as `k8s_openapi`'s Node: the second type once replaced the first one's
-    /// informer, whose subscribers then never had a watch.
-    #[tokio::test]
-    async fn two_types_of_one_resource_get_an_informer_each_and_keep_it() {
-        use kube::core::PartialObjectMeta;
-        let informers = Informers::new(offline_client());
-        let whole = informers.get::<ConfigMap>();
-        let meta = informers.get::<PartialObjectMeta<ConfigMap>>();
-        assert!(Arc::ptr_eq(
-            &whole.inner,
-            &informers.get::<ConfigMap>().inner
-        ));
-        assert!(Arc::ptr_eq(
-            &meta.inner,
-            &informers.get::<PartialObjectMeta<ConfigMap>>().inner
-        ));
-        assert_eq!(lock(&informers.kinds).len(), 2);
     }
 
     #[tokio::test]

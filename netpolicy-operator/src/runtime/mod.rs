@@ -8,14 +8,16 @@
 //! client, probes, signals) is [`crate::process`]'s.
 
 mod backoff;
+mod changes;
 pub mod informer;
 pub mod per_object;
+mod registry;
 pub mod runner;
 
-pub use informer::{
-    Changes, Informer, Informers, InputKinds, Inputs, KindHealth, KindState, ObjectKey, Wake,
-};
+pub use changes::{Changes, ObjectKey, Wake};
+pub use informer::{Informer, InputKinds, Inputs, KindHealth, KindState};
 pub use per_object::{ObjectJob, ObjectSetup};
+pub use registry::Informers;
 pub use runner::{Backoff, ErrorClass, Job, JobError, JobReadiness, Next, Runner, Setup};
 
 pub use crate::telemetry::{ControllerLabel, Metrics, Shared};
@@ -25,4 +27,15 @@ pub use crate::telemetry::{ControllerLabel, Metrics, Shared};
 /// at start, is one reconcile per object, not one per event).
 pub fn controller_config() -> kube::runtime::controller::Config {
     kube::runtime::controller::Config::default().debounce(runner::DEBOUNCE)
+}
+
+/// A client that is never connected (for tests that start no watch).
+#[cfg(test)]
+pub(crate) fn offline_client() -> kube::Client {
+    let config = kube::Config::new(
+        "http://127.0.0.1:9"
+            .parse()
+            .unwrap_or_else(|_| unreachable!("a valid URI")),
+    );
+    kube::Client::try_from(config).unwrap_or_else(|e| panic!("{e}"))
 }
