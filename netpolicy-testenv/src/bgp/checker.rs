@@ -102,7 +102,53 @@ const PERIOD: Duration = Duration::from_millis(100);
 /// Seen: a single sample up to 200 ms (re-reading every 10 ms), with 12 to 28 BIRD
 /// pairs on 2 loaded cores; raising BIRD's priority did not shorten them. Those are
 /// counted apart ([`Samples::replaced`]) with the longest ([`Samples::longest_swap`]).
+/// Such swaps are frequent: BIRD replaces a route each time any of its equal paths
+/// changes (`merge paths on`), dozens of times per prefix while reflectors re-send their
+/// paths (`NETPOLICY_BGP_TRACE`, in the module's docs, shows them). A route found gone is
+/// therefore read again a few ms later ([`REREAD_EVERY`]), so that a swap is bounded by
+/// that re-read and not by the node's next read a round later: at 24 nodes on 2 cores a
+/// round can take 200 ms, and a route gone for two reads was bounded above 500 ms
+/// however short each gap was (the ninth 24-node run's one failure, in 2b).
 const SWAP_GAP: Duration = Duration::from_millis(500);
+
+/// A route found gone is read again at once, this far apart (see the sampling loop)...
+const REREAD_EVERY: Duration = Duration::from_millis(5);
+/// ...within this much more time per round in all (a reflector that restarts takes its
+/// route from every node at once: their re-reads must not stretch the round).
+const REREAD_BUDGET: Duration = Duration::from_millis(50);
+
+/// `key`'s route is back at `read_at`: its window `m` was a swap (a gap of at most
+/// [`SWAP_GAP`] from the last read that had it) or missing.
+fn back(
+    out: &mut Samples,
+    present: &mut BTreeMap<(String, String), Duration>,
+    key: (String, String),
+    m: Missing,
+    read_at: Duration,
+) {
+    let seen = present.remove(&key).unwrap_or(m.from);
+    let gap = read_at.saturating_sub(seen);
+    if super::trace() {
+        eprintln!(
+            "route checker: {} -> {} gone {:.3}..{:.3} s ({} samples), back by {:.3} s: \
+             at most {} ms{}",
+            m.origin,
+            m.node,
+            m.from.as_secs_f64(),
+            m.to.as_secs_f64(),
+            m.samples,
+            read_at.as_secs_f64(),
+            gap.as_millis(),
+            if gap <= SWAP_GAP { "" } else { " (missing)" }
+        );
+    }
+    if gap <= SWAP_GAP {
+        out.replaced += m.samples;
+        out.longest_swap = out.longest_swap.max(gap);
+    } else {
+        out.missing.push(m);
+    }
+}
 
 /// Samples every (origin, node) pair every 100 ms in a thread of its own until stopped.
 #[derive(Debug)]
@@ -164,6 +210,7 @@ impl RouteChecker {
                     out.missing.extend(open.remove(&k));
                 }
                 let mut connections = 0;
+                let rereads_until = Instant::now() + REREAD_BUDGET;
                 for node in &nodes {
                     connections += node.bgp_connections();
                     // Times are those of this node's read (a round reads the nodes one
@@ -173,6 +220,8 @@ impl RouteChecker {
                         .insert(node.name.clone(), read_at)
                         .unwrap_or(read_at);
                     let routes = node.routes().unwrap_or_default();
+                    // Routes this read found gone that the last one had.
+                    let mut fresh: Vec<((String, String), &str)> = Vec::new();
                     for origin in &nodes {
                         if origin.name == node.name {
                             continue;
@@ -180,21 +229,12 @@ impl RouteChecker {
                         let key = (origin.name.clone(), node.name.clone());
                         if routes.contains(&origin.block) {
                             if let Some(m) = open.remove(&key) {
-                                // Back: a gap of at most SWAP_GAP is BIRD moving the
-                                // route to another path. The gap is at most the time
-                                // from the last read that had it to this one.
-                                let seen = present.remove(&key).unwrap_or(m.from);
-                                let gap = read_at.saturating_sub(seen);
-                                if gap <= SWAP_GAP {
-                                    out.replaced += m.samples;
-                                    out.longest_swap = out.longest_swap.max(gap);
-                                } else {
-                                    out.missing.push(m);
-                                }
+                                back(&mut out, &mut present, key, m, read_at);
                             }
                         } else {
                             if !open.contains_key(&key) {
                                 present.insert(key.clone(), before);
+                                fresh.push((key.clone(), &origin.block));
                             }
                             let m = open.entry(key).or_insert_with(|| Missing {
                                 origin: origin.name.clone(),
@@ -206,6 +246,24 @@ impl RouteChecker {
                             m.to = read_at;
                             m.samples += 1;
                         }
+                    }
+                    // A route that just went is read again a few times, a few ms apart:
+                    // one that is back (a kernel swap, BIRD's delete + add) is then
+                    // bounded by this re-read, not by the next round's read of the node,
+                    // which on a loaded machine comes hundreds of ms later.
+                    while !fresh.is_empty() && rereads_until > Instant::now() {
+                        std::thread::sleep(REREAD_EVERY);
+                        let again_at = t0.elapsed();
+                        let routes = node.routes().unwrap_or_default();
+                        fresh.retain(|(key, block)| {
+                            if !routes.contains(*block) {
+                                return true;
+                            }
+                            if let Some(m) = open.remove(key) {
+                                back(&mut out, &mut present, key.clone(), m, again_at);
+                            }
+                            false
+                        });
                     }
                 }
                 drop(guard);

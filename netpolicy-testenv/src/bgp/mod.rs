@@ -21,6 +21,16 @@
 //! so those assignments are removed; the pool here has `ipipMode: Never`, where Calico
 //! sets it to `""` (no tunnel) anyway.
 //!
+//! `NETPOLICY_BGP_TRACE=1` (a diagnosis, not for measured runs: it logs thousands of
+//! lines per transition): every node's BIRD logs each kernel route it adds, replaces and
+//! removes (`debug { routes }` added to Calico's kernel protocol; `bird.err.log` in the
+//! node's directory, times to the millisecond) and the checker prints every window a
+//! route was missing in as it closes. It showed what the short gaps are: BIRD 1.6
+//! replaces a kernel route by delete + add, and with `merge paths on` and ADD-PATH in
+//! Calico's templates every change among a prefix's equal paths re-exports it (28,753
+//! replacements in one 12-node run of the five scenarios, up to 52 of one prefix within a
+//! millisecond while reflectors re-sent their paths).
+//!
 //! Every process is bounded in time (`timeout`), gets SIGTERM if the test process dies
 //! (`setpriv --pdeathsig`), and is stopped by pid when the [`BgpLab`] is dropped, which
 //! also removes the namespaces and the bridge.
@@ -129,6 +139,11 @@ impl BgpNode {
                 .collect(),
         )
     }
+}
+
+/// `NETPOLICY_BGP_TRACE` is set: BIRD logs its kernel routes, the checker its windows.
+pub(crate) fn trace() -> bool {
+    std::env::var_os("NETPOLICY_BGP_TRACE").is_some_and(|v| !v.is_empty() && v != "0")
 }
 
 /// The wall clock, UTC, `HH:MM:SS.mmm`.
@@ -715,7 +730,14 @@ fn confd_files(node: &BgpNode, confd: &Path, config: &Path) {
         let text: String = text
             .lines()
             .filter(|l| !l.contains("krt_tunnel"))
-            .map(|l| format!("{l}\n"))
+            .map(|l| {
+                if trace() && l.trim_start().starts_with("merge paths on;") {
+                    // Calico's kernel protocol; its `debug` is not set by the template.
+                    format!("{l}\n  debug {{ routes }};\n")
+                } else {
+                    format!("{l}\n")
+                }
+            })
             .collect();
         std::fs::write(confd.join("templates").join(e.file_name()), text)
             .unwrap_or_else(|e| panic!("{e}"));
