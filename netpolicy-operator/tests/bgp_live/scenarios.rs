@@ -191,7 +191,7 @@ impl Run {
              set up); settled {:.1} s after the change; nodes restarting their sessions (own \
              cluster ID changed{}): {restarted:?}; missing samples: {inside} in their pairs, {} \
              elsewhere; {} samples in gaps of at most {} ms while BIRD moved a route to \
-             another path (counted apart)",
+             another path (counted apart); rounds {} ms apart at most",
             samples.rounds,
             samples.pairs,
             sessions_before.len(),
@@ -207,6 +207,7 @@ impl Run {
             missing - inside,
             samples.replaced,
             samples.longest_swap.as_millis(),
+            samples.longest_round.as_millis(),
         );
         self.table.push_str(&format!(
             "| {what} | {:.1} | {} → {} | {} | {inside} | {} |\n",
