@@ -109,10 +109,10 @@ const PERIOD: Duration = Duration::from_millis(100);
 /// Such swaps are frequent: BIRD replaces a route each time any of its equal paths
 /// changes (`merge paths on`), dozens of times per prefix while reflectors re-send their
 /// paths (`NETPOLICY_BGP_TRACE`, in the module's docs, shows them). A route found gone is
-/// therefore read again at once and then a few ms later ([`REREAD_EVERY`]), so that a swap is bounded by
-/// that re-read and not by the node's next read a round later: at 24 nodes on 2 cores a
-/// round can take 200 ms, and a route gone for two reads was bounded above 500 ms
-/// however short each gap was (the ninth 24-node run's one failure, in 2b).
+/// therefore read again at once and then a few ms apart ([`REREAD_EVERY`]), so that a
+/// swap is bounded by that re-read and not by the node's next read a round later: at 24
+/// nodes on 2 cores a round can take 200 ms, and a route gone for two reads was bounded
+/// above 500 ms however short each gap was (the ninth 24-node run's one failure, in 2b).
 const SWAP_GAP: Duration = Duration::from_millis(500);
 
 /// A route found gone is read again at once, this far apart (see the sampling loop)...
