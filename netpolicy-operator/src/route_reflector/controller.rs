@@ -71,9 +71,7 @@ use crate::{
         calico::{bgp_configuration_resource, bgp_peer_resource},
         conditions::{self, events, route_reflector as rc},
     },
-    k8s::{
-        CachedNode, FIELD_MANAGER, MANAGED_BY, NodeFacts, apply_status, condition, spec_fingerprint,
-    },
+    k8s::{CachedNode, FIELD_MANAGER, MANAGED_BY, NodeFacts, condition, spec_fingerprint},
     runtime::{
         Changes, ErrorClass, Informer, Informers, Job, JobError, KindHealth, KindState, Next,
         ObjectKey, Setup, Wake,
@@ -162,6 +160,7 @@ pub(crate) fn setup(
         etcd: None,
         calico_names: BTreeMap::new(),
         reported: None,
+        sent: crate::k8s::Sent::default(),
     };
     Setup { job, wake, kinds }
 }
@@ -263,6 +262,8 @@ pub(crate) struct RouteReflectors {
     etcd: Option<EtcdPoll>,
     /// `datastore.etcdv3`: Kubernetes Node name → Calico Node name.
     calico_names: BTreeMap<String, String>,
+    /// Status writes not seen back yet: not sent again while the cache stays behind.
+    sent: crate::k8s::Sent,
 }
 
 impl Job for RouteReflectors {
@@ -1239,8 +1240,17 @@ impl RouteReflectors {
         if *current == next {
             return Ok(());
         }
+        // Written over the cached version (not sent again while the cache has not caught
+        // up with an earlier write of the same status).
+        let Some(cached) = self
+            .configs
+            .get(&ObjectRef::new(ROUTE_REFLECTOR_CONFIG_NAME))
+        else {
+            return Ok(());
+        };
         let api = Api::<RouteReflectorConfig>::all(self.client.clone());
-        apply_status(&api, FIELD_MANAGER, ROUTE_REFLECTOR_CONFIG_NAME, &next)
+        self.sent
+            .apply_status(&api, FIELD_MANAGER, cached.as_ref(), &next)
             .await
             .map(|_| ())
     }
