@@ -117,8 +117,9 @@ const SWAP_GAP: Duration = Duration::from_millis(500);
 
 /// A route found gone is read again at once, this far apart (see the sampling loop)...
 const REREAD_EVERY: Duration = Duration::from_millis(5);
-/// ...within this much more time per round in all (a reflector that restarts takes its
-/// route from every node at once: their re-reads must not stretch the round).
+/// ...the spaced re-reads taking at most about this much of a round in all (a reflector
+/// that restarts takes its route from every node at once: their re-reads must not
+/// stretch the round).
 const REREAD_BUDGET: Duration = Duration::from_millis(50);
 
 /// `key`'s route is back at `read_at`: its window `m` was a swap (a gap of at most
@@ -224,7 +225,8 @@ impl RouteChecker {
                     out.missing.extend(open.remove(&k));
                 }
                 let mut connections = 0;
-                let rereads_until = Instant::now() + REREAD_BUDGET;
+                // Time the round has spent on spaced re-reads (see below).
+                let mut reread_spent = Duration::ZERO;
                 for node in &nodes {
                     connections += node.bgp_connections();
                     // Times are those of this node's read (a round reads the nodes one
@@ -267,13 +269,14 @@ impl RouteChecker {
                     // of the node, which on a loaded machine comes hundreds of ms later.
                     // The first re-read costs a read of the table and is always made
                     // (a reflector that restarts spends the round's budget on its own
-                    // route at every node before the round reaches the others).
-                    let mut first = true;
-                    while !fresh.is_empty() && (first || rereads_until > Instant::now()) {
-                        if !first {
+                    // route at every node before the round reaches the others); the
+                    // spaced ones share the round's REREAD_BUDGET.
+                    let mut spaced = false;
+                    while !fresh.is_empty() && (!spaced || reread_spent < REREAD_BUDGET) {
+                        let started = Instant::now();
+                        if spaced {
                             std::thread::sleep(REREAD_EVERY);
                         }
-                        first = false;
                         let again_at = t0.elapsed();
                         let routes = node.routes().unwrap_or_default();
                         fresh.retain(|(key, block)| {
@@ -285,6 +288,10 @@ impl RouteChecker {
                             }
                             false
                         });
+                        if spaced {
+                            reread_spent += started.elapsed();
+                        }
+                        spaced = true;
                     }
                 }
                 drop(guard);

@@ -27,9 +27,10 @@
 //! node's directory, times to the millisecond) and the checker prints every window a
 //! route was missing in as it closes. It showed what the short gaps are: BIRD 1.6
 //! replaces a kernel route by delete + add, and with `merge paths on` and ADD-PATH in
-//! Calico's templates every change among a prefix's equal paths re-exports it (28,753
-//! replacements in one 12-node run of the five scenarios, up to 52 of one prefix within a
-//! millisecond while reflectors re-sent their paths).
+//! Calico's templates every change among a prefix's equal paths re-exports it (340,061
+//! replacements against 789 adds and 680 removals in one 12-node run of the five
+//! scenarios, up to 52 of one prefix within a millisecond while reflectors re-sent their
+//! paths).
 //!
 //! Every process is bounded in time (`timeout`), gets SIGTERM if the test process dies
 //! (`setpriv --pdeathsig`), and is stopped by pid when the [`BgpLab`] is dropped, which
@@ -739,6 +740,12 @@ fn confd_files(node: &BgpNode, confd: &Path, config: &Path) {
                 }
             })
             .collect();
+        if trace() && e.file_name() == "bird.cfg.template" && !text.contains("debug { routes };") {
+            eprintln!(
+                "NETPOLICY_BGP_TRACE: no `merge paths on;` (Calico's kernel protocol) in \
+                 bird.cfg.template: BIRD's kernel routes are not logged"
+            );
+        }
         std::fs::write(confd.join("templates").join(e.file_name()), text)
             .unwrap_or_else(|e| panic!("{e}"));
     }
