@@ -764,9 +764,32 @@ fn the_route_reflector_example_plans_a_multi_topology() {
             "{client}: {rs:?}"
         );
     }
+    // Reflectors peer over a ring with chords, each named in its own link object (no
+    // full mesh: with an ID per reflector, every path through it is passed on).
     let peers = rr["bgpPeers"].as_array().unwrap();
-    assert!(peers.iter().any(|p| p["name"] == "netpolicy-rr-mesh"));
-    assert!(peers.len() <= 7);
+    assert!(!peers.iter().any(|p| p["name"] == "netpolicy-rr-mesh"));
+    let links: Vec<&serde_json::Value> = peers
+        .iter()
+        .filter(|p| {
+            p["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("netpolicy-rr-link-")
+        })
+        .collect();
+    assert_eq!(links.len(), 6, "{rr}");
+    for l in &links {
+        let to = l["spec"]["peerSelector"].as_str().unwrap();
+        assert_eq!(to.matches(", ").count(), 3, "four peers: {to}");
+        assert!(
+            l["spec"]["nodeSelector"]
+                .as_str()
+                .unwrap()
+                .starts_with("calico-route-reflector == "),
+            "{l}"
+        );
+    }
+    assert!(peers.len() <= 12);
     let phases: Vec<&str> = rr["steps"]
         .as_array()
         .unwrap()
@@ -942,7 +965,7 @@ fn route_reflectors_are_in_the_table_output() {
         .assert()
         .success()
         .stdout(predicate::str::contains("ROUTE REFLECTOR"))
-        .stdout(predicate::str::contains("netpolicy-rr-mesh"))
+        .stdout(predicate::str::contains("netpolicy-rr-link-"))
         .stdout(predicate::str::contains("make-before-break"));
 }
 

@@ -60,6 +60,21 @@ impl Selector {
         Ok(e)
     }
 
+    /// Adds every label key the selector reads to `out`.
+    pub fn keys(&self, out: &mut std::collections::BTreeSet<String>) {
+        match self {
+            Self::All => {}
+            Self::Has(k) | Self::Eq(k, _) | Self::Ne(k, _) | Self::In(k, _) | Self::NotIn(k, _) => {
+                out.insert(k.clone());
+            }
+            Self::Not(e) => e.keys(out),
+            Self::And(a, b) | Self::Or(a, b) => {
+                a.keys(out);
+                b.keys(out);
+            }
+        }
+    }
+
     /// Whether a node with `labels` matches.
     pub fn matches(&self, labels: &Labels) -> bool {
         match self {

@@ -141,6 +141,9 @@ impl Current {
 /// Name prefix of the per-set `BGPPeer` objects.
 pub(crate) const SET_OBJECT_PREFIX: &str = "netpolicy-rr-set-";
 
+/// Name prefix of the per-reflector link `BGPPeer` objects (`multi`).
+pub(crate) const LINK_OBJECT_PREFIX: &str = "netpolicy-rr-link-";
+
 fn selector_values(s: &calico::Selector) -> Vec<String> {
     use calico::Selector as S;
     match s {

@@ -6,9 +6,9 @@
 //! 1. [`Phase::CreatePeers`]: new `BGPPeer` objects. Creating an object only adds
 //!    sessions. When some client's only reflector is one whose cluster ID changes
 //!    (without the mesh), also a bridge (`netpolicy-rr-bridge`: every client with every
-//!    reflector), deleted in phase 8: that reflector's restart leaves the client others.
+//!    reflector), deleted in phase 9: that reflector's restart leaves the client others.
 //!    Also when a reflector learns some client's route only through reflectors whose IDs
-//!    change, or leaving reflectors depend on each other's paths in a circle (phase 6).
+//!    change, or leaving reflectors depend on each other's paths in a circle (phase 7).
 //! 2. [`Phase::Promote`]: new reflectors get the reflector label (a promoted client
 //!    moves to the reflector mesh, and every client of its zone or set gains it). No
 //!    cluster ID yet: a plain iBGP speaker learns every route its peers send, where a
@@ -18,27 +18,38 @@
 //!    old ones. Only sessions are added, and before any cluster ID changes: a reflector
 //!    that gets its ID leaves Calico's mesh, so its new clients must already peer with
 //!    it by then.
-//! 4. [`Phase::ClusterIds`]: new reflectors get their cluster ID, existing ones a
+//! 4. [`Phase::Unlink`]: going from `simple` to `multi`, the reflector mesh goes; the
+//!    ring's links (made in phase 1) carry the routes between reflectors from here on,
+//!    so that reflectors take IDs of their own over a sparse graph, never over the full
+//!    mesh whose every path they would pass on (`topology::ring_links`). Only when the
+//!    reflectors stay, the ring links every two reflectors of different IDs, and
+//!    [`crate::sim::verify_by_kind`] finds that the plan keeps every route; otherwise
+//!    the mesh goes in phase 11 as before.
+//! 5. [`Phase::ClusterIds`]: new reflectors get their cluster ID, existing ones a
 //!    corrected one; they now reflect to every client they serve. IDs nobody holds
 //!    first, then the ones that join a cluster ID others hold (from then on they drop
 //!    what those reflect to them, so the other paths must exist already); within
 //!    each, new reflectors before changed ones (a changed one restarts the sessions
 //!    its clients learn through, so their new reflectors must reflect already).
-//! 5. [`Phase::UpdatePeers`]: changed objects (a zone that gets or loses its own
+//! 6. [`Phase::UpdatePeers`]: changed objects (a zone that gets or loses its own
 //!    reflectors); the reflectors they now select exist and reflect.
-//! 6. [`Phase::ReleaseClusterIds`]: leaving reflectors lose their cluster ID (in the
+//! 7. [`Phase::ReleaseClusterIds`]: leaving reflectors lose their cluster ID (in the
 //!    order `release_order` gives: one that learns a route only through another goes
 //!    first) while they still peer with everyone they did: a node without one is a
 //!    plain iBGP speaker that every reflector treats as a client, so it learns and is
 //!    learned by everyone (keeping the ID until its sessions are gone would make the
 //!    reflectors that share it drop what it sends them).
-//! 7. [`Phase::RemoveClientLabels`]: clients leave their old sets; their new sessions are
+//! 8. [`Phase::RemoveClientLabels`]: clients leave their old sets; their new sessions are
 //!    already configured.
-//! 8. [`Phase::DeletePeers`]: objects no longer wanted.
-//! 9. [`Phase::Demote`]: old reflectors lose the label. Nobody's set names them any
-//!    more, and a demoted node already carries its client label.
+//! 9. [`Phase::DeletePeers`]: objects no longer wanted, but for links (phase 11).
+//! 10. [`Phase::Demote`]: old reflectors lose the label. Nobody's set names them any
+//!     more, and a demoted node already carries its client label.
+//! 11. [`Phase::DeleteLinks`]: links between reflectors no longer wanted (the mesh, or
+//!     `multi`'s link objects of a changed ring). After the demotion: a leaving
+//!     reflector peers with the others only through them while it is one (its client
+//!     label is not in effect while it carries the reflector label).
 //!
-//! Phases 4 and 6 change cluster IDs, and a node whose cluster ID changes restarts
+//! Phases 5 and 7 change cluster IDs, and a node whose cluster ID changes restarts
 //! every BGP session it has (BIRD restarts a protocol whose `rr client` or
 //! `rr cluster id` changes; see [`crate::sim`]). While Calico's node-to-node mesh is on
 //! ([`Current::mesh`], a cold start) it carries every other route and each phase is one
@@ -55,7 +66,7 @@ use std::{
     net::Ipv4Addr,
 };
 
-use crate::{BgpPeer, Current, Marks, NodeInfo, Topology};
+use crate::{BgpPeer, Current, Marks, NodeInfo, Topology, state::LINK_OBJECT_PREFIX};
 
 /// One change to the cluster.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -116,6 +127,8 @@ pub enum Phase {
     Promote,
     /// Clients join new sets.
     AddClientLabels,
+    /// The reflector mesh goes (going to `multi`: the ring's links carry the routes).
+    Unlink,
     /// New and corrected cluster IDs.
     ClusterIds,
     /// Changed objects.
@@ -128,6 +141,8 @@ pub enum Phase {
     DeletePeers,
     /// Old reflectors leave the mesh.
     Demote,
+    /// Links between reflectors no longer wanted.
+    DeleteLinks,
 }
 
 impl Phase {
@@ -138,11 +153,13 @@ impl Phase {
             Self::Promote => "promote",
             Self::UpdatePeers => "updatePeers",
             Self::AddClientLabels => "addClientLabels",
+            Self::Unlink => "unlinkReflectors",
             Self::ClusterIds => "setClusterIDs",
             Self::ReleaseClusterIds => "releaseClusterIDs",
             Self::RemoveClientLabels => "removeClientLabels",
             Self::DeletePeers => "deletePeers",
             Self::Demote => "demote",
+            Self::DeleteLinks => "deleteLinks",
         }
     }
 }
@@ -160,6 +177,40 @@ pub struct Step {
 /// longer exist are left alone: they went with the node). Empty steps are left out; an
 /// empty plan means nothing to do.
 pub fn transition(nodes: &[NodeInfo], current: &Current, target: &Topology) -> Vec<Step> {
+    // The ring's links alone carry every route while IDs change only where each
+    // reflector peers with every reflector of another ID (two a zone over three zones,
+    // laid round-robin): a reflector drops what reflectors of its own ID pass it, so
+    // with more a zone some route would have to pass two of them. Even then it is
+    // checked, on a few nodes of each kind, and the mesh kept to the end if it fails.
+    let early = ring_spans_ids(current, target);
+    let steps = plan(nodes, current, target, early);
+    if early
+        && steps.iter().any(|s| s.phase == Phase::Unlink)
+        && crate::sim::verify_by_kind(nodes, current, &steps, target).is_err()
+    {
+        return plan(nodes, current, target, false);
+    }
+    steps
+}
+
+/// Whether the target's reflector links join every two reflectors whose cluster IDs
+/// differ now (reflectors without an ID: never, they are promoted in this plan).
+fn ring_spans_ids(current: &Current, target: &Topology) -> bool {
+    let id = |r: &str| current.marks.get(r).and_then(|m| m.cluster_id);
+    !target.ring.is_empty()
+        && target.links.iter().all(|(r, peers)| {
+            let Some(mine) = id(r) else { return false };
+            target
+                .links
+                .keys()
+                .filter(|o| *o != r)
+                .all(|o| id(o) == Some(mine) || peers.binary_search(o).is_ok())
+        })
+}
+
+/// The plan, with the reflector mesh going before IDs change where `early_unlink`
+/// allows ([`move_mesh`]).
+fn plan(nodes: &[NodeInfo], current: &Current, target: &Topology, early_unlink: bool) -> Vec<Step> {
     let empty = Marks::default();
     let names: BTreeSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
     let now: BTreeMap<&str, &BgpPeer> = current
@@ -181,10 +232,15 @@ pub fn transition(nodes: &[NodeInfo], current: &Current, target: &Topology) -> V
             Some(_) => {}
         }
     }
+    let mesh = crate::topology::mesh_name();
     for name in now.keys() {
         if !want.contains_key(name) {
             push(
-                Phase::DeletePeers,
+                if *name == mesh || name.starts_with(LINK_OBJECT_PREFIX) {
+                    Phase::DeleteLinks
+                } else {
+                    Phase::DeletePeers
+                },
                 Op::DeleteBgpPeer {
                     name: (*name).to_owned(),
                 },
@@ -237,6 +293,10 @@ pub fn transition(nodes: &[NodeInfo], current: &Current, target: &Topology) -> V
             push(Phase::Demote, Op::RemoveReflectorLabel { node: owned() });
         }
     }
+    if early_unlink {
+        move_mesh(&mut steps, &now, &want);
+    }
+    changing_links(&mut steps, nodes, current, &now, &want, target);
     // A client whose one reflecting session is with a reflector whose ID changes would
     // have no reflector while that one restarts (a zone with one reflector whose
     // shared ID must be split, after a zone label changed): every client peers with
@@ -299,14 +359,133 @@ pub fn transition(nodes: &[NodeInfo], current: &Current, target: &Topology) -> V
         .collect()
 }
 
-/// The reflector label, read from the reflector mesh object (it selects
-/// `has(<reflector label>)` at both ends).
-fn reflector_label(target: &Topology) -> Option<&str> {
-    let mesh = target
-        .bgp_peers
-        .iter()
-        .find(|p| p.name == format!("{}mesh", crate::BGP_PEER_PREFIX))?;
-    mesh.node_selector.strip_prefix("has(")?.strip_suffix(')')
+/// Going to `multi` with the same reflectors, the reflector mesh goes before any
+/// cluster ID changes ([`Phase::Unlink`]), once the ring's links are up. Reflectors
+/// with IDs of their own pass every route along every path between them, and on the
+/// full mesh those paths are what costs (`topology::ring_links`): the IDs change over
+/// the ring's links alone. Not when reflectors come or go (a leaving reflector peers
+/// with the others only through the mesh while it carries the reflector label).
+///
+/// Leaving `multi`, the mesh is made first as any object: reflectors of a zone that
+/// come to share an ID drop what the others of the zone reflect to them, so each
+/// needs a session with every reflector of the other zones before its ID changes
+/// (found by `switching_topology_changes_ids_over_the_ring_alone`).
+/// `sim::verify` checks every operation of such plans in the property tests.
+fn move_mesh(
+    steps: &mut BTreeMap<Phase, Vec<Op>>,
+    now: &BTreeMap<&str, &BgpPeer>,
+    want: &BTreeMap<&str, &BgpPeer>,
+) {
+    if steps.contains_key(&Phase::Promote) || steps.contains_key(&Phase::Demote) {
+        return;
+    }
+    let mesh = crate::topology::mesh_name();
+    let links = |objects: &BTreeMap<&str, &BgpPeer>| {
+        objects.keys().any(|n| n.starts_with(LINK_OBJECT_PREFIX))
+    };
+    let (from, to) = if links(want) && now.contains_key(mesh.as_str()) {
+        (Phase::DeleteLinks, Phase::Unlink)
+    } else {
+        return;
+    };
+    let Some(ops) = steps.get_mut(&from) else {
+        return;
+    };
+    let is_mesh = |op: &Op| match op {
+        Op::ApplyBgpPeer(p) => p.name == mesh,
+        Op::DeleteBgpPeer { name } => *name == mesh,
+        _ => false,
+    };
+    let Some(at) = ops.iter().position(is_mesh) else {
+        return;
+    };
+    let op = ops.remove(at);
+    if ops.is_empty() {
+        steps.remove(&from);
+    }
+    steps.entry(to).or_default().push(op);
+}
+
+/// In `multi`, a node that becomes or stops being a reflector keeps the sessions it
+/// has with reflectors across the change of its label: a link object (the node with
+/// those reflectors), made first and deleted with the old links.
+///
+/// - A promoted client keeps its current reflectors: its set object stops selecting it
+///   when it gets the reflector label, and its ring links need not name them.
+/// - A demoted reflector gets the reflectors of its new set: its ring links need not
+///   name them, and the set object that will does not select it while it carries the
+///   reflector label.
+///
+/// With the link, the pairs are the same before and after the label changes, so no
+/// session restarts (Calico names a session by its peer, not by the object that made
+/// it). With Calico's node-to-node mesh on, the mesh carries them meanwhile.
+fn changing_links(
+    steps: &mut BTreeMap<Phase, Vec<Op>>,
+    nodes: &[NodeInfo],
+    current: &Current,
+    now: &BTreeMap<&str, &BgpPeer>,
+    want: &BTreeMap<&str, &BgpPeer>,
+    target: &Topology,
+) {
+    if current.mesh || target.ring.is_empty() {
+        return;
+    }
+    let mut links: Vec<(String, Vec<String>)> = Vec::new();
+    for op in steps.get(&Phase::Demote).into_iter().flatten() {
+        if let Op::RemoveReflectorLabel { node } = op
+            && let Some(peers) = target.clients.get(node).filter(|p| !p.is_empty())
+        {
+            links.push((node.clone(), peers.clone()));
+        }
+    }
+    let promoted: BTreeSet<&str> = steps
+        .get(&Phase::Promote)
+        .into_iter()
+        .flatten()
+        .filter_map(|op| match op {
+            Op::SetReflectorLabel { node, .. } => Some(node.as_str()),
+            _ => None,
+        })
+        .collect();
+    if !promoted.is_empty() {
+        // The promoted nodes' sessions now: only they and the reflectors matter.
+        let few: Vec<NodeInfo> = nodes
+            .iter()
+            .filter(|n| {
+                promoted.contains(n.name.as_str())
+                    || current
+                        .marks
+                        .get(&n.name)
+                        .is_some_and(|m| m.reflector.is_some())
+            })
+            .cloned()
+            .collect();
+        let cluster = crate::sim::Cluster::new(&few, current, &target.reflector_label);
+        if let Ok(sessions) = cluster.sessions() {
+            for p in &promoted {
+                if let Some(peers) = sessions.get(*p).filter(|s| !s.is_empty()) {
+                    links.push(((*p).to_owned(), peers.iter().cloned().collect()));
+                }
+            }
+        }
+    }
+    for (node, peers) in links {
+        let link = crate::topology::link_object(&node, &peers, &target.reflector_label);
+        // One that exists is deleted with the old links already; a wanted one stays.
+        if now.contains_key(link.name.as_str()) || want.contains_key(link.name.as_str()) {
+            continue;
+        }
+        steps
+            .entry(Phase::DeleteLinks)
+            .or_default()
+            .push(Op::DeleteBgpPeer {
+                name: link.name.clone(),
+            });
+        steps
+            .entry(Phase::CreatePeers)
+            .or_default()
+            .push(Op::ApplyBgpPeer(link));
+    }
 }
 
 /// Orders the [`Phase::ReleaseClusterIds`] operations of `steps` by [`release_order`]
@@ -323,9 +502,8 @@ fn order_releases(
     if !current.mesh
         && let Some(ops) = steps.get(&Phase::ReleaseClusterIds)
         && ops.len() > 1
-        && let Some(label) = reflector_label(target)
     {
-        let mut before = crate::sim::Cluster::new(nodes, current, label);
+        let mut before = crate::sim::Cluster::new(nodes, current, &target.reflector_label);
         for op in steps
             .range(..Phase::ReleaseClusterIds)
             .flat_map(|(_, ops)| ops)
@@ -451,10 +629,7 @@ fn needs_bridge(nodes: &[NodeInfo], current: &Current, target: &Topology) -> boo
     if changing.is_empty() {
         return false;
     }
-    let Some(label) = reflector_label(target) else {
-        return false;
-    };
-    let cluster = crate::sim::Cluster::new(nodes, current, label);
+    let cluster = crate::sim::Cluster::new(nodes, current, &target.reflector_label);
     let Ok(sessions) = cluster.sessions() else {
         return false;
     };
@@ -503,17 +678,11 @@ fn add_bridge(
     now: &BTreeMap<&str, &BgpPeer>,
     target: &Topology,
 ) -> bool {
-    let Some(mesh) = target
-        .bgp_peers
-        .iter()
-        .find(|p| p.name == format!("{}mesh", crate::BGP_PEER_PREFIX))
-    else {
-        return false;
-    };
+    let rl = &target.reflector_label;
     let bridge = BgpPeer {
         name: format!("{}bridge", crate::BGP_PEER_PREFIX),
-        node_selector: format!("!{}", mesh.node_selector),
-        peer_selector: mesh.peer_selector.clone(),
+        node_selector: format!("!has({rl})"),
+        peer_selector: format!("has({rl})"),
     };
     if now.contains_key(bridge.name.as_str()) {
         return false;
@@ -529,6 +698,21 @@ fn add_bridge(
         .or_default()
         .push(Op::ApplyBgpPeer(bridge));
     true
+}
+
+impl Op {
+    /// The node it changes (`None` for an object).
+    pub fn node(&self) -> Option<&String> {
+        match self {
+            Self::ApplyBgpPeer(_) | Self::DeleteBgpPeer { .. } => None,
+            Self::SetClusterId { node, .. }
+            | Self::RemoveClusterId { node }
+            | Self::SetReflectorLabel { node, .. }
+            | Self::RemoveReflectorLabel { node }
+            | Self::AddSetLabel { node, .. }
+            | Self::RemoveSetLabel { node, .. } => Some(node),
+        }
+    }
 }
 
 impl std::fmt::Display for Op {

@@ -116,8 +116,8 @@ fn check_multi(nodes: &[NodeInfo], c: &Config, t: &Topology) -> Result<bool, Tes
             );
         }
     }
-    // Objects grow with reflectors, not nodes.
-    prop_assert!(t.bgp_peers.len() <= reflectors.len() + 1);
+    // Objects grow with reflectors, not nodes: a set object and a link object each.
+    prop_assert!(t.bgp_peers.len() <= 2 * reflectors.len());
     let loads = t.loads();
     let bound = balance_bound(loads.values().sum(), loads.len());
     let ok = loads.values().all(|l| *l <= bound);
@@ -303,6 +303,102 @@ proptest! {
     }
 }
 
+proptest! {
+    // Each case replays two plans (or one twice) against every node: fewer cases keep
+    // the file's time in the suite's budget; the CI runs add new cases every time.
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// `simple` ↔ `multi` on the same nodes: every operation keeps every route; going to
+    /// `multi` with the same reflectors, no cluster ID changes while the reflector mesh
+    /// is in place (on the full mesh, reflectors with IDs of their own pass on every
+    /// route along every path between them: the ring's links carry the routes while
+    /// IDs change).
+    #[test]
+    fn switching_topology_changes_ids_over_the_ring_alone(
+        specs in proptest::collection::vec((0..4usize, 0..1000i64), 6..40),
+        zones in 1..5usize,
+        (min, extra, ratio, p) in (1..5u32, 0..4u32, 1..40u32, 1..4u32),
+        per_cluster in any::<bool>(),
+    ) {
+        let nodes: Vec<NodeInfo> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, (z, created))| NodeInfo::ready(&format!("n{i:03}"), ZONES[z % zones], *created))
+            .collect();
+        let simple = Config {
+            min,
+            max: min + extra,
+            ratio: f64::from(ratio) / 100.0,
+            per: if per_cluster { Per::Cluster } else { Per::Zone },
+            peers_per_node: p,
+            reflector_label: "rr".into(),
+            ..Config::default()
+        };
+        let multi = Config { topology: Kind::Multi, ..simple.clone() };
+        for (c0, c1) in [(&simple, &multi), (&multi, &simple)] {
+            let t0 = topology(&nodes, c0, &Current::default()).unwrap();
+            let now = applied(&t0);
+            let t1 = topology(&nodes, c1, &now).unwrap();
+            let steps = transition(&nodes, &now, &t1);
+            sim::verify(&nodes, &now, &steps, &t1, "rr").map_err(TestCaseError::fail)?;
+            let same = t0.placement.reflectors().map(|(r, _)| r).collect::<BTreeSet<_>>()
+                == t1.placement.reflectors().map(|(r, _)| r).collect::<BTreeSet<_>>();
+            if !same || c1.topology != Kind::Multi {
+                continue;
+            }
+            if !steps.iter().any(|s| s.phase == netpolicy_rr::Phase::Unlink) {
+                // The ring alone would not carry every route here (checked by the
+                // planner, `sim::verify_by_kind`): the mesh stays to the end.
+                continue;
+            }
+            // Replay the objects: the mesh must not exist while an ID changes in a
+            // cluster with reflectors of IDs of their own.
+            let mut mesh = now.bgp_peers.iter().any(|b| b.name == "netpolicy-rr-mesh");
+            for s in &steps {
+                for op in &s.ops {
+                    match op {
+                        netpolicy_rr::Op::ApplyBgpPeer(b) if b.name == "netpolicy-rr-mesh" => mesh = true,
+                        netpolicy_rr::Op::DeleteBgpPeer { name } if name == "netpolicy-rr-mesh" => mesh = false,
+                        netpolicy_rr::Op::SetClusterId { .. } | netpolicy_rr::Op::RemoveClusterId { .. } => {
+                            prop_assert!(!mesh, "{op} with the mesh in place: {steps:?}");
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Checking a few nodes of each kind (`sim::verify_by_kind`, what the planner runs)
+    /// finds a plan good exactly when checking every node does: on the planner's plans
+    /// and on the same operations in one step (often losing routes).
+    #[test]
+    fn checking_a_few_nodes_of_each_kind_agrees_with_checking_all(
+        before in cluster(40),
+        extra in cluster(12),
+        drop in proptest::collection::btree_set(0..40usize, 0..8),
+        c0 in config(),
+        c1 in config(),
+    ) {
+        let nodes0 = build(&before);
+        let now = applied(&topology(&nodes0, &c0, &Current::default()).unwrap());
+        let mut specs1: Vec<(usize, Spec)> = before.into_iter().filter(|(i, _)| !drop.contains(i)).collect();
+        specs1.extend(extra.into_iter().map(|(i, s)| (100 + i, s)));
+        let nodes1 = build(&specs1);
+        let t1 = topology(&nodes1, &c1, &now).unwrap();
+        let steps = transition(&nodes1, &now, &t1);
+        let merged = vec![netpolicy_rr::Step {
+            phase: netpolicy_rr::Phase::CreatePeers,
+            ops: steps.iter().flat_map(|s| s.ops.clone()).collect(),
+        }];
+        for plan in [&steps, &merged] {
+            let all = sim::verify(&nodes1, &now, plan, &t1, "rr");
+            let few = sim::verify_by_kind(&nodes1, &now, plan, &t1);
+            prop_assert_eq!(all.is_ok(), few.is_ok(), "all: {:?}, by kind: {:?}", all, few);
+        }
+    }
+}
+
 #[test]
 fn fifteen_thousand_nodes_need_at_most_300_objects() {
     let mut nodes = Vec::new();
@@ -331,4 +427,54 @@ fn fifteen_thousand_nodes_need_at_most_300_objects() {
         loads.values().min().unwrap(),
         max
     );
+}
+
+/// The live BGP lab's `simple` → `multi` (transition 4b of `tests/bgp_live*.rs` in
+/// netpolicy-operator: 12 and 24 nodes over three zones laid round-robin, two reflectors
+/// a zone, coming from one cluster ID): the reflector mesh goes before any reflector
+/// takes an ID of its own, so the IDs change over the ring's links alone, and every
+/// operation keeps every route.
+#[test]
+fn the_labs_switch_to_multi_changes_ids_over_the_ring_alone() {
+    for n in [12usize, 24] {
+        let nodes: Vec<NodeInfo> = (0..n)
+            .map(|i| NodeInfo::ready(&format!("bgp-{:02}", i + 1), ZONES[i % 3], 0))
+            .collect();
+        let simple = Config {
+            min: 1,
+            max: 3,
+            ratio: 2.0 / (n / 3) as f64 - 0.001,
+            peers_per_node: 2,
+            reflector_label: "rr".into(),
+            ..Config::default()
+        };
+        let per_cluster = Config {
+            per: Per::Cluster,
+            min: 6,
+            max: 6,
+            ..simple.clone()
+        };
+        let multi = Config {
+            topology: Kind::Multi,
+            ..simple.clone()
+        };
+        let t0 = topology(&nodes, &simple, &Current::default()).unwrap();
+        let t1 = topology(&nodes, &per_cluster, &t0.applied()).unwrap();
+        let now = t1.applied();
+        let t2 = topology(&nodes, &multi, &now).unwrap();
+        let steps = transition(&nodes, &now, &t2);
+        sim::verify(&nodes, &now, &steps, &t2, "rr").unwrap();
+        let phases: Vec<netpolicy_rr::Phase> = steps.iter().map(|s| s.phase).collect();
+        let unlink = phases
+            .iter()
+            .position(|p| *p == netpolicy_rr::Phase::Unlink)
+            .unwrap_or_else(|| panic!("{n} nodes: no unlink step in {phases:?}"));
+        let first_id = phases
+            .iter()
+            .position(|p| *p == netpolicy_rr::Phase::ClusterIds)
+            .unwrap();
+        assert!(unlink < first_id, "{n} nodes: {phases:?}");
+        assert_eq!(t2.links.len(), 6);
+        assert!(t2.links.values().all(|ps| ps.len() == 4), "{:?}", t2.links);
+    }
 }
