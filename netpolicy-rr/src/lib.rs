@@ -84,6 +84,7 @@
 pub mod calico;
 mod config;
 mod engine;
+mod links;
 mod place;
 pub mod sim;
 mod state;
