@@ -13,9 +13,11 @@
 //! and one of another zone (where those exist); round-robin makes such sets exist for
 //! every zone. Each client is labelled `rr.netpolicy.io/set-<id>` for its set, and each
 //! set in use is one `BGPPeer` (`has(set label) && !has(reflector label)` →
-//! `reflector label in {its reflectors}`): objects grow with reflectors (at most
-//! `R + 1`), never with nodes. The set id hashes the set's members, so an object never
-//! changes meaning: moving a client is adding one label and removing another.
+//! `reflector label in {its reflectors}`). Reflectors peer with the reflectors one and
+//! two places away on the ring, one link object each (`links::ring_links`: not a full
+//! mesh, whose paths explode with an ID per reflector). Objects grow with reflectors
+//! (at most `2R`), never with nodes. The set id hashes the set's members, so an object
+//! never changes meaning: moving a client is adding one label and removing another.
 //!
 //! Assignment keeps every client's current set while it is still a valid set; new
 //! clients take the valid set whose most-loaded reflector has the fewest clients (then
