@@ -380,30 +380,35 @@ fn move_mesh(
         return;
     }
     let mesh = crate::topology::mesh_name();
-    let links = |objects: &BTreeMap<&str, &BgpPeer>| {
-        objects.keys().any(|n| n.starts_with(LINK_OBJECT_PREFIX))
-    };
-    let (from, to) = if links(want) && now.contains_key(mesh.as_str()) {
-        (Phase::DeleteLinks, Phase::Unlink)
-    } else {
+    if !now.contains_key(mesh.as_str()) || !want.keys().any(|n| n.starts_with(LINK_OBJECT_PREFIX)) {
+        return;
+    }
+    let Some(ops) = steps.get_mut(&Phase::DeleteLinks) else {
         return;
     };
-    let Some(ops) = steps.get_mut(&from) else {
-        return;
-    };
-    let is_mesh = |op: &Op| match op {
-        Op::ApplyBgpPeer(p) => p.name == mesh,
-        Op::DeleteBgpPeer { name } => *name == mesh,
-        _ => false,
-    };
-    let Some(at) = ops.iter().position(is_mesh) else {
+    let Some(at) = ops
+        .iter()
+        .position(|op| matches!(op, Op::DeleteBgpPeer { name } if *name == mesh))
+    else {
         return;
     };
     let op = ops.remove(at);
     if ops.is_empty() {
-        steps.remove(&from);
+        steps.remove(&Phase::DeleteLinks);
     }
-    steps.entry(to).or_default().push(op);
+    steps.entry(Phase::Unlink).or_default().push(op);
+}
+
+/// An object that lives for the plan only: made in [`Phase::CreatePeers`], deleted in
+/// `gone_in`.
+fn for_the_plan(steps: &mut BTreeMap<Phase, Vec<Op>>, object: BgpPeer, gone_in: Phase) {
+    steps.entry(gone_in).or_default().push(Op::DeleteBgpPeer {
+        name: object.name.clone(),
+    });
+    steps
+        .entry(Phase::CreatePeers)
+        .or_default()
+        .push(Op::ApplyBgpPeer(object));
 }
 
 /// In `multi`, a node that becomes or stops being a reflector keeps the sessions it
@@ -472,19 +477,9 @@ fn changing_links(
     for (node, peers) in links {
         let link = crate::topology::link_object(&node, &peers, &target.reflector_label);
         // One that exists is deleted with the old links already; a wanted one stays.
-        if now.contains_key(link.name.as_str()) || want.contains_key(link.name.as_str()) {
-            continue;
+        if !now.contains_key(link.name.as_str()) && !want.contains_key(link.name.as_str()) {
+            for_the_plan(steps, link, Phase::DeleteLinks);
         }
-        steps
-            .entry(Phase::DeleteLinks)
-            .or_default()
-            .push(Op::DeleteBgpPeer {
-                name: link.name.clone(),
-            });
-        steps
-            .entry(Phase::CreatePeers)
-            .or_default()
-            .push(Op::ApplyBgpPeer(link));
     }
 }
 
@@ -687,16 +682,7 @@ fn add_bridge(
     if now.contains_key(bridge.name.as_str()) {
         return false;
     }
-    steps
-        .entry(Phase::DeletePeers)
-        .or_default()
-        .push(Op::DeleteBgpPeer {
-            name: bridge.name.clone(),
-        });
-    steps
-        .entry(Phase::CreatePeers)
-        .or_default()
-        .push(Op::ApplyBgpPeer(bridge));
+    for_the_plan(steps, bridge, Phase::DeletePeers);
     true
 }
 
