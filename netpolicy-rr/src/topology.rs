@@ -968,7 +968,8 @@ mod tests {
     }
 
     #[test]
-    fn multi_links_reflectors_in_a_ring_with_chords_that_survives_a_reflector_or_a_zone_gone() {
+    fn multi_links_reflectors_in_a_ring_with_chords_that_stays_connected_without_a_reflector_or_a_zone()
+     {
         let nodes = zones(&[("a", 400), ("b", 400), ("c", 400)]);
         let t = topology(&nodes, &multi_config(), &Current::default()).unwrap();
         let reflectors: Vec<&str> = t.placement.reflectors().map(|(r, _)| r).collect();
