@@ -797,9 +797,10 @@ mod tests {
         assert!(!q.contains_key(&key("c1", "c2")));
     }
 
-    /// `simple` (a zone's reflectors share an ID) to `multi` (each its own): both
-    /// reflectors change IDs. At once, every client loses both reflectors for the
-    /// restart; the plan changes one per step and keeps every route.
+    /// `simple` (a zone's reflectors share an ID) to `multi` (each its own): the last
+    /// by name keeps the zone's ID, the other takes a new one. With a target where both
+    /// change, at once every client loses both reflectors for the restart; the plan
+    /// changes one per step and keeps every route.
     #[test]
     fn without_the_mesh_reflectors_change_ids_one_at_a_time() {
         use crate::{Config, Kind, topology, transition};
@@ -819,7 +820,14 @@ mod tests {
             peers_per_node: 2,
             ..c0
         };
-        let t1 = topology(&nodes, &c1, &now).unwrap();
+        let mut t1 = topology(&nodes, &c1, &now).unwrap();
+        let id = |m: &BTreeMap<String, Marks>, n: &str| m[n].cluster_id.unwrap();
+        assert_eq!(id(&t1.marks, "n1"), id(&now.marks, "n1"), "the keeper");
+        assert_ne!(id(&t1.marks, "n0"), id(&now.marks, "n0"));
+        let other = std::net::Ipv4Addr::from(u32::from(id(&t1.marks, "n0")) + 1);
+        if let Some(m) = t1.marks.get_mut("n1") {
+            m.cluster_id = Some(other);
+        }
         let steps = transition(&nodes, &now, &t1);
         let ids: Vec<&Step> = steps
             .iter()

@@ -259,23 +259,41 @@ fn own_cluster_ids(
         .filter(|(_, m)| m.reflector.is_some())
         .map(|(n, _)| n.clone())
         .collect();
-    // IDs in use now, and by how many nodes: a reflector keeps its ID only if no other
-    // node holds it (a zone's shared ID is given up), and a new ID is one nobody holds,
-    // so a reflector never shares an ID with a leaving one during the transition.
+    // IDs in use now, and by which nodes. A new ID is one nobody holds, so a reflector
+    // never shares an ID with a leaving one during the transition.
     let exists: BTreeSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
-    let mut holders: HashMap<u32, usize> = HashMap::new();
+    let mut holders: HashMap<u32, Vec<&str>> = HashMap::new();
     for (n, m) in &current.marks {
         if let Some(id) = m.cluster_id
             && exists.contains(n.as_str())
         {
-            *holders.entry(u32::from(id)).or_default() += 1;
+            holders.entry(u32::from(id)).or_default().push(n.as_str());
         }
     }
+    // Reflectors that share an ID and all stay reflectors: the last by name keeps it,
+    // the others take new ones (one fewer restart a group). The one that keeps it is
+    // the same in every plan of the transition: the others change in name order, so it
+    // is still the last holder after each step, and alone at the end. An ID a leaving
+    // reflector holds too is given up: the release comes after the changes.
+    let keeper = |id: u32| -> Option<&str> {
+        let hs = holders.get(&id)?;
+        hs.iter()
+            .all(|h| marks.get(*h).is_some_and(|m| m.reflector.is_some()))
+            .then(|| hs.iter().max().copied())?
+    };
+    let keeps: BTreeMap<String, u32> = reflectors
+        .iter()
+        .filter_map(|r| {
+            let id = u32::from(current.marks.get(r)?.cluster_id?);
+            (keeper(id) == Some(r.as_str())).then(|| (r.clone(), id))
+        })
+        .collect();
     let mut used: BTreeSet<u32> = holders.keys().copied().collect();
     let mut pending = Vec::new();
     for r in &reflectors {
-        match current.marks.get(r).and_then(|m| m.cluster_id) {
-            Some(id) if holders.get(&u32::from(id)) == Some(&1) => {
+        match keeps.get(r) {
+            Some(&id) => {
+                let id = std::net::Ipv4Addr::from(id);
                 if let Some(m) = marks.get_mut(r) {
                     m.cluster_id = Some(id);
                 }

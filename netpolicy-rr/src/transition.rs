@@ -182,15 +182,42 @@ pub fn transition(nodes: &[NodeInfo], current: &Current, target: &Topology) -> V
     // laid round-robin): a reflector drops what reflectors of its own ID pass it, so
     // with more a zone some route would have to pass two of them. Even then it is
     // checked, on a few nodes of each kind, and the mesh kept to the end if it fails.
+    //
+    // The bridge (every client with every reflector) likewise goes in only when the
+    // plan without it loses a route in the model. Deciding that from the model, not
+    // from the sessions now, keeps the decision the same in every re-plan of the
+    // transition: a rule that read the sessions after `addClientLabels` added a bridge
+    // the first plan had no use for, mid-transition (108 sessions at once in the
+    // 24-node lab, a path storm on live BGP).
     let early = ring_spans_ids(current, target);
-    let steps = plan(nodes, current, target, early);
-    if early
-        && steps.iter().any(|s| s.phase == Phase::Unlink)
-        && crate::sim::verify_by_kind(nodes, current, &steps, target).is_err()
-    {
-        return plan(nodes, current, target, false);
+    let may_bridge = ids_change_without_mesh(current, target);
+    let first = plan(nodes, current, target, early, false);
+    let unlinks = early && first.iter().any(|s| s.phase == Phase::Unlink);
+    if !unlinks && !may_bridge {
+        return first;
     }
-    steps
+    let kept = |steps: &[Step]| crate::sim::verify_by_kind(nodes, current, steps, target).is_ok();
+    if kept(&first) {
+        return first;
+    }
+    let mut tries = Vec::new();
+    if unlinks {
+        tries.push((false, false));
+    }
+    if may_bridge {
+        if unlinks {
+            tries.push((true, true));
+        }
+        tries.push((false, true));
+    }
+    let last = tries.len().saturating_sub(1);
+    for (i, (early, bridge)) in tries.into_iter().enumerate() {
+        let steps = plan(nodes, current, target, early, bridge);
+        if i == last || kept(&steps) {
+            return steps;
+        }
+    }
+    first
 }
 
 /// Whether the target's reflector links join every two reflectors whose cluster IDs
@@ -209,8 +236,15 @@ fn ring_spans_ids(current: &Current, target: &Topology) -> bool {
 }
 
 /// The plan, with the reflector mesh going before IDs change where `early_unlink`
-/// allows ([`move_mesh`]).
-fn plan(nodes: &[NodeInfo], current: &Current, target: &Topology, early_unlink: bool) -> Vec<Step> {
+/// allows ([`move_mesh`]), and the bridge object for its length where `bridge` asks
+/// (or where no order of the ID releases keeps every path: [`order_releases`]).
+fn plan(
+    nodes: &[NodeInfo],
+    current: &Current,
+    target: &Topology,
+    early_unlink: bool,
+    bridge: bool,
+) -> Vec<Step> {
     let empty = Marks::default();
     let names: BTreeSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
     let now: BTreeMap<&str, &BgpPeer> = current
@@ -297,15 +331,12 @@ fn plan(nodes: &[NodeInfo], current: &Current, target: &Topology, early_unlink: 
         move_mesh(&mut steps, &now, &want);
     }
     changing_links(&mut steps, nodes, current, &now, &want, target);
-    // A client whose one reflecting session is with a reflector whose ID changes would
-    // have no reflector while that one restarts (a zone with one reflector whose
-    // shared ID must be split, after a zone label changed): every client peers with
-    // every reflector while IDs change, through a bridge object made first and
-    // deleted with the old ones (found by the rr_topology fuzz target).
-    let mut bridged = false;
-    if needs_bridge(nodes, current, target) {
-        bridged = add_bridge(&mut steps, &now, target);
-    }
+    // Where the model finds that a plan loses a route while IDs change ([`transition`]),
+    // every client peers with every reflector meanwhile, through a bridge object made
+    // first and deleted with the old ones: a client whose one reflecting session is
+    // with a reflector whose ID changes, a reflector that learns a client's route only
+    // through reflectors whose IDs change (found by the rr_topology fuzz target).
+    let bridged = bridge && add_bridge(&mut steps, &now, target);
     // A reflector taking an ID nobody holds goes first; one joining a cluster ID that
     // others hold goes last: from then on it drops what those others reflect to it, so
     // every other path (the new reflectors' own IDs) must already be in place. Within
@@ -314,22 +345,34 @@ fn plan(nodes: &[NodeInfo], current: &Current, target: &Topology, early_unlink: 
     // other reflectors are new (promoted, no ID yet: plain iBGP speakers that reflect
     // nothing) would have no reflector left meanwhile (found by the rr_topology fuzz
     // target: `simple` → `multi`).
-    let held: BTreeSet<Ipv4Addr> = current
-        .marks
-        .values()
-        .filter_map(|m| m.cluster_id)
-        .collect();
+    //
+    // An ID taken in this plan counts as held from its first taker on (the first by
+    // that order): a plan made after the taker's step then orders the rest the same.
+    let has_id = |node: &str| {
+        current
+            .marks
+            .get(node)
+            .is_some_and(|m| m.cluster_id.is_some())
+    };
     if let Some(ops) = steps.get_mut(&Phase::ClusterIds) {
-        ops.sort_by_key(|op| match op {
-            Op::SetClusterId { node, id } => (
-                held.contains(id),
-                current
-                    .marks
-                    .get(node.as_str())
-                    .is_some_and(|m| m.cluster_id.is_some()),
-            ),
-            _ => (false, false),
-        });
+        ops.sort_by_key(|op| op.node().is_some_and(|n| has_id(n)));
+        let mut held: BTreeSet<Ipv4Addr> = current
+            .marks
+            .values()
+            .filter_map(|m| m.cluster_id)
+            .collect();
+        let mut keyed: Vec<((bool, bool), Op)> = std::mem::take(ops)
+            .into_iter()
+            .map(|op| {
+                let joins = match &op {
+                    Op::SetClusterId { id, .. } => !held.insert(*id),
+                    _ => false,
+                };
+                ((joins, op.node().is_some_and(|n| has_id(n))), op)
+            })
+            .collect();
+        keyed.sort_by_key(|(k, _)| *k);
+        *ops = keyed.into_iter().map(|(_, op)| op).collect();
     }
     // Leaving reflectors release their IDs in an order that keeps the paths each one
     // learns through until it is released itself (found by the rr_topology fuzz target).
@@ -376,7 +419,12 @@ fn move_mesh(
     now: &BTreeMap<&str, &BgpPeer>,
     want: &BTreeMap<&str, &BgpPeer>,
 ) {
-    if steps.contains_key(&Phase::Promote) || steps.contains_key(&Phase::Demote) {
+    // Only before IDs change (with none left to change, the mesh goes with the old
+    // links, as it would have in the plan this one continues).
+    if steps.contains_key(&Phase::Promote)
+        || steps.contains_key(&Phase::Demote)
+        || !steps.contains_key(&Phase::ClusterIds)
+    {
         return;
     }
     let mesh = crate::topology::mesh_name();
@@ -600,69 +648,19 @@ fn release_order(
     waits.is_empty().then_some(out)
 }
 
-/// Whether the plan needs the bridge `BGPPeer` (every client with every reflector; its
-/// sessions cost clients × reflectors, so only when needed): the mesh is off and some
-/// client's only reflecting session is with a reflector whose cluster ID changes, or
-/// some reflector learns a client's route only through reflectors whose IDs change.
-fn needs_bridge(nodes: &[NodeInfo], current: &Current, target: &Topology) -> bool {
-    if current.mesh {
-        return false;
-    }
-    let changing: BTreeSet<&str> = current
-        .marks
-        .iter()
-        .filter(|(n, m)| {
+/// Whether a reflector's cluster ID changes (to another ID) with Calico's mesh off:
+/// the plans that may need the bridge `BGPPeer` (its sessions cost clients ×
+/// reflectors, so only where the model finds that the plan loses a route without it).
+fn ids_change_without_mesh(current: &Current, target: &Topology) -> bool {
+    !current.mesh
+        && current.marks.iter().any(|(n, m)| {
             m.cluster_id.is_some()
-                && target.marks.get(n.as_str()).and_then(|t| t.cluster_id) != m.cluster_id
                 && target
                     .marks
                     .get(n.as_str())
-                    .is_some_and(|t| t.cluster_id.is_some())
+                    .and_then(|t| t.cluster_id)
+                    .is_some_and(|id| Some(id) != m.cluster_id)
         })
-        .map(|(n, _)| n.as_str())
-        .collect();
-    if changing.is_empty() {
-        return false;
-    }
-    let cluster = crate::sim::Cluster::new(nodes, current, &target.reflector_label);
-    let Ok(sessions) = cluster.sessions() else {
-        return false;
-    };
-    let stranded = sessions.iter().any(|(n, peers)| {
-        let mut reflecting = peers
-            .iter()
-            .filter(|p| cluster.cluster_ids.contains_key(*p));
-        !cluster.cluster_ids.contains_key(n)
-            && reflecting
-                .next()
-                .is_some_and(|only| reflecting.next().is_none() && changing.contains(only.as_str()))
-    });
-    // A reflector L with cluster ID C drops what reflectors sharing C reflect to it, so
-    // it learns the route of a client of C it does not peer with only through that
-    // client's reflectors of other IDs: when every one of those changes its ID, L (and
-    // L's clients) would lose the route while they restart (reflectors of two zones
-    // sharing an ID after a zone label changed; found by the rr_topology fuzz target).
-    // The bridge peers L with the client itself.
-    let id = |n: &str| cluster.cluster_ids.get(n);
-    let unreached = || {
-        sessions.iter().any(|(l, mine)| {
-            let Some(c) = id(l) else { return false };
-            sessions.iter().any(|(client, peers)| {
-                if client == l || id(client) == Some(c) || mine.contains(client) {
-                    return false;
-                }
-                if !peers.iter().any(|p| id(p) == Some(c)) {
-                    return false;
-                }
-                let mut others = peers
-                    .iter()
-                    .filter(|p| id(p).is_some_and(|d| d != c))
-                    .peekable();
-                others.peek().is_some() && others.all(|p| changing.contains(p.as_str()))
-            })
-        })
-    };
-    stranded || unreached()
 }
 
 /// Adds the bridge `BGPPeer` (every client with every reflector: made first, deleted

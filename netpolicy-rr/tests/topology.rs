@@ -341,6 +341,7 @@ proptest! {
             let t1 = topology(&nodes, c1, &now).unwrap();
             let steps = transition(&nodes, &now, &t1);
             sim::verify(&nodes, &now, &steps, &t1, "rr").map_err(TestCaseError::fail)?;
+            replans_are_the_rest(&nodes, c1, &now, &t1, &steps)?;
             let same = t0.placement.reflectors().map(|(r, _)| r).collect::<BTreeSet<_>>()
                 == t1.placement.reflectors().map(|(r, _)| r).collect::<BTreeSet<_>>();
             if !same || c1.topology != Kind::Multi {
@@ -476,5 +477,76 @@ fn the_labs_switch_to_multi_changes_ids_over_the_ring_alone() {
         assert!(unlink < first_id, "{n} nodes: {phases:?}");
         assert_eq!(t2.links.len(), 6);
         assert!(t2.links.values().all(|ps| ps.len() == 4), "{:?}", t2.links);
+        replans_are_the_rest(&nodes, &multi, &now, &t2, &steps).unwrap();
     }
+}
+
+/// The operator plans again after every step, from what the cluster then holds (the
+/// ring from its status): each plan must be the rest of the first, or a transition
+/// changes its mind on the way (one that did added the bridge, every client with every
+/// reflector, after `addClientLabels` in the 24-node lab).
+fn replans_are_the_rest(
+    nodes: &[NodeInfo],
+    c: &Config,
+    now: &Current,
+    target: &Topology,
+    steps: &[netpolicy_rr::Step],
+) -> Result<(), TestCaseError> {
+    let mut state = now.clone();
+    for (i, step) in steps.iter().enumerate() {
+        for op in &step.ops {
+            apply(&mut state, op);
+        }
+        state.ring = target.ring.clone();
+        let t = topology(nodes, c, &state).unwrap();
+        // The same steps, each the same operations (the objects a step deletes go in
+        // any order).
+        let sorted = |steps: &[netpolicy_rr::Step]| -> Vec<(netpolicy_rr::Phase, Vec<String>)> {
+            steps
+                .iter()
+                .map(|s| {
+                    let mut ops: Vec<String> = s.ops.iter().map(ToString::to_string).collect();
+                    ops.sort();
+                    (s.phase, ops)
+                })
+                .collect()
+        };
+        let rest = transition(nodes, &state, &t);
+        prop_assert_eq!(
+            sorted(&rest),
+            sorted(&steps[i + 1..]),
+            "the plan after step {} ({:?}) is not the rest of the first: {:?}",
+            i,
+            step.phase,
+            steps
+        );
+    }
+    Ok(())
+}
+
+/// What `op` leaves in `state` (the marks and objects the operator reads back).
+fn apply(state: &mut Current, op: &netpolicy_rr::Op) {
+    use netpolicy_rr::Op;
+    fn marks<'a>(state: &'a mut Current, node: &str) -> &'a mut netpolicy_rr::Marks {
+        state.marks.entry(node.to_owned()).or_default()
+    }
+    match op {
+        Op::ApplyBgpPeer(p) => {
+            state.bgp_peers.retain(|o| o.name != p.name);
+            state.bgp_peers.push(p.clone());
+            state.bgp_peers.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        Op::DeleteBgpPeer { name } => state.bgp_peers.retain(|o| o.name != *name),
+        Op::SetClusterId { node, id } => marks(state, node).cluster_id = Some(*id),
+        Op::RemoveClusterId { node } => marks(state, node).cluster_id = None,
+        Op::SetReflectorLabel { node, value } => marks(state, node).reflector = Some(value.clone()),
+        Op::RemoveReflectorLabel { node } => marks(state, node).reflector = None,
+        Op::AddSetLabel { node, key } => {
+            marks(state, node).sets.insert(key.clone());
+        }
+        Op::RemoveSetLabel { node, key } => {
+            marks(state, node).sets.remove(key);
+        }
+    }
+    state.marks.retain(|_, m| !m.is_empty());
 }
