@@ -494,9 +494,9 @@ impl Writer {
         if claimed == p.create_claims.len() && p.releases.is_empty() {
             self.ledger = ledger;
         }
-        let s = &self.stores;
         writes += self.release(&p).await?;
         writes += self.fip_statuses(&p, &just_claimed).await?;
+        let s = &self.stores;
         let range_api = Api::<FloatingIPRange>::all(self.client.clone());
         // Range finalizers coming, before the status: the merge patch names the cached
         // resourceVersion, which a status write of this pass would make stale (a 409,
@@ -612,9 +612,12 @@ impl Writer {
     }
 
     /// Releases (a claim whose owner the API server still has is kept: the cache is behind); how many.
-    async fn release(&self, p: &Pass) -> Result<usize, kube::Error> {
+    /// A released claim (or one found gone) leaves `created` too: held there while the
+    /// cache did not show it, it would be released again every pass, each a 404 (the
+    /// claims' watch answered 410 after a freeze in the fault tests, and its relist
+    /// came after the release).
+    async fn release(&mut self, p: &Pass) -> Result<usize, kube::Error> {
         let mut writes = 0;
-        let s = &self.stores;
         let claim_api = Api::<FloatingIPClaim>::all(self.client.clone());
         for r in &p.releases {
             if let Some(owner) = &r.owner_gone
@@ -633,12 +636,16 @@ impl Writer {
                 }),
                 ..DeleteParams::default()
             };
-            match claim_api.delete(&r.claim, &dp).await {
+            let answer = claim_api.delete(&r.claim, &dp).await;
+            if matches!(&answer, Ok(_) | Err(kube::Error::Api(_))) {
+                self.created.remove(&r.claim);
+            }
+            match answer {
                 Ok(_) => {
                     writes += 1;
                     self.shared.metrics.floating_ip_released(&r.range);
                     info!(range = r.range, address = r.address, "released: {}", r.why);
-                    if let Some(range) = get(&s.ranges, None, &r.range) {
+                    if let Some(range) = get(&self.stores.ranges, None, &r.range) {
                         self.recorder
                             .tell(
                                 range.as_ref(),

@@ -500,6 +500,11 @@ where
             }
             Ok(watcher::Event::InitDone) => {
                 let present = relist.take().unwrap_or_default();
+                debug!(
+                    kind,
+                    objects = present.len(),
+                    "listed (the cache holds the list now)"
+                );
                 let mut subs = lock(&self.subscribers);
                 subs.retain_mut(|s| {
                     // The store holds the new list now: tell what changed in it.
