@@ -127,13 +127,19 @@ pub fn place(nodes: &[NodeInfo], config: &Config, current: &Current) -> Result<P
     let (wanted, targets) = sizes(config, &ready, &caps);
     let clients = current.client_counts();
     let reflectors_now: std::collections::HashSet<&str> = current.reflectors().collect();
+    let with_id: std::collections::HashSet<&str> = current
+        .marks
+        .iter()
+        .filter(|(_, m)| m.cluster_id.is_some())
+        .map(|(n, _)| n.as_str())
+        .collect();
     let chosen: Vec<Vec<String>> = (0..zones.len())
         .map(|i| {
             choose(
                 &eligible[i],
                 targets[i] as usize,
                 config,
-                &reflectors_now,
+                (&reflectors_now, &with_id),
                 &clients,
             )
         })
@@ -246,7 +252,10 @@ fn choose(
     eligible: &[&NodeInfo],
     k: usize,
     config: &Config,
-    reflectors_now: &std::collections::HashSet<&str>,
+    (reflectors_now, with_id): (
+        &std::collections::HashSet<&str>,
+        &std::collections::HashSet<&str>,
+    ),
     clients: &BTreeMap<String, usize>,
 ) -> Vec<String> {
     let preferred = |n: &NodeInfo| {
@@ -260,11 +269,17 @@ fn choose(
         .copied()
         .partition(|n| reflectors_now.contains(n.name.as_str()));
     if keep.len() > k {
-        // Most valuable first: most clients, preferred, oldest, first name.
+        // Most valuable first: holding a cluster ID (one whose ID was released is being
+        // demoted by a plan under way, which then moves its clients: counted by clients
+        // alone, a plan made after that could keep it and demote another), most
+        // clients, preferred, oldest, first name.
+        let has_id = |n: &NodeInfo| with_id.contains(n.name.as_str());
         keep.sort_by(|a, b| {
             let ca = clients.get(&a.name).copied().unwrap_or(0);
             let cb = clients.get(&b.name).copied().unwrap_or(0);
-            cb.cmp(&ca)
+            has_id(b)
+                .cmp(&has_id(a))
+                .then(cb.cmp(&ca))
                 .then(preferred(b).cmp(&preferred(a)))
                 .then(a.created.cmp(&b.created))
                 .then(a.name.cmp(&b.name))

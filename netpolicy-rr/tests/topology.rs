@@ -481,6 +481,62 @@ fn the_labs_switch_to_multi_changes_ids_over_the_ring_alone() {
     }
 }
 
+/// `multi` with two reflectors in zone a to `simple` with one: the plan demotes one of
+/// them, and every plan made on the way demotes the same one. Reflectors were ranked by
+/// their clients first; once the plan had moved the leaving one's clients, a re-plan
+/// ranked the two alike and kept the leaving one (found by planning again after every
+/// step of `transitions_never_leave_a_node_without_a_session`'s cases).
+#[test]
+fn shrinking_keeps_demoting_the_reflector_it_chose_first() {
+    let spec = |zone, ready, created| Spec {
+        zone,
+        ready,
+        unschedulable: false,
+        created,
+    };
+    let all = [
+        (0, spec(0, true, 176)),
+        (1, spec(0, true, 0)),
+        (2, spec(0, false, 0)),
+        (3, spec(0, false, 0)),
+        (4, spec(0, true, 0)),
+        (5, spec(1, true, 0)),
+        (6, spec(0, true, 0)),
+    ];
+    let c0 = Config {
+        min: 2,
+        max: 2,
+        ratio: 0.01,
+        topology: Kind::Multi,
+        peers_per_node: 1,
+        reflector_label: "rr".into(),
+        ..Config::default()
+    };
+    let c1 = Config {
+        min: 0,
+        max: 1,
+        topology: Kind::Simple,
+        ..c0.clone()
+    };
+    let nodes0 = build(&all);
+    let t0 = topology(&nodes0, &c0, &Current::default()).unwrap();
+    let now = applied(&t0);
+    let nodes1 = build(
+        &all.iter()
+            .filter(|(i, _)| *i != 2)
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    let t1 = topology(&nodes1, &c1, &now).unwrap();
+    let steps = transition(&nodes1, &now, &t1);
+    sim::verify(&nodes1, &now, &steps, &t1, "rr").unwrap();
+    assert!(
+        steps.iter().any(|s| s.phase == netpolicy_rr::Phase::Demote),
+        "{steps:?}"
+    );
+    replans_are_the_rest(&nodes1, &c1, &now, &t1, &steps).unwrap();
+}
+
 /// The operator plans again after every step, from what the cluster then holds (the
 /// ring from its status): each plan must be the rest of the first, or a transition
 /// changes its mind on the way (one that did added the bridge, every client with every
