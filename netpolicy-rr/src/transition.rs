@@ -210,14 +210,15 @@ pub fn transition(nodes: &[NodeInfo], current: &Current, target: &Topology) -> V
         }
         tries.push((false, true));
     }
-    let last = tries.len().saturating_sub(1);
-    for (i, (early, bridge)) in tries.into_iter().enumerate() {
-        let steps = plan(nodes, current, target, early, bridge);
-        if i == last || kept(&steps) {
-            return steps;
+    // The first the model keeps, else the last (the mesh to the end, with the bridge).
+    let mut steps = first;
+    for (early, bridge) in tries {
+        steps = plan(nodes, current, target, early, bridge);
+        if kept(&steps) {
+            break;
         }
     }
-    first
+    steps
 }
 
 /// Whether the target's reflector links join every two reflectors whose cluster IDs
