@@ -637,7 +637,11 @@ impl Writer {
                 ..DeleteParams::default()
             };
             let answer = claim_api.delete(&r.claim, &dp).await;
-            if matches!(&answer, Ok(_) | Err(kube::Error::Api(_))) {
+            // Deleted, gone, or another object of that name now: not ours to hold. A
+            // failed delete (429, 5xx) keeps it, to be released again.
+            if answer.is_ok()
+                || matches!(&answer, Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409)
+            {
                 self.created.remove(&r.claim);
             }
             match answer {
