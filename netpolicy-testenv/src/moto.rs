@@ -18,7 +18,7 @@
 
 use std::{
     collections::BTreeMap,
-    net::{TcpListener, TcpStream},
+    net::TcpStream,
     path::PathBuf,
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex, OnceLock},
@@ -95,11 +95,7 @@ impl Moto {
 
     fn launch(free: Option<u32>) -> Self {
         let bin = bin_dir();
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = crate::free_ports(1).expect("a free port for moto")[0];
         let mut cmd = Command::new(bin.join("moto_server"));
         cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .stdout(Stdio::null())

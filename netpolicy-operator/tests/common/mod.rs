@@ -327,13 +327,10 @@ pub(crate) fn appending(log: &std::path::Path) -> std::fs::File {
         .unwrap_or_else(|e| panic!("{}: {e}", log.display()))
 }
 
-/// A port nothing listens on now (for `--listen`).
+/// A port nothing listens on now (for `--listen`), kept from the harness's other
+/// processes ([`netpolicy_testenv::free_ports`]).
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    netpolicy_testenv::free_ports(1).expect("a free port")[0]
 }
 
 /// The Events with `reason` about the object named `name` (of kind `kind`), in
