@@ -10,8 +10,9 @@
 //! Sessions are not enough: [`Cluster::propagation`] follows every node's route through
 //! those sessions with the route-reflection rules Calico configures in BIRD
 //! (RFC 4456), and [`verify`] checks that no node stops learning a route it learned
-//! before and still should, at any operation of a plan, and that every node learns
-//! every other node's route at the end.
+//! before the plan, or once an earlier step's sessions were up, and still should, at
+//! any operation of a plan, and that every node learns every other node's route at the
+//! end.
 //!
 //! # Route reflection as Calico configures BIRD
 //! - A node with a cluster ID (the `projectcalico.org/RouteReflectorClusterID`
@@ -432,8 +433,10 @@ impl Cluster {
 }
 
 /// Replays `steps` from `current` one operation at a time and checks that
-/// - no node that has a session before the plan and in the target loses all of its
-///   sessions at any point, nor a route it learned before and should still learn —
+/// - no node that has a session before the plan (or once an earlier step's sessions are
+///   up) and in the target loses all of its sessions at any point, nor a route it
+///   learned then and should still learn (a plan made again midway counts those as
+///   learned before, so the rest of a plan checks alike either way) —
 ///   counting only the sessions that are up: a step's operations follow each other
 ///   closely, so a session is up during a step only if it existed when the step began
 ///   and no operation so far restarted it (module docs); the operator waits
@@ -467,23 +470,45 @@ pub fn verify(
             || (reflectors.contains(n) && (reflectors.len() > 1 || served.contains(n)))
     };
     let before = c.sessions()?;
-    let keep: BTreeSet<String> = before
-        .iter()
-        .filter(|(n, s)| !s.is_empty() && expected(n))
-        .map(|(n, _)| n.clone())
-        .collect();
-    // Routes that must reach their node all the way: learned before the plan (with
-    // either tie order) and by a node that is still in BGP after it.
-    let learned_before = [c.propagation(Tie::Lowest)?, c.propagation(Tie::Highest)?];
-    let must = |o: &str, x: &str| {
-        keep.contains(o)
-            && keep.contains(x)
-            && learned_before
-                .iter()
-                .all(|l| l.get(o).is_some_and(|s| s.contains(x)))
+    // Nodes in BGP (a session, and one in the target) and the routes that must reach
+    // them from then on: those learned (with either tie order) before the plan, and
+    // those learned once a step's sessions are all up. A route a node gained midway is
+    // a route it has: losing it later is a loss like any other, and a plan made again
+    // midway (from that state) holds it as learned before.
+    let mut keep: BTreeSet<String> = BTreeSet::new();
+    let mut must_pairs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let settled = |c: &Cluster,
+                   keep: &mut BTreeSet<String>,
+                   must_pairs: &mut BTreeMap<String, BTreeSet<String>>|
+     -> Result<(), String> {
+        keep.extend(
+            c.sessions()?
+                .into_iter()
+                .filter(|(n, s)| !s.is_empty() && expected(n))
+                .map(|(n, _)| n),
+        );
+        let learned = [c.propagation(Tie::Lowest)?, c.propagation(Tie::Highest)?];
+        for o in keep.iter() {
+            for x in keep.iter().filter(|x| *x != o) {
+                if learned
+                    .iter()
+                    .all(|l| l.get(o).is_some_and(|s| s.contains(x)))
+                {
+                    must_pairs.entry(o.clone()).or_default().insert(x.clone());
+                }
+            }
+        }
+        Ok(())
     };
+    settled(&c, &mut keep, &mut must_pairs)?;
     let mut verified = Verified::default();
-    let mut step_of = |si: usize, phase: &str, c: &mut Cluster, ops: &[Option<&Op>]| {
+    let mut step_of = |si: usize,
+                       phase: &str,
+                       c: &mut Cluster,
+                       ops: &[Option<&Op>],
+                       keep: &BTreeSet<String>,
+                       must_pairs: &BTreeMap<String, BTreeSet<String>>| {
+        let must = |o: &str, x: &str| must_pairs.get(o).is_some_and(|xs| xs.contains(x));
         let mut up = c.pairs()?;
         let mut restarting: BTreeSet<String> = BTreeSet::new();
         for (oi, op) in ops.iter().enumerate() {
@@ -557,10 +582,11 @@ pub fn verify(
     };
     for (si, step) in steps.iter().enumerate() {
         let ops: Vec<Option<&Op>> = step.ops.iter().map(Some).collect();
-        step_of(si, step.phase.as_str(), &mut c, &ops)?;
+        step_of(si, step.phase.as_str(), &mut c, &ops, &keep, &must_pairs)?;
+        settled(&c, &mut keep, &mut must_pairs)?;
     }
     if c.mesh {
-        step_of(steps.len(), "mesh off", &mut c, &[None])?;
+        step_of(steps.len(), "mesh off", &mut c, &[None], &keep, &must_pairs)?;
     }
     check_end(&c, target, &reflectors)?;
     Ok(verified)

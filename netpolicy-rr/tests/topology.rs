@@ -251,7 +251,8 @@ proptest! {
 
     /// Any cluster change, topology switch or reconfiguration: the plan keeps every
     /// node that has a session (and should have one after) connected at every
-    /// operation, ends exactly at the target, and re-planning then finds nothing to do.
+    /// operation, ends exactly at the target, planned again after any of its steps is
+    /// the rest of itself, and re-planning at the end finds nothing to do.
     #[test]
     fn transitions_never_leave_a_node_without_a_session(
         before in cluster(40),
@@ -274,6 +275,9 @@ proptest! {
         let t1 = topology(&nodes1, &c1, &now).unwrap();
         let steps = transition(&nodes1, &now, &t1);
         sim::verify(&nodes1, &now, &steps, &t1, "rr").map_err(TestCaseError::fail)?;
+        // The operator plans again after every step (a restart, a resync): from each
+        // step's state the plan is the rest of this one.
+        replans_are_the_rest(&nodes1, &c1, &now, &t1, &steps)?;
         let after = applied(&t1);
         let again = topology(&nodes1, &c1, &after).unwrap();
         prop_assert_eq!(&again, &t1);
