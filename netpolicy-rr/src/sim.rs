@@ -432,6 +432,47 @@ impl Cluster {
     }
 }
 
+/// What [`verify`] holds a plan to: the nodes in BGP (a session, and one in the target)
+/// and, per origin, the nodes that must keep learning its route. Both only grow: what a
+/// node learned before the plan, and what it learned once a step's sessions were all
+/// up. A route a node gained midway is a route it has; losing it later is a loss like
+/// any other, and a plan made again midway (from that state) holds it as learned before.
+#[derive(Debug, Default)]
+struct Owed {
+    keep: BTreeSet<String>,
+    must: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl Owed {
+    /// Adds what `c` has with every session up: nodes with a session that `expected`
+    /// names, and the routes between them learned with either tie order.
+    fn settle(&mut self, c: &Cluster, expected: impl Fn(&str) -> bool) -> Result<(), String> {
+        self.keep.extend(
+            c.sessions()?
+                .into_iter()
+                .filter(|(n, s)| !s.is_empty() && expected(n))
+                .map(|(n, _)| n),
+        );
+        let learned = [c.propagation(Tie::Lowest)?, c.propagation(Tie::Highest)?];
+        for o in &self.keep {
+            for x in self.keep.iter().filter(|x| *x != o) {
+                if learned
+                    .iter()
+                    .all(|l| l.get(o).is_some_and(|s| s.contains(x)))
+                {
+                    self.must.entry(o.clone()).or_default().insert(x.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `x` must keep learning `o`'s route.
+    fn must(&self, o: &str, x: &str) -> bool {
+        self.must.get(o).is_some_and(|xs| xs.contains(x))
+    }
+}
+
 /// Replays `steps` from `current` one operation at a time and checks that
 /// - no node that has a session before the plan (or once an earlier step's sessions are
 ///   up) and in the target loses all of its sessions at any point, nor a route it
@@ -470,123 +511,90 @@ pub fn verify(
             || (reflectors.contains(n) && (reflectors.len() > 1 || served.contains(n)))
     };
     let before = c.sessions()?;
-    // Nodes in BGP (a session, and one in the target) and the routes that must reach
-    // them from then on: those learned (with either tie order) before the plan, and
-    // those learned once a step's sessions are all up. A route a node gained midway is
-    // a route it has: losing it later is a loss like any other, and a plan made again
-    // midway (from that state) holds it as learned before.
-    let mut keep: BTreeSet<String> = BTreeSet::new();
-    let mut must_pairs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let settled = |c: &Cluster,
-                   keep: &mut BTreeSet<String>,
-                   must_pairs: &mut BTreeMap<String, BTreeSet<String>>|
-     -> Result<(), String> {
-        keep.extend(
-            c.sessions()?
-                .into_iter()
-                .filter(|(n, s)| !s.is_empty() && expected(n))
-                .map(|(n, _)| n),
-        );
-        let learned = [c.propagation(Tie::Lowest)?, c.propagation(Tie::Highest)?];
-        for o in keep.iter() {
-            for x in keep.iter().filter(|x| *x != o) {
-                if learned
-                    .iter()
-                    .all(|l| l.get(o).is_some_and(|s| s.contains(x)))
-                {
-                    must_pairs.entry(o.clone()).or_default().insert(x.clone());
-                }
-            }
-        }
-        Ok(())
-    };
-    settled(&c, &mut keep, &mut must_pairs)?;
+    let mut owed = Owed::default();
+    owed.settle(&c, expected)?;
     let mut verified = Verified::default();
-    let mut step_of = |si: usize,
-                       phase: &str,
-                       c: &mut Cluster,
-                       ops: &[Option<&Op>],
-                       keep: &BTreeSet<String>,
-                       must_pairs: &BTreeMap<String, BTreeSet<String>>| {
-        let must = |o: &str, x: &str| must_pairs.get(o).is_some_and(|xs| xs.contains(x));
-        let mut up = c.pairs()?;
-        let mut restarting: BTreeSet<String> = BTreeSet::new();
-        for (oi, op) in ops.iter().enumerate() {
-            let ids = c.cluster_ids.clone();
-            match op {
-                Some(op) => c.apply(op),
-                None => c.mesh = false,
-            }
-            let now = c.pairs()?;
-            for n in c.labels.keys() {
-                if ids.get(n) != c.cluster_ids.get(n) && restarting.insert(n.clone()) {
-                    verified.restarts.push((si, n.clone()));
+    let mut step_of =
+        |si: usize, phase: &str, c: &mut Cluster, ops: &[Option<&Op>], owed: &Owed| {
+            let (keep, must) = (&owed.keep, |o: &str, x: &str| owed.must(o, x));
+            let mut up = c.pairs()?;
+            let mut restarting: BTreeSet<String> = BTreeSet::new();
+            for (oi, op) in ops.iter().enumerate() {
+                let ids = c.cluster_ids.clone();
+                match op {
+                    Some(op) => c.apply(op),
+                    None => c.mesh = false,
                 }
-            }
-            up.retain(|k, s| now.get(k).is_some_and(|n| !s.restarts_into(n)));
-            let what = || match op {
-                Some(op) => format!("after step {si} ({phase}) operation {oi}: {op:?}"),
-                None => "once the node-to-node mesh is off".to_owned(),
-            };
-            let sessions = c.sessions_of(&up);
-            // A node that must still learn a route from a node that is not restarting
-            // needs a session up (the route check below says the same, less plainly).
-            let needs = |n: &String| {
-                !restarting.contains(n)
-                    && keep
-                        .iter()
-                        .any(|o| o != n && !restarting.contains(o) && must(o, n))
-            };
-            for n in keep.iter().filter(|n| needs(n)) {
-                if sessions.get(n).is_none_or(BTreeSet::is_empty) {
-                    return Err(format!("{n} has no session up {}", what()));
-                }
-            }
-            for tie in [Tie::Lowest, Tie::Highest] {
-                for (o, xs) in &c.follow(&up, tie)?.0 {
-                    if restarting.contains(o) {
-                        continue;
+                let now = c.pairs()?;
+                for n in c.labels.keys() {
+                    if ids.get(n) != c.cluster_ids.get(n) && restarting.insert(n.clone()) {
+                        verified.restarts.push((si, n.clone()));
                     }
-                    for x in keep.iter().filter(|x| !restarting.contains(*x)) {
-                        if x != o && !xs.contains(x) && must(o, x) {
-                            let show = |n: &str| {
-                                let peers: Vec<String> = sessions
-                                    .get(n)
-                                    .into_iter()
-                                    .flatten()
-                                    .map(|p| match c.cluster_ids.get(p) {
-                                        Some(id) => format!("{p}[{id}]"),
-                                        None => p.clone(),
-                                    })
-                                    .collect();
-                                format!(
-                                    "{n}[{:?}] peers (up) {}",
-                                    c.cluster_ids.get(n),
-                                    peers.join(" ")
-                                )
-                            };
-                            return Err(format!(
-                                "{x} no longer learns the route of {o} {} ({tie:?} ties); \
+                }
+                up.retain(|k, s| now.get(k).is_some_and(|n| !s.restarts_into(n)));
+                let what = || match op {
+                    Some(op) => format!("after step {si} ({phase}) operation {oi}: {op:?}"),
+                    None => "once the node-to-node mesh is off".to_owned(),
+                };
+                let sessions = c.sessions_of(&up);
+                // A node that must still learn a route from a node that is not restarting
+                // needs a session up (the route check below says the same, less plainly).
+                let needs = |n: &String| {
+                    !restarting.contains(n)
+                        && keep
+                            .iter()
+                            .any(|o| o != n && !restarting.contains(o) && must(o, n))
+                };
+                for n in keep.iter().filter(|n| needs(n)) {
+                    if sessions.get(n).is_none_or(BTreeSet::is_empty) {
+                        return Err(format!("{n} has no session up {}", what()));
+                    }
+                }
+                for tie in [Tie::Lowest, Tie::Highest] {
+                    for (o, xs) in &c.follow(&up, tie)?.0 {
+                        if restarting.contains(o) {
+                            continue;
+                        }
+                        for x in keep.iter().filter(|x| !restarting.contains(*x)) {
+                            if x != o && !xs.contains(x) && must(o, x) {
+                                let show = |n: &str| {
+                                    let peers: Vec<String> = sessions
+                                        .get(n)
+                                        .into_iter()
+                                        .flatten()
+                                        .map(|p| match c.cluster_ids.get(p) {
+                                            Some(id) => format!("{p}[{id}]"),
+                                            None => p.clone(),
+                                        })
+                                        .collect();
+                                    format!(
+                                        "{n}[{:?}] peers (up) {}",
+                                        c.cluster_ids.get(n),
+                                        peers.join(" ")
+                                    )
+                                };
+                                return Err(format!(
+                                    "{x} no longer learns the route of {o} {} ({tie:?} ties); \
                                  {}; {}; before: {o} peered {:?}",
-                                what(),
-                                show(o),
-                                show(x),
-                                before.get(o)
-                            ));
+                                    what(),
+                                    show(o),
+                                    show(x),
+                                    before.get(o)
+                                ));
+                            }
                         }
                     }
                 }
             }
-        }
-        Ok::<(), String>(())
-    };
+            Ok::<(), String>(())
+        };
     for (si, step) in steps.iter().enumerate() {
         let ops: Vec<Option<&Op>> = step.ops.iter().map(Some).collect();
-        step_of(si, step.phase.as_str(), &mut c, &ops, &keep, &must_pairs)?;
-        settled(&c, &mut keep, &mut must_pairs)?;
+        step_of(si, step.phase.as_str(), &mut c, &ops, &owed)?;
+        owed.settle(&c, expected)?;
     }
     if c.mesh {
-        step_of(steps.len(), "mesh off", &mut c, &[None], &keep, &must_pairs)?;
+        step_of(steps.len(), "mesh off", &mut c, &[None], &owed)?;
     }
     check_end(&c, target, &reflectors)?;
     Ok(verified)
@@ -780,6 +788,29 @@ mod tests {
             mesh: false,
             reflector_label: "rr".into(),
         }
+    }
+
+    #[test]
+    fn what_a_plan_owes_grows_with_what_a_step_brought() {
+        let mut c = two_reflectors([224, 0, 0, 1], [224, 0, 0, 2]);
+        let p2 = c.peers.remove("p2").unwrap();
+        let mut owed = Owed::default();
+        owed.settle(&c, |_| true).unwrap();
+        // c2 has no session yet: nothing is owed to or from it.
+        assert!(owed.must("c1", "r2") && owed.must("r2", "c1"));
+        assert!(!owed.keep.contains("c2") && !owed.must("c1", "c2"));
+        // A step gives c2 its session: its routes are owed from then on...
+        c.peers.insert("p2".to_owned(), p2);
+        owed.settle(&c, |_| true).unwrap();
+        assert!(owed.must("c1", "c2") && owed.must("c2", "c1"));
+        // ...also after a later state without it (verify reports that loss).
+        c.peers.remove("p2");
+        owed.settle(&c, |_| true).unwrap();
+        assert!(owed.must("c1", "c2") && owed.keep.contains("c2"));
+        // A node the target has no place for is owed nothing.
+        let mut none = Owed::default();
+        none.settle(&c, |n| n != "c1").unwrap();
+        assert!(!none.must("r1", "c1") && !none.must("c1", "r1"));
     }
 
     #[test]
