@@ -154,17 +154,19 @@ mod tests {
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(sorted.len(), 8, "{ports:?}");
-        // Another process cannot take the lock this one holds.
-        let path = std::env::temp_dir()
-            .join("netpolicy-testenv-ports")
-            .join(ports[0].to_string());
-        let out = Command::new("flock")
-            .args(["--nonblock", "--exclusive"])
-            .arg(&path)
-            .arg("true")
-            .status()
-            .unwrap();
-        assert!(!out.success(), "{} was not locked", path.display());
+        // Another process cannot take the locks this one holds.
+        for port in &ports {
+            let path = std::env::temp_dir()
+                .join("netpolicy-testenv-ports")
+                .join(port.to_string());
+            let out = Command::new("flock")
+                .args(["--nonblock", "--exclusive"])
+                .arg(&path)
+                .arg("true")
+                .status()
+                .unwrap();
+            assert!(!out.success(), "{} was not locked", path.display());
+        }
     }
 
     #[test]
