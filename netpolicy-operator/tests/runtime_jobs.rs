@@ -157,8 +157,21 @@ async fn readiness_waits_for_every_kind_and_names_the_one_it_cannot_list() {
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("cannot list"), "{text}");
     // One WATCH per resource, whatever the number of jobs reading it (Nodes are read by
-    // four jobs), from the API server's own metrics.
-    let after = watches(&client).await;
+    // four jobs), from the API server's own metrics. Ready means listed: a watch opens
+    // after its list, and RoutedIP's may be between two tries (the CRD's storage is
+    // rebuilt as it becomes established; a reconnect waits up to 5 s). So wait until
+    // every resource has its watch, then count.
+    let opened = |after: &std::collections::BTreeMap<String, i64>| {
+        READ.iter()
+            .all(|r| after.get(*r).copied().unwrap_or(0) > before.get(*r).copied().unwrap_or(0))
+    };
+    let ready_at = Instant::now();
+    let mut after = watches(&client).await;
+    while !opened(&after) && ready_at.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        after = watches(&client).await;
+    }
+    println!("every watch open {:?} after ready", ready_at.elapsed());
     let mut total = 0;
     for r in READ {
         let n = after.get(r).copied().unwrap_or(0) - before.get(r).copied().unwrap_or(0);
