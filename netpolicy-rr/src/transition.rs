@@ -24,7 +24,11 @@
 //!    mesh whose every path they would pass on (`topology::ring_links`). Only when the
 //!    reflectors stay, the ring links every two reflectors of different IDs, and
 //!    [`crate::sim::verify_by_kind`] finds that the plan keeps every route; otherwise
-//!    the mesh goes in phase 11 as before.
+//!    the mesh goes in phase 11 as before. When reflectors are promoted and none leave,
+//!    the step comes inside phase 5 instead: right after the last new reflector has its
+//!    ID, if the ring then links every two reflectors of different IDs and existing
+//!    reflectors' IDs are still to change (the reflectors stay from there on, and a plan
+//!    made from there would take the mesh away first).
 //! 5. [`Phase::ClusterIds`]: new reflectors get their cluster ID, existing ones a
 //!    corrected one; they now reflect to every client they serve. IDs nobody holds
 //!    first, then the ones that join a cluster ID others hold (from then on they drop
@@ -189,7 +193,8 @@ pub fn transition(nodes: &[NodeInfo], current: &Current, target: &Topology) -> V
     // transition: a rule that read the sessions after `addClientLabels` added a bridge
     // the first plan had no use for, mid-transition (108 sessions at once in the
     // 24-node lab, a path storm on live BGP).
-    let early = ring_spans_ids(current, target);
+    // Where the mesh goes is the plan's to find ([`move_mesh`], [`unlink_after_new_ids`]).
+    let early = !target.ring.is_empty();
     let may_bridge = ids_change_without_mesh(current, target);
     let first = plan(nodes, current, target, early, false);
     let unlinks = early && first.iter().any(|s| s.phase == Phase::Unlink);
@@ -237,7 +242,7 @@ fn ring_spans_ids(current: &Current, target: &Topology) -> bool {
 }
 
 /// The plan, with the reflector mesh going before IDs change where `early_unlink`
-/// allows ([`move_mesh`]), and the bridge object for its length where `bridge` asks
+/// allows ([`move_mesh`], [`unlink_after_new_ids`]), and the bridge object for its length where `bridge` asks
 /// (or where no order of the ID releases keeps every path: [`order_releases`]).
 fn plan(
     nodes: &[NodeInfo],
@@ -328,9 +333,8 @@ fn plan(
             push(Phase::Demote, Op::RemoveReflectorLabel { node: owned() });
         }
     }
-    if early_unlink {
-        move_mesh(&mut steps, &now, &want);
-    }
+    let unlinked =
+        early_unlink && ring_spans_ids(current, target) && move_mesh(&mut steps, &now, &want);
     changing_links(&mut steps, nodes, current, &now, &want, target);
     // Where the model finds that a plan loses a route while IDs change ([`transition`]),
     // every client peers with every reflector meanwhile, through a bridge object made
@@ -386,7 +390,7 @@ fn plan(
     let one_at_a_time = |phase: Phase| {
         !current.mesh && matches!(phase, Phase::ClusterIds | Phase::ReleaseClusterIds)
     };
-    steps
+    let mut steps: Vec<Step> = steps
         .into_iter()
         .flat_map(|(phase, ops)| {
             if one_at_a_time(phase) {
@@ -400,7 +404,11 @@ fn plan(
                 vec![Step { phase, ops }]
             }
         })
-        .collect()
+        .collect();
+    if early_unlink && !unlinked {
+        unlink_after_new_ids(&mut steps, current, target, &now, &want);
+    }
+    steps
 }
 
 /// Going to `multi` with the same reflectors, the reflector mesh goes before any
@@ -415,37 +423,115 @@ fn plan(
 /// needs a session with every reflector of the other zones before its ID changes
 /// (found by `switching_topology_changes_ids_over_the_ring_alone`).
 /// `sim::verify` checks every operation of such plans in the property tests.
+///
+/// Whether it moved the mesh.
 fn move_mesh(
     steps: &mut BTreeMap<Phase, Vec<Op>>,
     now: &BTreeMap<&str, &BgpPeer>,
     want: &BTreeMap<&str, &BgpPeer>,
-) {
+) -> bool {
     // Only before IDs change (with none left to change, the mesh goes with the old
     // links, as it would have in the plan this one continues).
     if steps.contains_key(&Phase::Promote)
         || steps.contains_key(&Phase::Demote)
         || !steps.contains_key(&Phase::ClusterIds)
+        || !mesh_gives_way(now, want)
     {
-        return;
+        return false;
     }
     let mesh = crate::topology::mesh_name();
-    if !now.contains_key(mesh.as_str()) || !want.keys().any(|n| n.starts_with(LINK_OBJECT_PREFIX)) {
-        return;
-    }
     let Some(ops) = steps.get_mut(&Phase::DeleteLinks) else {
-        return;
+        return false;
     };
     let Some(at) = ops
         .iter()
         .position(|op| matches!(op, Op::DeleteBgpPeer { name } if *name == mesh))
     else {
-        return;
+        return false;
     };
     let op = ops.remove(at);
     if ops.is_empty() {
         steps.remove(&Phase::DeleteLinks);
     }
     steps.entry(Phase::Unlink).or_default().push(op);
+    true
+}
+
+/// The reflector mesh exists and `multi`'s links are wanted: the mesh may go before
+/// the end of the plan.
+fn mesh_gives_way(now: &BTreeMap<&str, &BgpPeer>, want: &BTreeMap<&str, &BgpPeer>) -> bool {
+    now.contains_key(crate::topology::mesh_name().as_str())
+        && want.keys().any(|n| n.starts_with(LINK_OBJECT_PREFIX))
+}
+
+/// Going to `multi` with reflectors promoted (none leaving), the reflector mesh goes
+/// as soon as every new reflector has its cluster ID, before existing reflectors
+/// change theirs: from that state the reflectors stay, and a plan made there (the
+/// operator plans again after every step) takes the mesh away first ([`move_mesh`]).
+/// So the first plan does what its re-plans will, where the ring then links every two
+/// reflectors of different IDs and some existing reflector's ID is still to change
+/// (found by `transitions_never_leave_a_node_without_a_session`). One cluster-ID change
+/// a step (`steps` as flattened): with Calico's mesh on, the phase is one step and the
+/// mesh goes at the end as before.
+fn unlink_after_new_ids(
+    steps: &mut Vec<Step>,
+    current: &Current,
+    target: &Topology,
+    now: &BTreeMap<&str, &BgpPeer>,
+    want: &BTreeMap<&str, &BgpPeer>,
+) {
+    if current.mesh || steps.iter().any(|s| s.phase == Phase::Demote) || !mesh_gives_way(now, want)
+    {
+        return;
+    }
+    let has_id = |n: &str| current.marks.get(n).is_some_and(|m| m.cluster_id.is_some());
+    let ids = |s: &Step| s.phase == Phase::ClusterIds;
+    let Some(last_new) = steps
+        .iter()
+        .rposition(|s| ids(s) && s.ops.iter().any(|op| op.node().is_some_and(|n| !has_id(n))))
+    else {
+        return;
+    };
+    if !steps[last_new + 1..].iter().any(ids) {
+        return;
+    }
+    // The IDs once the new reflectors have theirs.
+    let mut then = Current {
+        marks: current.marks.clone(),
+        ..Current::default()
+    };
+    for op in steps[..=last_new].iter().flat_map(|s| &s.ops) {
+        if let Op::SetClusterId { node, id } = op {
+            then.marks.entry(node.clone()).or_default().cluster_id = Some(*id);
+        }
+    }
+    if !ring_spans_ids(&then, target) {
+        return;
+    }
+    let mesh = crate::topology::mesh_name();
+    let Some((at, i)) = steps.iter().enumerate().find_map(|(at, s)| {
+        (s.phase == Phase::DeleteLinks)
+            .then(|| {
+                s.ops
+                    .iter()
+                    .position(|op| matches!(op, Op::DeleteBgpPeer { name } if *name == mesh))
+            })
+            .flatten()
+            .map(|i| (at, i))
+    }) else {
+        return;
+    };
+    let op = steps[at].ops.remove(i);
+    if steps[at].ops.is_empty() {
+        steps.remove(at);
+    }
+    steps.insert(
+        last_new + 1,
+        Step {
+            phase: Phase::Unlink,
+            ops: vec![op],
+        },
+    );
 }
 
 /// An object that lives for the plan only: made in [`Phase::CreatePeers`], deleted in
@@ -514,7 +600,22 @@ fn changing_links(
             })
             .cloned()
             .collect();
-        let cluster = crate::sim::Cluster::new(&few, current, &target.reflector_label);
+        // Not through the bridge: it lives for this plan only, and the first plan
+        // (made before it existed) linked the promoted node without it. A re-plan
+        // that counted it linked every promoted client with every reflector, a link
+        // the first plan had no use for (found by
+        // `transitions_never_leave_a_node_without_a_session`).
+        let bridge = bridge_name();
+        let lasting = Current {
+            bgp_peers: current
+                .bgp_peers
+                .iter()
+                .filter(|p| p.name != bridge)
+                .cloned()
+                .collect(),
+            ..current.clone()
+        };
+        let cluster = crate::sim::Cluster::new(&few, &lasting, &target.reflector_label);
         if let Ok(sessions) = cluster.sessions() {
             for p in &promoted {
                 if let Some(peers) = sessions.get(*p).filter(|s| !s.is_empty()) {
@@ -664,6 +765,11 @@ fn ids_change_without_mesh(current: &Current, target: &Topology) -> bool {
         })
 }
 
+/// The bridge `BGPPeer`'s name ([`add_bridge`]).
+fn bridge_name() -> String {
+    format!("{}bridge", crate::BGP_PEER_PREFIX)
+}
+
 /// Adds the bridge `BGPPeer` (every client with every reflector: made first, deleted
 /// with the old objects) to `steps`; whether it did. One left by an interrupted plan
 /// (in `now`) is not made again: it is deleted with the old objects.
@@ -674,7 +780,7 @@ fn add_bridge(
 ) -> bool {
     let rl = &target.reflector_label;
     let bridge = BgpPeer {
-        name: format!("{}bridge", crate::BGP_PEER_PREFIX),
+        name: bridge_name(),
         node_selector: format!("!has({rl})"),
         peer_selector: format!("has({rl})"),
     };
