@@ -45,7 +45,9 @@
 //!    reflectors that share it drop what it sends them).
 //! 8. [`Phase::RemoveClientLabels`]: clients leave their old sets; their new sessions are
 //!    already configured.
-//! 9. [`Phase::DeletePeers`]: objects no longer wanted, but for links (phase 11).
+//! 9. [`Phase::DeletePeers`]: objects no longer wanted, but for links (phase 11); one
+//!    a step, in name order, without Calico's mesh (each ends a zone's or a set's
+//!    sessions, and on live BGP several ending at once made the reflectors hunt paths).
 //! 10. [`Phase::Demote`]: old reflectors lose the label. Nobody's set names them any
 //!     more, and a demoted node already carries its client label.
 //! 11. [`Phase::DeleteLinks`]: links between reflectors no longer wanted (the mesh, or
@@ -387,8 +389,22 @@ fn plan(
     // Calico's mesh on, the mesh carries every other route meanwhile: one step. Without
     // it, the clients of a restarting reflector rely on their other reflectors: one node
     // per step, each paced by the operator so that its sessions are up before the next.
+    //
+    // Old objects go one a step too, in name order (the order a plan made after any of
+    // them finds the rest in): each ends a zone's or a set's sessions, and the
+    // reflectors choose new best paths for what those carried. Three zones' sessions
+    // ending at once left a node of the 24-node lab without a path for 0.4 s on live
+    // BGP, where the model (every remaining session carries every route at once) saw
+    // no loss.
+    if let Some(ops) = steps.get_mut(&Phase::DeletePeers) {
+        ops.sort_by_cached_key(ToString::to_string);
+    }
     let one_at_a_time = |phase: Phase| {
-        !current.mesh && matches!(phase, Phase::ClusterIds | Phase::ReleaseClusterIds)
+        !current.mesh
+            && matches!(
+                phase,
+                Phase::ClusterIds | Phase::ReleaseClusterIds | Phase::DeletePeers
+            )
     };
     let mut steps: Vec<Step> = steps
         .into_iter()
