@@ -202,6 +202,9 @@ impl Engine {
     /// # Errors
     /// As [`topology()`] when the update recomputes.
     pub fn add_node(&mut self, node: NodeInfo) -> Result<Change> {
+        // Moves are relative to the state before (the last topology, applied): an
+        // update that does not recompute moves nobody.
+        self.topo.moves.clear();
         let mut peerings = 0;
         if let Some(&i) = self.index.get(&node.name) {
             let old = &self.nodes[i];
@@ -235,10 +238,12 @@ impl Engine {
         self.nodes.push(node);
         let rs = self.assign(&name, z);
         peerings += rs.len();
-        self.topo.clients.insert(name, rs);
+        self.topo.clients.insert(name.clone(), rs);
         self.topo.warnings = base_warnings(&self.topo.placement, true);
         if !self.balanced() {
             let c = self.recompute()?;
+            // The new client had no set before this update: placing it is no move.
+            self.topo.moves.remove(&name);
             return Ok(Change {
                 recomputed: true,
                 peerings: peerings + c.peerings,
@@ -304,6 +309,7 @@ impl Engine {
     /// # Errors
     /// As [`topology()`] when the update recomputes.
     pub fn remove_node(&mut self, name: &str) -> Result<Change> {
+        self.topo.moves.clear();
         let Some(&i) = self.index.get(name) else {
             return Ok(Change {
                 recomputed: false,

@@ -144,6 +144,18 @@ pub(crate) const SET_OBJECT_PREFIX: &str = "netpolicy-rr-set-";
 /// Name prefix of the per-reflector link `BGPPeer` objects (`multi`).
 pub(crate) const LINK_OBJECT_PREFIX: &str = "netpolicy-rr-link-";
 
+/// Name prefix of the move `BGPPeer` objects: while a plan moves a client from one valid
+/// set to another, an object naming the client and its new set (the set object's
+/// selectors, so it adds no session) records which of its two set labels is the new
+/// one. The labels alone do not say, and a plan made mid-way must place the client
+/// where the plan under way does.
+pub(crate) const MOVE_OBJECT_PREFIX: &str = "netpolicy-rr-move-";
+
+/// The name of the move object of `client` into the set of label `key`.
+pub(crate) fn move_object_name(client: &str, key: &str) -> String {
+    format!("{MOVE_OBJECT_PREFIX}{:016x}", fnv1a(&[client, "|", key]))
+}
+
 fn selector_values(s: &calico::Selector) -> Vec<String> {
     use calico::Selector as S;
     match s {

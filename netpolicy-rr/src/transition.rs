@@ -51,7 +51,9 @@
 //! 10. [`Phase::Demote`]: old reflectors lose the label. Nobody's set names them any
 //!     more, and a demoted node already carries its client label.
 //! 11. [`Phase::DeleteLinks`]: links between reflectors no longer wanted (the mesh, or
-//!     `multi`'s link objects of a changed ring). After the demotion: a leaving
+//!     `multi`'s link objects of a changed ring), and the plan's move objects (phase 1:
+//!     in `multi`, one per client moved from a set that stays valid for it, naming its
+//!     new set, so that a plan made while it carries both labels keeps it there). After the demotion: a leaving
 //!     reflector peers with the others only through them while it is one (its client
 //!     label is not in effect while it carries the reflector label).
 //!
@@ -72,7 +74,10 @@ use std::{
     net::Ipv4Addr,
 };
 
-use crate::{BgpPeer, Current, Marks, NodeInfo, Topology, state::LINK_OBJECT_PREFIX};
+use crate::{
+    BgpPeer, Current, Marks, NodeInfo, SET_LABEL_PREFIX, Topology,
+    state::{LINK_OBJECT_PREFIX, MOVE_OBJECT_PREFIX, SET_OBJECT_PREFIX, move_object_name},
+};
 
 /// One change to the cluster.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -278,7 +283,10 @@ fn plan(
     for name in now.keys() {
         if !want.contains_key(name) {
             push(
-                if *name == mesh || name.starts_with(LINK_OBJECT_PREFIX) {
+                if *name == mesh
+                    || name.starts_with(LINK_OBJECT_PREFIX)
+                    || name.starts_with(MOVE_OBJECT_PREFIX)
+                {
                     Phase::DeleteLinks
                 } else {
                     Phase::DeletePeers
@@ -335,6 +343,7 @@ fn plan(
             push(Phase::Demote, Op::RemoveReflectorLabel { node: owned() });
         }
     }
+    moves(&mut steps, current, &want, target);
     let unlinked =
         early_unlink && ring_spans_ids(current, target) && move_mesh(&mut steps, &now, &want);
     changing_links(&mut steps, nodes, current, &now, &want, target);
@@ -548,6 +557,37 @@ fn unlink_after_new_ids(
             ops: vec![op],
         },
     );
+}
+
+/// In `multi`, a client that moves from a set that stays valid for it to another
+/// ([`Topology::moves`]) carries both labels between `addClientLabels` and
+/// `removeClientLabels`, and the labels do not say which is the new one: a move object
+/// (`state::MOVE_OBJECT_PREFIX`, the new set object's selectors, so no session of its
+/// own) records it for the plan's length, made first and deleted with the old links. A
+/// plan made mid-way keeps the client in the recorded set, as this plan does.
+fn moves(
+    steps: &mut BTreeMap<Phase, Vec<Op>>,
+    current: &Current,
+    want: &BTreeMap<&str, &BgpPeer>,
+    target: &Topology,
+) {
+    for (client, key) in &target.moves {
+        let name = move_object_name(client, key);
+        let Some(set) = key
+            .strip_prefix(SET_LABEL_PREFIX)
+            .and_then(|id| want.get(format!("{SET_OBJECT_PREFIX}{id}").as_str()))
+        else {
+            continue;
+        };
+        if current.bgp_peers.iter().any(|p| p.name == name) {
+            continue;
+        }
+        let marker = BgpPeer {
+            name,
+            ..(*set).clone()
+        };
+        for_the_plan(steps, marker, Phase::DeleteLinks);
+    }
 }
 
 /// An object that lives for the plan only: made in [`Phase::CreatePeers`], deleted in
