@@ -709,7 +709,9 @@ fn multi(
         });
     }
     // Without one (a plan made by an earlier version), the loads tell.
-    let mut chosen: Vec<usize> = {
+    let mut chosen: Vec<usize> = if moving.is_empty() {
+        Vec::new()
+    } else {
         let mut a = Assign::new(&ring, clients.len());
         for (ci, s) in kept.iter().enumerate() {
             if let Some(s) = s {
