@@ -53,9 +53,10 @@
 //! 11. [`Phase::DeleteLinks`]: links between reflectors no longer wanted (the mesh, or
 //!     `multi`'s link objects of a changed ring), and the plan's move objects (phase 1:
 //!     in `multi`, one per client moved from a set that stays valid for it, naming its
-//!     new set, so that a plan made while it carries both labels keeps it there). After the demotion: a leaving
-//!     reflector peers with the others only through them while it is one (its client
-//!     label is not in effect while it carries the reflector label).
+//!     new set, so that a plan made while it carries both labels keeps it there).
+//!     After the demotion: a leaving reflector peers with the others only through them
+//!     while it is one (its client label is not in effect while it carries the
+//!     reflector label).
 //!
 //! Phases 5 and 7 change cluster IDs, and a node whose cluster ID changes restarts
 //! every BGP session it has (BIRD restarts a protocol whose `rr client` or
@@ -249,8 +250,8 @@ fn ring_spans_ids(current: &Current, target: &Topology) -> bool {
 }
 
 /// The plan, with the reflector mesh going before IDs change where `early_unlink`
-/// allows ([`move_mesh`], [`unlink_after_new_ids`]), and the bridge object for its length where `bridge` asks
-/// (or where no order of the ID releases keeps every path: [`order_releases`]).
+/// allows ([`move_mesh`], [`unlink_after_new_ids`]), and the bridge object for its
+/// length where `bridge` asks (or where no order of the ID releases keeps every path: [`order_releases`]).
 fn plan(
     nodes: &[NodeInfo],
     current: &Current,
@@ -343,7 +344,7 @@ fn plan(
             push(Phase::Demote, Op::RemoveReflectorLabel { node: owned() });
         }
     }
-    moves(&mut steps, current, &want, target);
+    moves(&mut steps, &now, &want, target);
     let unlinked =
         early_unlink && ring_spans_ids(current, target) && move_mesh(&mut steps, &now, &want);
     changing_links(&mut steps, nodes, current, &now, &want, target);
@@ -393,29 +394,38 @@ fn plan(
     // Leaving reflectors release their IDs in an order that keeps the paths each one
     // learns through until it is released itself (found by the rr_topology fuzz target).
     order_releases(nodes, current, target, &mut steps, &now, bridged);
-    // A node whose cluster ID changes restarts every BGP session it has (BIRD restarts a
-    // protocol whose `rr client`/`rr cluster id` changes; `sim` module docs). With
-    // Calico's mesh on, the mesh carries every other route meanwhile: one step. Without
-    // it, the clients of a restarting reflector rely on their other reflectors: one node
-    // per step, each paced by the operator so that its sessions are up before the next.
-    //
-    // Old objects go one a step too, in name order (the order a plan made after any of
-    // them finds the rest in): each ends a zone's or a set's sessions, and the
-    // reflectors choose new best paths for what those carried. Three zones' sessions
-    // ending at once left a node of the 24-node lab without a path for 0.4 s on live
-    // BGP, where the model (every remaining session carries every route at once) saw
-    // no loss.
+    let mut steps = into_steps(steps, current.mesh);
+    if early_unlink && !unlinked {
+        unlink_after_new_ids(&mut steps, current, target, &now, &want);
+    }
+    steps
+}
+
+/// The plan's operations as steps, in phase order.
+///
+/// A node whose cluster ID changes restarts every BGP session it has (BIRD restarts a
+/// protocol whose `rr client`/`rr cluster id` changes; `sim` module docs). With
+/// Calico's `mesh` on, the mesh carries every other route meanwhile: one step. Without
+/// it, the clients of a restarting reflector rely on their other reflectors: one node
+/// per step, each paced by the operator so that its sessions are up before the next.
+///
+/// Old objects go one a step too, in name order (the order a plan made after any of
+/// them finds the rest in): each ends a zone's or a set's sessions, and the reflectors
+/// choose new best paths for what those carried. Three zones' sessions ending at once
+/// left a node of the 24-node lab without a path for 0.4 s on live BGP, where the
+/// model (every remaining session carries every route at once) saw no loss.
+fn into_steps(mut steps: BTreeMap<Phase, Vec<Op>>, mesh: bool) -> Vec<Step> {
     if let Some(ops) = steps.get_mut(&Phase::DeletePeers) {
         ops.sort_by_cached_key(ToString::to_string);
     }
     let one_at_a_time = |phase: Phase| {
-        !current.mesh
+        !mesh
             && matches!(
                 phase,
                 Phase::ClusterIds | Phase::ReleaseClusterIds | Phase::DeletePeers
             )
     };
-    let mut steps: Vec<Step> = steps
+    steps
         .into_iter()
         .flat_map(|(phase, ops)| {
             if one_at_a_time(phase) {
@@ -429,11 +439,7 @@ fn plan(
                 vec![Step { phase, ops }]
             }
         })
-        .collect();
-    if early_unlink && !unlinked {
-        unlink_after_new_ids(&mut steps, current, target, &now, &want);
-    }
-    steps
+        .collect()
 }
 
 /// Going to `multi` with the same reflectors, the reflector mesh goes before any
@@ -567,7 +573,7 @@ fn unlink_after_new_ids(
 /// plan made mid-way keeps the client in the recorded set, as this plan does.
 fn moves(
     steps: &mut BTreeMap<Phase, Vec<Op>>,
-    current: &Current,
+    now: &BTreeMap<&str, &BgpPeer>,
     want: &BTreeMap<&str, &BgpPeer>,
     target: &Topology,
 ) {
@@ -579,7 +585,7 @@ fn moves(
         else {
             continue;
         };
-        if current.bgp_peers.iter().any(|p| p.name == name) {
+        if now.contains_key(name.as_str()) {
             continue;
         }
         let marker = BgpPeer {
@@ -891,5 +897,68 @@ impl std::fmt::Display for Op {
             Self::AddSetLabel { node, key } => write!(f, "label node {node} {key}"),
             Self::RemoveSetLabel { node, key } => write!(f, "remove label {key} from node {node}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delete(name: &str) -> Op {
+        Op::DeleteBgpPeer {
+            name: name.to_owned(),
+        }
+    }
+
+    fn id(node: &str) -> Op {
+        Op::SetClusterId {
+            node: node.to_owned(),
+            id: Ipv4Addr::new(224, 0, 0, 2),
+        }
+    }
+
+    fn lengths(steps: &[Step]) -> Vec<(Phase, usize)> {
+        steps.iter().map(|s| (s.phase, s.ops.len())).collect()
+    }
+
+    #[test]
+    fn without_the_mesh_ids_and_old_objects_go_one_a_step_old_objects_in_name_order() {
+        let ops = || {
+            BTreeMap::from([
+                (Phase::ClusterIds, vec![id("b"), id("a")]),
+                (
+                    Phase::DeletePeers,
+                    vec![delete("netpolicy-rr-zone-b"), delete("netpolicy-rr-bridge")],
+                ),
+                (Phase::DeleteLinks, vec![delete("x"), delete("y")]),
+            ])
+        };
+        let off = into_steps(ops(), false);
+        assert_eq!(
+            lengths(&off),
+            [
+                (Phase::ClusterIds, 1),
+                (Phase::ClusterIds, 1),
+                (Phase::DeletePeers, 1),
+                (Phase::DeletePeers, 1),
+                (Phase::DeleteLinks, 2)
+            ]
+        );
+        // IDs keep the order the plan gave them; old objects go by name.
+        assert_eq!(off[0].ops, [id("b")]);
+        assert_eq!(off[2].ops, [delete("netpolicy-rr-bridge")]);
+        assert_eq!(off[3].ops, [delete("netpolicy-rr-zone-b")]);
+        // With Calico's mesh on, each phase is one step.
+        let on = into_steps(ops(), true);
+        assert_eq!(
+            on.iter()
+                .map(|s| (s.phase, s.ops.len()))
+                .collect::<Vec<_>>(),
+            [
+                (Phase::ClusterIds, 2),
+                (Phase::DeletePeers, 2),
+                (Phase::DeleteLinks, 2)
+            ]
+        );
     }
 }
