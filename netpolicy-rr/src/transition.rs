@@ -9,6 +9,8 @@
 //!    reflector), deleted in phase 9: that reflector's restart leaves the client others.
 //!    Also when a reflector learns some client's route only through reflectors whose IDs
 //!    change, or leaving reflectors depend on each other's paths in a circle (phase 7).
+//!    In `multi`, a move object per client moved between two sets that stay valid for
+//!    it (`netpolicy-rr-move-…`, naming the new set; deleted in phase 11).
 //! 2. [`Phase::Promote`]: new reflectors get the reflector label (a promoted client
 //!    moves to the reflector mesh, and every client of its zone or set gains it). No
 //!    cluster ID yet: a plain iBGP speaker learns every route its peers send, where a
