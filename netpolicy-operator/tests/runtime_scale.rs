@@ -94,6 +94,7 @@ async fn every_job_at_ten_thousand_nodes() {
         namespaces.push(cp.namespace("scale").await);
     }
     let writes_at_start = cp.all_writes().len();
+    let cpu_before_workload = control_plane_cpu(cp);
     let t = Instant::now();
     // Nodes: created, then Ready and untainted as a kubelet and the node lifecycle
     // controller would make them.
@@ -185,9 +186,13 @@ async fn every_job_at_ten_thousand_nodes() {
     // The baseline: the API server's own write pace in this run, with CONCURRENCY
     // requests in flight (every write of the workload counted from the audit log).
     let pace = (writes_at_operator - writes_at_start) as f64 / workload_took.as_secs_f64();
+    let cpu = control_plane_cpu(cp);
     println!(
-        "workload created in {workload_took:?}: {} writes, the API server's pace {pace:.0} writes/s",
-        writes_at_operator - writes_at_start
+        "workload created in {workload_took:?}: {} writes, the API server's pace {pace:.0} \
+         writes/s; CPU meanwhile: kube-apiserver {:.1} s, etcd {:.1} s",
+        writes_at_operator - writes_at_start,
+        cpu.0 - cpu_before_workload.0,
+        cpu.1 - cpu_before_workload.1
     );
 
     let before_watches = common::watches(&client).await;
@@ -220,6 +225,7 @@ async fn every_job_at_ten_thousand_nodes() {
     );
     let pid = op.0.id();
     println!("binary: {bin}");
+    let cpu_at_start = control_plane_cpu(cp);
 
     // Converged: every node's NodeNetworkConfig, every FloatingIP's address, every
     // RoutedIP Ready, the route reflectors settled.
@@ -304,10 +310,14 @@ async fn every_job_at_ten_thousand_nodes() {
     }
     fip_watch.abort();
     nnc_watch.abort();
+    let cpu = control_plane_cpu(cp);
     println!(
-        "converged {:?} after the operator started; operator CPU {:.1} s",
+        "converged {:?} after the operator started; CPU meanwhile: operator {:.1} s, \
+         kube-apiserver {:.1} s, etcd {:.1} s",
         started.elapsed(),
-        common::cpu_seconds(pid)
+        common::cpu_seconds(pid),
+        cpu.0 - cpu_at_start.0,
+        cpu.1 - cpu_at_start.1
     );
     // Each kind's writes against what the API server's pace would take for them.
     let writes = cp.all_writes().split_off(writes_at_operator);
@@ -390,6 +400,7 @@ async fn every_job_at_ten_thousand_nodes() {
     );
     edit_store.wait_until_ready().await.unwrap();
     let writes_before_edit = cp.all_writes().len();
+    let cpu_before_edit = (common::cpu_seconds(pid), control_plane_cpu(cp));
     let edit = Instant::now();
     Api::<ClusterConfig>::all(client.clone())
         .patch(
@@ -425,6 +436,7 @@ async fn every_job_at_ten_thousand_nodes() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let edit_took = edit.elapsed();
+    let cpu_after_edit = (common::cpu_seconds(pid), control_plane_cpu(cp));
     edit_watch.abort();
     let edit_writes = cp.all_writes().split_off(writes_before_edit);
     let nnc_edit_writes = edit_writes
@@ -438,6 +450,14 @@ async fn every_job_at_ten_thousand_nodes() {
          pace {at_pace:.1} s: {:.2}×",
         edit_writes.len(),
         edit_took.as_secs_f64() / at_pace
+    );
+    println!(
+        "CPU during the edit: operator {:.1} s, kube-apiserver {:.1} s, etcd {:.1} s (2 cores: \
+         {:.1} s available)",
+        cpu_after_edit.0 - cpu_before_edit.0,
+        cpu_after_edit.1.0 - cpu_before_edit.1.0,
+        cpu_after_edit.1.1 - cpu_before_edit.1.1,
+        2.0 * edit_took.as_secs_f64()
     );
 
     // One new FloatingIP: until its claim is written (a watch on the claims started
@@ -537,6 +557,29 @@ async fn every_job_at_ten_thousand_nodes() {
         common::peak_rss_kib(pid) / 1024
     );
     drop(op);
+}
+
+/// CPU seconds so far of this control plane's kube-apiserver and etcd (the processes
+/// whose command line names its directory), to say where a phase's time went.
+fn control_plane_cpu(cp: &netpolicy_testenv::ControlPlane) -> (f64, f64) {
+    let dir = cp.dir.display().to_string();
+    let (mut api, mut etcd) = (0.0, 0.0);
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmdline).contains(&dir) {
+            continue;
+        }
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        match comm.trim() {
+            "kube-apiserver" => api += common::cpu_seconds(pid),
+            "etcd" => etcd += common::cpu_seconds(pid),
+            _ => {}
+        }
+    }
+    (api, etcd)
 }
 
 /// The environment the image gives the binary (Containerfile's `ENV` line: the

@@ -147,36 +147,6 @@ pub(crate) fn trace() -> bool {
     std::env::var_os("NETPOLICY_BGP_TRACE").is_some_and(|v| !v.is_empty() && v != "0")
 }
 
-/// BIRD's real-time priority (`chrt --fifo`), below the route checker's (10).
-const BIRD_FIFO: &str = "5";
-
-/// Whether each node's BIRD runs real-time (`SCHED_FIFO`), and if not, why.
-///
-/// On a cluster every node's BIRD has that node's CPUs; here two cores run every node's
-/// BIRD, confd and status reporter (about 80 busy processes at 24 nodes, load 12). BIRD
-/// 1.6 replaces a kernel route by delete + add, two netlink requests a few µs apart
-/// (`NETPOLICY_BGP_TRACE`: up to 52 replacements of one prefix within a millisecond);
-/// a BIRD preempted between the two leaves the route out of the kernel for as long as
-/// the scheduler keeps it off its core, which on 2 shared cores is 10–500 ms and more.
-/// That gap is the lab's, not BIRD's or the plan's. Real-time, a BIRD is not preempted
-/// by the lab's other processes (a same-priority FIFO task is not preempted by another
-/// either): it runs until it waits for input, so a swap is as short as on a node of its
-/// own. The checker stays above it. `NETPOLICY_BGP_BIRD_RT=0` runs BIRD as an ordinary
-/// process (the runs before 2026-12-01 did), for comparison.
-pub(crate) fn bird_real_time() -> Result<(), String> {
-    if std::env::var_os("NETPOLICY_BGP_BIRD_RT").is_some_and(|v| v == "0") {
-        return Err("NETPOLICY_BGP_BIRD_RT=0".into());
-    }
-    match Command::new("chrt")
-        .args(["--fifo", BIRD_FIFO, "true"])
-        .output()
-    {
-        Ok(o) if o.status.success() => Ok(()),
-        Ok(o) => Err(String::from_utf8_lossy(&o.stderr).trim().to_owned()),
-        Err(e) => Err(format!("chrt: {e}")),
-    }
-}
-
 /// The wall clock, UTC, `HH:MM:SS.mmm`.
 pub(crate) fn clock() -> String {
     let ms = std::time::SystemTime::now()
@@ -249,8 +219,6 @@ pub struct BgpLab {
     created: usize,
     /// The nodes a [`RouteChecker`] samples (shared with it).
     checked: Arc<Mutex<Vec<BgpNode>>>,
-    /// Each BIRD runs real-time ([`bird_real_time`]).
-    bird_rt: bool,
 }
 
 fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
@@ -335,18 +303,7 @@ impl BgpLab {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         let nodes: Vec<BgpNode> = (0..n).map(|i| node_of(i, zones, dir)).collect();
-        let bird_rt = match bird_real_time() {
-            Ok(()) => true,
-            Err(why) => {
-                eprintln!(
-                    "bgp lab: BIRD runs as an ordinary process ({why}): on 2 shared cores \
-                     its kernel route swaps can stretch to hundreds of ms"
-                );
-                false
-            }
-        };
         let mut lab = Self {
-            bird_rt,
             checked: Arc::new(Mutex::new(nodes.clone())),
             nodes,
             dir: dir.to_owned(),
@@ -421,13 +378,8 @@ impl BgpLab {
         }
         eprintln!(
             "bgp lab: {n} nodes over {zones} zones, full mesh converged in {:.1} s (Calico's \
-             templates less krt_tunnel, which Debian's BIRD lacks; BIRD {})",
-            t.elapsed().as_secs_f64(),
-            if lab.bird_rt {
-                "real-time, as if each node had its own cores"
-            } else {
-                "an ordinary process"
-            }
+             templates less krt_tunnel, which Debian's BIRD lacks)",
+            t.elapsed().as_secs_f64()
         );
         lab
     }
@@ -516,9 +468,6 @@ impl BgpLab {
         };
         for daemon in ["bird", "bird6"] {
             let mut bird_cmd = bounded(&lifetime);
-            if self.bird_rt {
-                bird_cmd.args(["chrt", "--fifo", BIRD_FIFO]);
-            }
             bird_cmd
                 .arg("nsenter")
                 .arg(format!("--net=/run/netns/{}", node.name))
