@@ -235,25 +235,9 @@ async fn every_job_at_ten_thousand_nodes() {
     // Counted from watches (one stream each, as a client would follow them), not by
     // listing 10,000 objects every second: the lists loaded the API server the
     // operator was measured against (the workload's baseline had none).
-    let (fip_store, fip_writer) = kube::runtime::reflector::store::<FloatingIP>();
-    let fip_watch = tokio::spawn(
-        kube::runtime::reflector(
-            fip_writer,
-            kube::runtime::watcher(fips.clone(), kube::runtime::watcher::Config::default()),
-        )
-        .for_each(|_| futures::future::ready(())),
-    );
-    let (nnc_store, nnc_writer) = kube::runtime::reflector::store();
-    let nnc_watch = tokio::spawn(
-        kube::runtime::reflector(
-            nnc_writer,
-            kube::runtime::watcher(
-                Api::<kube::core::PartialObjectMeta<NodeNetworkConfig>>::all(client.clone()),
-                kube::runtime::watcher::Config::default(),
-            ),
-        )
-        .for_each(|_| futures::future::ready(())),
-    );
+    let (fip_store, fip_watch) = watched(fips.clone());
+    let (nnc_store, nnc_watch) =
+        watched(Api::<kube::core::PartialObjectMeta<NodeNetworkConfig>>::all(client.clone()));
     let mut seen = BTreeMap::new();
     loop {
         let n = nnc_store.len();
@@ -390,14 +374,7 @@ async fn every_job_at_ten_thousand_nodes() {
     // it (one stream, as an agent follows its own object), not by listing all 10,000
     // every 500 ms: each such list was ~20 MB for the API server to encode while it took
     // the very writes being timed, and the baseline had none.
-    let (edit_store, edit_writer) = kube::runtime::reflector::store::<NodeNetworkConfig>();
-    let edit_watch = tokio::spawn(
-        kube::runtime::reflector(
-            edit_writer,
-            kube::runtime::watcher(nncs.clone(), kube::runtime::watcher::Config::default()),
-        )
-        .for_each(|_| futures::future::ready(())),
-    );
+    let (edit_store, edit_watch) = watched(nncs.clone());
     edit_store.wait_until_ready().await.unwrap();
     let writes_before_edit = cp.all_writes().len();
     let cpu_before_edit = (common::cpu_seconds(pid), control_plane_cpu(cp));
@@ -557,6 +534,35 @@ async fn every_job_at_ten_thousand_nodes() {
         common::peak_rss_kib(pid) / 1024
     );
     drop(op);
+}
+
+/// A store kept current by a watch of `api` (one stream, as a client follows it), and the
+/// task that keeps it.
+fn watched<K>(
+    api: Api<K>,
+) -> (
+    kube::runtime::reflector::Store<K>,
+    tokio::task::JoinHandle<()>,
+)
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (store, writer) = kube::runtime::reflector::store();
+    let task = tokio::spawn(
+        kube::runtime::reflector(
+            writer,
+            kube::runtime::watcher(api, kube::runtime::watcher::Config::default()),
+        )
+        .for_each(|_| futures::future::ready(())),
+    );
+    (store, task)
 }
 
 /// CPU seconds so far of this control plane's kube-apiserver and etcd (the processes
