@@ -1528,8 +1528,17 @@ fn rbac(cluster: &NodeCluster, installed: usize) {
             OPERATOR,
             "netpolicy.io",
             "nodenetworkconfigs",
-            "create",
-            "server-side apply creating a node's NodeNetworkConfig",
+            "update",
+            "a change to a node's NodeNetworkConfig after its create (an update of the \
+             stored one), where a run makes one; tests/operator_runtime.rs counts it",
+        ),
+        (
+            OPERATOR,
+            "netpolicy.io",
+            "nodenetworkconfigs",
+            "patch",
+            "server-side apply of a NodeNetworkConfig that is not ours as we write it \
+             (another's label or owner), where a run has one",
         ),
         (
             OPERATOR,

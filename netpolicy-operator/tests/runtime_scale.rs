@@ -82,6 +82,7 @@ async fn apply(client: &Client, objects: Vec<serde_json::Value>) {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "a reported run (many minutes): cargo test --release -p netpolicy-operator --test runtime_scale -- --ignored --nocapture"]
 async fn every_job_at_ten_thousand_nodes() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let cp = netpolicy_testenv::shared();
     let client = cp.client().await;
     let mut all_crds = crds();
@@ -534,6 +535,165 @@ async fn every_job_at_ten_thousand_nodes() {
         common::peak_rss_kib(pid) / 1024
     );
     drop(op);
+}
+
+/// Both reported runs take the shared control plane whole: one measures nothing while the
+/// other writes.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// What one write of a NodeNetworkConfig costs the API server, per verb: the routing
+/// job's server-side apply against a create (POST), an update (PUT over the version it
+/// read), a JSON merge patch and a JSON patch replacing the spec, of objects shaped as the
+/// job writes them (the scale workload's: two routes, their sources, a revision, the Node
+/// as owner). `VERB_OBJECTS` (default 3,000) objects per verb, 32 at a time
+/// (`--write-concurrency`'s default), every change verb `VERB_ROUNDS` times (default 3)
+/// in turn, so that a slow moment of the machine falls on every verb alike. Nothing
+/// watches the objects (a watcher adds its own cost to every verb).
+///
+/// ```sh
+/// cargo test --release -p netpolicy-operator --test runtime_scale write_verbs -- --ignored --nocapture
+/// ```
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a reported run (minutes): cargo test --release -p netpolicy-operator --test runtime_scale write_verbs -- --ignored --nocapture"]
+async fn write_verbs_of_a_node_network_config() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let setting = |name: &str, default: usize| -> usize {
+        std::env::var(name)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    };
+    let (n, rounds) = (setting("VERB_OBJECTS", 3_000), setting("VERB_ROUNDS", 3));
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let api: Api<NodeNetworkConfig> = Api::all(client.clone());
+    let object = |name: &str, via: &str| -> NodeNetworkConfig {
+        let route = |to: &str, kind: &str, policy: &str| {
+            json!({"to": to, "via": via, "table": 254, "metric": 0,
+                   "sources": [{"kind": kind, "name": policy}]})
+        };
+        serde_json::from_value(json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "NodeNetworkConfig",
+            "metadata": {
+                "name": name,
+                "labels": {"app.kubernetes.io/managed-by": "netpolicy"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name,
+                                     "uid": "6f1c1d0e-0000-4000-8000-000000000000"}],
+            },
+            "spec": {
+                "revision": format!("{:016x}", netpolicy_core::hash::fnv1a(&[via])),
+                "rendered": {"vlans": [], "addresses": [], "rules": [], "routes": [
+                    route("10.101.0.0/16", "NodeConfig", "pool-01"),
+                    route("10.200.0.0/16", "ClusterConfig", "default"),
+                ]},
+            },
+        }))
+        .unwrap()
+    };
+    // Each verb its own objects: created by an apply for "apply", by a POST for the rest.
+    const VERBS: [&str; 5] = [
+        "apply",
+        "update",
+        "merge patch",
+        "json patch",
+        "apply (no change)",
+    ];
+    let names = |verb: &str| -> Vec<String> {
+        let v = VERBS.iter().position(|x| *x == verb).unwrap();
+        (0..n).map(|i| format!("verb-{v}-{i:05}")).collect()
+    };
+    let mut versions: BTreeMap<String, String> = BTreeMap::new();
+    let mut per_write: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut steps = vec![("apply (create)", names("apply"), 0)];
+    for v in ["update", "merge patch", "json patch"] {
+        steps.push(("create", names(v), 0));
+    }
+    steps.push(("apply (create)", names("apply (no change)"), 0));
+    for round in 1..=rounds {
+        for v in VERBS {
+            steps.push((v, names(v), round));
+        }
+    }
+    for (verb, names, round) in steps {
+        // A new next hop every round: each write changes the spec (but the no-change
+        // apply's, which sends what the object already has).
+        let via = match verb {
+            "apply (no change)" => "192.0.2.1".to_owned(),
+            _ => format!("192.0.2.{}", 1 + round),
+        };
+        let writes_before = cp.all_writes().len();
+        let cpu_before = control_plane_cpu(cp);
+        let t = Instant::now();
+        let answers: Vec<(String, String)> = stream::iter(names)
+            .map(|name| {
+                let api = api.clone();
+                let mut obj = object(&name, &via);
+                let over = versions.get(&name).cloned();
+                async move {
+                    let written = match verb {
+                        "create" => api.create(&PostParams::default(), &obj).await,
+                        "update" => {
+                            obj.metadata.resource_version = over;
+                            api.replace(&name, &PostParams::default(), &obj).await
+                        }
+                        "merge patch" => {
+                            api.patch(
+                                &name,
+                                &PatchParams::default(),
+                                &Patch::Merge(json!({"spec": obj.spec})),
+                            )
+                            .await
+                        }
+                        "json patch" => {
+                            let p = serde_json::from_value(json!([
+                                {"op": "replace", "path": "/spec", "value": obj.spec}
+                            ]))
+                            .unwrap();
+                            api.patch(&name, &PatchParams::default(), &Patch::Json::<()>(p))
+                                .await
+                        }
+                        _ => {
+                            let pp = PatchParams::apply("netpolicy-operator").force();
+                            api.patch(&name, &pp, &Patch::Apply(&obj)).await
+                        }
+                    }
+                    .unwrap_or_else(|e| panic!("{verb} of {name}: {e}"));
+                    (name, written.metadata.resource_version.unwrap_or_default())
+                }
+            })
+            .buffer_unordered(32)
+            .collect()
+            .await;
+        let took = t.elapsed();
+        let cpu = control_plane_cpu(cp);
+        let writes = cp.all_writes().len() - writes_before;
+        versions.extend(answers);
+        let (api_s, etcd_s) = (cpu.0 - cpu_before.0, cpu.1 - cpu_before.1);
+        let ms = 1000.0 * api_s / n as f64;
+        println!(
+            "{verb:>17} (round {round}): {n} in {:.1} s ({:.0}/s, {writes} writes audited); \
+             kube-apiserver {api_s:.1} s CPU ({ms:.2} ms a write), etcd {etcd_s:.1} s ({:.2} ms)",
+            took.as_secs_f64(),
+            n as f64 / took.as_secs_f64(),
+            1000.0 * etcd_s / n as f64,
+        );
+        per_write.entry(verb).or_default().push(ms);
+    }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let apply = median(&per_write["apply"]);
+    for (verb, ms) in &per_write {
+        println!(
+            "{verb:>17}: median {:.2} ms of API server CPU a write (of {ms:.2?}), {:.2}× an \
+             apply's",
+            median(ms),
+            median(ms) / apply
+        );
+    }
 }
 
 /// A store kept current by a watch of `api` (one stream, as a client follows it), and the

@@ -235,6 +235,51 @@ fn held_back(
         .collect()
 }
 
+/// How a NodeNetworkConfig of [`NodeWrites::apply`] is sent: by the verb that costs the
+/// API server least for the same outcome. A server-side apply of one costs it about a
+/// third more CPU than a create or an update (benches/README.md, "What a write costs the
+/// API server, per verb"), and at a cluster-wide edit every node has one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verb {
+    /// None is stored: a create.
+    Create,
+    /// Ours is stored, labelled and owned by its Node as we write it: an update of the
+    /// stored object over its version with our spec; whoever's labels, annotations and
+    /// finalizers it has are kept. The spec is ours whoever wrote it last, as an apply
+    /// with `force` makes it.
+    Update,
+    /// Anything else (no label of ours, another owner, being deleted): a server-side
+    /// apply, which sets our label and owner and takes the spec's fields.
+    Apply,
+}
+
+/// The verb for a write over `existing` (as the cache holds it) of the node whose UID is
+/// `node_uid`.
+pub(crate) fn verb(existing: Option<&NodeNetworkConfig>, node_uid: &str) -> Verb {
+    let Some(o) = existing else {
+        return Verb::Create;
+    };
+    let meta = &o.metadata;
+    let labelled = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY.0))
+        .is_some_and(|v| v == MANAGED_BY.1);
+    let owned = meta.owner_references.as_ref().is_some_and(|refs| {
+        refs.iter().any(|r| {
+            r.kind == "Node"
+                && r.api_version == "v1"
+                && meta.name.as_deref() == Some(r.name.as_str())
+                && r.uid == node_uid
+        })
+    });
+    if labelled && owned && meta.deletion_timestamp.is_none() {
+        Verb::Update
+    } else {
+        Verb::Apply
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use netpolicy_core::selector::Labels;
@@ -308,6 +353,34 @@ mod tests {
 
     fn nodes(w: &[(String, Box<serde_json::value::RawValue>)]) -> Vec<&str> {
         w.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    #[test]
+    fn the_verb_is_a_create_an_update_or_an_apply_by_what_is_stored() {
+        let (routing, dirty) = routing(1, "10.1.0.1", None);
+        let first = plan(&routing, &dirty, &BTreeMap::new(), 1_000_000);
+        assert_eq!(verb(None, "uid-n1"), Verb::Create);
+        let ours = stored(&first.apply[0].1, None);
+        assert_eq!(verb(Some(&ours), "uid-n1"), Verb::Update);
+        // The Node was made again under the same name: its new UID is not the owner.
+        assert_eq!(verb(Some(&ours), "uid-other"), Verb::Apply);
+        let mut unlabelled = (*ours).clone();
+        unlabelled.metadata.labels = None;
+        assert_eq!(verb(Some(&unlabelled), "uid-n1"), Verb::Apply);
+        let mut relabelled = (*ours).clone();
+        relabelled.metadata.labels = Some(BTreeMap::from([(
+            MANAGED_BY.0.to_owned(),
+            "someone-else".to_owned(),
+        )]));
+        assert_eq!(verb(Some(&relabelled), "uid-n1"), Verb::Apply);
+        let mut unowned = (*ours).clone();
+        unowned.metadata.owner_references = None;
+        assert_eq!(verb(Some(&unowned), "uid-n1"), Verb::Apply);
+        let mut going = (*ours).clone();
+        going.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
+        );
+        assert_eq!(verb(Some(&going), "uid-n1"), Verb::Apply);
     }
 
     #[test]

@@ -588,14 +588,17 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// Node's image list, volumes, capacity and system info (tens of KiB on a busy
 /// node, times every node). Jobs read a Node's metadata (labels, annotations,
 /// creation), spec (taints, unschedulable, providerID) and status conditions and
-/// addresses; `managedFields` and `kubectl apply`'s last-applied copy are dropped from
-/// every kind.
+/// addresses; `managedFields` are dropped from every kind, `kubectl apply`'s last-applied
+/// copy from every kind but NodeNetworkConfig.
 fn slim<K: Resource + 'static>(o: &mut K) {
-    let meta = o.meta_mut();
-    meta.managed_fields = None;
+    o.meta_mut().managed_fields = None;
     // A copy of the whole object as `kubectl apply` last sent it; `kubectl` reads it
-    // from the API server, nothing here reads it.
-    if let Some(a) = meta.annotations.as_mut() {
+    // from the API server, nothing here reads it. A NodeNetworkConfig keeps it: the
+    // routing job updates one from its cached copy, and an update without it would
+    // remove it (none of ours has one: it costs nothing but where someone applied one).
+    let keep = (o as &dyn Any).is::<crate::api::NodeNetworkConfig>();
+    let meta = o.meta_mut();
+    if !keep && let Some(a) = meta.annotations.as_mut() {
         a.remove(LAST_APPLIED);
         if a.is_empty() {
             meta.annotations = None;
