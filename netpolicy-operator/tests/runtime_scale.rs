@@ -6,7 +6,12 @@
 //! cargo test --release -p netpolicy-operator --test runtime_scale -- --ignored --nocapture
 //! # the same workload against another build of the binary (say, the one before a change):
 //! NETPOLICY_BIN=/path/to/netpolicy cargo test --release ... --test runtime_scale -- --ignored --nocapture
+//! # one of the two runs: `every_job` (this workload) or `write_verbs` (what one write of a
+//! # NodeNetworkConfig costs the API server, per verb; see its own doc)
+//! cargo test --release -p netpolicy-operator --test runtime_scale write_verbs -- --ignored --nocapture
 //! ```
+//!
+//! The two take the shared control plane one after the other, never at once.
 //!
 //! Workload (the runtime issue's): 10,000 Nodes in 3 zones, 100 NodeConfigs and the
 //! ClusterConfig, 10,000 FloatingIPs over 5 ranges publishing to kube-vip, the

@@ -15,8 +15,8 @@
 //!   spec changes, labelled `app.kubernetes.io/managed-by: netpolicy` and owned by their
 //!   Node (so the garbage collector removes them with it); ones whose Node is gone are
 //!   deleted. A new one is created and a change to ours is an update of the stored
-//!   object, which cost the API server about a quarter less CPU than a server-side apply; one
-//!   not labelled or owned as ours is server-side applied ([`Verb`]).
+//!   object, which cost the API server a tenth to a quarter less CPU than a server-side
+//!   apply; one not labelled or owned as ours is server-side applied ([`Verb`]).
 //! - Addresses other jobs need on a node (a Hetzner RoutedIP's address on its holder,
 //!   from the RoutedIP's status) are added to that node's rendering with their source
 //!   (`RoutedIP/<name>`): when the holder changes, the new holder's NodeNetworkConfig

@@ -236,9 +236,10 @@ fn held_back(
 }
 
 /// How a NodeNetworkConfig of [`NodeWrites::apply`] is sent: by the verb that costs the
-/// API server least for the same outcome. A server-side apply of one costs it about a
-/// third more CPU than a create or an update (benches/README.md, "What a write costs the
-/// API server, per verb"), and at a cluster-wide edit every node has one.
+/// API server least for the same outcome. A create of one costs it about a quarter less
+/// CPU than a server-side apply creating it, an update a tenth to a quarter less than an
+/// apply of the change (benches/README.md, "What a write costs the API server, per
+/// verb"), and at a cluster-wide edit every node has one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Verb {
     /// None is stored: a create.
