@@ -5,6 +5,7 @@
 
 pub(crate) mod controller;
 pub(crate) mod rollout;
+mod send;
 mod status;
 pub(crate) mod writes;
 
