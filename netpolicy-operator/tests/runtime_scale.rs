@@ -6,12 +6,13 @@
 //! cargo test --release -p netpolicy-operator --test runtime_scale -- --ignored --nocapture
 //! # the same workload against another build of the binary (say, the one before a change):
 //! NETPOLICY_BIN=/path/to/netpolicy cargo test --release ... --test runtime_scale -- --ignored --nocapture
-//! # one of the two runs: `every_job` (this workload) or `write_verbs` (what one write of a
-//! # NodeNetworkConfig costs the API server, per verb; see its own doc)
+//! # one of the runs: `every_job` (this workload), `write_verbs` (what one write of a
+//! # NodeNetworkConfig costs the API server, per verb) or `status_verbs` (the same for a
+//! # FloatingIP's status); see their own docs
 //! cargo test --release -p netpolicy-operator --test runtime_scale write_verbs -- --ignored --nocapture
 //! ```
 //!
-//! The two take the shared control plane one after the other, never at once.
+//! They take the shared control plane one after the other, never at once.
 //!
 //! Workload (the runtime issue's): 10,000 Nodes in 3 zones, 100 NodeConfigs and the
 //! ClusterConfig, 10,000 FloatingIPs over 5 ranges publishing to kube-vip, the
@@ -542,8 +543,8 @@ async fn every_job_at_ten_thousand_nodes() {
     drop(op);
 }
 
-/// Both reported runs take the shared control plane whole: one measures nothing while the
-/// other writes.
+/// The reported runs take the shared control plane whole: none measures while another
+/// writes.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// What one write of a NodeNetworkConfig costs the API server, per verb: the routing
@@ -695,6 +696,141 @@ async fn write_verbs_of_a_node_network_config() {
         println!(
             "{verb:>17}: median {:.2} ms of API server CPU a write (of {ms:.2?}), {:.2}× an \
              apply's",
+            median(ms),
+            median(ms) / apply
+        );
+    }
+}
+
+/// What one status write of a FloatingIP costs the API server, per verb: the job's
+/// server-side apply of the status (`k8s::apply_status`) against an update of the status
+/// subresource over the version read and a JSON merge patch of it, the status shaped as
+/// the job writes it (the address and its `Allocated` condition). `VERB_OBJECTS` (default
+/// 3,000) FloatingIPs per verb, 32 at a time, `VERB_ROUNDS` (default 3) rounds in turn, a
+/// new address each round. Nothing watches them.
+///
+/// ```sh
+/// cargo test --release -p netpolicy-operator --test runtime_scale status_verbs -- --ignored --nocapture
+/// ```
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a reported run (minutes): cargo test --release -p netpolicy-operator --test runtime_scale status_verbs -- --ignored --nocapture"]
+async fn status_verbs_of_a_floating_ip() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let setting = |name: &str, default: usize| -> usize {
+        std::env::var(name)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    };
+    let (n, rounds) = (setting("VERB_OBJECTS", 3_000), setting("VERB_ROUNDS", 3));
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let ns = cp.namespace("status-verbs").await;
+    let api: Api<FloatingIP> = Api::namespaced(client.clone(), &ns);
+    const VERBS: [&str; 3] = ["apply", "update", "merge patch"];
+    let names = |v: usize| -> Vec<String> { (0..n).map(|i| format!("fip-{v}-{i:05}")).collect() };
+    let mut stored: BTreeMap<String, FloatingIP> = BTreeMap::new();
+    for v in 0..VERBS.len() {
+        let made: Vec<FloatingIP> = stream::iter(names(v))
+            .map(|name| {
+                let api = api.clone();
+                async move {
+                    let o: FloatingIP = serde_json::from_value(json!({
+                        "apiVersion": "netpolicy.io/v1alpha1", "kind": "FloatingIP",
+                        "metadata": {"name": name}, "spec": {"range": "scale-0"},
+                    }))
+                    .unwrap();
+                    api.create(&PostParams::default(), &o).await.unwrap()
+                }
+            })
+            .buffer_unordered(32)
+            .collect()
+            .await;
+        stored.extend(
+            made.into_iter()
+                .map(|o| (o.metadata.name.clone().unwrap(), o)),
+        );
+    }
+    let mut per_write: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for round in 1..=rounds {
+        for (v, verb) in VERBS.into_iter().enumerate() {
+            let cpu_before = control_plane_cpu(cp);
+            let t = Instant::now();
+            let written: Vec<FloatingIP> = stream::iter(names(v).into_iter().enumerate())
+                .map(|(i, name)| {
+                    let api = api.clone();
+                    let cur = stored[&name].clone();
+                    async move {
+                        let status = json!({
+                            "address": format!("10.{}.{}.{}", 96 + round, i / 250, i % 250 + 1),
+                            "conditions": [{
+                                "type": "Allocated", "status": "True", "reason": "Allocated",
+                                "message": format!("from FloatingIPRange scale-0 (round {round})"),
+                                "lastTransitionTime": "2026-12-02T00:00:00Z",
+                                "observedGeneration": 1,
+                            }],
+                        });
+                        match verb {
+                            "update" => {
+                                let mut next = cur;
+                                next.status = Some(serde_json::from_value(status).unwrap());
+                                api.replace_status(&name, &PostParams::default(), &next)
+                                    .await
+                            }
+                            "merge patch" => {
+                                api.patch_status(
+                                    &name,
+                                    &PatchParams::default(),
+                                    &Patch::Merge(json!({"status": status})),
+                                )
+                                .await
+                            }
+                            _ => {
+                                api.patch_status(
+                                    &name,
+                                    &PatchParams::apply("netpolicy-operator").force(),
+                                    &Patch::Apply(json!({
+                                        "apiVersion": "netpolicy.io/v1alpha1",
+                                        "kind": "FloatingIP", "status": status,
+                                    })),
+                                )
+                                .await
+                            }
+                        }
+                        .unwrap_or_else(|e| panic!("{verb} of {name}'s status: {e}"))
+                    }
+                })
+                .buffer_unordered(32)
+                .collect()
+                .await;
+            let took = t.elapsed();
+            let cpu = control_plane_cpu(cp);
+            stored.extend(
+                written
+                    .into_iter()
+                    .map(|o| (o.metadata.name.clone().unwrap(), o)),
+            );
+            let ms = 1000.0 * (cpu.0 - cpu_before.0) / n as f64;
+            println!(
+                "{verb:>11} (round {round}): {n} statuses in {:.1} s; kube-apiserver {ms:.2} ms \
+                 CPU a write, etcd {:.2} ms",
+                took.as_secs_f64(),
+                1000.0 * (cpu.1 - cpu_before.1) / n as f64,
+            );
+            per_write.entry(verb).or_default().push(ms);
+        }
+    }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let apply = median(&per_write["apply"]);
+    for (verb, ms) in &per_write {
+        println!(
+            "{verb:>11}: median {:.2} ms of API server CPU a status write (of {ms:.2?}), \
+             {:.2}× an apply's",
             median(ms),
             median(ms) / apply
         );
