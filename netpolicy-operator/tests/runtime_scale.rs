@@ -563,13 +563,7 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 #[ignore = "a reported run (minutes): cargo test --release -p netpolicy-operator --test runtime_scale write_verbs -- --ignored --nocapture"]
 async fn write_verbs_of_a_node_network_config() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let setting = |name: &str, default: usize| -> usize {
-        std::env::var(name)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(default)
-    };
-    let (n, rounds) = (setting("VERB_OBJECTS", 3_000), setting("VERB_ROUNDS", 3));
+    let (n, rounds) = verb_settings();
     let cp = netpolicy_testenv::shared();
     let client = cp.client().await;
     netpolicy_testenv::install_crds(&client, crds()).await;
@@ -686,20 +680,7 @@ async fn write_verbs_of_a_node_network_config() {
         );
         per_write.entry(verb).or_default().push(ms);
     }
-    let median = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let apply = median(&per_write["apply"]);
-    for (verb, ms) in &per_write {
-        println!(
-            "{verb:>17}: median {:.2} ms of API server CPU a write (of {ms:.2?}), {:.2}× an \
-             apply's",
-            median(ms),
-            median(ms) / apply
-        );
-    }
+    print_medians("a write", &per_write);
 }
 
 /// What one status write of a FloatingIP costs the API server, per verb: the job's
@@ -716,13 +697,7 @@ async fn write_verbs_of_a_node_network_config() {
 #[ignore = "a reported run (minutes): cargo test --release -p netpolicy-operator --test runtime_scale status_verbs -- --ignored --nocapture"]
 async fn status_verbs_of_a_floating_ip() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let setting = |name: &str, default: usize| -> usize {
-        std::env::var(name)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(default)
-    };
-    let (n, rounds) = (setting("VERB_OBJECTS", 3_000), setting("VERB_ROUNDS", 3));
+    let (n, rounds) = verb_settings();
     let cp = netpolicy_testenv::shared();
     let client = cp.client().await;
     netpolicy_testenv::install_crds(&client, crds()).await;
@@ -821,16 +796,34 @@ async fn status_verbs_of_a_floating_ip() {
             per_write.entry(verb).or_default().push(ms);
         }
     }
+    print_medians("a status write", &per_write);
+}
+
+/// The verb runs' sizes: `VERB_OBJECTS` objects per verb (default 3,000) and
+/// `VERB_ROUNDS` rounds (default 3).
+fn verb_settings() -> (usize, usize) {
+    let setting = |name: &str, default: usize| -> usize {
+        std::env::var(name)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    };
+    (setting("VERB_OBJECTS", 3_000), setting("VERB_ROUNDS", 3))
+}
+
+/// Each verb's median API server CPU per write over its rounds, and its ratio to the
+/// apply's.
+fn print_medians(what: &str, per_write: &BTreeMap<&str, Vec<f64>>) {
     let median = |v: &[f64]| {
         let mut v = v.to_vec();
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
     let apply = median(&per_write["apply"]);
-    for (verb, ms) in &per_write {
+    for (verb, ms) in per_write {
         println!(
-            "{verb:>11}: median {:.2} ms of API server CPU a status write (of {ms:.2?}), \
-             {:.2}× an apply's",
+            "{verb:>17}: median {:.2} ms of API server CPU {what} (of {ms:.2?}), {:.2}× an \
+             apply's",
             median(ms),
             median(ms) / apply
         );

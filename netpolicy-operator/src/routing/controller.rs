@@ -701,13 +701,15 @@ impl RoutingJob {
         // A write already sent over the version the cache still holds is not sent
         // again: the cache has not seen it yet (its watch is behind or broken).
         let mut unseen = 0;
+        // (node, object, the cached version it goes over, the verb, the cached copy)
         type ToSend = (
             String,
             Box<serde_json::value::RawValue>,
             Option<String>,
-            (Verb, Option<Arc<NodeNetworkConfig>>),
+            Verb,
+            Option<Arc<NodeNetworkConfig>>,
         );
-        let apply: Vec<ToSend> = writes
+        let to_send: Vec<ToSend> = writes
             .apply
             .into_iter()
             .filter_map(|(node, obj)| {
@@ -723,7 +725,7 @@ impl RoutingJob {
                     .and_then(|o| o.uid())
                     .unwrap_or_default();
                 let how = super::writes::verb(stored.as_deref(), &uid);
-                Some((node, obj, over, (how, stored)))
+                Some((node, obj, over, how, stored))
             })
             .collect();
         if unseen > 0 {
@@ -736,14 +738,13 @@ impl RoutingJob {
         // after another; one that fails holds up no other.
         // (node, bytes, the write's digest, the cached version it went over, the answer)
         type Written = (String, usize, u64, Option<String>, Result<(), kube::Error>);
-        let results: Vec<Written> = futures::stream::iter(apply)
-            .map(|(node, obj, over, how)| {
+        let results: Vec<Written> = futures::stream::iter(to_send)
+            .map(|(node, obj, over, how, stored)| {
                 let pp = &pp;
                 async move {
                     let bytes = obj.get().len();
                     let what = digest(obj.get());
-                    let r =
-                        super::send::send(api, &node, &obj, (how.0, how.1.as_deref()), pp).await;
+                    let r = super::send::send(api, &node, &obj, how, stored.as_deref(), pp).await;
                     (node, bytes, what, over, r)
                 }
             })
@@ -760,7 +761,7 @@ impl RoutingJob {
             }
             match r {
                 Ok(()) => {
-                    debug!(node, "NodeNetworkConfig applied");
+                    debug!(node, "NodeNetworkConfig written");
                     changed += 1;
                 }
                 // The API server's own limit is lower than ours: the same as too large.

@@ -19,25 +19,32 @@ pub(crate) async fn send(
     api: &Api<NodeNetworkConfig>,
     node: &str,
     obj: &serde_json::value::RawValue,
-    (how, stored): (Verb, Option<&NodeNetworkConfig>),
+    how: Verb,
+    stored: Option<&NodeNetworkConfig>,
     apply: &PatchParams,
 ) -> Result<(), kube::Error> {
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.to_owned()),
         ..PostParams::default()
     };
-    let ours = serde_json::from_str::<NodeNetworkConfig>(obj.get()).ok();
-    let tried = match (how, ours, stored) {
-        (Verb::Create, Some(o), _) => Some(api.create(&pp, &o).await),
-        (Verb::Update, Some(o), Some(stored)) => {
+    let ours = || serde_json::from_str::<NodeNetworkConfig>(obj.get()).ok();
+    let tried = match (how, stored) {
+        (Verb::Create, _) => match ours() {
+            Some(o) => Some(api.create(&pp, &o).await),
+            None => None,
+        },
+        (Verb::Update, Some(stored)) => match ours() {
             // The stored object as the cache has it (its managedFields are not sent: the
             // API server keeps them), with our spec; a status sent with an update is
             // ignored (it is a subresource).
-            let mut next = stored.clone();
-            next.spec = o.spec;
-            next.status = None;
-            Some(api.replace(node, &pp, &next).await)
-        }
+            Some(o) => {
+                let mut next = stored.clone();
+                next.spec = o.spec;
+                next.status = None;
+                Some(api.replace(node, &pp, &next).await)
+            }
+            None => None,
+        },
         _ => None,
     };
     match tried {

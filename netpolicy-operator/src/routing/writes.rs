@@ -47,8 +47,9 @@ pub(crate) struct Limits {
 /// What a pass does to NodeNetworkConfigs.
 #[derive(Debug, Default)]
 pub(crate) struct NodeWrites {
-    /// Server-side applied, by node: the object as JSON text (a tenth of a
-    /// `serde_json::Value`'s memory; at a cluster-wide edit every node has one).
+    /// Written, by node (created, updated or applied: [`verb`]): the object as JSON text
+    /// (a tenth of a `serde_json::Value`'s memory; at a cluster-wide edit every node has
+    /// one).
     pub(crate) apply: Vec<(String, Box<serde_json::value::RawValue>)>,
     /// Ours, whose node has no outcome any more (gone or selected by nothing).
     pub(crate) delete: Vec<String>,
