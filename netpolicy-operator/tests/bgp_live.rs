@@ -14,6 +14,10 @@
 //! such window is one restart long (≤ 60 s with BIRD's collision flaps) and involves
 //! such a node, and that every other pair never misses a sample. `netpolicy-rr`'s checker models exactly this and
 //! plans so that nothing else is lost (cluster IDs one node per step without the mesh).
+//! A sample in which a route is out of a node's kernel while that node's BIRD kept it
+//! (BIRD's log of its kernel routes shows it replaced there, BIRD 1.6's delete + add,
+//! and never removed) is not a routing loss: it is counted apart and reported with the
+//! longest such gap (`netpolicy_testenv::bgp`, the route checker's `sort_windows`).
 //!
 //! Needs root, Debian's `bird` (scripts/test installs it) and Calico's confd and status
 //! reporter (`scripts/test-tools --bgp` builds them); otherwise it prints SKIP. This file

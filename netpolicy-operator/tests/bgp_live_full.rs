@@ -3,7 +3,9 @@
 //! changed, a reflector cordoned and its label removed by hand — on
 //! `NETPOLICY_BGP_NODES` nodes (default 24) over 3 zones. A reported run (about 15 min):
 //! `cargo test -p netpolicy-operator --test bgp_live_full -- --ignored --nocapture`;
-//! numbers in benches/README.md.
+//! numbers in benches/README.md. `NETPOLICY_BGP_SCENARIOS` (both files) runs the cold
+//! start and then only the scenarios it lists, in order (`4,4` goes through the
+//! cluster-ID layouts twice): a diagnosis of one transition.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 

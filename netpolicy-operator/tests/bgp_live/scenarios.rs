@@ -190,8 +190,9 @@ impl Run {
             "{what}: {} rounds × ≤{} pairs every 100 ms; BGP sessions {} → {} ({} torn down, {} \
              set up); settled {:.1} s after the change; nodes restarting their sessions (own \
              cluster ID changed{}): {restarted:?}; missing samples: {inside} in their pairs, {} \
-             elsewhere; {} samples in gaps of at most {} ms while BIRD moved a route to \
-             another path (counted apart); rounds {} ms apart at most",
+             elsewhere; {} samples in gaps of at most {} ms while BIRD replaced a route in \
+             the kernel, keeping it in its table (counted apart); rounds {} ms apart at \
+             most",
             samples.rounds,
             samples.pairs,
             sessions_before.len(),
@@ -210,12 +211,14 @@ impl Run {
             samples.longest_round.as_millis(),
         );
         self.table.push_str(&format!(
-            "| {what} | {:.1} | {} → {} | {} | {inside} | {} |\n",
+            "| {what} | {:.1} | {} → {} | {} | {inside} | {} | {} ({} ms) |\n",
             settled.as_secs_f64(),
             sessions_before.len(),
             sessions_after.len(),
             restarted.len(),
-            missing - inside
+            missing - inside,
+            samples.replaced,
+            samples.longest_swap.as_millis(),
         ));
         assert!(
             outside.is_empty(),
@@ -275,9 +278,30 @@ fn per_zone(n: usize) -> impl Fn(&BTreeMap<String, BTreeSet<String>>) -> bool {
     move |r| r.values().all(|s| s.len() == n)
 }
 
+/// The scenarios after the cold start to run, in order: `NETPOLICY_BGP_SCENARIOS`
+/// (a diagnosis: e.g. `4,4,4` goes through the cluster-ID layouts three times), all
+/// four (2, 3, 4, 5) when unset. The cold start always runs: every scenario starts
+/// from reflectors.
+fn scenarios() -> Vec<u8> {
+    let Ok(list) = std::env::var("NETPOLICY_BGP_SCENARIOS") else {
+        return vec![2, 3, 4, 5];
+    };
+    let picked: Vec<u8> = list
+        .split(',')
+        .map(|s| match s.trim().parse::<u8>() {
+            Ok(k @ 1..=5) => k,
+            _ => panic!("NETPOLICY_BGP_SCENARIOS: {s:?} is not a scenario (1 to 5)"),
+        })
+        .filter(|&k| k != 1)
+        .collect();
+    eprintln!("NETPOLICY_BGP_SCENARIOS: the cold start, then {picked:?}");
+    picked
+}
+
 /// Starts the lab with `n` nodes over 3 zones and the operator, and goes through all
-/// five scenarios.
+/// five scenarios (or those `NETPOLICY_BGP_SCENARIOS` names).
 pub(crate) async fn run(n: usize) {
+    let picked = scenarios();
     if let Some(why) = BgpLab::unavailable() {
         eprintln!("SKIP live BGP: {why}");
         return;
@@ -305,7 +329,8 @@ pub(crate) async fn run(n: usize) {
         client: client.clone(),
         log,
         table: "| transition | settled (s) | BGP sessions | nodes restarting (own cluster ID) | \
-                missing samples in their pairs | missing samples elsewhere |\n|---|---|---|---|---|---|\n"
+                missing samples in their pairs | missing samples elsewhere | samples out of the kernel \
+                while BIRD kept the route (longest gap) |\n|---|---|---|---|---|---|---|\n"
             .into(),
     };
     // Two reflectors per zone at n/3 nodes a zone, three once it grows by one or two.
@@ -336,123 +361,132 @@ pub(crate) async fn run(n: usize) {
     let all: BTreeSet<String> = reflectors(&client).await.into_values().flatten().collect();
     assert_eq!(cold.restarted, all);
 
-    // 2. Growth: 4 nodes join (each zone grows past 8: 3 reflectors); then they leave.
-    let mut added = Vec::new();
-    run.transition(
-        "2a growth (4 nodes join)",
-        async |lab, _| {
-            for _ in 0..4 {
-                added.push(lab.add_node().name);
+    for k in picked {
+        match k {
+            2 => {
+                // 2. Growth: 4 nodes join (each zone grows past 8: 3 reflectors); then they leave.
+                let mut added = Vec::new();
+                run.transition(
+                    "2a growth (4 nodes join)",
+                    async |lab, _| {
+                        for _ in 0..4 {
+                            added.push(lab.add_node().name);
+                        }
+                    },
+                    |r| r.values().all(|s| s.len() >= 2) && r.values().any(|s| s.len() == 3),
+                    &[],
+                )
+                .await;
+                // The leaving nodes are taken out of BGP by the change itself: their own pairs lose
+                // their routes as their BIRD stops (CI's run counted bgp-16, leaving, missing
+                // bgp-02's route for one sample as a loss between nodes that kept their sessions).
+                let leaving = added.clone();
+                run.transition(
+                    "2b shrink (the 4 leave)",
+                    async |lab, _| {
+                        for name in &added {
+                            lab.remove_node(name);
+                        }
+                    },
+                    &per_zone_2,
+                    &leaving,
+                )
+                .await;
             }
-        },
-        |r| r.values().all(|s| s.len() >= 2) && r.values().any(|s| s.len() == 3),
-        &[],
-    )
-    .await;
-    // The leaving nodes are taken out of BGP by the change itself: their own pairs lose
-    // their routes as their BIRD stops (CI's run counted bgp-16, leaving, missing
-    // bgp-02's route for one sample as a loss between nodes that kept their sessions).
-    let leaving = added.clone();
-    run.transition(
-        "2b shrink (the 4 leave)",
-        async |lab, _| {
-            for name in &added {
-                lab.remove_node(name);
+            3 => {
+                // 3. A zone lost: every node of zone-c NotReady (their kubelets gone; BIRD still
+                // runs), reflectors elsewhere serve its nodes; then it comes back.
+                let zone_c: Vec<String> = run
+                    .lab
+                    .nodes
+                    .iter()
+                    .filter(|x| x.zone == "zone-c")
+                    .map(|x| x.name.clone())
+                    .collect();
+                run.transition(
+                    "3a zone-c lost (NotReady)",
+                    async |lab, _| {
+                        for name in &zone_c {
+                            lab.set_ready(name, false);
+                        }
+                    },
+                    |r| r.get("zone-c").is_some_and(BTreeSet::is_empty),
+                    &[],
+                )
+                .await;
+                run.transition(
+                    "3b zone-c back",
+                    async |lab, _| {
+                        for name in &zone_c {
+                            lab.set_ready(name, true);
+                        }
+                    },
+                    &per_zone_2,
+                    &[],
+                )
+                .await;
             }
-        },
-        &per_zone_2,
-        &leaving,
-    )
-    .await;
-
-    // 3. A zone lost: every node of zone-c NotReady (their kubelets gone; BIRD still
-    // runs), reflectors elsewhere serve its nodes; then it comes back.
-    let zone_c: Vec<String> = run
-        .lab
-        .nodes
-        .iter()
-        .filter(|x| x.zone == "zone-c")
-        .map(|x| x.name.clone())
-        .collect();
-    run.transition(
-        "3a zone-c lost (NotReady)",
-        async |lab, _| {
-            for name in &zone_c {
-                lab.set_ready(name, false);
+            4 => {
+                // 4. Cluster-ID layouts: per cluster, then multi (an ID per reflector), and back.
+                run.transition(
+                    "4a per: zone → per: cluster",
+                    async |_, c| {
+                        let mut s = spec("cluster", "simple");
+                        s["min"] = json!(6);
+                        s["max"] = json!(6);
+                        set_spec(c, s).await;
+                    },
+                    per_zone(2),
+                    &[],
+                )
+                .await;
+                run.transition(
+                    "4b simple → multi",
+                    async |_, c| set_spec(c, spec("zone", "multi")).await,
+                    &per_zone_2,
+                    &[],
+                )
+                .await;
+                run.transition(
+                    "4c multi → simple",
+                    async |_, c| set_spec(c, per_zone_simple.clone()).await,
+                    &per_zone_2,
+                    &[],
+                )
+                .await;
             }
-        },
-        |r| r.get("zone-c").is_some_and(BTreeSet::is_empty),
-        &[],
-    )
-    .await;
-    run.transition(
-        "3b zone-c back",
-        async |lab, _| {
-            for name in &zone_c {
-                lab.set_ready(name, true);
+            _ => {
+                // 5. A reflector cordoned (replaced), and one whose label a person removed (restored).
+                let zone_a = reflectors(&client).await["zone-a"].clone();
+                let mut it = zone_a.iter();
+                let (first, second) = (it.next().unwrap().clone(), it.next().unwrap().clone());
+                run.transition(
+                    "5a a reflector cordoned",
+                    async |lab, _| {
+                        lab.kubectl(&["cordon", &first]);
+                    },
+                    |r| per_zone_2(r) && !r["zone-a"].contains(&first),
+                    &[],
+                )
+                .await;
+                let cut = [second.clone()];
+                run.transition(
+                    "5b a reflector's label removed by hand",
+                    async |lab, _| {
+                        lab.kubectl(&[
+                            "label",
+                            "node",
+                            &second,
+                            &format!("{DEFAULT_REFLECTOR_LABEL}-"),
+                        ]);
+                    },
+                    &per_zone_2,
+                    &cut,
+                )
+                .await;
             }
-        },
-        &per_zone_2,
-        &[],
-    )
-    .await;
-
-    // 4. Cluster-ID layouts: per cluster, then multi (an ID per reflector), and back.
-    run.transition(
-        "4a per: zone → per: cluster",
-        async |_, c| {
-            let mut s = spec("cluster", "simple");
-            s["min"] = json!(6);
-            s["max"] = json!(6);
-            set_spec(c, s).await;
-        },
-        per_zone(2),
-        &[],
-    )
-    .await;
-    run.transition(
-        "4b simple → multi",
-        async |_, c| set_spec(c, spec("zone", "multi")).await,
-        &per_zone_2,
-        &[],
-    )
-    .await;
-    run.transition(
-        "4c multi → simple",
-        async |_, c| set_spec(c, per_zone_simple.clone()).await,
-        &per_zone_2,
-        &[],
-    )
-    .await;
-
-    // 5. A reflector cordoned (replaced), and one whose label a person removed (restored).
-    let zone_a = reflectors(&client).await["zone-a"].clone();
-    let mut it = zone_a.iter();
-    let (first, second) = (it.next().unwrap().clone(), it.next().unwrap().clone());
-    run.transition(
-        "5a a reflector cordoned",
-        async |lab, _| {
-            lab.kubectl(&["cordon", &first]);
-        },
-        |r| per_zone_2(r) && !r["zone-a"].contains(&first),
-        &[],
-    )
-    .await;
-    let cut = [second.clone()];
-    run.transition(
-        "5b a reflector's label removed by hand",
-        async |lab, _| {
-            lab.kubectl(&[
-                "label",
-                "node",
-                &second,
-                &format!("{DEFAULT_REFLECTOR_LABEL}-"),
-            ]);
-        },
-        &per_zone_2,
-        &cut,
-    )
-    .await;
+        }
+    }
     eprintln!(
         "live BGP, {n} nodes, 3 zones, stepDelaySeconds {}:\n{}",
         step_delay(),

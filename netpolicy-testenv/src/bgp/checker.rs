@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{BgpNode, clock};
+use super::{BgpNode, clock, kernel_log::KernelLog};
 
 /// A window in which one origin's route was missing from one node's kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +26,10 @@ pub struct Missing {
     pub to: Duration,
     /// Samples it was missing in.
     pub samples: usize,
+    /// The last read that had the route, before `from`.
+    pub seen: Duration,
+    /// The first read that had it again (none: still missing when sampling stopped).
+    pub back: Option<Duration>,
 }
 
 /// What a [`RouteChecker`] saw.
@@ -42,8 +46,8 @@ pub struct Samples {
     pub timeline: Vec<(Duration, usize, usize)>,
     /// The wall clock (UTC) when sampling started: times above count from it.
     pub started: String,
-    /// Samples in which a route was missing in a gap of at most 500 ms: BIRD moving it
-    /// to another path (see `SWAP_GAP`).
+    /// Samples in which a route was missing from the kernel while BIRD kept it: BIRD 1.6
+    /// replacing it there by delete + add (see [`sort_windows`]), counted apart.
     pub replaced: usize,
     /// The longest such gap (from the last read that had the route to the first that had
     /// it again: an upper bound).
@@ -97,23 +101,11 @@ impl Samples {
 /// How often every pair is sampled.
 const PERIOD: Duration = Duration::from_millis(100);
 
-/// A route out of a node's kernel for at most this long (bounded by the reads around it:
-/// from the last read that had it to the first that has it again)
-/// counts as a moment in which BIRD moved it to another path, not as missing: BIRD 1.6
-/// swaps a kernel route by delete + add, and with ADD-PATH a reflector may withdraw one
-/// path before it announces the next, so a node whose every path changes at once (its
-/// reflectors re-selecting after one of theirs restarted) is without one for a moment.
-/// Seen: a single sample up to 200 ms (re-reading every 10 ms), with 12 to 28 BIRD
-/// pairs on 2 loaded cores; raising BIRD's priority did not shorten them. Those are
-/// counted apart ([`Samples::replaced`]) with the longest ([`Samples::longest_swap`]).
-/// Such swaps are frequent: BIRD replaces a route each time any of its equal paths
-/// changes (`merge paths on`), dozens of times per prefix while reflectors re-send their
-/// paths (`NETPOLICY_BGP_TRACE`, in the module's docs, shows them). A route found gone is
-/// therefore read again at once and then a few ms apart ([`REREAD_EVERY`]), so that a
-/// swap is bounded by that re-read and not by the node's next read a round later: at 24
-/// nodes on 2 cores a round can take 200 ms, and a route gone for two reads was bounded
-/// above 500 ms however short each gap was (the ninth 24-node run's one failure, in 2b).
-const SWAP_GAP: Duration = Duration::from_millis(500);
+/// How far around a window BIRD's log is searched for the route's removal: the lab
+/// stamps each line when it reads it from BIRD's stderr (at or after BIRD wrote it, and
+/// BIRD writes it before it acts), so a removal inside a window may be stamped a little
+/// later, and one stamped a little earlier may belong to it.
+const LOG_SLACK: Duration = Duration::from_secs(1);
 
 /// A route found gone is read again at once, this far apart (see the sampling loop)...
 const REREAD_EVERY: Duration = Duration::from_millis(5);
@@ -122,37 +114,93 @@ const REREAD_EVERY: Duration = Duration::from_millis(5);
 /// stretch the round).
 const REREAD_BUDGET: Duration = Duration::from_millis(50);
 
-/// `key`'s route is back at `read_at`: its window `m` was a swap (a gap of at most
-/// [`SWAP_GAP`] from the last read that had it) or missing.
-fn back(
-    out: &mut Samples,
-    present: &mut BTreeMap<(String, String), Duration>,
-    key: (String, String),
-    m: Missing,
-    read_at: Duration,
-) {
-    let seen = present.remove(&key).unwrap_or(m.from);
-    let gap = read_at.saturating_sub(seen);
+/// A window closes: the route is back at `read_at`.
+fn back(out: &mut Samples, mut m: Missing, read_at: Duration) {
     if super::trace() {
         eprintln!(
             "route checker: {} -> {} gone {:.3}..{:.3} s ({} samples), back by {:.3} s: \
-             at most {} ms{}",
+             a gap of at most {} ms",
             m.origin,
             m.node,
             m.from.as_secs_f64(),
             m.to.as_secs_f64(),
             m.samples,
             read_at.as_secs_f64(),
-            gap.as_millis(),
-            if gap <= SWAP_GAP { "" } else { " (missing)" }
+            read_at.saturating_sub(m.seen).as_millis(),
         );
     }
-    if gap <= SWAP_GAP {
-        out.replaced += m.samples;
-        out.longest_swap = out.longest_swap.max(gap);
-    } else {
-        out.missing.push(m);
+    m.back = Some(read_at);
+    out.missing.push(m);
+}
+
+/// Sorts the windows in `out.missing` by what the node's BIRD did meanwhile.
+///
+/// A route leaves a node's kernel in two ways: BIRD removes it (its table has no route
+/// for the prefix any more: a routing loss), or BIRD replaces it, which BIRD 1.6 does by
+/// a delete and then an add. Calico's ADD-PATH and `merge paths on` make replacements
+/// constant (every change among a prefix's paths re-exports it: hundreds of thousands in
+/// a run of the scenarios), and in this lab a BIRD waits between the two for up to
+/// seconds: its add waits for the kernel's RTNL lock (its kernel stack in
+/// `inet_rtm_newroute`, in `D` state), which every node's BIRD shares in the lab's one
+/// kernel, while `birdc` shows the route in BIRD's table (benches/README.md, issue 45,
+/// 2026-12-02). BIRD logs both (`debug { routes }`,
+/// which the lab adds to Calico's kernel protocol), so the log tells them apart: a
+/// window with no removal of the prefix logged within [`LOG_SLACK`] of it, on a node
+/// whose log records kernel routes and no netlink error (an add that failed would leave
+/// the route out), was a replacement — BIRD kept the route, its kernel was without it
+/// between the delete and the add — and counts apart ([`Samples::replaced`], the longest
+/// in [`Samples::longest_swap`]). Every other window stays missing: one still open at
+/// the end, one with a removal near it, one on a node whose log cannot tell.
+fn sort_windows(out: &mut Samples, started_ms: u64, nodes: &BTreeMap<String, BgpNode>) {
+    let mut logs: BTreeMap<String, KernelLog> = BTreeMap::new();
+    for m in std::mem::take(&mut out.missing) {
+        let (Some(back), Some(node), Some(origin)) =
+            (m.back, nodes.get(&m.node), nodes.get(&m.origin))
+        else {
+            out.missing.push(m);
+            continue;
+        };
+        let log = logs
+            .entry(m.node.clone())
+            .or_insert_with(|| KernelLog::read(&node.dir.join("bird.err.log"), started_ms));
+        let removed = log.removed_between(
+            &origin.block,
+            m.seen.saturating_sub(LOG_SLACK),
+            back + LOG_SLACK,
+        );
+        if log.tells() && !removed {
+            out.replaced += m.samples;
+            out.longest_swap = out.longest_swap.max(back.saturating_sub(m.seen));
+        } else {
+            out.missing.push(m);
+        }
     }
+}
+
+/// `NETPOLICY_BGP_TRACE`: a route gone for three samples, as the node's kernel has it
+/// and where its BIRD is (its kernel stack: blocked in a netlink request, or not),
+/// printed once for the window. Reads files only: the sampling thread must not wait on
+/// BIRD (`birdc` here stalled rounds for seconds while BIRD was busy).
+fn explain(node: &BgpNode, block: &str) {
+    let pid = node.bird_pid().unwrap_or(0);
+    let read = |what: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/{what}"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/route")).unwrap_or_default();
+    eprintln!(
+        "route checker: {block} gone from {} for 3 samples at {}: kernel table {} lines; \
+         BIRD {} in {} [{}]",
+        node.name,
+        super::clock(),
+        table.lines().count(),
+        read("stat").split(' ').nth(2).unwrap_or("?"),
+        read("wchan"),
+        read("stack"),
+    );
 }
 
 /// Samples every (origin, node) pair every 100 ms in a thread of its own until stopped.
@@ -190,15 +238,17 @@ impl RouteChecker {
                 }
             }
             let t0 = Instant::now();
+            let started_ms = super::day_ms();
             let mut out = Samples {
                 started: clock(),
                 ..Samples::default()
             };
+            // Every node sampled, for reading its BIRD's log at the end.
+            let mut seen_nodes: BTreeMap<String, BgpNode> = BTreeMap::new();
             let mut open: BTreeMap<(String, String), Missing> = BTreeMap::new();
             // Per node, when it was last read; per open window, the last read that
             // still had the route.
             let mut last_read: BTreeMap<String, Duration> = BTreeMap::new();
-            let mut present: BTreeMap<(String, String), Duration> = BTreeMap::new();
             let mut round_at: Option<Duration> = None;
             while !flag.load(Ordering::Relaxed) {
                 let at = t0.elapsed();
@@ -211,6 +261,11 @@ impl RouteChecker {
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 let nodes = guard.clone();
+                for n in &nodes {
+                    if !seen_nodes.contains_key(&n.name) {
+                        seen_nodes.insert(n.name.clone(), n.clone());
+                    }
+                }
                 out.pairs = out.pairs.max(nodes.len() * nodes.len().saturating_sub(1));
                 // A node that left: its open windows end here.
                 let gone: Vec<(String, String)> = open
@@ -245,11 +300,10 @@ impl RouteChecker {
                         let key = (origin.name.clone(), node.name.clone());
                         if routes.contains(&origin.block) {
                             if let Some(m) = open.remove(&key) {
-                                back(&mut out, &mut present, key, m, read_at);
+                                back(&mut out, m, read_at);
                             }
                         } else {
                             if !open.contains_key(&key) {
-                                present.insert(key.clone(), before);
                                 fresh.push((key.clone(), &origin.block));
                             }
                             let m = open.entry(key).or_insert_with(|| Missing {
@@ -258,9 +312,14 @@ impl RouteChecker {
                                 from: read_at,
                                 to: read_at,
                                 samples: 0,
+                                seen: before,
+                                back: None,
                             });
                             m.to = read_at;
                             m.samples += 1;
+                            if super::trace() && m.samples == 3 {
+                                explain(node, &origin.block);
+                            }
                         }
                     }
                     // A route that just went is read again at once, then a few times a
@@ -284,7 +343,7 @@ impl RouteChecker {
                                 return true;
                             }
                             if let Some(m) = open.remove(key) {
-                                back(&mut out, &mut present, key.clone(), m, again_at);
+                                back(&mut out, m, again_at);
                             }
                             false
                         });
@@ -303,6 +362,7 @@ impl RouteChecker {
                 }
             }
             out.missing.extend(open.into_values());
+            sort_windows(&mut out, started_ms, &seen_nodes);
             out
         });
         Self {

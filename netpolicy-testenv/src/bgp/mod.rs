@@ -16,21 +16,23 @@
 //! protocol learns it and exports it to its peers, so every node's kernel should hold
 //! every other node's block route. [`RouteChecker`] samples that every 100 ms.
 //!
-//! One adaptation of Calico's templates, said here and in the test output: Debian's BIRD
-//! lacks the `krt_tunnel` route attribute of Calico's fork (the IPIP device of a route),
-//! so those assignments are removed; the pool here has `ipipMode: Never`, where Calico
-//! sets it to `""` (no tunnel) anyway.
+//! Two adaptations of Calico's templates, said here and in the test output: Debian's
+//! BIRD lacks the `krt_tunnel` route attribute of Calico's fork (the IPIP device of a
+//! route), so those assignments are removed (the pool here has `ipipMode: Never`, where
+//! Calico sets it to `""`, no tunnel, anyway); and Calico's kernel protocol gets
+//! `debug { routes }`, so that every node's BIRD logs each kernel route it adds, replaces
+//! and removes (`bird.err.log` in the node's directory, stamped to the millisecond). The
+//! route checker reads that log to tell a route BIRD removed (a loss) from one it was
+//! replacing: BIRD 1.6 replaces a kernel route by delete + add, and with `merge paths on`
+//! and ADD-PATH in Calico's templates every change among a prefix's paths re-exports it
+//! (340,061 replacements against 789 adds and 680 removals in one 12-node run of the
+//! five scenarios, up to 52 of one prefix within a millisecond while reflectors re-sent
+//! their paths).
 //!
-//! `NETPOLICY_BGP_TRACE=1` (a diagnosis, not for measured runs: it logs thousands of
-//! lines per transition): every node's BIRD logs each kernel route it adds, replaces and
-//! removes (`debug { routes }` added to Calico's kernel protocol; `bird.err.log` in the
-//! node's directory, times to the millisecond) and the checker prints every window a
-//! route was missing in as it closes. It showed what the short gaps are: BIRD 1.6
-//! replaces a kernel route by delete + add, and with `merge paths on` and ADD-PATH in
-//! Calico's templates every change among a prefix's equal paths re-exports it (340,061
-//! replacements against 789 adds and 680 removals in one 12-node run of the five
-//! scenarios, up to 52 of one prefix within a millisecond while reflectors re-sent their
-//! paths).
+//! `NETPOLICY_BGP_TRACE=1` (a diagnosis, not for measured runs): the checker prints
+//! every window a route was missing in as it closes, and for one missing three samples
+//! what the node's kernel (`ip route`) and BIRD (`birdc show route … all`) hold for it
+//! then.
 //!
 //! Every process is bounded in time (`timeout`), gets SIGTERM if the test process dies
 //! (`setpriv --pdeathsig`), and is stopped by pid when the [`BgpLab`] is dropped, which
@@ -46,6 +48,7 @@ use std::{
 };
 
 mod checker;
+mod kernel_log;
 
 pub use checker::{Missing, RouteChecker, Samples};
 
@@ -147,12 +150,17 @@ pub(crate) fn trace() -> bool {
     std::env::var_os("NETPOLICY_BGP_TRACE").is_some_and(|v| !v.is_empty() && v != "0")
 }
 
-/// The wall clock, UTC, `HH:MM:SS.mmm`.
-pub(crate) fn clock() -> String {
+/// Milliseconds since midnight, UTC: the time of day [`clock`] writes.
+pub(crate) fn day_ms() -> u64 {
     let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
-    let day = ms % 86_400_000;
+    u64::try_from(ms % 86_400_000).unwrap_or(0)
+}
+
+/// The wall clock, UTC, `HH:MM:SS.mmm`.
+pub(crate) fn clock() -> String {
+    let day = day_ms();
     format!(
         "{:02}:{:02}:{:02}.{:03}",
         day / 3_600_000,
@@ -378,7 +386,8 @@ impl BgpLab {
         }
         eprintln!(
             "bgp lab: {n} nodes over {zones} zones, full mesh converged in {:.1} s (Calico's \
-             templates less krt_tunnel, which Debian's BIRD lacks)",
+             templates less krt_tunnel, which Debian's BIRD lacks, and with `debug {{ routes }}` \
+             on the kernel protocol, for the route checker)",
             t.elapsed().as_secs_f64()
         );
         lab
@@ -732,20 +741,24 @@ fn confd_files(node: &BgpNode, confd: &Path, config: &Path) {
             .lines()
             .filter(|l| !l.contains("krt_tunnel"))
             .map(|l| {
-                if trace() && l.trim_start().starts_with("merge paths on;") {
+                if l.trim_start().starts_with("merge paths on;") {
                     // Calico's kernel protocol; its `debug` is not set by the template.
-                    format!("{l}\n  debug {{ routes }};\n")
+                    // Its log of every kernel route added, replaced and removed is how
+                    // the route checker tells BIRD's kernel replacements from losses.
+                    // `NETPOLICY_BGP_TRACE`: its scans too (each route it finds in
+                    // the kernel, and what it updates or deletes there).
+                    let what = if trace() { "routes, packets" } else { "routes" };
+                    format!("{l}\n  debug {{ {what} }};\n")
                 } else {
                     format!("{l}\n")
                 }
             })
             .collect();
-        if trace() && e.file_name() == "bird.cfg.template" && !text.contains("debug { routes };") {
-            eprintln!(
-                "NETPOLICY_BGP_TRACE: no `merge paths on;` (Calico's kernel protocol) in \
-                 bird.cfg.template: BIRD's kernel routes are not logged"
-            );
-        }
+        assert!(
+            e.file_name() != "bird.cfg.template" || text.contains("  debug { routes"),
+            "no `merge paths on;` (Calico's kernel protocol) in bird.cfg.template: BIRD's \
+             kernel routes would not be logged, and the route checker needs that log"
+        );
         std::fs::write(confd.join("templates").join(e.file_name()), text)
             .unwrap_or_else(|e| panic!("{e}"));
     }
