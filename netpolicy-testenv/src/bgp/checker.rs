@@ -47,7 +47,8 @@ pub struct Samples {
     /// The wall clock (UTC) when sampling started: times above count from it.
     pub started: String,
     /// Samples in which a route was missing from the kernel while BIRD kept it: BIRD 1.6
-    /// replacing it there by delete + add (see [`sort_windows`]), counted apart.
+    /// replacing it there by delete + add (told by BIRD's own log of its kernel routes:
+    /// see [`crate::bgp`]), counted apart.
     pub replaced: usize,
     /// The longest such gap (from the last read that had the route to the first that had
     /// it again: an upper bound).
