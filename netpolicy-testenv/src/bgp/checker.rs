@@ -263,9 +263,9 @@ impl RouteChecker {
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 let nodes = guard.clone();
                 for n in &nodes {
-                    if !seen_nodes.contains_key(&n.name) {
-                        seen_nodes.insert(n.name.clone(), n.clone());
-                    }
+                    seen_nodes
+                        .entry(n.name.clone())
+                        .or_insert_with(|| n.clone());
                 }
                 out.pairs = out.pairs.max(nodes.len() * nodes.len().saturating_sub(1));
                 // A node that left: its open windows end here.

@@ -46,7 +46,7 @@ impl KernelLog {
             if *kind != "removed" {
                 continue;
             }
-            let Some(ms) = day_ms(at) else { continue };
+            let Some(ms) = parse_clock(at) else { continue };
             let mut since = (ms - start).rem_euclid(DAY_MS);
             if since > DAY_MS / 2 {
                 since -= DAY_MS;
@@ -76,7 +76,7 @@ impl KernelLog {
 }
 
 /// `HH:MM:SS.mmm` as milliseconds since midnight.
-fn day_ms(at: &str) -> Option<i64> {
+fn parse_clock(at: &str) -> Option<i64> {
     let (hms, milli) = at.split_once('.')?;
     let mut parts = hms.split(':').map(str::parse::<i64>);
     let (h, m, s) = (
@@ -98,7 +98,7 @@ mod tests {
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = dir.join(format!("{n}.log"));
         std::fs::write(&path, text).unwrap();
-        let out = KernelLog::read(&path, u64::try_from(day_ms(started).unwrap()).unwrap());
+        let out = KernelLog::read(&path, u64::try_from(parse_clock(started).unwrap()).unwrap());
         let _ = std::fs::remove_file(&path);
         out
     }
