@@ -10,12 +10,14 @@
 //! the reason and the end of the process logs: a test that needs an API server fails
 //! visibly rather than passing without one.
 
+mod audit;
 pub mod bgp;
 pub mod cloud;
 pub mod moto;
 pub mod node;
 mod ports;
 
+pub use audit::Write;
 pub use ports::free_ports;
 use ports::wait_for_port;
 
@@ -412,82 +414,6 @@ pub async fn token_client(kubeconfig: &Path, token: &str) -> Client {
         ..Default::default()
     };
     Client::try_from(config).unwrap_or_else(|e| panic!("client: {e}"))
-}
-
-/// One write request the API server answered, from its audit log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Write {
-    /// `create`, `update`, `patch`, `delete` or `deletecollection`.
-    pub verb: String,
-    /// The resource (`nodenetworkconfigs`).
-    pub resource: String,
-    /// The subresource (`status`), empty for the object itself.
-    pub subresource: String,
-    /// The object's name.
-    pub name: String,
-    /// The user who made the request.
-    pub user: String,
-    /// The HTTP status the API server answered (0 when the audit event has none).
-    pub code: u16,
-}
-
-impl ControlPlane {
-    /// Every write request to `resource` (plural, any group) named `name` that the API
-    /// server has completed so far, in order. Writes are audited synchronously, so a
-    /// write that has been answered is in the list.
-    ///
-    /// # Panics
-    /// When the audit log cannot be read.
-    pub fn writes(&self, resource: &str, name: &str) -> Vec<Write> {
-        self.writes_where(resource, |n| n == name)
-    }
-
-    /// Every completed write request to `resource` whose object name satisfies `pick`
-    /// (one read of the audit log for many objects).
-    ///
-    /// # Panics
-    /// When the audit log cannot be read.
-    pub fn writes_where(&self, resource: &str, pick: impl Fn(&str) -> bool) -> Vec<Write> {
-        self.all_writes()
-            .into_iter()
-            .filter(|w| w.resource == resource && pick(&w.name))
-            .collect()
-    }
-
-    /// Every write request the API server answered so far, in order, from its audit
-    /// log (kept across restarts of the API server).
-    ///
-    /// # Panics
-    /// When the audit log cannot be read.
-    pub fn all_writes(&self) -> Vec<Write> {
-        let path = self.dir.join("audit.log");
-        let text =
-            fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-        let field = |v: &serde_json::Value, path: &[&str]| {
-            path.iter()
-                .try_fold(v, |v, k| v.get(k))
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_owned()
-        };
-        text.lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|e| field(e, &["stage"]) == "ResponseComplete")
-            .map(|e| Write {
-                verb: field(&e, &["verb"]),
-                resource: field(&e, &["objectRef", "resource"]),
-                subresource: field(&e, &["objectRef", "subresource"]),
-                name: field(&e, &["objectRef", "name"]),
-                user: field(&e, &["user", "username"]),
-                code: e
-                    .get("responseStatus")
-                    .and_then(|r| r.get("code"))
-                    .and_then(serde_json::Value::as_u64)
-                    .and_then(|c| u16::try_from(c).ok())
-                    .unwrap_or(0),
-            })
-            .collect()
-    }
 }
 
 /// Installs `crds` with server-side apply (idempotent; safe to call from every test)

@@ -415,6 +415,38 @@ pub(crate) async fn watches(client: &Client) -> std::collections::BTreeMap<Strin
     out
 }
 
+/// Requests the API server has served so far, by verb and resource (its own metric
+/// `apiserver_request_total`, every code summed: `PUT nodenetworkconfigs`), and the watch
+/// events it has sent by resource (`apiserver_watch_events_total`: `WATCH EVENT
+/// nodenetworkconfigs`). Two readings subtracted tell what a phase asked of it, reads
+/// included, which the audit log (writes only) does not.
+pub(crate) async fn requests(client: &Client) -> std::collections::BTreeMap<String, f64> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    let label = |l: &str, name: &str| {
+        l.split(&format!("{name}=\""))
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let mut out = std::collections::BTreeMap::new();
+    for l in text.lines() {
+        let key = if l.starts_with("apiserver_request_total{") {
+            format!("{} {}", label(l, "verb"), label(l, "resource"))
+        } else if l.starts_with("apiserver_watch_events_total{") {
+            format!("WATCH EVENT {}", label(l, "resource"))
+        } else {
+            continue;
+        };
+        let n: f64 = l.rsplit(' ').next().unwrap_or("0").parse().unwrap_or(0.0);
+        *out.entry(key).or_default() += n;
+    }
+    out
+}
+
 /// The API of the traffic-domain kind `kind` (`Trench`, `Attractor`, ...) in `ns`.
 pub(crate) fn traffic_api(client: &Client, kind: &str, ns: &str) -> Api<kube::api::DynamicObject> {
     let plural = if kind == "Trench" {
