@@ -83,6 +83,9 @@ struct Run {
     client: Client,
     log: std::path::PathBuf,
     table: String,
+    /// The job's reflectors per node of a zone: two at the lab's size, three once a
+    /// zone grows by one or two.
+    ratio: f64,
 }
 
 /// What one transition did.
@@ -94,6 +97,13 @@ struct Outcome {
 }
 
 impl Run {
+    /// The job's settings, reflectors counted `per` zone or cluster, in `topology`.
+    fn spec(&self, per: &str, topology: &str) -> serde_json::Value {
+        json!({"min": 1, "max": 3, "ratio": self.ratio, "per": per, "topology": topology,
+               "peersPerNode": 2, "zoneLabel": "topology.kubernetes.io/zone",
+               "nodeToNodeMesh": "disable", "stepDelaySeconds": step_delay()})
+    }
+
     /// Applies `change`, waits until the job settled with reflectors per zone as
     /// `want` says and BIRD had time to bring the last step's sessions up, and checks
     /// the samples: every missing window involves a restarted node and is one restart
@@ -324,6 +334,7 @@ pub(crate) async fn run(n: usize) {
     let log = std::env::temp_dir().join("netpolicy-bgp-operator.log");
     let _ = std::fs::remove_file(&log);
     let _operator = common::operator_with(cp, &system, &log, "info", &[]);
+    // Two reflectors per zone at n/3 nodes a zone, three once it grows by one or two.
     let mut run = Run {
         lab,
         client: client.clone(),
@@ -332,23 +343,16 @@ pub(crate) async fn run(n: usize) {
                 missing samples in their pairs | missing samples elsewhere | samples out of the kernel \
                 while BIRD kept the route (longest gap) |\n|---|---|---|---|---|---|---|\n"
             .into(),
+        ratio: 2.0 / (n / 3) as f64 - 0.001,
     };
-    // Two reflectors per zone at n/3 nodes a zone, three once it grows by one or two.
-    let ratio = 2.0 / (n / 3) as f64 - 0.001;
-    let spec = |per: &str, topology: &str| {
-        json!({"min": 1, "max": 3, "ratio": ratio, "per": per, "topology": topology,
-               "peersPerNode": 2, "zoneLabel": "topology.kubernetes.io/zone",
-               "nodeToNodeMesh": "disable", "stepDelaySeconds": step_delay()})
-    };
-    let per_zone_simple = spec("zone", "simple");
-    let per_zone_2 = per_zone(2);
 
     // 1. Cold start: from Calico's mesh to reflectors, the mesh turned off.
+    let per_zone_simple = run.spec("zone", "simple");
     let cold = run
         .transition(
             "1 cold start (mesh → reflectors, mesh off)",
-            async |_, c| set_spec(c, per_zone_simple.clone()).await,
-            &per_zone_2,
+            async |_, c| set_spec(c, per_zone_simple).await,
+            per_zone(2),
             &[],
         )
         .await;
@@ -363,128 +367,10 @@ pub(crate) async fn run(n: usize) {
 
     for k in picked {
         match k {
-            2 => {
-                // 2. Growth: 4 nodes join (each zone grows past 8: 3 reflectors); then they leave.
-                let mut added = Vec::new();
-                run.transition(
-                    "2a growth (4 nodes join)",
-                    async |lab, _| {
-                        for _ in 0..4 {
-                            added.push(lab.add_node().name);
-                        }
-                    },
-                    |r| r.values().all(|s| s.len() >= 2) && r.values().any(|s| s.len() == 3),
-                    &[],
-                )
-                .await;
-                // The leaving nodes are taken out of BGP by the change itself: their own pairs lose
-                // their routes as their BIRD stops (CI's run counted bgp-16, leaving, missing
-                // bgp-02's route for one sample as a loss between nodes that kept their sessions).
-                let leaving = added.clone();
-                run.transition(
-                    "2b shrink (the 4 leave)",
-                    async |lab, _| {
-                        for name in &added {
-                            lab.remove_node(name);
-                        }
-                    },
-                    &per_zone_2,
-                    &leaving,
-                )
-                .await;
-            }
-            3 => {
-                // 3. A zone lost: every node of zone-c NotReady (their kubelets gone; BIRD still
-                // runs), reflectors elsewhere serve its nodes; then it comes back.
-                let zone_c: Vec<String> = run
-                    .lab
-                    .nodes
-                    .iter()
-                    .filter(|x| x.zone == "zone-c")
-                    .map(|x| x.name.clone())
-                    .collect();
-                run.transition(
-                    "3a zone-c lost (NotReady)",
-                    async |lab, _| {
-                        for name in &zone_c {
-                            lab.set_ready(name, false);
-                        }
-                    },
-                    |r| r.get("zone-c").is_some_and(BTreeSet::is_empty),
-                    &[],
-                )
-                .await;
-                run.transition(
-                    "3b zone-c back",
-                    async |lab, _| {
-                        for name in &zone_c {
-                            lab.set_ready(name, true);
-                        }
-                    },
-                    &per_zone_2,
-                    &[],
-                )
-                .await;
-            }
-            4 => {
-                // 4. Cluster-ID layouts: per cluster, then multi (an ID per reflector), and back.
-                run.transition(
-                    "4a per: zone → per: cluster",
-                    async |_, c| {
-                        let mut s = spec("cluster", "simple");
-                        s["min"] = json!(6);
-                        s["max"] = json!(6);
-                        set_spec(c, s).await;
-                    },
-                    per_zone(2),
-                    &[],
-                )
-                .await;
-                run.transition(
-                    "4b simple → multi",
-                    async |_, c| set_spec(c, spec("zone", "multi")).await,
-                    &per_zone_2,
-                    &[],
-                )
-                .await;
-                run.transition(
-                    "4c multi → simple",
-                    async |_, c| set_spec(c, per_zone_simple.clone()).await,
-                    &per_zone_2,
-                    &[],
-                )
-                .await;
-            }
-            _ => {
-                // 5. A reflector cordoned (replaced), and one whose label a person removed (restored).
-                let zone_a = reflectors(&client).await["zone-a"].clone();
-                let mut it = zone_a.iter();
-                let (first, second) = (it.next().unwrap().clone(), it.next().unwrap().clone());
-                run.transition(
-                    "5a a reflector cordoned",
-                    async |lab, _| {
-                        lab.kubectl(&["cordon", &first]);
-                    },
-                    |r| per_zone_2(r) && !r["zone-a"].contains(&first),
-                    &[],
-                )
-                .await;
-                let cut = [second.clone()];
-                run.transition(
-                    "5b a reflector's label removed by hand",
-                    async |lab, _| {
-                        lab.kubectl(&[
-                            "label",
-                            "node",
-                            &second,
-                            &format!("{DEFAULT_REFLECTOR_LABEL}-"),
-                        ]);
-                    },
-                    &per_zone_2,
-                    &cut,
-                )
-                .await;
-            }
+            2 => growth_and_shrink(&mut run).await,
+            3 => zone_lost(&mut run).await,
+            4 => cluster_id_layouts(&mut run).await,
+            _ => reflectors_taken_by_hand(&mut run).await,
         }
     }
     eprintln!(
@@ -492,4 +378,130 @@ pub(crate) async fn run(n: usize) {
         step_delay(),
         run.table
     );
+}
+
+/// Scenario 2, growth: 4 nodes join (each zone grows past 8: 3 reflectors); then they leave.
+async fn growth_and_shrink(run: &mut Run) {
+    let mut added = Vec::new();
+    run.transition(
+        "2a growth (4 nodes join)",
+        async |lab, _| {
+            for _ in 0..4 {
+                added.push(lab.add_node().name);
+            }
+        },
+        |r| r.values().all(|s| s.len() >= 2) && r.values().any(|s| s.len() == 3),
+        &[],
+    )
+    .await;
+    // The leaving nodes are taken out of BGP by the change itself: their own pairs lose
+    // their routes as their BIRD stops (CI's run counted bgp-16, leaving, missing
+    // bgp-02's route for one sample as a loss between nodes that kept their sessions).
+    let leaving = added.clone();
+    run.transition(
+        "2b shrink (the 4 leave)",
+        async |lab, _| {
+            for name in &added {
+                lab.remove_node(name);
+            }
+        },
+        per_zone(2),
+        &leaving,
+    )
+    .await;
+}
+
+/// Scenario 3, a zone lost: every node of zone-c NotReady (their kubelets gone; BIRD still
+/// runs), reflectors elsewhere serve its nodes; then it comes back.
+async fn zone_lost(run: &mut Run) {
+    let zone_c: Vec<String> = run
+        .lab
+        .nodes
+        .iter()
+        .filter(|x| x.zone == "zone-c")
+        .map(|x| x.name.clone())
+        .collect();
+    run.transition(
+        "3a zone-c lost (NotReady)",
+        async |lab, _| {
+            for name in &zone_c {
+                lab.set_ready(name, false);
+            }
+        },
+        |r| r.get("zone-c").is_some_and(BTreeSet::is_empty),
+        &[],
+    )
+    .await;
+    run.transition(
+        "3b zone-c back",
+        async |lab, _| {
+            for name in &zone_c {
+                lab.set_ready(name, true);
+            }
+        },
+        per_zone(2),
+        &[],
+    )
+    .await;
+}
+
+/// Scenario 4, cluster-ID layouts: per cluster, then multi (an ID per reflector), and back.
+async fn cluster_id_layouts(run: &mut Run) {
+    let mut per_cluster = run.spec("cluster", "simple");
+    per_cluster["min"] = json!(6);
+    per_cluster["max"] = json!(6);
+    run.transition(
+        "4a per: zone → per: cluster",
+        async |_, c| set_spec(c, per_cluster).await,
+        per_zone(2),
+        &[],
+    )
+    .await;
+    let multi = run.spec("zone", "multi");
+    run.transition(
+        "4b simple → multi",
+        async |_, c| set_spec(c, multi).await,
+        per_zone(2),
+        &[],
+    )
+    .await;
+    let simple = run.spec("zone", "simple");
+    run.transition(
+        "4c multi → simple",
+        async |_, c| set_spec(c, simple).await,
+        per_zone(2),
+        &[],
+    )
+    .await;
+}
+
+/// Scenario 5, a reflector cordoned (replaced), and one whose label a person removed (restored).
+async fn reflectors_taken_by_hand(run: &mut Run) {
+    let zone_a = reflectors(&run.client).await["zone-a"].clone();
+    let mut it = zone_a.iter();
+    let (first, second) = (it.next().unwrap().clone(), it.next().unwrap().clone());
+    run.transition(
+        "5a a reflector cordoned",
+        async |lab, _| {
+            lab.kubectl(&["cordon", &first]);
+        },
+        |r| per_zone(2)(r) && !r["zone-a"].contains(&first),
+        &[],
+    )
+    .await;
+    let cut = [second.clone()];
+    run.transition(
+        "5b a reflector's label removed by hand",
+        async |lab, _| {
+            lab.kubectl(&[
+                "label",
+                "node",
+                &second,
+                &format!("{DEFAULT_REFLECTOR_LABEL}-"),
+            ]);
+        },
+        per_zone(2),
+        &cut,
+    )
+    .await;
 }
