@@ -22,7 +22,7 @@
 //! cluster-wide ClusterConfig edit until every NodeNetworkConfig has it; one new
 //! FloatingIP until it has its address; API writes over the quiet period
 //! (`NETPOLICY_QUIET_SECS`, default 600). The cold start and the edit are followed in the
-//! API server's audit log (`ControlPlane::writes_after`), not by watches or lists of
+//! API server's audit log (`ControlPlane::follow_writes`), not by watches or lists of
 //! their 10,000 objects, so the run asks the API server it measures for as little as the
 //! workload's baseline did; each phase prints what the API server served meanwhile
 //! (its `apiserver_request_total` and `apiserver_watch_events_total`).
@@ -215,7 +215,7 @@ async fn every_job_at_ten_thousand_nodes() {
         .unwrap()
         .port();
     let log = cp.dir.join("operator-runtime-scale.log");
-    let audit_at_operator = cp.audit_end();
+    let mut audit = cp.follow_writes();
     let requests_at_operator = common::requests(&client).await;
     let started = Instant::now();
     let op = common::Killed(
@@ -251,16 +251,13 @@ async fn every_job_at_ten_thousand_nodes() {
     // the same two cores (2026-12-02). A node's NodeNetworkConfig counts once a write of
     // it was answered; the FloatingIPs once each had a status written, confirmed by one
     // list that each has its address (listed again each second until then).
-    let mut offset = audit_at_operator;
     let mut nnc_written: BTreeSet<String> = BTreeSet::new();
     let mut fip_written: BTreeSet<(String, String)> = BTreeSet::new();
     let mut fips_addressed = 0;
     let mut last_fip_list: Option<Instant> = None;
     let mut seen = BTreeMap::new();
     loop {
-        let (new, next) = cp.writes_after(offset);
-        offset = next;
-        for w in new.into_iter().filter(|w| w.code < 300) {
+        for w in audit.next_writes().into_iter().filter(|w| w.code < 300) {
             match (w.resource.as_str(), w.subresource.as_str()) {
                 ("nodenetworkconfigs", "") => {
                     nnc_written.insert(w.name);
@@ -423,7 +420,7 @@ async fn every_job_at_ten_thousand_nodes() {
     // each), and not a second full watch, which (2026-12-01) had this process decode
     // every write on the same two cores.
     let requests_before_edit = common::requests(&client).await;
-    let audit_from = cp.audit_end();
+    let mut audit = cp.follow_writes();
     let writes_before_edit = cp.all_writes().len();
     let cpu_before_edit = (common::cpu_seconds(pid), control_plane_cpu(cp));
     let edit = Instant::now();
@@ -447,12 +444,11 @@ async fn every_job_at_ten_thousand_nodes() {
             .any(|r| r.item.to == "10.201.0.0/16")
     };
     let mut written: BTreeSet<String> = BTreeSet::new();
-    let mut offset = audit_from;
     loop {
-        let (new, next) = cp.writes_after(offset);
-        offset = next;
         written.extend(
-            new.into_iter()
+            audit
+                .next_writes()
+                .into_iter()
                 .filter(|w| {
                     w.resource == "nodenetworkconfigs" && w.subresource.is_empty() && w.code < 300
                 })

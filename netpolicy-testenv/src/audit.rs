@@ -3,7 +3,10 @@
 //! their verbs and answers, and follows thousands as they are answered without asking
 //! the API server being measured for anything.
 
-use std::{fs, path::Path};
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
 
 use crate::ControlPlane;
 
@@ -61,32 +64,44 @@ impl ControlPlane {
         parse_writes(&text)
     }
 
-    /// The write requests the API server answered after byte `from` of its audit log, and
-    /// the offset to read from next time: one pass over only what is new, so a test can
-    /// follow thousands of writes as they are answered without watching the objects
-    /// (a watch is work for the API server being measured) or rereading the whole log.
-    /// Only whole lines are read; start from 0, or from [`ControlPlane::audit_end`].
+    /// The audit log followed from now on: each [`AuditTail::next_writes`] gives the
+    /// write requests answered since the one before, reading only what is new. A test
+    /// follows thousands of writes as they are answered without watching the objects (a
+    /// watch is work for the API server being measured) or rereading the whole log.
     ///
     /// # Panics
     /// When the audit log cannot be read.
-    pub fn writes_after(&self, from: u64) -> (Vec<Write>, u64) {
-        writes_after(&self.dir.join("audit.log"), from)
-    }
-
-    /// The audit log's length now: [`ControlPlane::writes_after`] from here tells only
-    /// the writes answered later.
-    ///
-    /// # Panics
-    /// When the audit log cannot be read.
-    pub fn audit_end(&self) -> u64 {
+    pub fn follow_writes(&self) -> AuditTail {
         let path = self.dir.join("audit.log");
-        fs::metadata(&path)
+        let offset = fs::metadata(&path)
             .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
-            .len()
+            .len();
+        AuditTail { path, offset }
     }
 }
 
-/// [`ControlPlane::writes_after`] of the audit log at `path`.
+/// The API server's audit log followed from a point ([`ControlPlane::follow_writes`]).
+#[derive(Debug)]
+pub struct AuditTail {
+    path: PathBuf,
+    /// Where the next read starts: just past the last whole line read.
+    offset: u64,
+}
+
+impl AuditTail {
+    /// The write requests answered since the last call (or since the tail was made).
+    ///
+    /// # Panics
+    /// When the audit log cannot be read.
+    pub fn next_writes(&mut self) -> Vec<Write> {
+        let (writes, next) = writes_after(&self.path, self.offset);
+        self.offset = next;
+        writes
+    }
+}
+
+/// The completed writes in the audit log at `path` after byte `from`, and the offset
+/// past the last whole line read.
 fn writes_after(path: &Path, from: u64) -> (Vec<Write>, u64) {
     use std::io::{Read as _, Seek as _};
     let mut file =
@@ -174,20 +189,24 @@ mod tests {
         let mut f = fs::File::create(&path).unwrap();
         write!(f, "{PUT}\n{}", &STATUS[..20]).unwrap();
         f.flush().unwrap();
-        let (first, at) = writes_after(&path, 0);
+        let mut tail = AuditTail {
+            path: path.clone(),
+            offset: 0,
+        };
+        let first = tail.next_writes();
         assert_eq!(first.len(), 1);
         assert_eq!(
-            at,
+            tail.offset,
             PUT.len() as u64 + 1,
             "a half-written line is left for later"
         );
         writeln!(f, "{}", &STATUS[20..]).unwrap();
         f.flush().unwrap();
-        let (second, end) = writes_after(&path, at);
+        let second = tail.next_writes();
         assert_eq!(second.len(), 1);
         assert_eq!(second[0].resource, "floatingips");
-        assert_eq!(end, fs::metadata(&path).unwrap().len());
-        assert!(writes_after(&path, end).0.is_empty());
+        assert_eq!(tail.offset, fs::metadata(&path).unwrap().len());
+        assert!(tail.next_writes().is_empty(), "nothing new, nothing read");
         fs::remove_dir_all(&dir).unwrap();
     }
 }

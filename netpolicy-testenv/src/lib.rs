@@ -17,7 +17,7 @@ pub mod moto;
 pub mod node;
 mod ports;
 
-pub use audit::Write;
+pub use audit::{AuditTail, Write};
 pub use ports::free_ports;
 use ports::wait_for_port;
 

@@ -104,6 +104,12 @@ impl Run {
                "nodeToNodeMesh": "disable", "stepDelaySeconds": step_delay()})
     }
 
+    /// A transition to the job's settings `spec`, settled at two reflectors a zone.
+    async fn respec(&mut self, what: &str, spec: serde_json::Value) -> Outcome {
+        self.transition(what, async |_, c| set_spec(c, spec).await, per_zone(2), &[])
+            .await
+    }
+
     /// Applies `change`, waits until the job settled with reflectors per zone as
     /// `want` says and BIRD had time to bring the last step's sessions up, and checks
     /// the samples: every missing window involves a restarted node and is one restart
@@ -349,11 +355,9 @@ pub(crate) async fn run(n: usize) {
     // 1. Cold start: from Calico's mesh to reflectors, the mesh turned off.
     let per_zone_simple = run.spec("zone", "simple");
     let cold = run
-        .transition(
+        .respec(
             "1 cold start (mesh → reflectors, mesh off)",
-            async |_, c| set_spec(c, per_zone_simple).await,
-            per_zone(2),
-            &[],
+            per_zone_simple,
         )
         .await;
     eprintln!(
@@ -450,29 +454,11 @@ async fn cluster_id_layouts(run: &mut Run) {
     let mut per_cluster = run.spec("cluster", "simple");
     per_cluster["min"] = json!(6);
     per_cluster["max"] = json!(6);
-    run.transition(
-        "4a per: zone → per: cluster",
-        async |_, c| set_spec(c, per_cluster).await,
-        per_zone(2),
-        &[],
-    )
-    .await;
+    run.respec("4a per: zone → per: cluster", per_cluster).await;
     let multi = run.spec("zone", "multi");
-    run.transition(
-        "4b simple → multi",
-        async |_, c| set_spec(c, multi).await,
-        per_zone(2),
-        &[],
-    )
-    .await;
+    run.respec("4b simple → multi", multi).await;
     let simple = run.spec("zone", "simple");
-    run.transition(
-        "4c multi → simple",
-        async |_, c| set_spec(c, simple).await,
-        per_zone(2),
-        &[],
-    )
-    .await;
+    run.respec("4c multi → simple", simple).await;
 }
 
 /// Scenario 5, a reflector cordoned (replaced), and one whose label a person removed (restored).

@@ -392,25 +392,35 @@ pub(crate) fn http_get_at(host: &str, port: u16, path: &str) -> Option<(u16, Str
     Some((status, body))
 }
 
+/// The API server's own `/metrics`.
+async fn apiserver_metrics(client: &Client) -> String {
+    client
+        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+        .await
+        .unwrap()
+}
+
+/// Label `name` of one Prometheus sample line (`""` when it has none), and the line's value.
+fn sample<'a>(line: &'a str, name: &str) -> (&'a str, f64) {
+    let label = line
+        .split(&format!("{name}=\""))
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap_or_default();
+    let value = line.rsplit(' ').next().and_then(|v| v.parse().ok());
+    (label, value.unwrap_or(0.0))
+}
+
 /// WATCH requests the API server is serving now, per resource (its own metric
 /// `apiserver_longrunning_requests`).
 pub(crate) async fn watches(client: &Client) -> std::collections::BTreeMap<String, i64> {
-    let text = client
-        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
-        .await
-        .unwrap();
+    let text = apiserver_metrics(client).await;
     let mut out = std::collections::BTreeMap::new();
     for l in text.lines().filter(|l| {
         l.starts_with("apiserver_longrunning_requests{") && l.contains("verb=\"WATCH\"")
     }) {
-        let resource = l
-            .split("resource=\"")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-            .unwrap_or_default()
-            .to_owned();
-        let n: f64 = l.rsplit(' ').next().unwrap().parse().unwrap();
-        *out.entry(resource).or_default() += n as i64;
+        let (resource, n) = sample(l, "resource");
+        *out.entry(resource.to_owned()).or_default() += n as i64;
     }
     out
 }
@@ -421,27 +431,18 @@ pub(crate) async fn watches(client: &Client) -> std::collections::BTreeMap<Strin
 /// nodenetworkconfigs`). Two readings subtracted tell what a phase asked of it, reads
 /// included, which the audit log (writes only) does not.
 pub(crate) async fn requests(client: &Client) -> std::collections::BTreeMap<String, f64> {
-    let text = client
-        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
-        .await
-        .unwrap();
-    let label = |l: &str, name: &str| {
-        l.split(&format!("{name}=\""))
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-            .unwrap_or_default()
-            .to_owned()
-    };
+    let text = apiserver_metrics(client).await;
     let mut out = std::collections::BTreeMap::new();
     for l in text.lines() {
-        let key = if l.starts_with("apiserver_request_total{") {
-            format!("{} {}", label(l, "verb"), label(l, "resource"))
+        let (key, n) = if l.starts_with("apiserver_request_total{") {
+            let (resource, n) = sample(l, "resource");
+            (format!("{} {resource}", sample(l, "verb").0), n)
         } else if l.starts_with("apiserver_watch_events_total{") {
-            format!("WATCH EVENT {}", label(l, "resource"))
+            let (resource, n) = sample(l, "resource");
+            (format!("WATCH EVENT {resource}"), n)
         } else {
             continue;
         };
-        let n: f64 = l.rsplit(' ').next().unwrap_or("0").parse().unwrap_or(0.0);
         *out.entry(key).or_default() += n;
     }
     out
