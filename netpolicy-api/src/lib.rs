@@ -903,7 +903,10 @@ pub struct KubeVip {
     /// Whether to publish.
     #[serde(default)]
     pub publish: bool,
-    /// Namespace of kube-vip's ConfigMap (default `kube-system`).
+    /// Namespace of kube-vip's ConfigMap (default `kube-system`). With guest clusters,
+    /// the namespace in each guest: its ConfigMap is written there, and a guest install
+    /// (`guests.install`) puts kube-vip and kube-vip-cloud-provider there too,
+    /// creating the namespace when it is missing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     /// Name of kube-vip's ConfigMap (default `kubevip`).

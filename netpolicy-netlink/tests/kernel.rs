@@ -1083,7 +1083,7 @@ fn a_compiled_trench_routes_each_flow_by_its_streams_table() {
         .unwrap();
     assert!(fwd.success());
     let got = get(&[
-        "40.0.0.9", "from", "10.1.2.3", "iif", "v1", "ipproto", "udp", "sport", "20500", "dport",
+        "40.0.0.1", "from", "10.1.2.3", "iif", "v1", "ipproto", "udp", "sport", "20500", "dport",
         "4003",
     ]);
     assert!(got.contains("table 20002"), "{got}");
@@ -1099,7 +1099,7 @@ fn a_compiled_trench_routes_each_flow_by_its_streams_table() {
     ]);
     assert!(!got.contains("table 2000"), "{got}");
     let got = get(&[
-        "40.0.0.9", "from", "10.1.2.3", "iif", "v1", "ipproto", "udp", "sport", "1000", "dport",
+        "40.0.0.1", "from", "10.1.2.3", "iif", "v1", "ipproto", "udp", "sport", "1000", "dport",
         "4003",
     ]);
     assert!(!got.contains("table 2000"), "{got}");
