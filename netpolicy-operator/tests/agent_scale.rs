@@ -7,13 +7,13 @@
 //!
 //! ```sh
 //! NETPOLICY_BIN=$PWD/target/release/netpolicy \
-//!   cargo test -p netpolicy-operator --all-features --locked --test agent_scale -- --ignored --nocapture
+//!   cargo test -p netpolicy-operator --all-features --locked --test integration -- --ignored --nocapture agent_scale::
 //! ```
 //! (`NETPOLICY_BIN`: the agent binary measured; default the test build's, unoptimized.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -30,9 +30,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-mod common;
+use crate::common;
 #[path = "bgp_live/scenarios.rs"]
-mod scenarios;
+pub(crate) mod scenarios;
 
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "scripts/test runs it in its own step: live BGP's 100 ms sampling needs the machine to itself"]

@@ -4,7 +4,7 @@
 //! committed file is stale; regenerate it with
 //!
 //! ```sh
-//! NETPOLICY_WRITE_DOCS=1 cargo test -p netpolicy-operator --test docs
+//! NETPOLICY_WRITE_DOCS=1 cargo test -p netpolicy-operator --test integration docs::
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -200,7 +200,7 @@ fn the_api_reference_is_generated_from_the_crds() {
     let have = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         have == want,
-        "docs/api.md is stale: run `NETPOLICY_WRITE_DOCS=1 cargo test -p netpolicy-operator --test docs`"
+        "docs/api.md is stale: run `NETPOLICY_WRITE_DOCS=1 cargo test -p netpolicy-operator --test integration docs::`"
     );
     // Every kind is there, with its fields.
     for kind in [

@@ -3,7 +3,7 @@
 //! FloatingIPs from one range, as `netpolicy operator` runs it.
 //!
 //! ```sh
-//! cargo test --release -p netpolicy-operator --test floating_ip_scale -- --ignored --nocapture
+//! cargo test --release -p netpolicy-operator --test integration -- --ignored --nocapture floating_ip_scale::
 //! ```
 //!
 //! Measures: time from the operator's start until 10,000 FloatingIPs (created before it
@@ -13,7 +13,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeSet,
@@ -95,7 +95,7 @@ fn start(cp: &netpolicy_testenv::ControlPlane, ns: &str, id: &str) -> Killed {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "a reported run (minutes): cargo test --release -p netpolicy-operator --test floating_ip_scale -- --ignored --nocapture"]
+#[ignore = "a reported run (minutes): cargo test --release -p netpolicy-operator --test integration -- --ignored --nocapture floating_ip_scale::"]
 async fn ten_thousand_floating_ips() {
     let cp = netpolicy_testenv::shared();
     let client = cp.client().await;

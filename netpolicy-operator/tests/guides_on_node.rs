@@ -17,11 +17,11 @@
 //! internet, Rancher, a kernel without 802.1Q) prints a SKIP line saying why.
 //!
 //! Run by `scripts/test` after it built the image (`NETPOLICY_NODE_IMAGE`):
-//! `cargo test -p netpolicy-operator --test guides_on_node -- --ignored --nocapture`.
+//! `cargo test -p netpolicy-operator --test integration -- --ignored --nocapture guides_on_node::`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-mod common;
+use crate::common;
 
 use std::{
     path::{Path, PathBuf},

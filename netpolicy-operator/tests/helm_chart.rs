@@ -960,7 +960,7 @@ fn the_readme_rbac_table_lists_what_the_roles_grant() {
     }
     assert!(
         current == table,
-        "the chart README's RBAC table is stale: run NETPOLICY_WRITE_DOCS=1 cargo test -p netpolicy-operator --test helm_chart the_readme_rbac_table"
+        "the chart README's RBAC table is stale: run NETPOLICY_WRITE_DOCS=1 cargo test -p netpolicy-operator --test integration helm_chart::the_readme_rbac_table"
     );
 }
 

@@ -712,6 +712,15 @@ fn plan_dir_json(dir: &std::path::Path) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// The project's own examples are what it recommends: they plan with no error and no
+/// warning.
+#[test]
+fn the_examples_plan_without_a_warning() {
+    let v = plan_dir_json(&rr_examples());
+    assert_eq!(v["errors"], serde_json::json!([]), "{:#}", v["errors"]);
+    assert_eq!(v["warnings"], serde_json::json!([]), "{:#}", v["warnings"]);
+}
+
 #[test]
 fn the_route_reflector_example_plans_a_multi_topology() {
     let v = plan_dir_json(&rr_examples());
@@ -1768,7 +1777,7 @@ fn the_kernel_suites_trench_fixture_is_what_plan_compiles() {
     }
     assert!(
         fs::read_to_string(&path).unwrap_or_default() == text,
-        "{} is stale: NETPOLICY_WRITE_FIXTURES=1 cargo test -p netpolicy-operator --test plan_cli fixture",
+        "{} is stale: NETPOLICY_WRITE_FIXTURES=1 cargo test -p netpolicy-operator --test integration plan_cli::the_kernel_suites_trench_fixture",
         path.display()
     );
 }

@@ -12,11 +12,11 @@
 //! API server's audit log, beside what the chart grants).
 //!
 //! Run by `scripts/test` after it built the image (`NETPOLICY_NODE_IMAGE`):
-//! `cargo test -p netpolicy-operator --test real_node -- --ignored --nocapture`.
+//! `cargo test -p netpolicy-operator --test integration -- --ignored --nocapture real_node::`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-mod common;
+use crate::common;
 
 use std::{
     collections::{BTreeMap, BTreeSet},

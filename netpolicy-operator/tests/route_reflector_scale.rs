@@ -3,7 +3,7 @@
 //! and Calico's CRDs, as `netpolicy operator` runs it.
 //!
 //! ```sh
-//! cargo test --release -p netpolicy-operator --test route_reflector_scale -- --ignored --nocapture
+//! cargo test --release -p netpolicy-operator --test integration -- --ignored --nocapture route_reflector_scale::
 //! ```
 //!
 //! Measures, for one node added and for one reflector node removed: the time until the
@@ -12,7 +12,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-mod common;
+use crate::common;
 
 use common::{Killed, calico_crds, ready_node};
 
@@ -73,7 +73,7 @@ async fn settled(client: &Client) -> Duration {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "a reported run (minutes): cargo test --release -p netpolicy-operator --test route_reflector_scale -- --ignored --nocapture"]
+#[ignore = "a reported run (minutes): cargo test --release -p netpolicy-operator --test integration -- --ignored --nocapture route_reflector_scale::"]
 async fn five_thousand_nodes() {
     let cp = netpolicy_testenv::shared();
     let client = cp.client().await;

@@ -13,7 +13,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-mod common;
+use crate::common;
 
 use common::{Killed, calico_crds, ready_node, rr_settled, rrc_status, set_ready};
 

@@ -5,7 +5,7 @@
 //! `netpolicy operator` runs it (issue 21: every node is its own distinct set).
 //!
 //! ```sh
-//! cargo test --release -p netpolicy-operator --test routing_per_node_scale -- --ignored --nocapture
+//! cargo test --release -p netpolicy-operator --test integration -- --ignored --nocapture routing_per_node_scale::
 //! ```
 //!
 //! Measures: time from start until every NodeNetworkConfig carries its node's own
@@ -14,7 +14,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-mod common;
+use crate::common;
 
 use common::{Killed, rss_kib};
 
@@ -83,7 +83,7 @@ fn per_node(prefix: &str, i: usize, via: &str) -> NodeConfig {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "a reported run (minutes): cargo test --release -p netpolicy-operator --test routing_per_node_scale -- --ignored --nocapture"]
+#[ignore = "a reported run (minutes): cargo test --release -p netpolicy-operator --test integration -- --ignored --nocapture routing_per_node_scale::"]
 async fn routing_with_a_node_config_per_node_at_two_thousand_nodes() {
     let cp = netpolicy_testenv::shared();
     let client = cp.client().await;

@@ -3,7 +3,7 @@
 //! NodeConfigs and a ClusterConfig, as `netpolicy operator` runs it.
 //!
 //! ```sh
-//! cargo test --release -p netpolicy-operator --test routing_scale -- --ignored --nocapture
+//! cargo test --release -p netpolicy-operator --test integration -- --ignored --nocapture routing_scale::
 //! ```
 //!
 //! Measures: time from start until every NodeNetworkConfig exists; time from one
@@ -13,7 +13,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-mod common;
+use crate::common;
 
 use common::{Killed, rss_kib};
 
@@ -58,7 +58,7 @@ async fn carrying(api: &Api<NodeNetworkConfig>, prefix: &str, to: &str) -> usize
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "a reported run (minutes): cargo test --release -p netpolicy-operator --test routing_scale -- --ignored --nocapture"]
+#[ignore = "a reported run (minutes): cargo test --release -p netpolicy-operator --test integration -- --ignored --nocapture routing_scale::"]
 async fn routing_at_two_thousand_nodes() {
     let cp = netpolicy_testenv::shared();
     let client = cp.client().await;

@@ -3,13 +3,13 @@
 //! API server.
 //!
 //! ```sh
-//! cargo test --release -p netpolicy-operator --test runtime_scale -- --ignored --nocapture
+//! cargo test --release -p netpolicy-operator --test integration -- --ignored --nocapture runtime_scale::
 //! # the same workload against another build of the binary (say, the one before a change):
-//! NETPOLICY_BIN=/path/to/netpolicy cargo test --release ... --test runtime_scale -- --ignored --nocapture
+//! NETPOLICY_BIN=/path/to/netpolicy cargo test --release ... --test integration -- --ignored --nocapture runtime_scale::
 //! # one of the runs: `every_job` (this workload), `write_verbs` (what one write of a
 //! # NodeNetworkConfig costs the API server, per verb) or `status_verbs` (the same for a
 //! # FloatingIP's status); see their own docs
-//! cargo test --release -p netpolicy-operator --test runtime_scale write_verbs -- --ignored --nocapture
+//! cargo test --release -p netpolicy-operator --test integration -- --ignored --nocapture runtime_scale::write_verbs
 //! ```
 //!
 //! They take the shared control plane one after the other, never at once.
@@ -29,7 +29,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-mod common;
+use crate::common;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -90,7 +90,7 @@ async fn apply(client: &Client, objects: Vec<serde_json::Value>) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "a reported run (many minutes): cargo test --release -p netpolicy-operator --test runtime_scale -- --ignored --nocapture"]
+#[ignore = "a reported run (many minutes): cargo test --release -p netpolicy-operator --test integration -- --ignored --nocapture runtime_scale::"]
 async fn every_job_at_ten_thousand_nodes() {
     let _one = ONE_AT_A_TIME.lock().await;
     let cp = netpolicy_testenv::shared();
@@ -622,10 +622,10 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 /// watches the objects (a watcher adds its own cost to every verb).
 ///
 /// ```sh
-/// cargo test --release -p netpolicy-operator --test runtime_scale write_verbs -- --ignored --nocapture
+/// cargo test --release -p netpolicy-operator --test integration -- --ignored --nocapture runtime_scale::write_verbs
 /// ```
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "a reported run (minutes): cargo test --release -p netpolicy-operator --test runtime_scale write_verbs -- --ignored --nocapture"]
+#[ignore = "a reported run (minutes): cargo test --release -p netpolicy-operator --test integration -- --ignored --nocapture runtime_scale::write_verbs"]
 async fn write_verbs_of_a_node_network_config() {
     let _one = ONE_AT_A_TIME.lock().await;
     let (n, rounds) = verb_settings();
@@ -756,10 +756,10 @@ async fn write_verbs_of_a_node_network_config() {
 /// new address each round. Nothing watches them.
 ///
 /// ```sh
-/// cargo test --release -p netpolicy-operator --test runtime_scale status_verbs -- --ignored --nocapture
+/// cargo test --release -p netpolicy-operator --test integration -- --ignored --nocapture runtime_scale::status_verbs
 /// ```
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "a reported run (minutes): cargo test --release -p netpolicy-operator --test runtime_scale status_verbs -- --ignored --nocapture"]
+#[ignore = "a reported run (minutes): cargo test --release -p netpolicy-operator --test integration -- --ignored --nocapture runtime_scale::status_verbs"]
 async fn status_verbs_of_a_floating_ip() {
     let _one = ONE_AT_A_TIME.lock().await;
     let (n, rounds) = verb_settings();

@@ -27,11 +27,11 @@
 //!    node comes back: no flap back, nothing assigned twice.
 //!
 //! Run by `scripts/test` after it built the image (`NETPOLICY_NODE_IMAGE`):
-//! `cargo test -p netpolicy-operator --test three_nodes -- --ignored --nocapture`.
+//! `cargo test -p netpolicy-operator --test integration -- --ignored --nocapture three_nodes::`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-mod common;
+use crate::common;
 
 use std::{
     path::PathBuf,

@@ -13,7 +13,7 @@ use kube::{
 };
 use netpolicy_operator::api::crds;
 
-mod common;
+use crate::common;
 use serde_json::{Value, json};
 
 fn plural(kind: &str) -> String {

@@ -24,6 +24,12 @@ use serde_json::json;
 /// one `connect retry time 5` when the first attempt meets a peer still in its delay.
 const RESTART_BOUND: Duration = Duration::from_secs(10);
 
+/// How long the lab must stay at rest (`BgpLab::converged`) before a transition's
+/// sampling ends early: longer than confd takes to render the job's last write and
+/// BIRD to start the restart it causes (a restart caught mid-way shows as sessions
+/// not Established, and the wait goes on).
+const AT_REST: Duration = Duration::from_secs(3);
+
 /// How long a restarting node's pairs may miss their routes: its sessions' restart
 /// including BIRD 1.6's collision flaps (both ends of a BGPPeer session are active; seen
 /// keeping a session down for up to 55 s), the same bound the job waits for sessions.
@@ -188,8 +194,22 @@ impl Run {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let settled = t.elapsed().saturating_sub(Duration::from_secs(2));
-        // BIRD brings the last step's sessions up (a restart is ~2 s, at most 10 s).
-        tokio::time::sleep(RESTART_BOUND).await;
+        // BIRD brings the last step's sessions up (a restart is ~2 s, at most
+        // RESTART_BOUND): sampled until the lab is at rest for AT_REST, or for
+        // RESTART_BOUND when it is not (a node the change cut off). It was a fixed
+        // RESTART_BOUND each transition (issue 65: waits end on their condition).
+        let up = Instant::now();
+        let mut rest_since: Option<Instant> = None;
+        while up.elapsed() < RESTART_BOUND {
+            if self.lab.converged() {
+                if rest_since.get_or_insert_with(Instant::now).elapsed() >= AT_REST {
+                    break;
+                }
+            } else {
+                rest_since = None;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
         let samples = checker.stop();
         let _ = stop.send(());
         let mut restarted = watcher.await.unwrap();

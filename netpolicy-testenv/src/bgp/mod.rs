@@ -93,18 +93,32 @@ impl BgpNode {
     /// `birdc show protocols`: the BGP sessions that are Established (protocol names).
     #[must_use]
     pub fn established(&self) -> BTreeSet<String> {
+        self.bgp_protocols()
+            .into_iter()
+            .filter(|(_, up)| *up)
+            .map(|(name, _)| name)
+            .collect()
+    }
+
+    /// `birdc show protocols`: every BGP protocol BIRD is configured with, and whether
+    /// its session is Established. Empty when BIRD does not answer.
+    #[must_use]
+    pub fn bgp_protocols(&self) -> Vec<(String, bool)> {
         let out = Command::new("birdc")
             .arg("-s")
             .arg(self.socket())
             .args(["show", "protocols"])
             .output();
         let Ok(out) = out else {
-            return BTreeSet::new();
+            return Vec::new();
         };
         String::from_utf8_lossy(&out.stdout)
             .lines()
-            .filter(|l| l.contains(" BGP ") && l.contains("Established"))
-            .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+            .filter(|l| l.contains(" BGP "))
+            .filter_map(|l| {
+                let name = l.split_whitespace().next()?;
+                Some((name.to_owned(), l.contains("Established")))
+            })
             .collect()
     }
 
@@ -680,6 +694,17 @@ impl BgpLab {
             }
         }
         out
+    }
+
+    /// Whether the lab is at rest: every node's BIRD answers with every BGP session it is
+    /// configured with Established, and every node's kernel has every other node's
+    /// route. What a wait for BIRD to bring a step's sessions up ends on.
+    #[must_use]
+    pub fn converged(&self) -> bool {
+        self.nodes.iter().all(|n| {
+            let protocols = n.bgp_protocols();
+            !protocols.is_empty() && protocols.iter().all(|(_, up)| *up)
+        }) && self.missing_now().is_empty()
     }
 
     /// Every node's Established BGP sessions, `(node, protocol)`.
