@@ -285,11 +285,32 @@ pub(crate) fn convert_from(
             ));
         }
     }
-    if let Some((at, data)) = kube_fip_config {
-        apply_kube_fip_config(&at, &data, &mut rest, &mut out);
+    match kube_fip_config {
+        Some((at, data)) => apply_kube_fip_config(&at, &data, &mut rest, &mut out),
+        None => guest_install_unknown(&rest, &mut out),
     }
     out.objects.extend(rest);
     out
+}
+
+/// With no `kube-fip-config` in the input, whether kube-fip installed kube-vip in the
+/// guests is unknown here: said once for the converted ranges that publish to guests.
+fn guest_install_unknown(rest: &[Value], out: &mut Converted) {
+    let guests: Vec<String> = rest
+        .iter()
+        .filter(|o| o["apiVersion"] == OURS && o["kind"] == "FloatingIPRange")
+        .filter(|o| o["spec"]["kubeVip"]["guests"].is_object())
+        .map(name_of)
+        .collect();
+    if !guests.is_empty() {
+        out.notes.push(format!(
+            "FloatingIPRange(s) {}: kube-fip's kubevipGuestInstall is in its ConfigMap \
+             kube-fip-config, which is not in this input (kube-fip's default: \
+             clusterlabel): set kubeVip.guests.install (enabled or clusterLabel) to install \
+             kube-vip in the guests, or convert the ConfigMap together with the ranges",
+            guests.join(", ")
+        ));
+    }
 }
 
 /// A kube-fip FloatingIPRange as ours; `None` (an error said) when it has no range.
@@ -313,11 +334,9 @@ fn kube_fip_range(d: &Value, name: &str, at: &str, out: &mut Converted) -> Optio
         spec["kubeVip"] = json!({"publish": true, "guests": {"discovery": "rancher"}});
         out.notes.push(format!(
             "{at}: Harvester range: spec.harvester, autoAllocate in c-m-* \
-                 namespaces and kubeVip.guests (discovery rancher) set; kube-fip's \
-                 kubevipGuestInstall is operator configuration, not in this manifest: \
-                 set kubeVip.guests.install (enabled or clusterLabel) to install \
-                 kube-vip in the guests, and run the operator with \
-                 --rancher-clusters (chart floatingIPs.rancher.enabled, .harvester)"
+                 namespaces and kubeVip.guests (discovery rancher) set; run the \
+                 operator with --rancher-clusters (chart floatingIPs.rancher.enabled, \
+                 .harvester)"
         ));
     } else if let Some(n) = ann["harvesterNetworkName"].as_str() {
         out.notes.push(format!(
@@ -419,14 +438,26 @@ fn apply_kube_fip_config(at: &str, data: &Value, rest: &mut [Value], out: &mut C
     let at = format!("{at}: kube-fip's configuration");
     let get = |k: &str| data[k].as_str().map(str::trim);
     let mut guests: Map<String, Value> = Map::new();
-    match get("kubevipGuestInstall") {
+    // kube-fip lower-cases the value, and an absent or empty key is its default,
+    // clusterlabel (its config.go): the converted ranges keep doing what kube-fip did.
+    match get("kubevipGuestInstall")
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
         Some("enabled") => {
             guests.insert("install".into(), json!("enabled"));
         }
-        Some("clusterlabel" | "clusterLabel") => {
+        Some("clusterlabel") => {
             guests.insert("install".into(), json!("clusterLabel"));
         }
-        Some("" | "disabled" | "false") | None => {}
+        Some("") | None => {
+            guests.insert("install".into(), json!("clusterLabel"));
+            out.notes.push(format!(
+                "{at}: no kubevipGuestInstall: kube-fip's default, clusterlabel, is \
+                 kubeVip.guests.install: clusterLabel on the ranges that publish to guests"
+            ));
+        }
+        Some("disabled" | "false") => {}
         Some(v) => out.errors.push(format!(
             "{at}: kubevipGuestInstall={v:?} is not enabled, clusterlabel or disabled"
         )),
@@ -499,9 +530,64 @@ fn apply_kube_fip_config(at: &str, data: &Value, rest: &mut [Value], out: &mut C
              floatingIPs.traceIpamData)"
         ));
     }
+    kube_fip_config_elsewhere(&at, data, out);
     out.notes.push(format!(
         "{at}: the ConfigMap is not kept (netpolicy reads none)"
     ));
+}
+
+/// The keys of `kube-fip-config` that no converted object carries: each named, with
+/// where its counterpart lives (the chart's values) or why it has none.
+fn kube_fip_config_elsewhere(at: &str, data: &Value, out: &mut Converted) {
+    const CARRIED: [&str; 6] = [
+        "kubevipNamespace",
+        "kubevipGuestInstall",
+        "kubevipUpdate",
+        "operateGuestClusterInterval",
+        "kubevipChartValues",
+        "traceIpamData",
+    ];
+    let Some(data) = data.as_object() else {
+        return;
+    };
+    for (key, value) in data {
+        if CARRIED.contains(&key.as_str()) {
+            continue;
+        }
+        let value = value.as_str().unwrap_or_default().trim();
+        let where_ = match key.as_str() {
+            "logLevel" => format!(
+                "the operator's log filter is the chart value operator.logLevel (RUST_LOG: \
+                 {:?} there)",
+                value.to_ascii_lowercase()
+            ),
+            "metricsPort" => "the operator's /metrics port is the chart value \
+                              operator.metricsPort (default 8080, as kube-fip's)"
+                .to_owned(),
+            "kubevipReleaseName"
+            | "kubevipChartRepoUrl"
+            | "kubevipChartRef"
+            | "kubevipChartVersion"
+            | "kubevipCloudProviderReleaseName"
+            | "kubevipCloudProviderChartRef"
+            | "kubevipCloudProviderChartVersion" => "netpolicy installs kube-vip and \
+                 kube-vip-cloud-provider from manifests of its own, not Helm charts: no \
+                 counterpart (their images are kubeVip.guests.kubeVip.image and \
+                 .cloudProvider.image)"
+                .to_owned(),
+            "kubevipCloudProviderChartValues" => "Helm values of kube-vip-cloud-provider's \
+                 chart: set their counterpart kubeVip.guests.cloudProvider.image by hand"
+                .to_owned(),
+            "removeHarvesterCloudProvider" | "harvesterCloudProviderNamespace" => {
+                "netpolicy does not remove Harvester's cloud provider from a guest: remove \
+                 it by hand where kube-vip-cloud-provider replaces it"
+                    .to_owned()
+            }
+            _ => "not a key netpolicy's convert knows: dropped".to_owned(),
+        };
+        out.notes
+            .push(format!("{at}: {key}={value:?} is not converted: {where_}"));
+    }
 }
 
 /// ipruler's FullConfig: `node`'s items, then each of `cluster`'s that `node` has no item
@@ -1185,6 +1271,83 @@ mod tests {
         assert!(!notes.contains("cc-1 is not needed"), "{notes}");
         // Create-once becomes keep-in-step: said.
         assert!(notes.contains("updateConfigMap=false"), "{notes}");
+    }
+
+    fn harvester_range() -> Value {
+        json!({"apiVersion": KUBEFIP, "kind": "FloatingIPRange", "metadata": {"name": "h",
+               "annotations": {"harvesterClusterName": "hv1"}},
+               "spec": {"iprange": "10.0.0.0/28"}})
+    }
+
+    fn kube_fip_config(data: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "kube-fip-config", "namespace": "kube-fip"},
+               "data": data})
+    }
+
+    fn converted(docs: Vec<Value>) -> Converted {
+        convert(docs.into_iter().map(|d| ("in.yaml".to_owned(), d)))
+    }
+
+    #[test]
+    fn kube_fips_guest_install_comes_from_its_configmap_with_kube_fips_default() {
+        let install = |c: &Converted| {
+            c.objects
+                .iter()
+                .find(|o| o["metadata"]["name"] == "h")
+                .map(|o| o["spec"]["kubeVip"]["guests"]["install"].clone())
+                .unwrap_or_default()
+        };
+        // Set in the ConfigMap (kube-fip lower-cases it): carried, never called missing.
+        let c = converted(vec![
+            harvester_range(),
+            kube_fip_config(json!({"kubevipGuestInstall": "Enabled"})),
+        ]);
+        assert_eq!(install(&c), json!("enabled"));
+        assert!(
+            !c.notes.join("\n").contains("not in this input"),
+            "{:?}",
+            c.notes
+        );
+        // The ConfigMap without the key: kube-fip's default, clusterlabel, said.
+        let c = converted(vec![kube_fip_config(json!({})), harvester_range()]);
+        assert_eq!(install(&c), json!("clusterLabel"));
+        assert!(
+            c.notes.join("\n").contains("no kubevipGuestInstall"),
+            "{:?}",
+            c.notes
+        );
+        // No ConfigMap in the input: unknown here, said once, nothing set.
+        let c = converted(vec![harvester_range()]);
+        assert_eq!(install(&c), Value::Null);
+        let notes = c.notes.join("\n");
+        assert!(
+            notes.contains("FloatingIPRange(s) h: kube-fip's kubevipGuestInstall")
+                && notes.contains("not in this input"),
+            "{notes}"
+        );
+    }
+
+    #[test]
+    fn every_key_of_kube_fips_configmap_is_carried_or_named_with_its_counterpart() {
+        let c = converted(vec![
+            harvester_range(),
+            kube_fip_config(json!({"logLevel": "Debug", "metricsPort": "9090",
+                                   "kubevipChartRef": "kube-vip/kube-vip",
+                                   "someFutureKey": "x"})),
+        ]);
+        assert!(c.errors.is_empty(), "{:?}", c.errors);
+        let notes = c.notes.join("\n");
+        for said in [
+            "logLevel=\"Debug\" is not converted: the operator's log filter is the chart \
+             value operator.logLevel (RUST_LOG: \"debug\" there)",
+            "metricsPort=\"9090\" is not converted: the operator's /metrics port is the \
+             chart value operator.metricsPort",
+            "kubevipChartRef=\"kube-vip/kube-vip\" is not converted: netpolicy installs",
+            "someFutureKey=\"x\" is not converted: not a key netpolicy's convert knows",
+        ] {
+            assert!(notes.contains(said), "{said:?} not in\n{notes}");
+        }
     }
 
     #[test]

@@ -2389,6 +2389,24 @@ fn the_migration_corpus_converts_and_plans_to_the_seeds_end_state() {
     assert_eq!(v["floatingIPs"][0]["name"], "demo-vip");
     assert_eq!(v["floatingIPs"][0]["address"], "10.135.10.200");
 
+    // kube-fip's ConfigMap: what maps is on the range, every other key is named with
+    // where its counterpart lives, and kubevipGuestInstall is not called missing.
+    let (v, notes) = converted("kube-fip-config.yaml");
+    let range = &v["floatingIPRanges"][0];
+    assert_eq!(range["name"], "guest-vlan", "{v:#}");
+    for said in [
+        "logLevel=\"Debug\" is not converted",
+        "operator.logLevel",
+        "metricsPort=\"9090\" is not converted",
+        "operator.metricsPort",
+        "kubevipChartRepoUrl",
+        "removeHarvesterCloudProvider",
+        "harvesterCloudProviderNamespace",
+    ] {
+        assert!(notes.contains(said), "{said:?} not in\n{notes}");
+    }
+    assert!(!notes.contains("not in this input"), "{notes}");
+
     // ipruler: the ClusterConfig's rule on the NodeConfig's node, and not elsewhere.
     let (v, notes) = converted("ipruler.yaml");
     assert_eq!(v["nodes"]["edge-1"]["rules"][0]["from"], "172.31.201.11/32");
