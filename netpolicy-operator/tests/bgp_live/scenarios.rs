@@ -20,14 +20,10 @@ use netpolicy_rr::CLUSTER_ID_ANNOTATION;
 use netpolicy_testenv::bgp::{BgpLab, Samples};
 use serde_json::json;
 
-/// BIRD's session restart: `connect delay time 2` in Calico's template, and at worst
-/// one `connect retry time 5` when the first attempt meets a peer still in its delay.
-const RESTART_BOUND: Duration = Duration::from_secs(10);
-
-/// How long the lab must stay at rest (`BgpLab::converged`) before a transition's
-/// sampling ends early: longer than confd takes to render the job's last write and
-/// BIRD to start the restart it causes (a restart caught mid-way shows as sessions
-/// not Established, and the wait goes on).
+/// How long the lab must stay at rest (`BgpLab::at_rest`) before a transition's
+/// sampling ends: BIRD's session restart starts `connect delay time 2` (Calico's
+/// template) after its reconfiguration, so a rest shorter than that could end
+/// between a reload and the sessions it takes down.
 const AT_REST: Duration = Duration::from_secs(3);
 
 /// How long a restarting node's pairs may miss their routes: its sessions' restart
@@ -194,22 +190,29 @@ impl Run {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let settled = t.elapsed().saturating_sub(Duration::from_secs(2));
-        // BIRD brings the last step's sessions up (a restart is ~2 s, at most
-        // RESTART_BOUND): sampled until the lab is at rest for AT_REST, or for
-        // RESTART_BOUND when it is not (a node the change cut off). It was a fixed
-        // RESTART_BOUND each transition (issue 65: waits end on their condition).
+        // BIRD brings the last step's sessions up (a restart is ~2 s): sampled until
+        // the lab is at rest with the cluster IDs the job wrote for AT_REST (every
+        // confd rendered them, every BIRD runs what its confd rendered, every session
+        // Established, every route in every kernel), at most WINDOW_BOUND, the longest
+        // a restart may take with BIRD's collision flaps. It was a fixed 10 s each
+        // transition (issue 65: waits end on their condition); a lab whole before
+        // a node's confd rendered the job's last write is not at rest.
         let up = Instant::now();
         let mut rest_since: Option<Instant> = None;
-        while up.elapsed() < RESTART_BOUND {
-            if self.lab.converged() {
+        let ids = cluster_ids(&self.client).await;
+        let rest = loop {
+            if self.lab.at_rest(&ids) {
                 if rest_since.get_or_insert_with(Instant::now).elapsed() >= AT_REST {
-                    break;
+                    break Some(up.elapsed());
                 }
             } else {
                 rest_since = None;
             }
+            if up.elapsed() >= WINDOW_BOUND {
+                break None;
+            }
             tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        };
         let samples = checker.stop();
         let _ = stop.send(());
         let mut restarted = watcher.await.unwrap();
@@ -228,7 +231,7 @@ impl Run {
              cluster ID changed{}): {restarted:?}; missing samples: {inside} in their pairs, {} \
              elsewhere; {} samples in gaps of at most {} ms while BIRD replaced a route in \
              the kernel, keeping it in its table (counted apart); rounds {} ms apart at \
-             most",
+             most; {}",
             samples.rounds,
             samples.pairs,
             sessions_before.len(),
@@ -245,6 +248,10 @@ impl Run {
             samples.replaced,
             samples.longest_swap.as_millis(),
             samples.longest_round.as_millis(),
+            rest.map_or_else(
+                || format!("not at rest {} s after it settled", WINDOW_BOUND.as_secs()),
+                |r| format!("at rest {:.1} s after it settled", r.as_secs_f64())
+            ),
         );
         self.table.push_str(&format!(
             "| {what} | {:.1} | {} → {} | {} | {inside} | {} | {} ({} ms) |\n",

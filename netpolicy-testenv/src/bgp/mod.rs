@@ -137,6 +137,31 @@ impl BgpNode {
             .count()
     }
 
+    /// What confd last rendered into the node's `bird.cfg`: the route-reflector cluster
+    /// ID the node is configured with (Calico's template writes "This node (…) is
+    /// configured as a route reflector with cluster ID …;") and the BGP protocols it
+    /// declares. `None` when the file cannot be read.
+    #[must_use]
+    pub fn rendered(&self) -> Option<(Option<String>, BTreeSet<String>)> {
+        let text = std::fs::read_to_string(self.dir.join("config").join("bird.cfg")).ok()?;
+        let mut cluster_id = None;
+        let mut protocols = BTreeSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line
+                .split("configured as a route reflector with cluster ID ")
+                .nth(1)
+            {
+                cluster_id = Some(rest.trim_end().trim_end_matches(';').to_owned());
+            }
+            if let Some(rest) = line.trim_start().strip_prefix("protocol bgp ")
+                && let Some(name) = rest.split_whitespace().next()
+            {
+                protocols.insert(name.to_owned());
+            }
+        }
+        Some((cluster_id, protocols))
+    }
+
     /// The destinations of the IPv4 routes in the node's main table, from
     /// `/proc/<bird>/net/route` (no process started per sample).
     pub(crate) fn routes(&self) -> Option<BTreeSet<String>> {
@@ -696,14 +721,28 @@ impl BgpLab {
         out
     }
 
-    /// Whether the lab is at rest: every node's BIRD answers with every BGP session it is
-    /// configured with Established, and every node's kernel has every other node's
-    /// route. What a wait for BIRD to bring a step's sessions up ends on.
+    /// Whether the lab is at rest with the cluster IDs the API holds (`cluster_ids`:
+    /// node name → its route-reflector cluster ID annotation, as the job wrote it):
+    /// every node's confd rendered its cluster ID, its BIRD runs exactly the BGP
+    /// protocols confd rendered, every one of them Established, and every node's kernel
+    /// has every other node's route. What a wait for BIRD to bring a step's sessions up
+    /// ends on: a lab that looks whole while a node's confd has not yet rendered the
+    /// job's last write (its restart still to come) is not at rest.
     #[must_use]
-    pub fn converged(&self) -> bool {
+    pub fn at_rest(
+        &self,
+        cluster_ids: &std::collections::BTreeMap<String, Option<String>>,
+    ) -> bool {
         self.nodes.iter().all(|n| {
+            let Some((rendered_id, rendered)) = n.rendered() else {
+                return false;
+            };
             let protocols = n.bgp_protocols();
-            !protocols.is_empty() && protocols.iter().all(|(_, up)| *up)
+            let running: BTreeSet<String> = protocols.iter().map(|(p, _)| p.clone()).collect();
+            cluster_ids.get(&n.name).is_none_or(|id| *id == rendered_id)
+                && !protocols.is_empty()
+                && running == rendered
+                && protocols.iter().all(|(_, up)| *up)
         }) && self.missing_now().is_empty()
     }
 
