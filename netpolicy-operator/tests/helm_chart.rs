@@ -828,6 +828,77 @@ async fn limited_to_one_namespace_the_operator_gets_a_role_there_and_nothing_clu
         deployments(&watch).get("stateless-lb-frontend-a").await,
         Err(kube::Error::Api(ref s)) if s.code == 404
     ));
+    // A trench's accounts (meridio.nspServiceAccount/.feServiceAccount empty): the
+    // ServiceAccount, and the Roles granting watch on ConfigMaps and on Secrets with
+    // their RoleBindings, which the API server lets it create only because it holds
+    // those verbs itself (created for real: a RoleBinding's check reads its Role).
+    let pp = PostParams::default();
+    let accounts = |n: &str| -> Vec<Value> {
+        ["configmaps", "secrets"]
+            .into_iter()
+            .flat_map(|resource| {
+                let rbac = "rbac.authorization.k8s.io";
+                [
+                    json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                           "metadata": {"name": format!("sa-{resource}"), "namespace": n}}),
+                    json!({"apiVersion": format!("{rbac}/v1"), "kind": "Role",
+                           "metadata": {"name": format!("role-{resource}"), "namespace": n},
+                           "rules": [{"apiGroups": [""], "resources": [resource], "verbs": ["watch"]}]}),
+                    json!({"apiVersion": format!("{rbac}/v1"), "kind": "RoleBinding",
+                           "metadata": {"name": format!("binding-{resource}"), "namespace": n},
+                           "roleRef": {"apiGroup": rbac, "kind": "Role", "name": format!("role-{resource}")},
+                           "subjects": [{"kind": "ServiceAccount", "name": format!("sa-{resource}"), "namespace": n}]}),
+                ]
+            })
+            .collect()
+    };
+    for (n, allowed) in [(&watch, true), (&elsewhere, false)] {
+        for o in accounts(n) {
+            let kind = o["kind"].as_str().unwrap().to_owned();
+            let (group, version) = o["apiVersion"]
+                .as_str()
+                .unwrap()
+                .rsplit_once('/')
+                .unwrap_or(("", "v1"));
+            let plural = format!("{}s", kind.to_lowercase());
+            let ar = kube::api::ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk(group, version, &kind),
+                &plural,
+            );
+            let o: DynamicObject = serde_json::from_value(o).unwrap();
+            let r = Api::<DynamicObject>::namespaced_with(op.clone(), n, &ar)
+                .create(&pp, &o)
+                .await;
+            if allowed {
+                assert!(r.is_ok(), "{kind} in {n}: {r:?}");
+            } else {
+                assert!(forbidden(r), "{kind} in {n}");
+            }
+        }
+    }
+    // With the install's accounts named, the operator holds none of it.
+    let named = render(
+        &ns,
+        &[
+            "--set",
+            &format!("operator.watchNamespace={watch}"),
+            "--set",
+            "meridio.nspServiceAccount=meridio-nsp",
+            "--set",
+            "meridio.feServiceAccount=meridio-fes",
+        ],
+    );
+    let rules = of_kind(&named, "Role")[0]["rules"].clone();
+    for r in rules.as_array().unwrap() {
+        let has = |k: &str, v: &str| r[k].as_array().unwrap().contains(&json!(v));
+        for resource in ["serviceaccounts", "roles", "rolebindings", "secrets"] {
+            assert!(!has("resources", resource), "{resource}: {r}");
+        }
+        assert!(
+            !(has("resources", "configmaps") && has("verbs", "watch")),
+            "watch on ConfigMaps: {r}"
+        );
+    }
     // Anywhere else: nothing.
     assert!(forbidden(
         trenches(&elsewhere).list(&Default::default()).await

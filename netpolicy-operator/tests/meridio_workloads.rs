@@ -21,9 +21,17 @@ use netpolicy_operator::api::crds;
 use netpolicy_testenv::eventually;
 use serde_json::json;
 
-/// Meridio's workloads: (group, version, kind, plural).
-const KINDS: [(&str, &str, &str, &str); 6] = [
+/// Meridio's workloads and the accounts they run as: (group, version, kind, plural).
+const KINDS: [(&str, &str, &str, &str); 9] = [
     ("", "v1", "ConfigMap", "configmaps"),
+    ("", "v1", "ServiceAccount", "serviceaccounts"),
+    ("rbac.authorization.k8s.io", "v1", "Role", "roles"),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "RoleBinding",
+        "rolebindings",
+    ),
     ("", "v1", "Service", "services"),
     ("apps", "v1", "StatefulSet", "statefulsets"),
     ("apps", "v1", "Deployment", "deployments"),
@@ -159,14 +167,20 @@ async fn all_kept(client: &Client, ns: &str, why: &dyn Fn() -> String) {
     }
 }
 
-const EXPECTED: [&str; 9] = [
+const EXPECTED: [&str; 15] = [
     "ConfigMap/meridio-configuration-trench-a",
     "DaemonSet/proxy-conduit-stateless",
     "Deployment/nse-vlan-attr1",
     "Deployment/stateless-lb-frontend-attr1",
     "PodDisruptionBudget/pdb-attr1",
+    "Role/meridio-configuration-role-trench-a",
+    "Role/meridio-fes-role-trench-a",
+    "RoleBinding/meridio-configuration-role-binding-trench-a",
+    "RoleBinding/meridio-fes-role-binding-trench-a",
     "Service/ipam-service-trench-a",
     "Service/nsp-service-trench-a",
+    "ServiceAccount/meridio-fes-trench-a",
+    "ServiceAccount/meridio-sa-trench-a",
     "StatefulSet/ipam-trench-a",
     "StatefulSet/nsp-trench-a",
 ];
@@ -184,6 +198,107 @@ fn patches(cp: &netpolicy_testenv::ControlPlane) -> Vec<String> {
     }
     out.sort();
     out
+}
+
+/// What `kubectl auth can-i <verb> <resource> -n <ns> --as=system:serviceaccount:…`
+/// answers: a SelfSubjectAccessReview made as the account (impersonated, with the
+/// groups the API server gives a ServiceAccount).
+async fn can_i(
+    cp: &netpolicy_testenv::ControlPlane,
+    account: (&str, &str),
+    verb: &str,
+    resource: &str,
+    ns: &str,
+) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let (account_ns, name) = account;
+    let groups = [
+        "system:serviceaccounts".to_owned(),
+        format!("system:serviceaccounts:{account_ns}"),
+        "system:authenticated".to_owned(),
+    ];
+    let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+    let client = cp
+        .client_impersonating(
+            &format!("system:serviceaccount:{account_ns}:{name}"),
+            &groups,
+        )
+        .await;
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                namespace: Some(ns.to_owned()),
+                verb: Some(verb.to_owned()),
+                resource: Some(resource.to_owned()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<SelfSubjectAccessReview>::all(client)
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+/// Each workload's `serviceAccountName` is an account that exists, and each account is
+/// allowed what Meridio's RBAC allows its components (the NSP watches its ConfigMap, the
+/// front ends watch Secrets for BGP keys) in the trench's namespace, and nothing else
+/// asked here: not another verb, not the other resource, not another namespace.
+async fn accounts_allow_what_meridio_needs(
+    cp: &netpolicy_testenv::ControlPlane,
+    objects: &BTreeMap<String, DynamicObject>,
+    ns: &str,
+    other_ns: &str,
+) {
+    let mut named = BTreeMap::new();
+    for (key, o) in objects {
+        if let Some(sa) = o.data["spec"]["template"]["spec"]["serviceAccountName"].as_str() {
+            assert!(
+                objects.contains_key(&format!("ServiceAccount/{sa}")),
+                "{key} runs as {sa}, which is not there"
+            );
+            named.insert(key.clone(), sa.to_owned());
+        }
+    }
+    assert_eq!(
+        named,
+        BTreeMap::from([
+            (
+                "Deployment/stateless-lb-frontend-attr1".to_owned(),
+                "meridio-fes-trench-a".to_owned()
+            ),
+            (
+                "StatefulSet/nsp-trench-a".to_owned(),
+                "meridio-sa-trench-a".to_owned()
+            ),
+        ])
+    );
+    for (account, allowed) in [
+        ("meridio-sa-trench-a", "configmaps"),
+        ("meridio-fes-trench-a", "secrets"),
+    ] {
+        for resource in ["configmaps", "secrets"] {
+            for verb in ["watch", "get", "list", "create", "update", "delete"] {
+                let want = verb == "watch" && resource == allowed;
+                assert_eq!(
+                    can_i(cp, (ns, account), verb, resource, ns).await,
+                    want,
+                    "can-i {verb} {resource} -n {ns} --as=system:serviceaccount:{ns}:{account}"
+                );
+            }
+        }
+        assert!(
+            !can_i(cp, (ns, account), "watch", allowed, other_ns).await,
+            "{account} of {ns} may watch {allowed} in {other_ns}"
+        );
+        assert!(!can_i(cp, (ns, account), "list", "pods", ns).await);
+    }
 }
 
 /// One operator at a time: a cluster-wide one would serve the other test's trenches.
@@ -226,6 +341,12 @@ async fn meridio_trenches_get_meridios_workloads_in_their_namespace_and_only_cha
             "StatefulSet/ipam-trench-a",
             "Service/nsp-service-trench-a",
             "Service/ipam-service-trench-a",
+            "ServiceAccount/meridio-sa-trench-a",
+            "Role/meridio-configuration-role-trench-a",
+            "RoleBinding/meridio-configuration-role-binding-trench-a",
+            "ServiceAccount/meridio-fes-trench-a",
+            "Role/meridio-fes-role-trench-a",
+            "RoleBinding/meridio-fes-role-binding-trench-a",
         ] {
             assert_eq!(
                 owner(k),
@@ -275,6 +396,8 @@ async fn meridio_trenches_get_meridios_workloads_in_their_namespace_and_only_cha
         let cm = &objects["ConfigMap/meridio-configuration-trench-a"].data["data"];
         assert_eq!(cm.as_object().unwrap().len(), 7, "{cm}");
         assert_eq!(cm["trench"], "name: trench-a\n");
+        accounts_allow_what_meridio_needs(cp, &objects, ns, if ns == &ns1 { &ns2 } else { &ns1 })
+            .await;
     }
     let ready_of = |kind: &'static str, name: &'static str, ns: String| {
         let client = client.clone();

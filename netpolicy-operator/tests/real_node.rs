@@ -928,6 +928,44 @@ async fn jobs(cluster: &NodeCluster, client: &Client) -> cloud::Shared {
             "pdb-attr-a",
         ),
         ("apps/v1", "DaemonSet", "daemonsets", "proxy-c1"),
+        // The accounts its pods run as, made by the operator under the chart's RBAC
+        // (it may grant only the verbs it holds) and collected with the Trench.
+        (
+            "v1",
+            "ServiceAccount",
+            "serviceaccounts",
+            "meridio-sa-trench-a",
+        ),
+        (
+            "v1",
+            "ServiceAccount",
+            "serviceaccounts",
+            "meridio-fes-trench-a",
+        ),
+        (
+            "rbac.authorization.k8s.io/v1",
+            "Role",
+            "roles",
+            "meridio-configuration-role-trench-a",
+        ),
+        (
+            "rbac.authorization.k8s.io/v1",
+            "RoleBinding",
+            "rolebindings",
+            "meridio-configuration-role-binding-trench-a",
+        ),
+        (
+            "rbac.authorization.k8s.io/v1",
+            "Role",
+            "roles",
+            "meridio-fes-role-trench-a",
+        ),
+        (
+            "rbac.authorization.k8s.io/v1",
+            "RoleBinding",
+            "rolebindings",
+            "meridio-fes-role-binding-trench-a",
+        ),
     ];
     let present = |client: Client| async move {
         let mut here = Vec::new();

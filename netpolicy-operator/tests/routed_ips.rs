@@ -1335,3 +1335,136 @@ async fn a_deletion_that_waits_for_an_unreachable_provider_says_how_to_let_it_go
     })
     .await;
 }
+
+/// A user's Floating IP the provider already holds, on a node that may keep it, adopted
+/// with `spec.address`: the operator allocates no second IP and neither unassigns nor
+/// reassigns it (no gap), and opens the firewall for the Service (the IP keeps the
+/// user's labels: it is found by its address, recorded in the status).
+/// Then the Service's port changes: the new port is opened before the old one is closed
+/// (the seed's order; the provider's request log says it), and the old one is closed.
+#[tokio::test(flavor = "multi_thread")]
+async fn hetzner_adopts_an_existing_ip_without_a_gap_and_follows_a_port_change_in_order() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let (base, cloud) = cloud::serve(cloud::hetzner::api, "/v1").await;
+    let ns = cp.namespace("rip-adopt").await;
+    let log = cp.dir.join("operator-rip-adopt.log");
+    token_secret(&client, &ns, "hcloud", "token", cloud::hetzner::TOKEN).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let ids: Vec<(&str, String)> = [("adopt-a", 21), ("adopt-b", 22)]
+        .into_iter()
+        .map(|(n, id)| (n, format!("hcloud://{id}")))
+        .collect();
+    cloud_nodes(&nodes, json!({"role": "adopt"}), &ids).await;
+    web_service(&client, &ns).await;
+    set_endpoints(&client, &ns, &[("adopt-a", true), ("adopt-b", true)]).await;
+    // The user's IP, made by hand in Hetzner's console: no labels, on adopt-a's server.
+    let address = "198.51.100.250";
+    cloud.lock().unwrap().ips.push(json!({
+        "id": 900, "ip": address, "type": "ipv4", "server": 21, "labels": {},
+        "description": "made by hand", "home_location": {"name": "fsn1"}, "blocked": false
+    }));
+    let issuer: RoutedIPIssuer = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIPIssuer",
+        "metadata": {"name": "hz-adopt"},
+        "spec": {"hetzner": {"tokenSecretRef": {"namespace": ns, "name": "hcloud"},
+                             "location": "fsn1", "endpoint": base},
+                 "firewall": {"name": "adopt-fw"}}
+    }))
+    .unwrap();
+    Api::<RoutedIPIssuer>::all(client.clone())
+        .create(&PostParams::default(), &issuer)
+        .await
+        .unwrap();
+    let rip: RoutedIP = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "RoutedIP",
+        "metadata": {"name": "adopted"},
+        "spec": {"issuerRef": {"name": "hz-adopt"}, "address": address,
+                 "nodeSelector": {"matchLabels": {"role": "adopt"}},
+                 "serviceRef": {"namespace": ns, "name": "web"}}
+    }))
+    .unwrap();
+    Api::<RoutedIP>::all(client.clone())
+        .create(&PostParams::default(), &rip)
+        .await
+        .unwrap();
+    let op = operator(cp, &ns, &log);
+
+    let s = until(
+        &client,
+        "adopted",
+        "adopted on adopt-a",
+        &log,
+        settled_on("adopt-a"),
+    )
+    .await;
+    assert_eq!(s.address.as_deref(), Some(address));
+    let c = calls(&cloud, 0);
+    assert!(
+        !c.iter().any(|c| c.starts_with("POST /floating_ips ")
+            || c == "POST /floating_ips"
+            || c.contains("actions/unassign")
+            || c.contains("actions/assign")),
+        "a second IP, or the IP moved (a gap), while adopting one where it may stay: {c:#?}"
+    );
+    {
+        let st = cloud.lock().unwrap();
+        assert_eq!(st.ips.len(), 1, "{:?}", st.ips);
+        assert_eq!(st.ips[0]["server"], 21);
+        let rules = st.firewalls[0]["rules"].to_string();
+        assert!(
+            rules.contains("\"443\"") && rules.contains("\"53\""),
+            "{rules}"
+        );
+    }
+
+    // The Service's HTTPS port moves from 443 to 8443.
+    let mark = cloud.lock().unwrap().log.len();
+    Api::<Service>::namespaced(client.clone(), &ns)
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"ports": [
+                {"name": "https", "port": 8443, "targetPort": 8443},
+                {"name": "dns", "port": 53, "protocol": "UDP"}]}})),
+        )
+        .await
+        .unwrap();
+    let s = until(&client, "adopted", "on port 8443", &log, |s| {
+        s.step.is_none() && s.ports.iter().any(|p| p.port == 8443)
+    })
+    .await;
+    let ports: Vec<(String, u16)> = s
+        .ports
+        .iter()
+        .map(|p| (p.protocol.clone(), p.port))
+        .collect();
+    assert_eq!(ports, [("tcp".to_owned(), 8443), ("udp".to_owned(), 53)]);
+    let c = calls(&cloud, mark);
+    let set_rules: Vec<&String> = c.iter().filter(|c| c.contains("set_rules")).collect();
+    let opened = set_rules
+        .iter()
+        .position(|r| r.contains("\"8443\""))
+        .unwrap_or_else(|| panic!("8443 never opened: {c:#?}"));
+    let closed = set_rules
+        .iter()
+        .position(|r| !r.contains("\"443\""))
+        .unwrap_or_else(|| panic!("443 never closed: {c:#?}"));
+    assert!(
+        set_rules[opened].contains("\"443\"") && opened < closed,
+        "8443 not opened while 443 was still open, before 443 was closed: {set_rules:#?}"
+    );
+    assert!(
+        !c.iter()
+            .any(|c| c.contains("actions/unassign") || c.contains("actions/assign")),
+        "the IP moved for a port change: {c:#?}"
+    );
+    let rules = cloud.lock().unwrap().firewalls[0]["rules"].to_string();
+    assert!(
+        rules.contains("\"8443\"") && rules.contains("\"53\"") && !rules.contains("\"443\""),
+        "{rules}"
+    );
+    drop(op);
+}

@@ -315,6 +315,8 @@ pub(crate) mod applied {
             "Deployment" => ("apps", "v1", "deployments", true),
             "DaemonSet" => ("apps", "v1", "daemonsets", true),
             "PodDisruptionBudget" => ("policy", "v1", "poddisruptionbudgets", true),
+            "Role" => ("rbac.authorization.k8s.io", "v1", "roles", true),
+            "RoleBinding" => ("rbac.authorization.k8s.io", "v1", "rolebindings", true),
             "ClusterRole" => ("rbac.authorization.k8s.io", "v1", "clusterroles", false),
             "ClusterRoleBinding" => (
                 "rbac.authorization.k8s.io",

@@ -103,7 +103,8 @@ pub struct ConfigMapReport {
 /// One object of Meridio's the operator would keep (`meridio` data plane).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct WorkloadReport {
-    /// `StatefulSet`, `Deployment`, `DaemonSet`, `Service`, `PodDisruptionBudget`.
+    /// `StatefulSet`, `Deployment`, `DaemonSet`, `Service`, `PodDisruptionBudget`, and
+    /// the trench's accounts: `ServiceAccount`, `Role`, `RoleBinding`.
     pub kind: String,
     /// Its name.
     pub name: String,

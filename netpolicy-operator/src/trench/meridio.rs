@@ -45,9 +45,14 @@ pub(crate) struct Settings {
     pub(crate) init_image: String,
     /// `imagePullSecrets` of every pod.
     pub(crate) image_pull_secrets: Vec<String>,
-    /// ServiceAccount of the NSP pods (watches the ConfigMap).
+    /// ServiceAccount of the NSP pods (watches the ConfigMap). Empty (the default):
+    /// each trench's own, `meridio-sa-<trench>`, which netpolicy creates with its Role
+    /// and RoleBinding (Meridio-Operator's per-trench accounts). A name: an account the
+    /// install provides (current Meridio's `meridio-nsp`); netpolicy creates none.
     pub(crate) nsp_service_account: String,
-    /// ServiceAccount of the front-end pods (watches Secrets for BGP keys).
+    /// ServiceAccount of the front-end pods (watches Secrets for BGP keys). Empty (the
+    /// default): each trench's own, `meridio-fes-<trench>`, created by netpolicy. A
+    /// name: an account the install provides (`meridio-fes`).
     pub(crate) fe_service_account: String,
     /// NSM's registry service.
     pub(crate) nsm_registry_service: String,
@@ -76,8 +81,8 @@ impl Default for Settings {
             nsc_image: format!("{nsm}/cmd-nsc:v1.13.0"),
             init_image: "registry.nordix.org/cloud-native/meridio/busybox:1.29".into(),
             image_pull_secrets: Vec::new(),
-            nsp_service_account: "meridio-nsp".into(),
-            fe_service_account: "meridio-fes".into(),
+            nsp_service_account: String::new(),
+            fe_service_account: String::new(),
             nsm_registry_service: "nsm-registry-svc.nsm:5002".into(),
             log_level: "DEBUG".into(),
             grpc_probe_rpc_timeout: "1s".into(),
@@ -119,6 +124,24 @@ fn default_templates() -> BTreeMap<String, BTreeMap<String, Value>> {
 }
 
 impl Settings {
+    /// The NSP pods' ServiceAccount in trench `t`.
+    pub(crate) fn nsp_account(&self, t: &str) -> String {
+        if self.nsp_service_account.is_empty() {
+            format!("meridio-sa-{t}")
+        } else {
+            self.nsp_service_account.clone()
+        }
+    }
+
+    /// The front-end pods' ServiceAccount in trench `t`.
+    pub(crate) fn fe_account(&self, t: &str) -> String {
+        if self.fe_service_account.is_empty() {
+            format!("meridio-fes-{t}")
+        } else {
+            self.fe_service_account.clone()
+        }
+    }
+
     fn image(&self, component: &str) -> String {
         let version = self.versions.get(component).unwrap_or(&self.version);
         format!(
@@ -653,7 +676,8 @@ fn annotation(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) ->
         .map(String::as_str)
 }
 
-/// The trench's objects: the ConfigMap first, then the NSP and IPAM StatefulSets and
+/// The trench's objects: the ConfigMap first, then the accounts its pods run as
+/// ([`accounts`]), the NSP and IPAM StatefulSets and
 /// their Services, per Attractor its Deployments and PodDisruptionBudget, per Conduit
 /// its proxy DaemonSet. Each is a whole object for server-side apply. `problems` gets
 /// what cannot be honoured (an unknown resource template), by object (`Kind/name`).
@@ -678,12 +702,63 @@ pub(crate) fn workloads(
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": cm_meta,
         "data": config_map_data(d),
     }));
+    out.extend(accounts(d, s, &towner));
     out.extend(trench_objects(trench, d, s, &towner, problems));
     for a in &d.attractors {
         out.extend(attractor_objects(a, d, s, problems));
     }
     for c in &d.conduits {
         out.push(proxy(c, d, s, problems));
+    }
+    out
+}
+
+/// The accounts a trench's pods run as, when the settings name none: for the NSP
+/// (Meridio-Operator's `meridio-sa-<t>`, Role `meridio-configuration-role-<t>`,
+/// RoleBinding `meridio-configuration-role-binding-<t>`: watch ConfigMaps, the trench's
+/// configuration) and for the front ends (`meridio-fes-<t>`, Role `meridio-fes-role-<t>`:
+/// watch Secrets, their BGP authentication keys), each in the trench's namespace and
+/// owned by the Trench. The verbs are what Meridio's components use and its own
+/// RBAC grants, no more; the IPAM, NSE and proxy pods mount no token.
+fn accounts(d: &Domain<'_>, s: &Settings, towner: &Value) -> Vec<Value> {
+    let ns = d.namespace.as_str();
+    let t = d.name.as_str();
+    let mut out = Vec::new();
+    for (given, account, role, binding, resource) in [
+        (
+            &s.nsp_service_account,
+            s.nsp_account(t),
+            format!("meridio-configuration-role-{t}"),
+            format!("meridio-configuration-role-binding-{t}"),
+            "configmaps",
+        ),
+        (
+            &s.fe_service_account,
+            s.fe_account(t),
+            format!("meridio-fes-role-{t}"),
+            format!("meridio-fes-role-binding-{t}"),
+            "secrets",
+        ),
+    ] {
+        if !given.is_empty() {
+            continue;
+        }
+        let rbac = "rbac.authorization.k8s.io";
+        out.push(json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": meta(&account, ns, towner.clone(), &[]),
+        }));
+        out.push(json!({
+            "apiVersion": format!("{rbac}/v1"), "kind": "Role",
+            "metadata": meta(&role, ns, towner.clone(), &[]),
+            "rules": [{"apiGroups": [""], "resources": [resource], "verbs": ["watch"]}],
+        }));
+        out.push(json!({
+            "apiVersion": format!("{rbac}/v1"), "kind": "RoleBinding",
+            "metadata": meta(&binding, ns, towner.clone(), &[]),
+            "roleRef": {"apiGroup": rbac, "kind": "Role", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
+        }));
     }
     out
 }
@@ -775,7 +850,7 @@ fn trench_objects(
             ],
         });
         if comp == "nsp" {
-            spec["serviceAccountName"] = json!(s.nsp_service_account);
+            spec["serviceAccountName"] = json!(s.nsp_account(t));
         } else {
             spec["automountServiceAccountToken"] = json!(false);
         }
@@ -1025,7 +1100,7 @@ fn attractor_objects(
             "template": {
                 "metadata": pod_meta,
                 "spec": pod_spec(s, json!({
-                    "serviceAccountName": s.fe_service_account,
+                    "serviceAccountName": s.fe_account(t),
                     "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
                         "labelSelector": {"matchExpressions": [
                             {"key": "app", "operator": "In", "values": [name]}]},

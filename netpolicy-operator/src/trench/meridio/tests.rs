@@ -206,6 +206,12 @@ fn the_workloads_have_meridios_names_owners_and_wiring() {
         names,
         [
             "ConfigMap/meridio-configuration-trench-a",
+            "ServiceAccount/meridio-sa-trench-a",
+            "Role/meridio-configuration-role-trench-a",
+            "RoleBinding/meridio-configuration-role-binding-trench-a",
+            "ServiceAccount/meridio-fes-trench-a",
+            "Role/meridio-fes-role-trench-a",
+            "RoleBinding/meridio-fes-role-binding-trench-a",
             "StatefulSet/nsp-trench-a",
             "Service/nsp-service-trench-a",
             "StatefulSet/ipam-trench-a",
@@ -228,6 +234,13 @@ fn the_workloads_have_meridios_names_owners_and_wiring() {
             "uid-conduit-stateless",
         ),
         ("meridio-configuration-trench-a", "Trench", "uid-trench-a"),
+        ("meridio-sa-trench-a", "Trench", "uid-trench-a"),
+        ("meridio-fes-role-trench-a", "Trench", "uid-trench-a"),
+        (
+            "meridio-configuration-role-binding-trench-a",
+            "Trench",
+            "uid-trench-a",
+        ),
     ] {
         let o = &by(n)["metadata"]["ownerReferences"][0];
         assert_eq!(
@@ -289,6 +302,78 @@ fn the_workloads_have_meridios_names_owners_and_wiring() {
     assert_eq!(
         by("stateless-lb-frontend-attr1")["spec"]["template"]["spec"]["containers"][2]["image"],
         "registry.nordix.org/cloud-native/meridio/frontend:latest"
+    );
+}
+
+/// Each trench's pods run as accounts of that trench, with Meridio's verbs and no
+/// more (NSP: watch ConfigMaps; front ends: watch Secrets); accounts the settings name
+/// are the install's, used as they are and never created.
+#[test]
+fn pods_run_as_the_trenchs_own_accounts_unless_the_settings_name_the_installs() {
+    let s = sample();
+    let ds = domains(s.objects(), &mut Vec::new());
+    let by = |objs: &[Value], kind: &str, n: &str| -> Option<Value> {
+        objs.iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == n)
+            .cloned()
+    };
+    let account_of = |objs: &[Value], kind: &str, n: &str| {
+        by(objs, kind, n).unwrap()["spec"]["template"]["spec"]["serviceAccountName"].clone()
+    };
+    let objs = workloads(&ds[0], &Settings::default(), &mut BTreeMap::new());
+    assert_eq!(
+        account_of(&objs, "StatefulSet", "nsp-trench-a"),
+        "meridio-sa-trench-a"
+    );
+    assert_eq!(
+        account_of(&objs, "Deployment", "stateless-lb-frontend-attr1"),
+        "meridio-fes-trench-a"
+    );
+    for (role, resource) in [
+        ("meridio-configuration-role-trench-a", "configmaps"),
+        ("meridio-fes-role-trench-a", "secrets"),
+    ] {
+        assert_eq!(
+            by(&objs, "Role", role).unwrap()["rules"],
+            json!([{"apiGroups": [""], "resources": [resource], "verbs": ["watch"]}]),
+            "{role}"
+        );
+    }
+    let binding = by(&objs, "RoleBinding", "meridio-fes-role-binding-trench-a").unwrap();
+    assert_eq!(binding["roleRef"]["name"], "meridio-fes-role-trench-a");
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "meridio-fes-trench-a", "namespace": "default"}])
+    );
+    // No token where Meridio mounts none.
+    for (kind, n) in [
+        ("StatefulSet", "ipam-trench-a"),
+        ("DaemonSet", "proxy-conduit-stateless"),
+    ] {
+        let spec = &by(&objs, kind, n).unwrap()["spec"]["template"]["spec"];
+        assert!(spec["serviceAccountName"].is_null(), "{n}");
+    }
+
+    let named = Settings {
+        nsp_service_account: "meridio-nsp".into(),
+        fe_service_account: "meridio-fes".into(),
+        ..Settings::default()
+    };
+    let objs = workloads(&ds[0], &named, &mut BTreeMap::new());
+    assert_eq!(
+        account_of(&objs, "StatefulSet", "nsp-trench-a"),
+        "meridio-nsp"
+    );
+    assert_eq!(
+        account_of(&objs, "Deployment", "stateless-lb-frontend-attr1"),
+        "meridio-fes"
+    );
+    assert!(
+        !objs
+            .iter()
+            .any(|o| ["ServiceAccount", "Role", "RoleBinding"]
+                .contains(&o["kind"].as_str().unwrap())),
+        "accounts created though the settings name the install's"
     );
 }
 
