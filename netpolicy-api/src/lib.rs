@@ -1299,6 +1299,11 @@ pub struct EtcdDatastore {
     /// `tls.crt` and `tls.key` (the keys of a `kubernetes.io/tls` Secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_secret_ref: Option<NamespacedRef>,
+    /// A Secret with `username` and `password`: etcd's user authentication (Calico's
+    /// `ETCD_USERNAME` and `ETCD_PASSWORD`), with TLS or without. The password goes to
+    /// etcd only: never into a log, an Event or a status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret_ref: Option<NamespacedRef>,
 }
 
 /// What the operator does about Calico's full node-to-node mesh.

@@ -92,6 +92,7 @@ enum Order {
 }
 
 /// One process of a control plane and how to start it again.
+#[derive(Debug)]
 struct Proc {
     part: Part,
     bin: PathBuf,
@@ -135,6 +136,78 @@ pub struct EtcdTls {
     pub cert: PathBuf,
     /// Its key.
     pub key: PathBuf,
+}
+
+/// An etcd of a test's own (plain HTTP on 127.0.0.1, its own data directory under the
+/// control plane's), for tests that change etcd itself — authentication enabled, users
+/// and roles — where the API server's etcd must stay as it is. Stopped when dropped.
+#[derive(Debug)]
+pub struct OwnEtcd {
+    /// `http://127.0.0.1:<port>`.
+    pub url: String,
+    /// Its log.
+    pub log: PathBuf,
+    proc: Proc,
+}
+
+impl Drop for OwnEtcd {
+    fn drop(&mut self) {
+        let _ = self.proc.stop();
+    }
+}
+
+impl ControlPlane {
+    /// Starts an etcd of the test's own, named `name` (its directory and log).
+    ///
+    /// # Panics
+    /// When no ports are free or etcd does not start.
+    #[must_use]
+    pub fn own_etcd(&self, name: &str) -> OwnEtcd {
+        self.own_etcd_with(name, &[])
+    }
+
+    /// [`Self::own_etcd`] with more of etcd's flags (`--auth-token-ttl=1`).
+    ///
+    /// # Panics
+    /// When no ports are free or etcd does not start.
+    #[must_use]
+    pub fn own_etcd_with(&self, name: &str, flags: &[&str]) -> OwnEtcd {
+        let ports = free_ports(2).unwrap_or_else(|e| panic!("{e}"));
+        let (client, peer) = (
+            format!("http://127.0.0.1:{}", ports[0]),
+            format!("http://127.0.0.1:{}", ports[1]),
+        );
+        let dir = self.dir.join(format!(
+            "{name}-{}",
+            self.counter.fetch_add(1, Ordering::Relaxed)
+        ));
+        let log = dir.with_extension("log");
+        let mut proc = Proc {
+            part: Part::Etcd,
+            bin: tool("etcd"),
+            log: log.clone(),
+            port: ports[0],
+            child: None,
+            args: vec![
+                format!("--name={name}"),
+                format!("--data-dir={}", dir.display()),
+                format!("--listen-client-urls={client}"),
+                format!("--advertise-client-urls={client}"),
+                format!("--listen-peer-urls={peer}"),
+                format!("--initial-advertise-peer-urls={peer}"),
+                format!("--initial-cluster={name}={peer}"),
+                "--unsafe-no-fsync=true".into(),
+                "--log-level=warn".into(),
+            ],
+        };
+        proc.args.extend(flags.iter().map(|f| (*f).to_owned()));
+        proc.start().unwrap_or_else(|e| panic!("etcd {name}: {e}"));
+        OwnEtcd {
+            url: client,
+            log,
+            proc,
+        }
+    }
 }
 
 static SHARED: OnceLock<ControlPlane> = OnceLock::new();

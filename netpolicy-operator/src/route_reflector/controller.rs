@@ -66,8 +66,8 @@ use super::{
 };
 use crate::{
     api::{
-        EtcdDatastore, KubeconfigSecretRef, ROUTE_REFLECTOR_CONFIG_NAME, RouteReflectorConfig,
-        RouteReflectorConfigStatus, TransitionStatus,
+        EtcdDatastore, KubeconfigSecretRef, NamespacedRef, ROUTE_REFLECTOR_CONFIG_NAME,
+        RouteReflectorConfig, RouteReflectorConfigStatus, TransitionStatus,
         calico::{bgp_configuration_resource, bgp_peer_resource},
         conditions::{self, events, route_reflector as rc},
     },
@@ -1152,8 +1152,11 @@ impl RouteReflectors {
                 })
             }
         };
-        let client = Etcd::new(settings.endpoints.clone(), tls.as_ref())
+        let mut client = Etcd::new(settings.endpoints.clone(), tls.as_ref())
             .map_err(|e| format!("spec.datastore.etcdv3: {e}"))?;
+        if let Some(r) = &settings.credentials_secret_ref {
+            client = client.with_credentials(self.etcd_credentials(r).await?);
+        }
         info!(endpoints = ?settings.endpoints, "route reflectors: Calico's etcd datastore");
         self.etcd = Some(EtcdPoll::start(
             settings.clone(),
@@ -1161,6 +1164,32 @@ impl RouteReflectors {
             self.wake.clone(),
         ));
         Ok(client)
+    }
+
+    /// etcd's user and password from `r`'s `username` and `password` (the Secret's
+    /// values never appear in what this returns or logs).
+    async fn etcd_credentials(&self, r: &NamespacedRef) -> Result<etcd::Credentials, String> {
+        let at = format!(
+            "spec.datastore.etcdv3.credentialsSecretRef: Secret {}/{}",
+            r.namespace, r.name
+        );
+        let api: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(self.client.clone(), &r.namespace);
+        let secret = api
+            .get(&r.name)
+            .await
+            .map_err(|e| format!("{at} cannot be read: {e}"))?;
+        let data = secret.data.unwrap_or_default();
+        let field = |k: &str| -> Result<String, String> {
+            let v = data
+                .get(k)
+                .ok_or_else(|| format!("{at} has no key {k:?}"))?;
+            String::from_utf8(v.0.clone()).map_err(|_| format!("{at}: {k} is not UTF-8"))
+        };
+        Ok(etcd::Credentials {
+            username: field("username")?,
+            password: field("password")?,
+        })
     }
 
     /// Reports an etcd failure in the status (the pass is retried) and drops the client,

@@ -17,7 +17,11 @@
 //! never written. A Kubernetes Node is matched to its Calico Node by
 //! `spec.orchRefs[orchestrator=k8s].nodeName`, else by name.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use base64::{Engine as _, engine::general_purpose::STANDARD as B64};
 use serde_json::{Value, json};
@@ -79,6 +83,25 @@ pub struct Tls {
     pub key: Option<Vec<u8>>,
 }
 
+/// etcd user credentials (Calico's `ETCD_USERNAME` and `ETCD_PASSWORD`). Its `Debug`
+/// never shows the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// The etcd user.
+    pub username: String,
+    /// Its password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &"<hidden>")
+            .finish()
+    }
+}
+
 /// One key as etcd holds it.
 #[derive(Debug, Clone)]
 struct Kv {
@@ -105,6 +128,23 @@ pub struct CalicoNode {
 pub struct Etcd {
     http: reqwest::Client,
     endpoints: Vec<String>,
+    credentials: Option<Credentials>,
+    /// The auth token per endpoint (etcd's default "simple" tokens are known only to
+    /// the member that issued them), taken on first use, renewed when etcd says it
+    /// expired. An endpoint whose etcd has no authentication enabled holds `None`.
+    tokens: Arc<Mutex<BTreeMap<String, Option<String>>>>,
+}
+
+/// What a gateway call ended with on one endpoint.
+enum Answer {
+    /// The JSON answer.
+    Json(Value),
+    /// The endpoint did not answer (try the next one).
+    Unreachable(reqwest::Error),
+    /// etcd refused it: status and body.
+    Refused(u16, String),
+    /// It answered something that is not JSON.
+    NotJson(String),
 }
 
 fn key_of(plural: &str, name: &str) -> String {
@@ -206,38 +246,122 @@ impl Etcd {
                 .into_iter()
                 .map(|e| e.trim_end_matches('/').to_owned())
                 .collect(),
+            credentials: None,
+            tokens: Arc::default(),
         })
+    }
+
+    /// The same client authenticating as an etcd user (`POST /v3/auth/authenticate`,
+    /// then the token on every call, as etcd's Go client does).
+    #[must_use]
+    pub fn with_credentials(mut self, credentials: Credentials) -> Self {
+        self.credentials = Some(credentials);
+        self.tokens = Arc::default();
+        self
+    }
+
+    /// One POST to `endpoint`, with `token` when there is one.
+    async fn post(&self, endpoint: &str, path: &str, body: &Value, token: Option<&str>) -> Answer {
+        let mut request = self.http.post(format!("{endpoint}{path}")).json(body);
+        if let Some(token) = token {
+            request = request.header(reqwest::header::AUTHORIZATION, token);
+        }
+        match request.send().await {
+            Err(e) => Answer::Unreachable(e),
+            Ok(r) => {
+                let status = r.status();
+                match r.text().await {
+                    Err(e) => Answer::Unreachable(e),
+                    Ok(text) if !status.is_success() => Answer::Refused(status.as_u16(), text),
+                    Ok(text) => match serde_json::from_str(&text) {
+                        Ok(v) => Answer::Json(v),
+                        Err(e) => Answer::NotJson(e.to_string()),
+                    },
+                }
+            }
+        }
+    }
+
+    /// The token for `endpoint`: the one taken before, or a new one (`renew`: the old
+    /// one expired). `Ok(None)`: no credentials, or etcd has no authentication enabled
+    /// (etcd's Go client goes on without a token then too).
+    async fn token(&self, endpoint: &str, renew: bool) -> Result<Option<String>, Answer> {
+        let Some(c) = &self.credentials else {
+            return Ok(None);
+        };
+        if !renew
+            && let Some(known) = self
+                .tokens
+                .lock()
+                .ok()
+                .and_then(|t| t.get(endpoint).cloned())
+        {
+            return Ok(known);
+        }
+        let body = json!({"name": c.username, "password": c.password});
+        let token = match self
+            .post(endpoint, "/v3/auth/authenticate", &body, None)
+            .await
+        {
+            Answer::Json(v) => Some(v["token"].as_str().unwrap_or_default().to_owned()),
+            Answer::Refused(_, text) if text.contains("authentication is not enabled") => None,
+            Answer::Refused(status, text) => {
+                return Err(Answer::Refused(
+                    status,
+                    format!(
+                        "authenticating as etcd user {:?} (spec.datastore.etcdv3.\
+                         credentialsSecretRef): {text}",
+                        c.username
+                    ),
+                ));
+            }
+            other => return Err(other),
+        };
+        if let Ok(mut t) = self.tokens.lock() {
+            t.insert(endpoint.to_owned(), token.clone());
+        }
+        Ok(token)
+    }
+
+    /// One gateway call on `endpoint`, authenticated when there are credentials (a
+    /// token etcd calls invalid, its TTL over, is renewed once).
+    async fn call_on(&self, endpoint: &str, path: &str, body: &Value) -> Answer {
+        let mut renew = false;
+        loop {
+            let token = match self.token(endpoint, renew).await {
+                Ok(t) => t,
+                Err(answer) => return answer,
+            };
+            match self.post(endpoint, path, body, token.as_deref()).await {
+                Answer::Refused(_, text)
+                    if token.is_some() && !renew && text.contains("invalid auth token") =>
+                {
+                    renew = true;
+                }
+                answer => return answer,
+            }
+        }
     }
 
     /// One gateway call, on the first endpoint that answers.
     async fn call(&self, path: &str, body: &Value) -> Result<Value, Error> {
         let mut last = None;
         for endpoint in &self.endpoints {
-            match self
-                .http
-                .post(format!("{endpoint}{path}"))
-                .json(body)
-                .send()
-                .await
-            {
-                Ok(r) => {
-                    let status = r.status();
-                    let text = r.text().await.map_err(|source| Error::Unreachable {
+            match self.call_on(endpoint, path, body).await {
+                Answer::Json(v) => return Ok(v),
+                Answer::Refused(status, text) => {
+                    return Err(Error::Refused {
                         endpoint: endpoint.clone(),
-                        source,
-                    })?;
-                    if !status.is_success() {
-                        return Err(Error::Refused {
-                            endpoint: endpoint.clone(),
-                            status: status.as_u16(),
-                            body: text.chars().take(300).collect(),
-                        });
-                    }
-                    return serde_json::from_str(&text).map_err(|e| {
-                        Error::Invalid(format!("etcd at {endpoint} answered no JSON: {e}"))
+                        status,
+                        body: text.chars().take(300).collect(),
                     });
                 }
-                Err(source) => last = Some((endpoint.clone(), source)),
+                Answer::NotJson(e) => {
+                    return Err(Error::Invalid(format!(
+                        "etcd at {endpoint} answered no JSON: {e}"
+                    )));
+                }
+                Answer::Unreachable(source) => last = Some((endpoint.clone(), source)),
             }
         }
         Err(match last {
