@@ -1284,17 +1284,32 @@ pub struct KubeconfigSecretRef {
     pub key: Option<String>,
 }
 
-/// Calico's etcd: where and how to reach it.
+/// Calico's etcd: where and how to reach it. Its endpoints are listed (`endpoints`,
+/// Calico's `ETCD_ENDPOINTS`) or found in DNS (`discoverySrv`, Calico's
+/// `ETCD_DISCOVERY_SRV`): exactly one of the two.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.endpoints) != has(self.discoverySrv)",
+    "message": "exactly one of endpoints and discoverySrv"
+}]))]
 pub struct EtcdDatastore {
     /// Client URLs (`https://10.0.0.1:2379`), tried in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(min = 1, max = 16))]
     #[schemars(extend("x-kubernetes-validations" = [{
         "rule": "self.all(e, e.startsWith('http://') || e.startsWith('https://'))",
         "message": "each endpoint is an http:// or https:// URL"
     }]))]
     pub endpoints: Vec<String>,
+    /// A DNS domain whose SRV records name etcd's client endpoints, as etcd's clients
+    /// read them: `_etcd-client-ssl._tcp.<domain>` (https) and
+    /// `_etcd-client._tcp.<domain>` (http), each by priority, then weight. Looked up
+    /// through the operator's resolver configuration when the client is made and again
+    /// after etcd failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub discovery_srv: Option<String>,
     /// A Secret with `ca.crt` (the etcd server's CA) and, for client certificates,
     /// `tls.crt` and `tls.key` (the keys of a `kubernetes.io/tls` Secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]

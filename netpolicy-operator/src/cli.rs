@@ -29,10 +29,10 @@ pub enum Command {
     Plan(PlanArgs),
     /// Print the CustomResourceDefinitions as YAML.
     Crds,
-    /// Convert the seeds' manifests on disk to netpolicy's: ipruler's, kube-fip's and
-    /// Meridio's objects, and the Calico route-reflector operator's Deployment (printed
-    /// as YAML; other documents pass through; what needs a person's check is noted on
-    /// stderr).
+    /// Convert the seeds' manifests on disk to netpolicy's: ipruler's, kube-fip's,
+    /// Meridio's and routedip-operator's objects, and the Calico route-reflector
+    /// operator's Deployment (printed as YAML; other documents pass through; what needs a
+    /// person's check is noted on stderr).
     Convert(ConvertArgs),
     /// What the cluster says about a node or a policy (read-only, with your kubeconfig):
     /// revision, conditions, every item with where it came from and whether it is

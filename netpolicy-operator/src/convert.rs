@@ -32,6 +32,10 @@ const KUBEFIP: &str = "kubefip.k8s.binbash.org/v1";
 const OURS: &str = "netpolicy.io/v1alpha1";
 const MERIDIO: &str = "meridio.nordix.org/v1";
 const MERIDIO_ALPHA: &str = "meridio.nordix.org/v1alpha1";
+/// routedip-operator's two API groups: the first (its issuer and a RoutedIP naming the
+/// issuer's class) and the later one (a RoutedIP naming a provider).
+const ROUTEDIP_OPERATOR: &str = "routedipoperator.jcastillo2nd.com/v1alpha1";
+const ROUTEDIP: &str = "routedip.jcastillo2nd.info/v1alpha1";
 /// First priority given to ipruler rules (which have none).
 pub(crate) const FIRST_RULE_PRIORITY: u32 = 1000;
 
@@ -185,6 +189,9 @@ pub(crate) fn convert_from(
     // Where the ipruler NodeConfigs are in `rest`.
     let mut node_configs = Vec::new();
     let mut kube_fip_config: Option<(String, Value)> = None;
+    // routedip-operator's issuers (class, name) and RoutedIPs, joined after the loop.
+    let mut seed_issuers: Vec<(String, String)> = Vec::new();
+    let mut seed_routed_ips: Vec<(String, Value)> = Vec::new();
     for (at, d) in docs {
         let api = d["apiVersion"].as_str().unwrap_or_default();
         let kind = d["kind"].as_str().unwrap_or_default();
@@ -249,7 +256,13 @@ pub(crate) fn convert_from(
                      NodeConfigs it is made from"
                 ));
             }
-            (IPRULER | KUBEFIP, k) => {
+            (ROUTEDIP_OPERATOR, "ClusterRoutedIPIssuer") => {
+                let class = d["spec"]["className"].as_str().unwrap_or_default();
+                seed_issuers.push((class.to_owned(), name.clone()));
+                rest.extend(routed_ip_issuer(&d, &name, &at, &mut out));
+            }
+            (ROUTEDIP_OPERATOR | ROUTEDIP, "RoutedIP") => seed_routed_ips.push((at, d)),
+            (IPRULER | KUBEFIP | ROUTEDIP_OPERATOR | ROUTEDIP, k) => {
                 out.errors
                     .push(format!("{at}: kind {k} has no netpolicy counterpart"));
             }
@@ -285,12 +298,170 @@ pub(crate) fn convert_from(
             ));
         }
     }
+    let mut routed_ip_names = std::collections::BTreeSet::new();
+    for (at, d) in &seed_routed_ips {
+        if !routed_ip_names.insert(name_of(d)) {
+            out.errors.push(format!(
+                "{at}: a RoutedIP of the same name in another namespace came first; \
+                 netpolicy's RoutedIPs are cluster-scoped: rename one"
+            ));
+            continue;
+        }
+        rest.extend(routed_ip(d, at, &seed_issuers, &mut out));
+    }
     match kube_fip_config {
         Some((at, data)) => apply_kube_fip_config(&at, &data, &mut rest, &mut out),
         None => guest_install_unknown(&rest, &mut out),
     }
     out.objects.extend(rest);
     out
+}
+
+/// The namespace `convert` gives routedip-operator's token Secret (its issuer names the
+/// Secret without one).
+const ROUTEDIP_TOKEN_NAMESPACE: &str = "netpolicy-system";
+
+/// The provider a routedip-operator class or `issuerClass` names (`digitalocean.com/
+/// floating-ip`, `digitalocean`, `aws`), as the key of our issuer's spec.
+fn routedip_provider(class: &str) -> Option<&'static str> {
+    ["digitalocean", "hetzner", "aws"]
+        .into_iter()
+        .find(|p| class.to_ascii_lowercase().contains(p))
+}
+
+/// routedip-operator's `ClusterRoutedIPIssuer` as our `RoutedIPIssuer` of the same name;
+/// `None` (an error said) when its class names no provider netpolicy has.
+fn routed_ip_issuer(d: &Value, name: &str, at: &str, out: &mut Converted) -> Option<Value> {
+    let spec = &d["spec"];
+    let class = spec["className"].as_str().unwrap_or_default();
+    let Some(provider) = routedip_provider(class) else {
+        out.errors.push(format!(
+            "{at}: spec.className {class:?} names no provider netpolicy has (digitalocean, \
+             hetzner, aws)"
+        ));
+        return None;
+    };
+    let secret = spec["fromSecretsRef"].as_str().unwrap_or_default();
+    let mut issuer = Map::new();
+    if provider != "aws" {
+        issuer.insert(
+            "tokenSecretRef".into(),
+            json!({"namespace": ROUTEDIP_TOKEN_NAMESPACE, "name": secret, "key": "token"}),
+        );
+        out.notes.push(format!(
+            "{at}: spec.fromSecretsRef {secret:?} → tokenSecretRef \
+             {ROUTEDIP_TOKEN_NAMESPACE}/{secret} key token: copy the token there (and list \
+             the Secret in the chart's routedIPs.tokenSecrets)"
+        ));
+    } else if !secret.is_empty() {
+        issuer.insert(
+            "credentialsSecretRef".into(),
+            json!({"namespace": ROUTEDIP_TOKEN_NAMESPACE, "name": secret}),
+        );
+    }
+    // The seed creates IPs without saying where; netpolicy's provider needs it.
+    let (field, example) = match provider {
+        "hetzner" => ("location", "fsn1"),
+        _ => ("region", "fra1"),
+    };
+    issuer.insert(field.into(), json!(""));
+    out.errors.push(format!(
+        "{at}: spec.{provider}.{field} has no source in the seed's issuer: set it (such as \
+         {example}) where the IPs live"
+    ));
+    for (key, why) in [
+        (
+            "firewallPostAllow",
+            "netpolicy always opens ports and adds the new holder before the IP moves, \
+             and closes what is stale only after",
+        ),
+        (
+            "nodePortRange",
+            "the firewall opens the Service's ports (its port fields), not a NodePort range",
+        ),
+        (
+            "perNodeIPLimit",
+            "each RoutedIP is elected on its own; a node may hold several",
+        ),
+        (
+            "updateRoutedIPSpec",
+            "the operator calls the provider's API itself: no Jobs",
+        ),
+        (
+            "updateFirewallSpec",
+            "the operator calls the provider's API itself: no Jobs",
+        ),
+    ] {
+        if !spec[key].is_null() {
+            out.notes.push(format!(
+                "{at}: spec.{key} has no netpolicy counterpart; dropped ({why})"
+            ));
+        }
+    }
+    Some(
+        json!({"apiVersion": OURS, "kind": "RoutedIPIssuer", "metadata": {"name": name},
+                "spec": {provider: issuer}}),
+    )
+}
+
+/// routedip-operator's namespaced `RoutedIP` (either group) as our cluster-scoped one of
+/// the same name, adopting `spec.routedIP`; its issuer is the converted issuer of its
+/// class (or, for `issuerClass`, of its provider).
+fn routed_ip(
+    d: &Value,
+    at: &str,
+    issuers: &[(String, String)],
+    out: &mut Converted,
+) -> Option<Value> {
+    let name = name_of(d);
+    let namespace = d["metadata"]["namespace"].as_str().unwrap_or("default");
+    let spec = &d["spec"];
+    let issuer = match (spec["className"].as_str(), spec["issuerClass"].as_str()) {
+        (Some(class), _) => issuers.iter().find(|(c, _)| c == class),
+        (None, Some(class)) => routedip_provider(class).and_then(|p| {
+            issuers
+                .iter()
+                .find(|(c, _)| routedip_provider(c) == Some(p))
+        }),
+        (None, None) => None,
+    };
+    let Some((_, issuer)) = issuer else {
+        let class = spec["className"]
+            .as_str()
+            .or_else(|| spec["issuerClass"].as_str())
+            .unwrap_or_default();
+        out.errors.push(format!(
+            "{at}: no issuer in the input for class {class:?}: convert it together with \
+             its ClusterRoutedIPIssuer, or write spec.issuerRef by hand"
+        ));
+        return None;
+    };
+    let mut ours = Map::new();
+    ours.insert("issuerRef".into(), json!({"name": issuer}));
+    if let Some(ip) = spec["routedIP"].as_str().filter(|ip| !ip.is_empty()) {
+        ours.insert("address".into(), json!(ip));
+    }
+    if let Some(service) = spec["serviceRef"]["name"].as_str() {
+        let ns = spec["serviceRef"]["namespace"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .unwrap_or(namespace);
+        ours.insert(
+            "serviceRef".into(),
+            json!({"namespace": ns, "name": service}),
+        );
+    }
+    ours.insert("reclaimPolicy".into(), json!("Retain"));
+    out.notes.push(format!(
+        "{at}: RoutedIP {name} is cluster-scoped in netpolicy (the seed's was in namespace \
+         {namespace}); spec.routedIP is adopted as spec.address, never allocated again, and \
+         its holder stays while eligible. Among new candidates the oldest node wins (the \
+         seed took the youngest, the node likeliest to be a replacement still settling)"
+    ));
+    Some(
+        json!({"apiVersion": OURS, "kind": "RoutedIP", "metadata": {"name": name},
+                "spec": ours}),
+    )
 }
 
 /// With no `kube-fip-config` in the input, whether kube-fip installed kube-vip in the
@@ -855,6 +1026,11 @@ const CALICO_CLIENT_DROPPED: &[(&str, &str)] = &[
     ("K8S_DISABLE_NODE_POLL", "netpolicy watches Nodes"),
     ("USE_POD_CIDR", "IPAM is not the route-reflector job's"),
     (
+        "CALICO_API_GROUP",
+        "netpolicy reads and writes Calico's kinds in crd.projectcalico.org/v1 in the \
+         Kubernetes datastore, and as projectcalico.org/v3 objects in etcd",
+    ),
+    (
         "ETCD_KEY",
         "inline certificates go into datastore.etcdv3.tlsSecretRef's Secret",
     ),
@@ -903,35 +1079,7 @@ fn rr_datastore(
         // This cluster's own API server, as `incluster`.
         Some("kubernetes") => {}
         Some("etcdv3") => {
-            let endpoints: Vec<String> = get("ETCD_ENDPOINTS")
-                .unwrap_or_default()
-                .split(',')
-                .map(str::trim)
-                .filter(|e| !e.is_empty())
-                .map(str::to_owned)
-                .collect();
-            if env.get("ETCD_ENDPOINTS").is_some_and(Option::is_none) {
-                out.errors.push(format!(
-                    "{at}: ETCD_ENDPOINTS comes from a Secret or ConfigMap (valueFrom): write \
-                     its value into datastore.etcdv3.endpoints"
-                ));
-            } else if endpoints.is_empty() {
-                out.errors.push(format!(
-                    "{at}: DATASTORE_TYPE=etcdv3 without ETCD_ENDPOINTS"
-                ));
-            }
-            for k in ["ETCD_USERNAME", "ETCD_PASSWORD", "ETCD_DISCOVERY_SRV"] {
-                if env.contains_key(k) {
-                    out.errors.push(format!(
-                        "{at}: {k} has no counterpart: netpolicy reaches etcd at the listed \
-                         endpoints with client certificates (datastore.etcdv3.tlsSecretRef)"
-                    ));
-                }
-            }
-            spec.insert(
-                "datastore".into(),
-                json!({"etcdv3": {"endpoints": endpoints}}),
-            );
+            let etcdv3 = rr_etcd(env, at, namespace, out);
             if ["ETCD_CA_CERT_FILE", "ETCD_CERT_FILE", "ETCD_KEY_FILE"]
                 .iter()
                 .any(|k| env.contains_key(*k))
@@ -941,19 +1089,147 @@ fn rr_datastore(
                      tls.key in a Secret and name it in datastore.etcdv3.tlsSecretRef"
                 ));
             }
+            spec.insert("datastore".into(), json!({"etcdv3": etcdv3}));
         }
         Some(t) => out.errors.push(format!(
             "{at}: DATASTORE_TYPE={t:?} is none of incluster, kubernetes, etcdv3"
         )),
     }
-    for (k, why) in CALICO_CLIENT_DROPPED {
-        if env.contains_key(*k) {
-            out.notes.push(format!(
-                "{at}: {k} (a Calico client setting) has no netpolicy counterpart; dropped \
-                 ({why})"
+    let datastore = get("DATASTORE_TYPE");
+    for k in env.keys().filter(|k| is_calico_client_setting(k)) {
+        let carried = match datastore.as_deref() {
+            Some("etcdv3") => k.starts_with("ETCD_"),
+            Some("kubernetes") => k == "K8S_API_ENDPOINT" || k == "KUBECONFIG",
+            _ => false,
+        };
+        if k == "DATASTORE_TYPE" || (carried && CALICO_CLIENT_MAPPED.contains(&k.as_str())) {
+            continue;
+        }
+        let unused = format!(
+            "unused with DATASTORE_TYPE={}",
+            datastore.as_deref().unwrap_or("incluster (unset)")
+        );
+        let why = CALICO_CLIENT_DROPPED
+            .iter()
+            .find(|(d, _)| d == k)
+            .map(|(_, why)| (*why).to_owned())
+            .unwrap_or_else(|| {
+                if CALICO_CLIENT_MAPPED.contains(&k.as_str()) {
+                    unused
+                } else {
+                    "netpolicy has no such setting".into()
+                }
+            });
+        out.notes.push(format!(
+            "{at}: {k} (a Calico client setting) has no netpolicy counterpart; dropped \
+             ({why})"
+        ));
+    }
+}
+
+/// Calico client settings [`rr_datastore`] carries into `spec.datastore`.
+const CALICO_CLIENT_MAPPED: &[&str] = &[
+    "DATASTORE_TYPE",
+    "ETCD_ENDPOINTS",
+    "ETCD_DISCOVERY_SRV",
+    "ETCD_USERNAME",
+    "ETCD_PASSWORD",
+    "ETCD_CA_CERT_FILE",
+    "ETCD_CERT_FILE",
+    "ETCD_KEY_FILE",
+    "K8S_API_ENDPOINT",
+    "KUBECONFIG",
+];
+
+/// Whether `k` is one of libcalico-go's client settings (its `apiconfig`: `ETCD_*`,
+/// `K8S_*`, `KUBECONFIG`, `CALICO_*` such as `CALICO_API_GROUP`, and the few others in
+/// [`CALICO_CLIENT_DROPPED`]): each is carried or named in a note, never dropped
+/// silently.
+fn is_calico_client_setting(k: &str) -> bool {
+    ["ETCD_", "K8S_", "CALICO_"]
+        .iter()
+        .any(|p| k.starts_with(p))
+        || k == "KUBECONFIG"
+        || CALICO_CLIENT_DROPPED.iter().any(|(d, _)| *d == k)
+}
+
+/// The Secret `convert` names for the seed's `ETCD_USERNAME` and `ETCD_PASSWORD`.
+const ETCD_CREDENTIALS_SECRET: &str = "calico-etcd-credentials";
+
+/// The seed's etcd settings (`ETCD_ENDPOINTS` or `ETCD_DISCOVERY_SRV`, `ETCD_USERNAME`
+/// and `ETCD_PASSWORD`) as `datastore.etcdv3`. A password is never copied into the
+/// output: a note says which Secret to create with it.
+fn rr_etcd(
+    env: &BTreeMap<String, Option<String>>,
+    at: &str,
+    namespace: &str,
+    out: &mut Converted,
+) -> Value {
+    let get = |k: &str| env.get(k).cloned().flatten();
+    let mut etcdv3 = Map::new();
+    let endpoints: Vec<String> = get("ETCD_ENDPOINTS")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let srv = get("ETCD_DISCOVERY_SRV").filter(|d| !d.trim().is_empty());
+    for k in ["ETCD_ENDPOINTS", "ETCD_DISCOVERY_SRV"] {
+        if env.get(k).is_some_and(Option::is_none) {
+            let field = if k == "ETCD_ENDPOINTS" {
+                "endpoints"
+            } else {
+                "discoverySrv"
+            };
+            out.errors.push(format!(
+                "{at}: {k} comes from a Secret or ConfigMap (valueFrom): write its value \
+                 into datastore.etcdv3.{field}"
             ));
         }
     }
+    let from_secret = |k: &str| env.get(k).is_some_and(Option::is_none);
+    match (endpoints.is_empty(), srv) {
+        (false, Some(_)) => out.errors.push(format!(
+            "{at}: both ETCD_ENDPOINTS and ETCD_DISCOVERY_SRV: Calico refuses the pair; \
+             keep one"
+        )),
+        (true, Some(domain)) => {
+            etcdv3.insert("discoverySrv".into(), json!(domain.trim()));
+        }
+        (false, None) => {
+            etcdv3.insert("endpoints".into(), json!(endpoints));
+        }
+        (true, None) => {
+            if !from_secret("ETCD_ENDPOINTS") && !from_secret("ETCD_DISCOVERY_SRV") {
+                out.errors.push(format!(
+                    "{at}: DATASTORE_TYPE=etcdv3 without ETCD_ENDPOINTS or ETCD_DISCOVERY_SRV"
+                ));
+            }
+        }
+    }
+    if env.contains_key("ETCD_USERNAME") || env.contains_key("ETCD_PASSWORD") {
+        etcdv3.insert(
+            "credentialsSecretRef".into(),
+            json!({"namespace": namespace, "name": ETCD_CREDENTIALS_SECRET}),
+        );
+        // The user name is no secret and helps; the password is never printed.
+        let user = match get("ETCD_USERNAME") {
+            Some(u) => format!("username={u}"),
+            None if env.contains_key("ETCD_USERNAME") => {
+                "username (from the Secret ETCD_USERNAME reads)".into()
+            }
+            None => "username (ETCD_USERNAME is unset: etcd needs one)".into(),
+        };
+        out.notes.push(format!(
+            "{at}: ETCD_USERNAME/ETCD_PASSWORD: create Secret \
+             {namespace}/{ETCD_CREDENTIALS_SECRET} with keys {user} and password (the value \
+             ETCD_PASSWORD holds; convert never copies it) before applying, e.g. kubectl -n \
+             {namespace} create secret generic {ETCD_CREDENTIALS_SECRET} \
+             --from-literal=username=... --from-literal=password=..."
+        ));
+    }
+    Value::Object(etcdv3)
 }
 
 /// Annotations of a kube-fip object other than `known` (and kubectl's own): said, then
@@ -1799,16 +2075,173 @@ mod tests {
             c.errors
         );
         assert!(
+            !c.errors
+                .iter()
+                .any(|e| e.contains("without ETCD_ENDPOINTS")),
+            "{:?}",
+            c.errors
+        );
+    }
+
+    /// Issue 66: the seed's etcd user and password become `credentialsSecretRef` (the
+    /// password never in the output), `ETCD_DISCOVERY_SRV` becomes `discoverySrv`, and a
+    /// Calico client setting netpolicy does not carry (`CALICO_API_GROUP`) is named.
+    #[test]
+    fn etcd_credentials_and_srv_discovery_carry_over_and_the_rest_is_named() {
+        let deployment = |env: Value| {
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                   "metadata": {"name": "rr-operator", "namespace": "kube-system"},
+                   "spec": {"template": {"spec": {"containers": [{"name": "m", "env": env}]}}}})
+        };
+        let c = convert([(
+            "seed.yaml".to_owned(),
+            deployment(json!([
+                {"name": "DATASTORE_TYPE", "value": "etcdv3"},
+                {"name": "ETCD_DISCOVERY_SRV", "value": "etcd.example.com"},
+                {"name": "ETCD_USERNAME", "value": "calico"},
+                {"name": "ETCD_PASSWORD", "value": "s3cret-Pw"},
+                {"name": "CALICO_API_GROUP", "value": "projectcalico.org/v3"},
+                {"name": "K8S_API_ENDPOINT", "value": "https://10.0.0.9:6443"},
+            ])),
+        )]);
+        assert_eq!(c.errors, Vec::<String>::new());
+        assert_eq!(
+            c.objects[0]["spec"]["datastore"],
+            json!({"etcdv3": {"discoverySrv": "etcd.example.com", "credentialsSecretRef":
+                   {"namespace": "kube-system", "name": "calico-etcd-credentials"}}})
+        );
+        let everything = format!("{:?} {:?}", c.objects, c.notes);
+        assert!(!everything.contains("s3cret-Pw"), "{everything}");
+        for says in [
+            "create Secret kube-system/calico-etcd-credentials with keys username=calico and password",
+            "CALICO_API_GROUP (a Calico client setting) has no netpolicy counterpart",
+            "K8S_API_ENDPOINT (a Calico client setting) has no netpolicy counterpart; dropped (unused with DATASTORE_TYPE=etcdv3)",
+        ] {
+            assert!(
+                c.notes.iter().any(|n| n.contains(says)),
+                "{says}: {:?}",
+                c.notes
+            );
+        }
+
+        // Both ways of finding etcd: Calico refuses the pair, so does convert.
+        let c = convert([(
+            "seed.yaml".to_owned(),
+            deployment(json!([
+                {"name": "DATASTORE_TYPE", "value": "etcdv3"},
+                {"name": "ETCD_ENDPOINTS", "value": "http://10.0.0.1:2379"},
+                {"name": "ETCD_DISCOVERY_SRV", "value": "etcd.example.com"},
+            ])),
+        )]);
+        assert!(
             c.errors
                 .iter()
-                .any(|e| e.contains("ETCD_USERNAME has no counterpart")),
+                .any(|e| e.contains("both ETCD_ENDPOINTS and ETCD_DISCOVERY_SRV")),
+            "{:?}",
+            c.errors
+        );
+        // Neither.
+        let c = convert([(
+            "seed.yaml".to_owned(),
+            deployment(json!([
+                {"name": "DATASTORE_TYPE", "value": "etcdv3"},
+                {"name": "ETCD_PASSWORD", "value": "x"},
+            ])),
+        )]);
+        assert!(
+            c.errors
+                .iter()
+                .any(|e| e.contains("without ETCD_ENDPOINTS or ETCD_DISCOVERY_SRV")),
             "{:?}",
             c.errors
         );
         assert!(
-            !c.errors
-                .iter()
-                .any(|e| e.contains("without ETCD_ENDPOINTS"))
+            c.notes.iter().any(|n| n.contains("ETCD_USERNAME is unset")),
+            "{:?}",
+            c.notes
         );
+    }
+
+    /// Issue 66: routedip-operator's issuer and RoutedIPs (both of its API groups)
+    /// become ours: the IP adopted by address, the issuer found by class or provider,
+    /// what has no counterpart named, the region it never had asked for.
+    #[test]
+    fn routedip_operators_objects_become_ours_and_the_rest_is_named() {
+        let issuer = json!({"apiVersion": ROUTEDIP_OPERATOR, "kind": "ClusterRoutedIPIssuer",
+            "metadata": {"name": "do"},
+            "spec": {"className": "digitalocean.com/floating-ip", "firewallPostAllow": false,
+                     "nodePortRange": "30000-32767", "perNodeIPLimit": 1,
+                     "fromSecretsRef": "do-token", "updateRoutedIPSpec": {}}});
+        let old = json!({"apiVersion": ROUTEDIP_OPERATOR, "kind": "RoutedIP",
+            "metadata": {"name": "web", "namespace": "ingress"},
+            "spec": {"className": "digitalocean.com/floating-ip", "routedIP": "203.0.113.7",
+                     "serviceRef": {"name": "nginx"}}});
+        let new = json!({"apiVersion": ROUTEDIP, "kind": "RoutedIP",
+            "metadata": {"name": "api", "namespace": "apps"},
+            "spec": {"issuerClass": "digitalocean",
+                     "serviceRef": {"namespace": "edge", "name": "envoy"}}});
+        let twin = json!({"apiVersion": ROUTEDIP, "kind": "RoutedIP",
+            "metadata": {"name": "web", "namespace": "other"},
+            "spec": {"issuerClass": "digitalocean", "serviceRef": {"name": "x"}}});
+        let gce = json!({"apiVersion": ROUTEDIP, "kind": "RoutedIP",
+            "metadata": {"name": "g", "namespace": "apps"},
+            "spec": {"issuerClass": "gce", "serviceRef": {"name": "x"}}});
+        let c = convert(
+            [issuer, old, new, twin, gce]
+                .into_iter()
+                .map(|d| ("seed.yaml".to_owned(), d)),
+        );
+        let by_name = |kind: &str, n: &str| {
+            c.objects
+                .iter()
+                .find(|o| o["kind"] == kind && o["metadata"]["name"] == n)
+                .cloned()
+                .unwrap_or_else(|| panic!("no {kind}/{n}: {:?}", c.objects))
+        };
+        assert_eq!(
+            by_name("RoutedIPIssuer", "do")["spec"],
+            json!({"digitalocean": {"region": "", "tokenSecretRef":
+                {"namespace": "netpolicy-system", "name": "do-token", "key": "token"}}})
+        );
+        assert_eq!(
+            by_name("RoutedIP", "web")["spec"],
+            json!({"issuerRef": {"name": "do"}, "address": "203.0.113.7",
+                   "serviceRef": {"namespace": "ingress", "name": "nginx"},
+                   "reclaimPolicy": "Retain"})
+        );
+        assert_eq!(
+            by_name("RoutedIP", "api")["spec"]["serviceRef"],
+            json!({"namespace": "edge", "name": "envoy"})
+        );
+        assert_eq!(
+            c.objects.iter().filter(|o| o["kind"] == "RoutedIP").count(),
+            2,
+            "the twin and the gce one are not converted"
+        );
+        for says in [
+            "spec.digitalocean.region has no source",
+            "a RoutedIP of the same name in another namespace came first",
+            "no issuer in the input for class \"gce\"",
+        ] {
+            assert!(
+                c.errors.iter().any(|e| e.contains(says)),
+                "{says}: {:?}",
+                c.errors
+            );
+        }
+        for says in [
+            "spec.firewallPostAllow has no netpolicy counterpart",
+            "spec.nodePortRange has no netpolicy counterpart",
+            "spec.perNodeIPLimit has no netpolicy counterpart",
+            "spec.updateRoutedIPSpec has no netpolicy counterpart",
+            "the oldest node wins",
+        ] {
+            assert!(
+                c.notes.iter().any(|n| n.contains(says)),
+                "{says}: {:?}",
+                c.notes
+            );
+        }
+        assert_eq!(c.passed, 0);
     }
 }

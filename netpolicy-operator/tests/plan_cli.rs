@@ -2366,6 +2366,40 @@ fn the_migration_corpus_converts_and_plans_to_the_seeds_end_state() {
         "{w}"
     );
 
+    // The seed on an etcd with authentication, found through DNS (issue 66): the
+    // datastore carries over, the Secret to create is named, the password (from a
+    // Secret here) is nowhere, and CALICO_API_GROUP is named as dropped.
+    let (v, notes) = converted("rr-seed-etcd.yaml");
+    assert_eq!(
+        v["routeReflectors"]["reflectors"].as_array().map(Vec::len),
+        Some(2),
+        "{v:#}"
+    );
+    let out = netpolicy()
+        .args(["convert", "-f"])
+        .arg(corpus.join("rr-seed-etcd.yaml"))
+        .output()
+        .unwrap();
+    let rrc: Value = String::from_utf8(out.stdout)
+        .unwrap()
+        .split("---\n")
+        .filter(|d| d.contains("kind: RouteReflectorConfig"))
+        .map(|d| serde_saphyr::from_str(d).unwrap())
+        .next()
+        .expect("a RouteReflectorConfig");
+    assert_eq!(
+        rrc["spec"]["datastore"],
+        serde_json::json!({"etcdv3": {"discoverySrv": "etcd.example.com",
+            "credentialsSecretRef": {"namespace": "kube-system", "name": "calico-etcd-credentials"}}}),
+        "{rrc:#}"
+    );
+    for says in [
+        "create Secret kube-system/calico-etcd-credentials with keys username=calico and password",
+        "CALICO_API_GROUP (a Calico client setting) has no netpolicy counterpart",
+    ] {
+        assert!(notes.contains(says), "{says}: {notes}");
+    }
+
     // Meridio: every object read (the NAD's quoting too) and the trench planned.
     let (v, _) = converted("meridio.yaml");
     let t = &v["trenches"][0];

@@ -22,7 +22,7 @@ use common::{Killed, ready_node, rr_settled, rrc_status};
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    process::{Command, Stdio},
+    process::Stdio,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -383,9 +383,24 @@ async fn calico_objects_land_in_etcd_and_routes_reach_every_node() {
     .unwrap();
     let rrcs = Api::<RouteReflectorConfig>::all(client.clone());
     rrcs.create(&PostParams::default(), &rrc).await.unwrap();
+    // Calico's etcd with authentication, found through DNS at the end (Calico's
+    // ETCD_DISCOVERY_SRV): SRV records at a DNS server of the test's own, which the
+    // operator resolves through (its own /etc/resolv.conf, in a mount namespace). The
+    // lower-priority record leads nowhere; the live one is listed first.
+    let own = cp.own_etcd("calico-etcd-auth");
+    let own_port = own.url.rsplit(':').next().unwrap().to_owned();
+    let dns = cp.dns(
+        "rr-etcd-dns",
+        &[
+            format!("--srv-host=_etcd-client._tcp.etcd.test,etcd-1.etcd.test,{own_port},10"),
+            "--srv-host=_etcd-client._tcp.etcd.test,etcd-0.etcd.test,1,20".to_owned(),
+            "--host-record=etcd-0.etcd.test,127.0.0.1".to_owned(),
+            "--host-record=etcd-1.etcd.test,127.0.0.1".to_owned(),
+        ],
+    );
     let log = cp.dir.join("operator-rr-etcd.log");
     let _op = Killed(
-        Command::new(env!("CARGO_BIN_EXE_netpolicy"))
+        dns.command(std::path::Path::new(env!("CARGO_BIN_EXE_netpolicy")))
             .args(["operator", "--kubeconfig"])
             .arg(&cp.kubeconfig)
             .args(["--lease-namespace", &ns, "--lease-seconds", "3"])
@@ -594,10 +609,43 @@ async fn calico_objects_land_in_etcd_and_routes_reach_every_node() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    // Calico's etcd with authentication (ETCD_USERNAME/ETCD_PASSWORD): the same nodes
-    // registered there, the user and password from a Secret. The reflectors converge
-    // in it, and the password appears nowhere the operator writes.
-    let own = cp.own_etcd("calico-etcd-auth");
+    // Calico's etcd with authentication (ETCD_USERNAME/ETCD_PASSWORD), found through
+    // DNS SRV records (ETCD_DISCOVERY_SRV): the same nodes registered there, the user
+    // and password from a Secret. A domain without records is reported in the status
+    // first. The reflectors converge in it, and the password appears nowhere the
+    // operator writes.
+    rrcs.patch(
+        "default",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"datastore": {"etcdv3": {
+            "endpoints": null, "discoverySrv": "none.test"}}}})),
+    )
+    .await
+    .unwrap();
+    let t = Instant::now();
+    loop {
+        let said = rrc_status(&client).await.and_then(|s| {
+            s.conditions
+                .into_iter()
+                .find(|c| c.type_ == "Ready" && c.status == "False")
+                .map(|c| c.message)
+        });
+        if let Some(m) = said.filter(|m| m.contains("discoverySrv \"none.test\"")) {
+            assert!(
+                m.contains("_etcd-client-ssl._tcp.none.test.")
+                    && m.contains("_etcd-client._tcp.none.test."),
+                "{m}"
+            );
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "a domain without SRV records is not reported: {:?}\n{}",
+            rrc_status(&client).await,
+            log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
     let authed = enable_auth(&own.url).await;
     for (i, name) in names.iter().enumerate() {
         register(&authed, name, i).await;
@@ -615,7 +663,7 @@ async fn calico_objects_land_in_etcd_and_routes_reach_every_node() {
         "default",
         &PatchParams::default(),
         &Patch::Merge(json!({"spec": {"datastore": {"etcdv3": {
-            "endpoints": [own.url], "tlsSecretRef": null,
+            "discoverySrv": "etcd.test", "tlsSecretRef": null,
             "credentialsSecretRef": {"namespace": ns, "name": "calico-etcd-user"}}}}})),
     )
     .await
@@ -647,6 +695,14 @@ async fn calico_objects_land_in_etcd_and_routes_reach_every_node() {
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    // Found by priority, the live etcd first (as etcd's Go client orders them).
+    let found = format!("http://etcd-1.etcd.test:{own_port}\", \"http://etcd-0.etcd.test:1");
+    assert!(log_text().contains(&found), "{found}\n{}", log_text());
+    let queried = std::fs::read_to_string(&dns.log).unwrap();
+    assert!(
+        queried.contains("query[SRV] _etcd-client._tcp.etcd.test"),
+        "{queried}"
+    );
     let rrc_json = serde_json::to_string(&rrcs.get("default").await.unwrap()).unwrap();
     let events = Api::<k8s_openapi::api::events::v1::Event>::all(client.clone())
         .list(&Default::default())

@@ -210,6 +210,112 @@ impl ControlPlane {
     }
 }
 
+/// Where [`TestDns`] answers: a loopback address of its own (all of 127/8 is the
+/// host's), on port 53 because `/etc/resolv.conf` names no port.
+pub const TEST_DNS: &str = "127.0.53.53";
+
+/// A DNS server of a test's own: dnsmasq (Debian's `dnsmasq-base`, installed by
+/// `scripts/test`) answering only the records it was given, on [`TEST_DNS`], with a
+/// `resolv.conf` naming it. A process sees it through [`TestDns::command`], which runs
+/// the process in a mount namespace of its own where that file is `/etc/resolv.conf`
+/// (the host's stays as it was). Stopped when dropped; one at a time per host.
+#[derive(Debug)]
+pub struct TestDns {
+    /// The `resolv.conf` naming this server.
+    pub resolv_conf: PathBuf,
+    /// dnsmasq's log (every query).
+    pub log: PathBuf,
+    child: Child,
+}
+
+impl Drop for TestDns {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl TestDns {
+    /// `program` run with this server as its resolver (`unshare --mount`, then
+    /// `/etc/resolv.conf` bind-mounted over in that namespace only; needs root).
+    #[must_use]
+    pub fn command(&self, program: &Path) -> Command {
+        let mut c = Command::new("unshare");
+        c.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+            .arg(r#"mount --bind "$0" /etc/resolv.conf && exec "$@""#)
+            .arg(&self.resolv_conf)
+            .arg(program);
+        c
+    }
+}
+
+impl ControlPlane {
+    /// Starts a [`TestDns`] named `name` serving dnsmasq's record options, such as
+    /// `--srv-host=_etcd-client._tcp.etcd.test,etcd-0.etcd.test,2379,10` and
+    /// `--host-record=etcd-0.etcd.test,127.0.0.1`.
+    ///
+    /// # Panics
+    /// When dnsmasq is missing or does not answer within 10 s (its log is shown).
+    #[must_use]
+    pub fn dns(&self, name: &str, records: &[String]) -> TestDns {
+        let dir = self.dir.join(format!(
+            "{name}-{}",
+            self.counter.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let resolv_conf = dir.join("resolv.conf");
+        fs::write(
+            &resolv_conf,
+            format!("nameserver {TEST_DNS}\noptions timeout:1\n"),
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", resolv_conf.display()));
+        let log = dir.join("dnsmasq.log");
+        let bin = ["/usr/sbin/dnsmasq", "/usr/bin/dnsmasq"]
+            .into_iter()
+            .map(Path::new)
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| {
+                panic!("no dnsmasq: scripts/test installs Debian's dnsmasq-base; run it once")
+            });
+        let mut args: Vec<String> = [
+            "--keep-in-foreground",
+            "--no-daemon",
+            "--no-resolv",
+            "--no-hosts",
+            "--conf-file=/dev/null",
+            "--user=root",
+            "--bind-interfaces",
+            "--port=53",
+            "--log-queries",
+        ]
+        .map(str::to_owned)
+        .into();
+        args.push(format!("--listen-address={TEST_DNS}"));
+        args.extend(records.iter().cloned());
+        let mut child = spawn_appending(bin, &args, &log).unwrap_or_else(|e| panic!("{e}"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let addr: std::net::SocketAddr = format!("{TEST_DNS}:53")
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}"));
+        while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            let exited = child.try_wait().ok().flatten();
+            if exited.is_some() || Instant::now() > deadline {
+                let _ = child.kill();
+                panic!(
+                    "dnsmasq did not answer on {addr} ({exited:?}): {}",
+                    fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        TestDns {
+            resolv_conf,
+            log,
+            child,
+        }
+    }
+}
+
 static SHARED: OnceLock<ControlPlane> = OnceLock::new();
 
 /// The control plane of this test binary, started on first use.

@@ -1124,8 +1124,8 @@ impl RouteReflectors {
         Ok(())
     }
 
-    /// The etcd client for `settings`, made (TLS Secret read) when they changed or the
-    /// last pass failed on etcd. `Err` says why it cannot be made, for the status.
+    /// The etcd client for `settings`, made (TLS Secret read, SRV records looked up)
+    /// when they changed or the last pass failed on etcd. `Err` says why it cannot be made, for the status.
     async fn etcd_client(&mut self, settings: &EtcdDatastore) -> Result<Etcd, String> {
         if let Some(poll) = &self.etcd
             && poll.settings == *settings
@@ -1152,12 +1152,18 @@ impl RouteReflectors {
                 })
             }
         };
-        let mut client = Etcd::new(settings.endpoints.clone(), tls.as_ref())
+        let endpoints = match &settings.discovery_srv {
+            // Found again whenever the client is made: after a change or a failure.
+            Some(domain) => etcd::discover(domain).await.map_err(|e| e.to_string())?,
+            None => settings.endpoints.clone(),
+        };
+        let mut client = Etcd::new(endpoints.clone(), tls.as_ref())
             .map_err(|e| format!("spec.datastore.etcdv3: {e}"))?;
         if let Some(r) = &settings.credentials_secret_ref {
             client = client.with_credentials(self.etcd_credentials(r).await?);
         }
-        info!(endpoints = ?settings.endpoints, "route reflectors: Calico's etcd datastore");
+        info!(?endpoints, discovery_srv = ?settings.discovery_srv,
+              "route reflectors: Calico's etcd datastore");
         self.etcd = Some(EtcdPoll::start(
             settings.clone(),
             client.clone(),

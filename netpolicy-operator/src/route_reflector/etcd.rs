@@ -70,6 +70,75 @@ pub enum Error {
         /// The key.
         key: String,
     },
+    /// DNS SRV discovery (`discoverySrv`) found no endpoint.
+    #[error("spec.datastore.etcdv3.discoverySrv {domain:?}: {message}")]
+    Discovery {
+        /// The domain looked up.
+        domain: String,
+        /// What each lookup answered.
+        message: String,
+    },
+}
+
+/// The SRV services etcd's clients look up for a discovery domain, with the scheme of
+/// the URLs each yields (etcd's `srv.GetClient("etcd-client", domain, "")`, which
+/// Calico's `ETCD_DISCOVERY_SRV` uses): TLS first.
+const SRV_SERVICES: [(&str, &str); 2] = [
+    ("_etcd-client-ssl._tcp", "https"),
+    ("_etcd-client._tcp", "http"),
+];
+
+/// etcd's client URLs under `domain`, from DNS SRV records as Calico's
+/// `ETCD_DISCOVERY_SRV` finds them: `_etcd-client-ssl._tcp.<domain>` as `https://`,
+/// then `_etcd-client._tcp.<domain>` as `http://`, each by priority (lowest first), then
+/// weight (highest first). The system's resolver configuration (`/etc/resolv.conf`) is
+/// read at each call, so a discovery after a failure sees what DNS says then.
+///
+/// # Errors
+/// [`Error::Discovery`] when neither service has a record (each lookup's answer said),
+/// or the resolver configuration does not load.
+pub async fn discover(domain: &str) -> Result<Vec<String>, Error> {
+    let failed = |message: String| Error::Discovery {
+        domain: domain.to_owned(),
+        message,
+    };
+    let resolver = hickory_resolver::TokioResolver::builder_tokio()
+        .and_then(hickory_resolver::ResolverBuilder::build)
+        .map_err(|e| failed(format!("the system's DNS configuration: {e}")))?;
+    let domain = domain.trim_end_matches('.');
+    let mut endpoints = Vec::new();
+    let mut answers = Vec::new();
+    for (service, scheme) in SRV_SERVICES {
+        // Fully qualified: no search-domain guesses.
+        let name = format!("{service}.{domain}.");
+        match resolver.srv_lookup(name.as_str()).await {
+            Ok(lookup) => {
+                let mut srvs: Vec<_> = lookup
+                    .answers()
+                    .iter()
+                    .filter_map(|r| match &r.data {
+                        hickory_resolver::proto::rr::RData::SRV(srv) => Some(srv.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                srvs.sort_by_key(|s| (s.priority, std::cmp::Reverse(s.weight)));
+                for srv in srvs {
+                    let host = srv.target.to_ascii();
+                    let host = host.trim_end_matches('.');
+                    // "." says the service is not available there (RFC 2782).
+                    if !host.is_empty() {
+                        endpoints.push(format!("{scheme}://{host}:{}", srv.port));
+                    }
+                }
+            }
+            Err(e) => answers.push(format!("{name}: {e}")),
+        }
+    }
+    if endpoints.is_empty() {
+        answers.push("no endpoint".into());
+        return Err(failed(answers.join("; ")));
+    }
+    Ok(endpoints)
 }
 
 /// TLS material for etcd (PEM): the server's CA, and a client certificate and key.
