@@ -2400,6 +2400,35 @@ fn the_migration_corpus_converts_and_plans_to_the_seeds_end_state() {
         assert!(notes.contains(says), "{says}: {notes}");
     }
 
+    // routedip-operator (issue 66): both RoutedIPs and the issuer convert; the one thing
+    // the seed never had (the issuer's region) is the only error, and every issuer field
+    // without a counterpart is named.
+    let out = netpolicy()
+        .args(["convert", "-f"])
+        .arg(corpus.join("routedip-operator.yaml"))
+        .output()
+        .unwrap();
+    let notes = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{notes}");
+    let errors: Vec<&str> = notes.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(errors.len(), 1, "{notes}");
+    assert!(errors[0].contains("spec.digitalocean.region"), "{notes}");
+    for field in [
+        "firewallPostAllow",
+        "nodePortRange",
+        "perNodeIPLimit",
+        "updateRoutedIPSpec",
+        "updateFirewallSpec",
+    ] {
+        assert!(
+            notes.contains(&format!("spec.{field} has no netpolicy counterpart")),
+            "{notes}"
+        );
+    }
+    let yaml = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(yaml.matches("kind: RoutedIP\n").count(), 2, "{yaml}");
+    assert!(yaml.contains("address: \"203.0.113.10\""), "{yaml}");
+
     // Meridio: every object read (the NAD's quoting too) and the trench planned.
     let (v, _) = converted("meridio.yaml");
     let t = &v["trenches"][0];
