@@ -76,7 +76,7 @@ use crate::{
         ReclaimPolicy, RoutedIP, RoutedIPIssuer, RoutedIPIssuerStatus, RoutedIPStatus,
         conditions::{self, events, routed_ip as rc},
     },
-    k8s::{CachedNode, FIELD_MANAGER, NodeFacts, apply_status, condition, spec_fingerprint},
+    k8s::{CachedNode, FIELD_MANAGER, NodeFacts, condition, spec_fingerprint},
     runtime::{ErrorClass, Informers, Next, ObjectJob, ObjectSetup, informer::lock, per_object},
     telemetry::Shared,
 };
@@ -209,6 +209,7 @@ pub(crate) fn setup(
         last_error: Mutex::new(HashMap::new()),
         checked: Mutex::new(HashMap::new()),
         orphans: Mutex::new(HashMap::new()),
+        sent: crate::k8s::Sent::default(),
         resync,
     });
     let (for_nodes, for_slices, for_services, for_issuers) =
@@ -415,6 +416,10 @@ pub(crate) struct Context {
     checked: Mutex<HashMap<String, Instant>>,
     /// The orphans each issuer had at its last check.
     orphans: Mutex<HashMap<String, Vec<String>>>,
+    /// Status writes not yet seen back in the caches: not sent again over the same
+    /// cached version (after an API server restart a lagging cache would otherwise have
+    /// every resync write the same status).
+    sent: crate::k8s::Sent,
     resync: Duration,
 }
 
@@ -535,7 +540,11 @@ impl Context {
             return failed;
         }
         let api = Api::<RoutedIPIssuer>::all(self.client.clone());
-        if let Err(e) = apply_status(&api, FIELD_MANAGER, &name, &st).await {
+        if let Err(e) = self
+            .sent
+            .apply_status(&api, FIELD_MANAGER, issuer, &st)
+            .await
+        {
             warn!(error = %e, "routed IP issuer: status not written");
         }
         failed
@@ -557,8 +566,8 @@ impl Context {
         let latest = self
             .rips
             .get(&ObjectRef::from_obj(rip))
-            .map_or_else(|| rip.status.clone(), |r| r.status.clone());
-        let cur = latest.unwrap_or_default();
+            .unwrap_or_else(|| Arc::new(rip.clone()));
+        let cur = latest.status.clone().unwrap_or_default();
         let mut st = cur.clone();
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         st.conditions = vec![condition(
@@ -570,7 +579,7 @@ impl Context {
             rip.metadata.generation,
             &now,
         )];
-        if let Err(e) = self.write_status(&name, &cur, &st).await {
+        if let Err(e) = self.write_status(&latest, &cur, &st).await {
             warn!(routed_ip = %name, error = %e, "routed IP: status not written");
         }
     }
@@ -752,7 +761,7 @@ impl Context {
                 &t,
             ),
         }];
-        self.write_status(&name, &cur, &st).await?;
+        self.write_status(rip, &cur, &st).await?;
         Ok(Next::Resync)
     }
 
@@ -829,7 +838,7 @@ impl Context {
                 st.node.clone_from(&holder);
             }
             // Recorded before it is assigned anywhere.
-            self.write_status(&name, &before, &st).await?;
+            self.write_status(rip, &before, &st).await?;
         }
         let lost = cooldown(&st.cooldown_until, rip.spec.cooldown_seconds);
         let elected = elect(
@@ -851,7 +860,7 @@ impl Context {
         for step in &steps {
             let before = st.clone();
             st.step = Some(step_name(step));
-            self.write_status(&name, &before, &st).await?;
+            self.write_status(rip, &before, &st).await?;
             let started = Instant::now();
             netpolicy_issuers::execute(issuer, &address, &fw, step).await?;
             self.shared
@@ -1024,12 +1033,16 @@ impl Context {
         )?)
     }
 
+    /// Writes `next` over `cached` (the RoutedIP as the cache holds it) when it differs
+    /// from `current`, and not again while the cache still holds the version it was
+    /// written over.
     async fn write_status(
         &self,
-        name: &str,
+        cached: &RoutedIP,
         current: &RoutedIPStatus,
         next: &RoutedIPStatus,
     ) -> Result<(), kube::Error> {
+        let name = cached.name_any();
         let ready = next
             .conditions
             .iter()
@@ -1037,9 +1050,11 @@ impl Context {
         if current != next {
             debug!(routed_ip = name, step = ?next.step, "routed IP: status");
             let api = Api::<RoutedIP>::all(self.client.clone());
-            apply_status(&api, FIELD_MANAGER, name, next).await?;
+            self.sent
+                .apply_status(&api, FIELD_MANAGER, cached, next)
+                .await?;
         }
-        self.shared.metrics.routed_ip_ready(name, Some(ready));
+        self.shared.metrics.routed_ip_ready(&name, Some(ready));
         Ok(())
     }
 }
