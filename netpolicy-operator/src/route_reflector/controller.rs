@@ -549,22 +549,7 @@ impl RouteReflectors {
             ops = step.ops.len(),
             "route reflectors: applying a step"
         );
-        match &store {
-            // etcd reads are linearizable: the next pass reads this step back.
-            Datastore::Etcd(etcd) => {
-                for op in &step.ops {
-                    self.apply_etcd(etcd, op).await?;
-                }
-            }
-            Datastore::Kubernetes => {
-                for op in &step.ops {
-                    self.apply(op).await?;
-                }
-                // The next plan is made from the caches: it waits until they show this
-                // step, or a stale cache would plan from a state that is gone.
-                self.unseen = Some((step.ops.clone(), Instant::now() + SEEN_WITHIN));
-            }
-        }
+        self.apply_step(&store, &step.ops).await?;
         self.shared.metrics.rr_step();
         self.event(
             EventType::Normal,
@@ -581,6 +566,27 @@ impl RouteReflectors {
         self.waiting_said = false;
         self.started = Some((started, done + 1, of));
         Ok(Next::After(delay.max(Duration::from_millis(500))))
+    }
+
+    /// Carries out one step's operations where Calico reads them.
+    async fn apply_step(&mut self, store: &Datastore, ops: &[Op]) -> Result<(), Failed> {
+        match store {
+            // etcd reads are linearizable: the next pass reads this step back.
+            Datastore::Etcd(etcd) => {
+                for op in ops {
+                    self.apply_etcd(etcd, op).await?;
+                }
+            }
+            Datastore::Kubernetes => {
+                for op in ops {
+                    self.apply(op).await?;
+                }
+                // The next plan is made from the caches: it waits until they show this
+                // step, or a stale cache would plan from a state that is gone.
+                self.unseen = Some((ops.to_vec(), Instant::now() + SEEN_WITHIN));
+            }
+        }
+        Ok(())
     }
 
     /// The last step's sessions are up: no more pacing, and calico-node need not
