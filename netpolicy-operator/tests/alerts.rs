@@ -171,6 +171,11 @@ async fn no_alert_fires_over_a_healthy_operators_scrape() {
                 "an agent's, by reason: tests/real_node.rs scrapes one",
             ),
             (
+                "netpolicy_agent_fighting_objects",
+                "an agent's (each process serves its own metrics): tests/real_node.rs \
+                 scrapes one",
+            ),
+            (
                 "netpolicy_routed_ip_ready",
                 "one series per RoutedIP: there is none here",
             ),

@@ -635,27 +635,13 @@ pub(crate) fn best(
         })
 }
 
-fn multi(
-    config: &Config,
-    placement: &Placement,
-    clients: &[(&str, usize)],
-    current: &Current,
-    marks: &mut BTreeMap<String, Marks>,
-    warnings: &mut Vec<String>,
-    out: &mut RingOut,
-) -> Result<Built> {
-    let p = usize::try_from(config.peers_per_node).unwrap_or(usize::MAX);
-    let ring = Ring::new(placement, p, &current.ring)?;
-    out.order.clone_from(&ring.names);
-    if ring.sets.is_empty() {
-        return Ok((
-            clients
-                .iter()
-                .map(|(c, _)| ((*c).to_owned(), Vec::new()))
-                .collect(),
-            Vec::new(),
-        ));
-    }
+/// Per client, its one valid set (`None`: none), and the clients between two or more
+/// valid sets with those sets.
+type SetsNow = (Vec<Option<usize>>, Vec<(usize, Vec<usize>)>);
+
+/// Each client's set now: `kept` (its one valid set) or `moving` (between two or more
+/// valid sets, a plan under way); a move recorded in a move object is kept.
+fn sets_now(ring: &Ring, clients: &[(&str, usize)], current: &Current) -> SetsNow {
     let by_key = ring.by_key();
     // Keep current sets that are still valid. Clients and marks are both in name
     // order: walk them together instead of searching the map per client.
@@ -679,6 +665,44 @@ fn multi(
             _ => moving.push((ci, valid)),
         }
     }
+    if !moving.is_empty() {
+        let objects: HashSet<&str> = current.bgp_peers.iter().map(|p| p.name.as_str()).collect();
+        moving.retain(|(ci, sets)| {
+            let recorded = sets.iter().copied().find(|s| {
+                objects.contains(
+                    crate::state::move_object_name(clients[*ci].0, &ring.keys[*s]).as_str(),
+                )
+            });
+            if let Some(s) = recorded {
+                kept[*ci] = Some(s);
+            }
+            recorded.is_none()
+        });
+    }
+    (kept, moving)
+}
+
+fn multi(
+    config: &Config,
+    placement: &Placement,
+    clients: &[(&str, usize)],
+    current: &Current,
+    marks: &mut BTreeMap<String, Marks>,
+    warnings: &mut Vec<String>,
+    out: &mut RingOut,
+) -> Result<Built> {
+    let p = usize::try_from(config.peers_per_node).unwrap_or(usize::MAX);
+    let ring = Ring::new(placement, p, &current.ring)?;
+    out.order.clone_from(&ring.names);
+    if ring.sets.is_empty() {
+        return Ok((
+            clients
+                .iter()
+                .map(|(c, _)| ((*c).to_owned(), Vec::new()))
+                .collect(),
+            Vec::new(),
+        ));
+    }
     // A client with two valid sets is moving between them: a plan under way added the
     // new one and removes the old one later, and a plan made now must put it where
     // that plan did, or clients move back and forth mid-way (found by
@@ -694,20 +718,7 @@ fn multi(
     //
     // A plan that moves a client between two valid sets records the new one in a move
     // object (`state::MOVE_OBJECT_PREFIX`): such a client keeps that set.
-    if !moving.is_empty() {
-        let objects: HashSet<&str> = current.bgp_peers.iter().map(|p| p.name.as_str()).collect();
-        moving.retain(|(ci, sets)| {
-            let recorded = sets.iter().copied().find(|s| {
-                objects.contains(
-                    crate::state::move_object_name(clients[*ci].0, &ring.keys[*s]).as_str(),
-                )
-            });
-            if let Some(s) = recorded {
-                kept[*ci] = Some(s);
-            }
-            recorded.is_none()
-        });
-    }
+    let (kept, moving) = sets_now(&ring, clients, current);
     // Without one (a plan made by an earlier version), the loads tell.
     let mut chosen: Vec<usize> = if moving.is_empty() {
         Vec::new()

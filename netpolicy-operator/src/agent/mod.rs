@@ -54,13 +54,16 @@ use netpolicy_core::{model::RoutingConfig, spec::RoutingSpec};
 use netpolicy_netlink::{Adapter, Namespace, Ownership};
 use tracing::{info, warn};
 
+mod metrics;
 mod probation;
 mod repair;
 mod status;
+mod uninstall;
 
 use probation::*;
 pub(crate) use repair::*;
 pub(crate) use status::*;
+use uninstall::{uninstalled, watch_owner};
 
 use crate::error::{Chain, Error, Result};
 
@@ -158,6 +161,7 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
     let client = client_from(opts.kubeconfig.as_ref()).await?;
     let shared = Arc::new(Shared::default());
     shared.metrics.component("agent");
+    let metrics = shared.metrics.of::<metrics::Metrics>();
     let server = serve_probes(opts.listen, &shared, &client).await?;
     let api: Api<NodeNetworkConfig> = Api::all(client.clone());
     let recorder = crate::k8s::events::Recorder::new(
@@ -210,23 +214,12 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
                     kernel = tokio::sync::mpsc::channel(1).1;
                     continue;
                 };
-                let hard: Vec<u32> = watched
-                    .latest
-                    .as_ref()
-                    .map(|o| o.spec.rendered.table_hard_sync.clone())
-                    .unwrap_or_default();
-                let now = Instant::now();
-                match trigger.on_batch(&batch, own_port, &hard, ctx.repairs.fighting(), now) {
-                    KernelTrigger::Nothing => continue,
-                    KernelTrigger::Later(what) => {
-                        info!(change = %what, "changed behind netpolicy's back: repairing shortly (a storm of changes)");
-                        continue;
-                    }
-                    KernelTrigger::Now(what) => {
-                        info!(change = %what, "changed behind netpolicy's back: repairing");
-                        from_kernel = true;
-                    }
+                let latest = watched.latest.as_ref();
+                let fought = ctx.repairs.fighting();
+                if !kernel_starts_a_pass(&mut trigger, &batch, own_port, latest, fought) {
+                    continue;
                 }
+                from_kernel = true;
             }
             () = event_timer(trigger.deferred()) => {
                 trigger.fire(Instant::now());
@@ -272,6 +265,7 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
         };
         record(
             &shared,
+            &metrics,
             &mut ctx,
             watched.latest.as_ref(),
             start.elapsed(),
@@ -290,6 +284,31 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
     }
     info!("agent stopped (the node keeps its configuration)");
     Ok(())
+}
+
+/// Whether a batch of the kernel's notifications starts a pass now (a storm of them is
+/// repaired shortly, when the trigger's timer fires).
+fn kernel_starts_a_pass(
+    trigger: &mut Trigger,
+    batch: &netpolicy_netlink::monitor::Batch,
+    own_port: u32,
+    latest: Option<&NodeNetworkConfig>,
+    fought: &std::collections::BTreeSet<netpolicy_netlink::monitor::Subject>,
+) -> bool {
+    let hard: Vec<u32> = latest
+        .map(|o| o.spec.rendered.table_hard_sync.clone())
+        .unwrap_or_default();
+    match trigger.on_batch(batch, own_port, &hard, fought, Instant::now()) {
+        KernelTrigger::Nothing => false,
+        KernelTrigger::Later(what) => {
+            info!(change = %what, "changed behind netpolicy's back: repairing shortly (a storm of changes)");
+            false
+        }
+        KernelTrigger::Now(what) => {
+            info!(change = %what, "changed behind netpolicy's back: repairing");
+            true
+        }
+    }
 }
 
 /// The node's NodeNetworkConfig as last seen (watch events and the agent's own status
@@ -333,6 +352,7 @@ impl Watched {
 /// status it left says.
 fn record(
     shared: &Shared,
+    metrics: &metrics::Metrics,
     ctx: &mut Ctx,
     latest: Option<&NodeNetworkConfig>,
     took: Duration,
@@ -341,14 +361,10 @@ fn record(
     shared
         .metrics
         .reconciled("agent", took, (!ok).then_some("transient"));
-    shared
-        .metrics
-        .agent_repaired(std::mem::take(&mut ctx.repaired));
+    metrics.repaired(std::mem::take(&mut ctx.repaired));
     if let Some(st) = latest.and_then(|o| o.status.as_ref()) {
         let reasons: Vec<&str> = st.item_errors.iter().map(|e| e.reason.as_str()).collect();
-        shared
-            .metrics
-            .agent_status(&reasons, ctx.repairs.fighting().len(), st.not_probed.len());
+        metrics.status(&reasons, ctx.repairs.fighting().len(), st.not_probed.len());
     }
 }
 
@@ -400,100 +416,6 @@ async fn cleanup(adapter: &Arc<Mutex<Adapter>>) -> Result<()> {
     }
     info!(removed = report.results.len(), "cleanup done");
     Ok(())
-}
-
-/// What the agent last saw of its own DaemonSet (`--cleanup-on-uninstall`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Owner {
-    /// Not known yet (the first list has not answered).
-    Unknown,
-    /// There, not being deleted: a stop is a rolling update or a node drain.
-    Present,
-    /// Gone or being deleted: a stop is the uninstall.
-    Leaving,
-}
-
-/// Watches the DaemonSet `namespace/name` (a watch of one name, which the chart's
-/// Role allows by `resourceNames`); `None` when `ds` is not `NAMESPACE/NAME`.
-fn watch_owner(client: &kube::Client, ds: &str) -> Option<tokio::sync::watch::Receiver<Owner>> {
-    let Some((namespace, name)) = ds.split_once('/') else {
-        warn!(
-            daemonset = ds,
-            "--cleanup-on-uninstall wants NAMESPACE/NAME; the node will not be cleaned up"
-        );
-        return None;
-    };
-    let api: Api<k8s_openapi::api::apps::v1::DaemonSet> =
-        Api::namespaced(client.clone(), namespace);
-    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let (tx, rx) = tokio::sync::watch::channel(Owner::Unknown);
-    tokio::spawn(async move {
-        let of = |d: &k8s_openapi::api::apps::v1::DaemonSet| {
-            if d.metadata.deletion_timestamp.is_some() {
-                Owner::Leaving
-            } else {
-                Owner::Present
-            }
-        };
-        let mut events = watcher(api, cfg).default_backoff().boxed();
-        let mut listed = false;
-        while let Some(ev) = events.next().await {
-            let now = match ev {
-                Ok(Event::Apply(d)) => of(&d),
-                Ok(Event::Delete(_)) => Owner::Leaving,
-                Ok(Event::Init) => {
-                    listed = false;
-                    continue;
-                }
-                Ok(Event::InitApply(d)) => {
-                    listed = true;
-                    of(&d)
-                }
-                Ok(Event::InitDone) if !listed => Owner::Leaving,
-                Ok(Event::InitDone) => continue,
-                // Not allowed or not reachable: what was last seen stands.
-                Err(e) => {
-                    warn!(error = %e, "watching the agent's DaemonSet (retrying)");
-                    continue;
-                }
-            };
-            tx.send_if_modified(|o| std::mem::replace(o, now) != now);
-        }
-    });
-    Some(rx)
-}
-
-/// Whether the DaemonSet `namespace/name` is gone or being deleted: as the watch last
-/// saw it (waiting up to 3 s for a deletion in flight), else as the API server says
-/// now. When neither can say, the answer is no: a node is never cleaned up on a guess.
-async fn uninstalled(
-    client: &kube::Client,
-    ds: &str,
-    owner: Option<&mut tokio::sync::watch::Receiver<Owner>>,
-) -> bool {
-    if let Some(rx) = owner {
-        let seen = tokio::time::timeout(
-            Duration::from_secs(3),
-            rx.wait_for(|o| *o == Owner::Leaving),
-        )
-        .await;
-        if matches!(seen, Ok(Ok(_))) {
-            return true;
-        }
-    }
-    let Some((namespace, name)) = ds.split_once('/') else {
-        return false;
-    };
-    let api: Api<k8s_openapi::api::apps::v1::DaemonSet> =
-        Api::namespaced(client.clone(), namespace);
-    match api.get_opt(name).await {
-        Ok(None) => true,
-        Ok(Some(d)) => d.metadata.deletion_timestamp.is_some(),
-        Err(e) => {
-            warn!(error = %e, "could not read the agent's DaemonSet; not cleaning up");
-            false
-        }
-    }
 }
 
 fn generation_key(o: &NodeNetworkConfig) -> (String, i64) {

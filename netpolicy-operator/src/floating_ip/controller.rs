@@ -155,7 +155,7 @@ pub(crate) fn setup(
     let job = Writer {
         client: client.clone(),
         recorder: crate::k8s::recorder(client),
-        shared: Arc::clone(shared),
+        metrics: shared.metrics.of::<super::metrics::Metrics>(),
         stores: Stores {
             ranges: ranges.store(),
             fips: fips.store(),
@@ -251,7 +251,7 @@ fn rancher_clusters_resource() -> kube::core::ApiResource {
 pub(crate) struct Writer {
     client: Client,
     recorder: crate::k8s::events::Recorder,
-    shared: Arc<Shared>,
+    metrics: Arc<super::metrics::Metrics>,
     stores: Stores,
     /// Problems already logged (logged again only when they change).
     logged: HashMap<String, String>,
@@ -605,7 +605,7 @@ impl Writer {
             let owner = format!("{}/{}", made.spec.owner.namespace, made.spec.owner.name);
             self.created.insert(made.name_any(), (Arc::new(made), now));
             just_claimed.insert(owner);
-            self.shared.metrics.floating_ip_allocated(&range, waited);
+            self.metrics.allocated(&range, waited);
             debug!(range, address, "address claimed");
         }
         Ok((writes, just_claimed))
@@ -647,7 +647,7 @@ impl Writer {
             match answer {
                 Ok(_) => {
                     writes += 1;
-                    self.shared.metrics.floating_ip_released(&r.range);
+                    self.metrics.released(&r.range);
                     info!(range = r.range, address = r.address, "released: {}", r.why);
                     if let Some(range) = get(&self.stores.ranges, None, &r.range) {
                         self.recorder
@@ -719,7 +719,7 @@ impl Writer {
                 continue;
             };
             let current = cur.status.clone().unwrap_or_default();
-            self.shared.metrics.floating_ip_range(
+            self.metrics.range(
                 name,
                 status
                     .capacity

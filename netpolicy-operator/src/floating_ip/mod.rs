@@ -10,6 +10,7 @@
 pub(crate) mod controller;
 mod fast;
 pub(crate) mod guest;
+mod metrics;
 mod pass;
 
 pub(crate) use pass::pass;

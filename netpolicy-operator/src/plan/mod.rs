@@ -1184,3 +1184,6 @@ fn node_list(nodes: &[&str]) -> String {
     s.push(')');
     s
 }
+
+#[cfg(test)]
+mod tests;

@@ -5,9 +5,13 @@
 //! cluster-ID annotation and `rr.netpolicy.io/set-*` labels on Nodes, and the `BGPPeer`
 //! objects whose names start with `netpolicy-rr-` (others are never touched).
 
+mod connect;
 pub(crate) mod controller;
+mod datastore;
 pub mod etcd;
+mod metrics;
 mod sessions;
+mod step;
 
 use std::{collections::BTreeMap, net::Ipv4Addr};
 

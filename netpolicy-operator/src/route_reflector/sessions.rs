@@ -139,6 +139,50 @@ async fn ours(api: &Api<DynamicObject>) -> Result<Option<Vec<DynamicObject>>, ku
     }
 }
 
+/// What the reports mean for the next step, `since` the last one was applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Pacing {
+    /// Look again after this long (why, when a session is down).
+    Wait(Duration, Option<String>),
+    /// Go on; with a message when the job goes on without the sessions it waited for
+    /// (told once per step, as a Warning).
+    GoOn(Option<String>),
+}
+
+/// Pacing by `verdict` (`None`: Calico does not serve `CalicoNodeStatus`). Bounded:
+/// without reports for [`UNREPORTED_AFTER`] (no calico-node reporting here) or with a
+/// session down for `max(60 s, 10 × delay)` (`delay`: `stepDelaySeconds`), the job
+/// says so and goes on.
+pub(crate) fn pacing(verdict: Option<Verdict>, since: Duration, delay: Duration) -> Pacing {
+    const POLL: Duration = Duration::from_secs(1);
+    // A report is read only once confd rendered the step (a Calico without
+    // CalicoNodeStatus is not held up by this).
+    if verdict.is_some() && since < RENDERED_AFTER {
+        return Pacing::Wait(RENDERED_AFTER.saturating_sub(since), None);
+    }
+    match verdict {
+        None | Some(Verdict::Up) => Pacing::GoOn(None),
+        Some(Verdict::Unreported(_)) if since < UNREPORTED_AFTER => Pacing::Wait(POLL, None),
+        Some(Verdict::Unreported(nodes)) => Pacing::GoOn(Some(format!(
+            "calico-node reported no BGP sessions (CalicoNodeStatus) for {} in {} s: pacing \
+             by stepDelaySeconds only",
+            nodes.join(", "),
+            UNREPORTED_AFTER.as_secs()
+        ))),
+        Some(Verdict::Waiting(why)) => {
+            let bound = (delay * 10).max(Duration::from_secs(60));
+            if since < bound {
+                Pacing::Wait(POLL, Some(why))
+            } else {
+                Pacing::GoOn(Some(format!(
+                    "BGP sessions still down {} s after the step, going on: {why}",
+                    bound.as_secs()
+                )))
+            }
+        }
+    }
+}
+
 /// Makes sure each reflector has its object, then the verdict on the reports. `None`:
 /// Calico does not serve `CalicoNodeStatus` here.
 ///
@@ -211,6 +255,38 @@ mod tests {
             verdict(&[objs[0].clone(), empty], &set(&["r1", "r2", "r3"])),
             Verdict::Unreported(vec!["r2".into(), "r3".into()])
         );
+    }
+
+    #[test]
+    fn pacing_waits_for_the_render_then_the_sessions_within_bounds() {
+        let s = Duration::from_secs;
+        let delay = s(3);
+        // No CalicoNodeStatus served: the step delay alone paces.
+        assert_eq!(pacing(None, s(0), delay), Pacing::GoOn(None));
+        // Served: nothing is read before confd rendered the step.
+        assert_eq!(
+            pacing(Some(Verdict::Up), Duration::from_millis(500), delay),
+            Pacing::Wait(Duration::from_millis(1500), None)
+        );
+        assert_eq!(pacing(Some(Verdict::Up), s(2), delay), Pacing::GoOn(None));
+        let down = || Some(Verdict::Waiting("r1: 10.0.0.2 (Active)".into()));
+        assert_eq!(
+            pacing(down(), s(59), delay),
+            Pacing::Wait(s(1), Some("r1: 10.0.0.2 (Active)".into()))
+        );
+        // Down for 60 s (10 × 3 s is less): go on, and say so.
+        match pacing(down(), s(60), delay) {
+            Pacing::GoOn(Some(m)) => assert!(m.contains("60 s") && m.contains("r1"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        // A longer step delay bounds the wait at ten of them.
+        assert!(matches!(pacing(down(), s(60), s(10)), Pacing::Wait(..)));
+        let silent = || Some(Verdict::Unreported(vec!["r1".into(), "r2".into()]));
+        assert_eq!(pacing(silent(), s(29), delay), Pacing::Wait(s(1), None));
+        match pacing(silent(), s(30), delay) {
+            Pacing::GoOn(Some(m)) => assert!(m.contains("r1, r2 in 30 s"), "{m}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

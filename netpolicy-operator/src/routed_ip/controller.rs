@@ -197,7 +197,7 @@ pub(crate) fn setup(
     let ctx = Arc::new(Context {
         recorder: crate::k8s::recorder(client),
         client: client.clone(),
-        shared: Arc::clone(shared),
+        metrics: shared.metrics.of::<super::metrics::Metrics>(),
         cluster: tokio::sync::OnceCell::new(),
         issuers: issuers.store(),
         rips: rips.store(),
@@ -327,7 +327,7 @@ impl ObjectJob for RoutedIps {
         })?;
         lock(&ctx.last_error).remove(&name);
         if deleting {
-            ctx.shared.metrics.routed_ip_ready(&name, None);
+            ctx.metrics.ready(&name, None);
         }
         Ok(*lock(&next))
     }
@@ -339,13 +339,13 @@ impl ObjectJob for RoutedIps {
         let name = rip.name_any();
         let (class, reason) = e.class();
         let delay = if let Failed::Provider(ProviderError::RateLimited { retry_after }) = e {
-            ctx.shared.metrics.routed_ip_rate_limited();
+            ctx.metrics.rate_limited();
             Duration::from_secs((*retry_after).max(1)).min(MAX_RATE_LIMIT_WAIT)
         } else {
             delay
         };
         if let Failed::Provider(p) = e {
-            ctx.shared.metrics.routed_ip_provider_error(kind_of(p));
+            ctx.metrics.provider_error(kind_of(p));
             if matches!(p, ProviderError::Unauthorized(_)) {
                 // Read the token again next time.
                 lock(&ctx.providers).remove(&rip.spec.issuer_ref.name);
@@ -396,7 +396,7 @@ impl ObjectJob for IssuerChecks {
 pub(crate) struct Context {
     client: Client,
     recorder: crate::k8s::events::Recorder,
-    shared: Arc<Shared>,
+    metrics: Arc<super::metrics::Metrics>,
     /// The cluster's identity for the provider-side labels: the kube-system
     /// Namespace's UID (stable for the cluster's life, the same in every replica); read
     /// once, when first needed.
@@ -863,9 +863,7 @@ impl Context {
             self.write_status(rip, &before, &st).await?;
             let started = Instant::now();
             netpolicy_issuers::execute(issuer, &address, &fw, step).await?;
-            self.shared
-                .metrics
-                .routed_ip_step(step_kind(step), started.elapsed());
+            self.metrics.step(step_kind(step), started.elapsed());
             if let Step::Assign(n) = step {
                 let node = node_name(n);
                 if let Some(old) = &holder
@@ -876,7 +874,7 @@ impl Context {
                             rip.spec.cooldown_seconds,
                         ));
                     st.cooldown_until.insert(old.clone(), until.to_string());
-                    self.shared.metrics.routed_ip_failover();
+                    self.metrics.failover();
                     info!(routed_ip = %name, from = %old, to = %node, %address, "routed IP moved");
                 }
                 st.node = Some(node);
@@ -1054,7 +1052,7 @@ impl Context {
                 .apply_status(&api, FIELD_MANAGER, cached, next)
                 .await?;
         }
-        self.shared.metrics.routed_ip_ready(&name, Some(ready));
+        self.metrics.ready(&name, Some(ready));
         Ok(())
     }
 }

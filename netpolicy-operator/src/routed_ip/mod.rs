@@ -6,6 +6,7 @@
 //! provider calls are in [`controller`].
 
 pub(crate) mod controller;
+mod metrics;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -31,21 +31,18 @@ use std::{
 };
 
 use futures::StreamExt;
-use kube::{
-    Api, Client, Resource, ResourceExt,
-    api::{DeleteParams, PatchParams},
-    runtime::reflector::{ObjectRef, Store},
-};
+use kube::{Api, Client, Resource, ResourceExt, api::PatchParams, runtime::reflector::Store};
 use tracing::{debug, info, warn};
 
 use super::rollout::NodeState;
+use super::send::get;
 use super::writes::Verb;
-use super::{PolicyFacts, Routing, policy_status};
+use super::{PolicyFacts, Routing};
 use crate::k8s::traffic::TrafficStores;
 use crate::{
     api::{
-        ClusterConfig, FloatingIP, FloatingIPRange, NodeConfig, NodeNetworkConfig, PolicyStatus,
-        RoutedIP, RoutedIPIssuer,
+        ClusterConfig, FloatingIP, FloatingIPRange, NodeConfig, NodeNetworkConfig, RoutedIP,
+        RoutedIPIssuer,
     },
     k8s::{CachedNode, labels_fingerprint, sent::digest, spec_fingerprint},
     runtime::{Changes, Informers, InputKinds, Inputs, Job, JobError, Next, Setup},
@@ -71,7 +68,7 @@ pub(crate) struct RoutingJob {
     inputs: InputKinds,
     stores: Stores,
     nnc_api: Api<NodeNetworkConfig>,
-    status: StatusWriter,
+    status: super::send::StatusWriter,
     routing: Routing,
     /// What other jobs need on each node ([`crate::k8s::JobItems`]), as last rendered.
     job_items: BTreeMap<String, crate::k8s::JobItems>,
@@ -91,7 +88,7 @@ pub(crate) struct RoutingJob {
     /// behind a broken watch would otherwise have every pass resend it).
     sent: crate::k8s::Sent,
     /// Metrics: NodeNetworkConfigs by state, every policy's rollout.
-    shared: Arc<crate::telemetry::Shared>,
+    metrics: Arc<super::metrics::Metrics>,
 }
 
 /// The routing job and what wakes it.
@@ -145,7 +142,7 @@ pub(crate) fn setup(
             traffic,
         },
         nnc_api: Api::all(client.clone()),
-        status: StatusWriter {
+        status: super::send::StatusWriter {
             ccs: Api::all(client.clone()),
             ncs: Api::all(client.clone()),
             trench_conflicts: BTreeMap::new(),
@@ -161,7 +158,7 @@ pub(crate) fn setup(
         node_cleanup,
         write_concurrency: write_concurrency.max(1),
         sent: crate::k8s::Sent::default(),
-        shared: Arc::clone(shared),
+        metrics: shared.metrics.of::<super::metrics::Metrics>(),
     };
     inputs.setup(job)
 }
@@ -189,7 +186,7 @@ impl Job for RoutingJob {
         let mut facts = self.routing.facts();
         rollout_facts(&mut facts, &self.pending, &self.stores.nncs);
         self.too_large_facts(&mut facts);
-        self.metrics(&facts);
+        self.report_metrics(&facts);
         let applied = self.applied_nodes();
         self.status
             .write_all(&self.stores.ccs, &self.stores.ncs, &applied, &facts)
@@ -232,7 +229,7 @@ impl RoutingJob {
 
     /// NodeNetworkConfigs by state and every policy's rollout, for `/metrics` (what the
     /// alert rules in `deploy/prometheus` read).
-    fn metrics(&self, facts: &BTreeMap<String, PolicyFacts>) {
+    fn report_metrics(&self, facts: &BTreeMap<String, PolicyFacts>) {
         let mut states: BTreeMap<&str, usize> = ["applied", "progressing", "degraded", "noAgent"]
             .into_iter()
             .map(|w| (w, 0))
@@ -245,8 +242,8 @@ impl RoutingJob {
             });
             fighting += usize::from(fights);
         }
-        self.shared.metrics.node_network_configs(&states, fighting);
-        self.shared.metrics.policies(facts.iter().map(|(k, f)| {
+        self.metrics.node_network_configs(&states, fighting);
+        self.metrics.policies(facts.iter().map(|(k, f)| {
             (
                 k.as_str(),
                 !f.degraded.is_empty(),
@@ -357,13 +354,6 @@ where
     out
 }
 
-fn get<K>(store: &Store<K>, name: &str) -> Option<Arc<K>>
-where
-    K: Resource<DynamicType = ()> + Clone + 'static,
-{
-    store.get(&ObjectRef::new(name))
-}
-
 /// A NodeNetworkConfig's revision and the revision its agent applied: what a policy's
 /// `appliedNodes` is counted from.
 fn applied_fingerprint(o: &NodeNetworkConfig) -> String {
@@ -416,118 +406,6 @@ fn rollout_facts(
     }
 }
 
-/// Writes ClusterConfig and NodeConfig status, and an Event per new conflict (also on
-/// a Trench whose items a NodeConfig defines differently).
-struct StatusWriter {
-    ccs: Api<ClusterConfig>,
-    ncs: Api<NodeConfig>,
-    /// The conflicts each Trench had at the last pass (`Trench/<ns>/<name>`). A
-    /// Trench's status belongs to the trench job, so its conflicts are Events only,
-    /// remembered here: a restarted operator reports a standing conflict once more.
-    trench_conflicts: BTreeMap<String, Vec<crate::api::PolicyConflict>>,
-    recorder: crate::k8s::events::Recorder,
-    /// Status writes not seen back yet: not sent again while the cache stays behind.
-    sent: crate::k8s::Sent,
-}
-
-impl StatusWriter {
-    /// A Warning Event on each Trench for each conflict it did not have at the last
-    /// pass (the NodeConfig side has them in its status and its own Events).
-    async fn trench_events(
-        &mut self,
-        trenches: &Store<crate::api::traffic::Trench>,
-        facts: &BTreeMap<String, PolicyFacts>,
-    ) {
-        let mut now = BTreeMap::new();
-        for t in trenches.state() {
-            let key = format!(
-                "Trench/{}/{}",
-                t.namespace().unwrap_or_default(),
-                t.name_any()
-            );
-            let Some(f) = facts.get(&key).filter(|f| !f.conflicts.is_empty()) else {
-                continue;
-            };
-            let before = self.trench_conflicts.get(&key);
-            for c in &f.conflicts {
-                if before.is_some_and(|b| b.contains(c)) {
-                    continue;
-                }
-                self.recorder
-                    .tell_all(t.as_ref(), vec![super::status::conflict_event(c)])
-                    .await;
-            }
-            now.insert(key, f.conflicts.clone());
-        }
-        self.trench_conflicts = now;
-    }
-
-    /// Computes every policy's status and writes those that changed.
-    ///
-    /// # Guarantees
-    /// A policy whose status is unchanged is not written (no `lastTransitionTime`
-    /// bump); a quiet cluster costs no write.
-    async fn write_all(
-        &self,
-        ccs: &Store<ClusterConfig>,
-        ncs: &Store<NodeConfig>,
-        applied: &BTreeSet<String>,
-        facts: &BTreeMap<String, PolicyFacts>,
-    ) -> Result<(), kube::Error> {
-        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::now(),
-        );
-        let none = PolicyFacts::default();
-        for cc in ccs.state() {
-            let f = facts
-                .get(&format!("ClusterConfig/{}", cc.name_any()))
-                .unwrap_or(&none);
-            let n = f.matched.iter().filter(|n| applied.contains(*n)).count();
-            let current = cc.status.clone().unwrap_or_default();
-            let next = policy_status(&current, cc.metadata.generation, f, n, &now);
-            self.write(&self.ccs, cc.as_ref(), &current, next).await?;
-        }
-        for nc in ncs.state() {
-            let f = facts
-                .get(&format!("NodeConfig/{}", nc.name_any()))
-                .unwrap_or(&none);
-            let n = f.matched.iter().filter(|n| applied.contains(*n)).count();
-            let current = nc.status.clone().unwrap_or_default();
-            let next = policy_status(&current, nc.metadata.generation, f, n, &now);
-            self.write(&self.ncs, nc.as_ref(), &current, next).await?;
-        }
-        Ok(())
-    }
-
-    async fn write<K>(
-        &self,
-        api: &Api<K>,
-        obj: &K,
-        current: &PolicyStatus,
-        next: PolicyStatus,
-    ) -> Result<(), kube::Error>
-    where
-        K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
-    {
-        if next == *current {
-            return Ok(());
-        }
-        let name = obj.name_any();
-        self.recorder
-            .tell_all(obj, super::status::policy_events(current, &next))
-            .await;
-        if self
-            .sent
-            .apply_status(api, FIELD_MANAGER, obj, &next)
-            .await?
-        {
-            debug!(name, "policy status written");
-        }
-        Ok(())
-    }
-}
-
-/// The Warning Event of a conflict, on each policy that takes part in it.
 impl RoutingJob {
     /// Brings the changed objects (all of them on a full pass) into `routing` and the
     /// job items; returns the nodes whose NodeNetworkConfig may differ (with those that
@@ -779,26 +657,13 @@ impl RoutingJob {
                 }
             }
         }
-        for name in writes.delete {
-            too_large.remove(&name);
-            let over = get(&stores.nncs, &name).and_then(|o| o.metadata.resource_version.clone());
-            let what = digest("delete");
-            if sent.unseen(&name, what, over.as_deref()) {
-                continue;
-            }
-            match api.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => {
-                    changed += 1;
-                    sent.record(&name, what, over.as_deref());
-                }
-                Err(kube::Error::Api(e)) if e.code == 404 => {
-                    sent.record(&name, what, over.as_deref());
-                }
-                Err(e) => {
-                    sent.forget(&name);
-                    first_error.get_or_insert(e);
-                }
-            }
+        for name in &writes.delete {
+            too_large.remove(name);
+        }
+        let (deleted, error) = super::send::delete(api, &stores.nncs, sent, writes.delete).await;
+        changed += deleted;
+        if let Some(e) = error {
+            first_error.get_or_insert(e);
         }
         // Nodes that are gone from the cache and from the writes: nothing to remember.
         if sent.len() > 2 * stores.nncs.state().len() + 64 {

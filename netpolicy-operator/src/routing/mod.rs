@@ -4,6 +4,7 @@
 //! controller ([`controller`]) is the only part that awaits.
 
 pub(crate) mod controller;
+mod metrics;
 pub(crate) mod rollout;
 mod send;
 mod status;

@@ -211,33 +211,37 @@ pub struct RouteChecker {
     handle: Option<JoinHandle<Samples>>,
 }
 
+/// Raises the calling thread's priority. The checker must not be starved by the lab it watches (two cores run every
+/// node's BIRD, confd and status reporter): a round that waits half a second
+/// bounds a 10 ms gap by half a second. Niced to -10 its rounds still came
+/// 550-650 ms apart at 24 nodes (about 80 busy processes), so its thread runs
+/// real-time (`chrt --fifo`, a round's reads take a few ms of CPU), niced
+/// where that is refused, said if both are.
+fn raise_priority() {
+    if let Ok(me) = std::fs::read_link("/proc/thread-self") {
+        let tid = me
+            .file_name()
+            .map(|t| t.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let run = |program: &str, args: &[&str]| {
+            std::process::Command::new(program)
+                .args(args)
+                .arg(&tid)
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if !run("chrt", &["--fifo", "-p", "10"]) && !run("renice", &["-n", "-10", "-p"]) {
+            eprintln!("route checker: could not raise its priority (chrt, renice)");
+        }
+    }
+}
+
 impl RouteChecker {
     pub(crate) fn start(checked: Arc<Mutex<Vec<BgpNode>>>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let handle = std::thread::spawn(move || {
-            // The checker must not be starved by the lab it watches (two cores run every
-            // node's BIRD, confd and status reporter): a round that waits half a second
-            // bounds a 10 ms gap by half a second. Niced to -10 its rounds still came
-            // 550-650 ms apart at 24 nodes (about 80 busy processes), so its thread runs
-            // real-time (`chrt --fifo`, a round's reads take a few ms of CPU), niced
-            // where that is refused, said if both are.
-            if let Ok(me) = std::fs::read_link("/proc/thread-self") {
-                let tid = me
-                    .file_name()
-                    .map(|t| t.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                let run = |program: &str, args: &[&str]| {
-                    std::process::Command::new(program)
-                        .args(args)
-                        .arg(&tid)
-                        .output()
-                        .is_ok_and(|o| o.status.success())
-                };
-                if !run("chrt", &["--fifo", "-p", "10"]) && !run("renice", &["-n", "-10", "-p"]) {
-                    eprintln!("route checker: could not raise its priority (chrt, renice)");
-                }
-            }
+            raise_priority();
             let t0 = Instant::now();
             let started_ms = super::day_ms();
             let mut out = Samples {

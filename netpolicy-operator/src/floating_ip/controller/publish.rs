@@ -73,7 +73,7 @@ impl super::Writer {
                     let delay = b.1.next_delay();
                     b.0 = Instant::now() + delay;
                     warn!(configmap = key, error = %e, retry_in = ?delay, "kube-vip ConfigMap not written");
-                    self.shared.metrics.publish_failed(&key);
+                    self.metrics.publish_failed(&key);
                     Err(match &e {
                         kube::Error::Api(s) => format!("{} ({})", s.message, s.reason),
                         e => e.to_string(),
@@ -274,7 +274,7 @@ impl super::Writer {
                 .guest
                 .as_ref()
                 .map_or(g.cluster.as_str(), |t| t.name.as_str());
-            let metrics = &self.shared.metrics;
+            let metrics = &self.metrics;
             metrics.guest_up(name, v.answered);
             for kind in &v.events {
                 metrics.guest_event(name, kind);
@@ -339,7 +339,7 @@ impl super::Writer {
             .cloned()
             .collect();
         for c in &gone {
-            self.shared.metrics.guest_gone(c);
+            self.metrics.guest_gone(c);
         }
         self.guests
             .retain(|c, _| wanted_clusters.contains(c.as_str()));
