@@ -295,7 +295,7 @@ pub struct ItemError {
     /// The item, in the readable form `plan` prints (`route 10.20.0.0/16 table 100 via
     /// 192.0.2.1`), or the operation that failed on it.
     pub item: String,
-    /// Why, as a constant of [`conditions::item`] (`Refused`, `BlockedByForeignObject`,
+    /// Why, as a constant of [`crate::conditions::item`] (`Refused`, `BlockedByForeignObject`,
     /// `NameTakenByOtherLink`, `NotConverged`, `DuplicateAddress`).
     #[serde(default)]
     pub reason: String,
