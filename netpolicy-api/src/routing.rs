@@ -11,6 +11,10 @@ use netpolicy_core::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+// For the doc links only (the item reasons' constants).
+#[cfg(doc)]
+use crate::conditions;
+
 /// Cluster-wide routing items, applied to every node. At most one exists, named
 /// `default`.
 #[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -295,7 +299,7 @@ pub struct ItemError {
     /// The item, in the readable form `plan` prints (`route 10.20.0.0/16 table 100 via
     /// 192.0.2.1`), or the operation that failed on it.
     pub item: String,
-    /// Why, as a constant of [`crate::conditions::item`] (`Refused`, `BlockedByForeignObject`,
+    /// Why, as a constant of [`conditions::item`] (`Refused`, `BlockedByForeignObject`,
     /// `NameTakenByOtherLink`, `NotConverged`, `DuplicateAddress`).
     #[serde(default)]
     pub reason: String,
