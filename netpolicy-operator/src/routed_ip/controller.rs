@@ -41,15 +41,17 @@
 //!   listed: one whose RoutedIP is gone is an orphan, shown in the issuer's `Orphans`
 //!   condition and a Warning Event, and never deleted (a `Retain`ed IP is one).
 
+mod provider;
+
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeSet, HashMap},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use k8s_openapi::{
     api::{
-        core::v1::{Namespace, Secret, Service},
+        core::v1::{Namespace, Service},
         discovery::v1::EndpointSlice,
     },
     apimachinery::pkg::apis::meta::v1::Time,
@@ -64,67 +66,24 @@ use kube::{
     },
 };
 use netpolicy_issuers::{
-    AnyIssuer, Candidate, Desired, Error as ProviderError, Issuer, Step, Tags,
-    aws::AwsIssuer as AwsClient, digitalocean::DigitalOceanIssuer, hetzner::HetznerIssuer,
-    memory::MemoryIssuer, plan,
+    Candidate, Error as ProviderError, Issuer, Step, Tags, memory::MemoryIssuer, plan,
 };
 use tracing::{debug, info, warn};
 
-use super::{candidate, cooldown, elect, endpoint_nodes, port_status, service_ports, step_name};
+use self::provider::Made;
+use super::{cooldown, decide, elect, endpoint_nodes, service_ports, step_name};
 use crate::{
     api::{
-        ReclaimPolicy, RoutedIP, RoutedIPIssuer, RoutedIPIssuerStatus, RoutedIPStatus,
+        ReclaimPolicy, RoutedIP, RoutedIPIssuer, RoutedIPStatus,
         conditions::{self, events, routed_ip as rc},
     },
-    k8s::{CachedNode, FIELD_MANAGER, NodeFacts, condition, spec_fingerprint},
+    k8s::{CachedNode, FIELD_MANAGER},
     runtime::{ErrorClass, Informers, Next, ObjectJob, ObjectSetup, informer::lock, per_object},
     telemetry::Shared,
 };
 
 /// The finalizer that holds a RoutedIP until its IP is released.
 pub(crate) const FINALIZER: &str = "netpolicy.io/routed-ip";
-
-/// The spec's generation and whether deletion began (the finalizer's cue).
-fn generation_fingerprint<K: Resource>(o: &K) -> String {
-    format!(
-        "{}/{}",
-        spec_fingerprint(o),
-        o.meta().deletion_timestamp.is_some()
-    )
-}
-
-/// What of a Node election reads.
-fn node_fingerprint(n: &CachedNode) -> String {
-    let f = NodeFacts::of(n, false);
-    format!(
-        "{}|{:?}|{:?}|{}|{}|{}",
-        n.uid().unwrap_or_default(),
-        f.labels,
-        f.provider_id,
-        f.ready,
-        f.unschedulable,
-        f.tainted()
-    )
-}
-
-fn slice_fingerprint(s: &EndpointSlice) -> String {
-    let mut eps: Vec<(Option<&String>, Option<bool>)> = s
-        .endpoints
-        .iter()
-        .map(|e| {
-            (
-                e.node_name.as_ref(),
-                e.conditions.as_ref().and_then(|c| c.ready),
-            )
-        })
-        .collect();
-    eps.sort();
-    format!("{:?}|{eps:?}", s.labels().get("kubernetes.io/service-name"))
-}
-
-fn service_fingerprint(s: &Service) -> String {
-    format!("{:?}", service_ports(s))
-}
 
 /// Why one RoutedIP could not be driven.
 #[derive(Debug, thiserror::Error)]
@@ -217,19 +176,27 @@ pub(crate) fn setup(
     // The finalizer helper adds its finalizer and waits for the change: finalizers are
     // part of what wakes a RoutedIP.
     let routed_ips = ObjectSetup::new(Arc::new(RoutedIps(Arc::clone(&ctx))), &rips, |r| {
-        format!("{}|{:?}", generation_fingerprint(r), r.metadata.finalizers)
+        format!(
+            "{}|{:?}",
+            decide::generation_fingerprint(r),
+            r.metadata.finalizers
+        )
     })
     // Election reads every Node: any change that matters re-checks every RoutedIP (each
     // is cheap while settled: no provider call).
-    .related(&nodes, node_fingerprint, move |_| {
+    .related(&nodes, decide::node_fingerprint, move |_| {
         per_object::all(&for_nodes)
     })
-    .related(&slices, slice_fingerprint, move |s: EndpointSlice| {
-        let ns = s.namespace().unwrap_or_default();
-        let svc = s.labels().get("kubernetes.io/service-name").cloned();
-        serving(&for_slices, &ns, svc.as_deref())
-    })
-    .related(&services, service_fingerprint, move |s: Service| {
+    .related(
+        &slices,
+        decide::slice_fingerprint,
+        move |s: EndpointSlice| {
+            let ns = s.namespace().unwrap_or_default();
+            let svc = s.labels().get("kubernetes.io/service-name").cloned();
+            serving(&for_slices, &ns, svc.as_deref())
+        },
+    )
+    .related(&services, decide::service_fingerprint, move |s: Service| {
         serving(
             &for_services,
             &s.namespace().unwrap_or_default(),
@@ -238,7 +205,7 @@ pub(crate) fn setup(
     })
     .related(
         &issuers,
-        generation_fingerprint,
+        decide::generation_fingerprint,
         move |i: RoutedIPIssuer| {
             let name = i.name_any();
             for_issuers
@@ -252,7 +219,7 @@ pub(crate) fn setup(
     let issuer_checks = ObjectSetup::new(
         Arc::new(IssuerChecks(ctx)),
         &issuers,
-        generation_fingerprint,
+        decide::generation_fingerprint,
     );
     (routed_ips, issuer_checks)
 }
@@ -345,7 +312,7 @@ impl ObjectJob for RoutedIps {
             delay
         };
         if let Failed::Provider(p) = e {
-            ctx.metrics.provider_error(kind_of(p));
+            ctx.metrics.provider_error(decide::error_kind(p));
             if matches!(p, ProviderError::Unauthorized(_)) {
                 // Read the token again next time.
                 lock(&ctx.providers).remove(&rip.spec.issuer_ref.name);
@@ -446,96 +413,25 @@ impl Context {
         let listed = listed.map_err(|e| e.to_string());
         let cur = issuer.status.clone().unwrap_or_default();
         let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let g = issuer.metadata.generation;
-        let st = match &listed {
-            Ok(ips) => {
-                let orphans: Vec<String> = ips
-                    .iter()
-                    .filter(|(_, rip)| !routed_ips.contains(rip))
-                    .map(|(ip, rip)| format!("{} (RoutedIP {rip})", ip.address))
-                    .collect();
-                let before = lock(&self.orphans).get(&name).cloned().unwrap_or_default();
-                let new: Vec<&String> = orphans.iter().filter(|o| !before.contains(o)).collect();
-                if !new.is_empty() {
-                    let note = format!(
-                        "IPs tagged for this cluster whose RoutedIP is gone (left at the \
-                         provider): {}",
-                        new.iter()
-                            .map(|s| s.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    );
-                    warn!(issuer = %name, "{note}");
-                    let event = Event {
-                        type_: EventType::Warning,
-                        reason: rc::ORPHANED.into(),
-                        note: Some(note),
-                        action: "Inventory".into(),
-                        secondary: None,
-                    };
-                    if let Err(e) = self.recorder.publish(&event, &issuer.object_ref(&())).await {
-                        warn!(error = %e, "could not record an Event");
-                    }
-                }
-                let orphan_condition = if orphans.is_empty() {
-                    condition(
-                        &cur.conditions,
-                        rc::ORPHANS,
-                        false,
-                        rc::NONE,
-                        "no orphaned IP".into(),
-                        g,
-                        &now,
-                    )
-                } else {
-                    condition(
-                        &cur.conditions,
-                        rc::ORPHANS,
-                        true,
-                        rc::ORPHANED,
-                        format!(
-                            "tagged for this cluster, RoutedIP gone (never deleted by netpolicy; delete them \
-                             at the provider or adopt them with spec.address): {}",
-                            orphans.join(", ")
-                        ),
-                        g,
-                        &now,
-                    )
-                };
-                lock(&self.orphans).insert(name.clone(), orphans);
-                RoutedIPIssuerStatus {
-                    conditions: vec![
-                        condition(
-                            &cur.conditions,
-                            conditions::READY,
-                            true,
-                            rc::READY,
-                            "the token is readable and the provider answers".into(),
-                            g,
-                            &now,
-                        ),
-                        orphan_condition,
-                    ],
-                }
+        let before = lock(&self.orphans).get(&name).cloned().unwrap_or_default();
+        let check = decide::issuer_check(issuer, &listed, routed_ips, &before, &now);
+        if let Some(note) = check.new_orphans {
+            warn!(issuer = %name, "{note}");
+            let event = Event {
+                type_: EventType::Warning,
+                reason: rc::ORPHANED.into(),
+                note: Some(note),
+                action: "Inventory".into(),
+                secondary: None,
+            };
+            if let Err(e) = self.recorder.publish(&event, &issuer.object_ref(&())).await {
+                warn!(error = %e, "could not record an Event");
             }
-            Err(message) => {
-                let mut st = cur.clone();
-                st.conditions.retain(|c| c.type_ != conditions::READY);
-                st.conditions.insert(
-                    0,
-                    condition(
-                        &cur.conditions,
-                        conditions::READY,
-                        false,
-                        rc::ISSUER_UNAVAILABLE,
-                        message.clone(),
-                        g,
-                        &now,
-                    ),
-                );
-                st
-            }
-        };
+        }
+        if let Some(orphans) = check.orphans {
+            lock(&self.orphans).insert(name.clone(), orphans);
+        }
+        let st = check.status;
         if st == cur {
             return failed;
         }
@@ -568,17 +464,8 @@ impl Context {
             .get(&ObjectRef::from_obj(rip))
             .unwrap_or_else(|| Arc::new(rip.clone()));
         let cur = latest.status.clone().unwrap_or_default();
-        let mut st = cur.clone();
         let now = Time(k8s_openapi::jiff::Timestamp::now());
-        st.conditions = vec![condition(
-            &cur.conditions,
-            conditions::READY,
-            false,
-            reason,
-            message,
-            rip.metadata.generation,
-            &now,
-        )];
+        let st = decide::failed(&cur, reason, message, rip.metadata.generation, &now);
         if let Err(e) = self.write_status(&latest, &cur, &st).await {
             warn!(routed_ip = %name, error = %e, "routed IP: status not written");
         }
@@ -676,21 +563,12 @@ impl Context {
                 (Some(nodes), ports)
             }
         };
-        // Only selected nodes can be elected: the others are never candidates (at
-        // 10,000 nodes, a list of every node per RoutedIP reconcile was 10,000 label
-        // maps copied, times the reconciles in flight).
-        let no_labels = BTreeMap::new();
-        let candidates: Vec<Candidate> = self
-            .nodes
-            .state()
-            .iter()
-            .filter(|n| selector.matches(n.metadata.labels.as_ref().unwrap_or(&no_labels)))
-            .map(|n| {
-                let f = NodeFacts::of(n, false);
-                let has = with_endpoint.as_ref().is_none_or(|s| s.contains(&f.name));
-                candidate(&f, &selector, has)
-            })
-            .collect();
+        let nodes = self.nodes.state();
+        let candidates = decide::candidates(
+            nodes.iter().map(AsRef::as_ref),
+            &selector,
+            with_endpoint.as_ref(),
+        );
         let firewall = issuer.spec.firewall.as_ref().map(|f| f.name.clone());
         // Settled as the status says, and checked at the provider within the resync:
         // no provider call.
@@ -703,17 +581,7 @@ impl Context {
             rip.spec.cooldown_seconds,
         )
         .cloned();
-        let ready = cur.conditions.iter().any(|c| {
-            c.type_ == conditions::READY
-                && c.status == conditions::STATUS_TRUE
-                && c.observed_generation == rip.metadata.generation
-        });
-        let settled = cur.address.is_some()
-            && cur.step.is_none()
-            && ready
-            && cur.node == elected.as_ref().map(|c| c.name.clone())
-            && cur.firewall == firewall
-            && cur.ports == port_status(&ports);
+        let settled = decide::settled(rip, elected.as_ref(), firewall.as_ref(), &ports);
         let checked = lock(&self.checked).get(&name).copied();
         if settled && let Some(t) = checked.filter(|t| t.elapsed() < self.resync) {
             return Ok(Next::After(self.resync - t.elapsed()));
@@ -733,34 +601,17 @@ impl Context {
             firewall: firewall.clone(),
             ports: ports.clone(),
         };
-        let (mut st, elected) = self.drive(&*provider, &ctx).await?;
+        let (st, elected) = self.drive(&*provider, &ctx).await?;
         lock(&self.checked).insert(name.clone(), Instant::now());
-        st.firewall = firewall;
-        st.ports = port_status(&ports);
-        st.step = None;
-        let t = Time(k8s_openapi::jiff::Timestamp::now());
-        st.conditions = vec![match &elected {
-            Some(c) => condition(
-                &cur.conditions,
-                conditions::READY,
-                true,
-                rc::SETTLED,
-                format!("{} on {}", st.address.as_deref().unwrap_or_default(), c),
-                rip.metadata.generation,
-                &t,
-            ),
-            None => condition(
-                &cur.conditions,
-                conditions::READY,
-                false,
-                rc::NO_CANDIDATE,
-                "no node may hold the IP (Ready, schedulable, untainted, selected, with a \
-                 provider ID and, with serviceRef, a ready endpoint): it stays where it is"
-                    .into(),
-                rip.metadata.generation,
-                &t,
-            ),
-        }];
+        let st = decide::finished(
+            st,
+            &cur.conditions,
+            elected.as_deref(),
+            firewall,
+            &ports,
+            rip.metadata.generation,
+            k8s_openapi::jiff::Timestamp::now(),
+        );
         self.write_status(rip, &cur, &st).await?;
         Ok(Next::Resync)
     }
@@ -805,24 +656,14 @@ impl Context {
         // The provider's holder is the truth: an operator killed after the provider
         // moved the IP but before the status said so left the old node in the status.
         let holder = observed.ip.assigned_to.as_ref().map(node_name);
-        if st.address.as_deref() != Some(observed.ip.address.as_str())
-            || (holder.is_some() && holder != st.node)
-        {
-            let before = st.clone();
-            st.address = Some(observed.ip.address.clone());
-            if let (Some(old), Some(new)) = (&st.node, &holder)
-                && old != new
-            {
-                let until = now
-                    + k8s_openapi::jiff::SignedDuration::from_secs(i64::from(
-                        rip.spec.cooldown_seconds,
-                    ));
-                st.cooldown_until.insert(old.clone(), until.to_string());
-                let note = format!(
-                    "{} is on {new} at the provider, not on {old} as the status said (a move \
-                     finished while no operator watched): the status follows, {old} cools down",
-                    observed.ip.address
-                );
+        if let Some(f) = decide::follow_provider(
+            &st,
+            &observed.ip.address,
+            holder.as_deref(),
+            rip.spec.cooldown_seconds,
+            now,
+        ) {
+            if let Some(note) = f.corrected {
                 info!(routed_ip = %name, "{note}");
                 self.recorder
                     .tell(
@@ -834,11 +675,9 @@ impl Context {
                     )
                     .await;
             }
-            if holder.is_some() {
-                st.node.clone_from(&holder);
-            }
             // Recorded before it is assigned anywhere.
-            self.write_status(rip, &before, &st).await?;
+            self.write_status(rip, &st, &f.status).await?;
+            st = f.status;
         }
         let lost = cooldown(&st.cooldown_until, rip.spec.cooldown_seconds);
         let elected = elect(
@@ -849,11 +688,7 @@ impl Context {
             rip.spec.cooldown_seconds,
         )
         .cloned();
-        let desired = Desired {
-            node: elected.as_ref().and_then(|c| c.provider_id.clone()),
-            firewall: d.firewall.clone(),
-            ports: d.ports.clone(),
-        };
+        let desired = decide::desired(elected.as_ref(), d.firewall.clone(), d.ports.clone());
         let steps = plan(&observed, &desired);
         let fw = desired.firewall.clone().unwrap_or_default();
         let address = observed.ip.address.clone();
@@ -863,21 +698,18 @@ impl Context {
             self.write_status(rip, &before, &st).await?;
             let started = Instant::now();
             netpolicy_issuers::execute(issuer, &address, &fw, step).await?;
-            self.metrics.step(step_kind(step), started.elapsed());
+            self.metrics
+                .step(decide::step_kind(step), started.elapsed());
             if let Step::Assign(n) = step {
                 let node = node_name(n);
-                if let Some(old) = &holder
-                    && *old != node
+                let now = k8s_openapi::jiff::Timestamp::now();
+                let cooldown = rip.spec.cooldown_seconds;
+                if let Some(old) =
+                    decide::assigned(&mut st, holder.as_deref(), &node, cooldown, now)
                 {
-                    let until = k8s_openapi::jiff::Timestamp::now()
-                        + k8s_openapi::jiff::SignedDuration::from_secs(i64::from(
-                            rip.spec.cooldown_seconds,
-                        ));
-                    st.cooldown_until.insert(old.clone(), until.to_string());
                     self.metrics.failover();
                     info!(routed_ip = %name, from = %old, to = %node, %address, "routed IP moved");
                 }
-                st.node = Some(node);
             }
             self.recorder
                 .tell(
@@ -892,12 +724,7 @@ impl Context {
         if steps.is_empty() {
             st.node.clone_from(&holder);
         }
-        // Cooldowns that are over are dropped.
-        let now = k8s_openapi::jiff::Timestamp::now();
-        st.cooldown_until.retain(|_, t| {
-            t.parse::<k8s_openapi::jiff::Timestamp>()
-                .is_ok_and(|t| t > now)
-        });
+        // Cooldowns that are over are dropped by decide::finished.
         Ok((st, elected.map(|c| c.name)))
     }
 
@@ -922,113 +749,6 @@ impl Context {
                 uid
             })
             .await
-    }
-
-    /// The provider client of `issuer`, made (its token read) when the issuer changed.
-    async fn provider(&self, issuer: &RoutedIPIssuer) -> Result<Arc<AnyIssuer>, Failed> {
-        let name = issuer.name_any();
-        if let Some((g, p)) = lock(&self.providers).get(&name)
-            && *g == issuer.metadata.generation
-        {
-            return Ok(Arc::clone(p));
-        }
-        let token = |r: &crate::api::SecretKeyRef, field: &str| {
-            let key = r.key.clone().unwrap_or_else(|| "token".into());
-            let (namespace, name) = (r.namespace.clone(), r.name.clone());
-            let field = field.to_owned();
-            async move {
-                self.secret_value(&namespace, &name, &key, &field)
-                    .await?
-                    .ok_or_else(|| {
-                        Failed::Issuer(format!(
-                            "{field}: Secret {namespace}/{name} has no key {key:?}"
-                        ))
-                    })
-            }
-        };
-        let provider = if let Some(a) = &issuer.spec.aws {
-            AnyIssuer::Aws(self.aws_client(a).await?.with_vpc(a.vpc_id.clone()))
-        } else if let Some(h) = &issuer.spec.hetzner {
-            let t = token(&h.token_secret_ref, "spec.hetzner.tokenSecretRef").await?;
-            let base = h
-                .endpoint
-                .clone()
-                .unwrap_or_else(|| "https://api.hetzner.cloud/v1".into());
-            AnyIssuer::Hetzner(HetznerIssuer::with_base_url(base, t, &h.location)?)
-        } else if let Some(d) = &issuer.spec.digitalocean {
-            let t = token(&d.token_secret_ref, "spec.digitalocean.tokenSecretRef").await?;
-            let base = d
-                .endpoint
-                .clone()
-                .unwrap_or_else(|| "https://api.digitalocean.com/v2".into());
-            AnyIssuer::DigitalOcean(DigitalOceanIssuer::with_base_url(base, t, &d.region)?)
-        } else if issuer.spec.memory.is_some() {
-            AnyIssuer::Memory(Arc::clone(
-                lock(&self.memory)
-                    .entry(name.clone())
-                    .or_insert_with(|| Arc::new(MemoryIssuer::new())),
-            ))
-        } else {
-            return Err(Failed::Issuer(
-                "spec: a RoutedIPIssuer names exactly one provider".into(),
-            ));
-        };
-        let p = Arc::new(provider);
-        lock(&self.providers).insert(name, (issuer.metadata.generation, Arc::clone(&p)));
-        Ok(p)
-    }
-
-    /// One key of a Secret (trimmed), `None` when the Secret lacks it; an unreadable
-    /// Secret or a value that is not UTF-8 is an error naming `field`.
-    async fn secret_value(
-        &self,
-        namespace: &str,
-        name: &str,
-        key: &str,
-        field: &str,
-    ) -> Result<Option<String>, Failed> {
-        let api = Api::<Secret>::namespaced(self.client.clone(), namespace);
-        let secret = api.get(name).await.map_err(|e| {
-            Failed::Issuer(format!(
-                "{field}: Secret {namespace}/{name} cannot be read: {e}"
-            ))
-        })?;
-        let Some(bytes) = secret.data.and_then(|mut d| d.remove(key)) else {
-            return Ok(None);
-        };
-        String::from_utf8(bytes.0)
-            .map(|t| Some(t.trim().to_owned()))
-            .map_err(|_| Failed::Issuer(format!("{field}: {key} is not UTF-8")))
-    }
-
-    /// An AWS client: keys from `credentialsSecretRef`, else the AWS SDK's default chain
-    /// (IRSA, EKS pod identity, IMDSv2, environment).
-    async fn aws_client(&self, a: &crate::api::AwsIssuer) -> Result<AwsClient, Failed> {
-        let endpoint = a.endpoint.as_deref();
-        let Some(r) = &a.credentials_secret_ref else {
-            return Ok(AwsClient::from_default_chain(&a.region, endpoint).await?);
-        };
-        let field = "spec.aws.credentialsSecretRef";
-        let required = |key: &'static str| async move {
-            self.secret_value(&r.namespace, &r.name, key, field)
-                .await?
-                .filter(|v| !v.is_empty())
-                .ok_or_else(|| {
-                    Failed::Issuer(format!(
-                        "{field}: Secret {}/{} has no key {key:?}",
-                        r.namespace, r.name
-                    ))
-                })
-        };
-        let id = required("aws_access_key_id").await?;
-        let secret = required("aws_secret_access_key").await?;
-        let session = self
-            .secret_value(&r.namespace, &r.name, "aws_session_token", field)
-            .await?
-            .filter(|v| !v.is_empty());
-        Ok(AwsClient::with_credentials(
-            &a.region, endpoint, id, secret, session,
-        )?)
     }
 
     /// Writes `next` over `cached` (the RoutedIP as the cache holds it) when it differs
@@ -1057,9 +777,6 @@ impl Context {
     }
 }
 
-/// A provider client and the issuer generation it was made for.
-type Made = (Option<i64>, Arc<AnyIssuer>);
-
 /// What [`Context::drive`] needs of one RoutedIP.
 struct Drive<'a> {
     rip: &'a RoutedIP,
@@ -1068,27 +785,4 @@ struct Drive<'a> {
     node_of: &'a (dyn Fn(&str) -> Option<String> + Send + Sync),
     firewall: Option<String>,
     ports: BTreeSet<netpolicy_issuers::PortRule>,
-}
-
-fn kind_of(e: &ProviderError) -> &'static str {
-    match e {
-        ProviderError::NotFound(_) => "not_found",
-        ProviderError::Conflict(_) => "conflict",
-        ProviderError::RateLimited { .. } => "rate_limited",
-        ProviderError::Unauthorized(_) => "unauthorized",
-        ProviderError::LimitExceeded(_) => "limit_exceeded",
-        ProviderError::Unreachable(_) => "unreachable",
-        ProviderError::Provider(_) => "provider",
-    }
-}
-
-fn step_kind(s: &Step) -> &'static str {
-    match s {
-        Step::CreateFirewall => "createFirewall",
-        Step::AddPort(_) => "addPort",
-        Step::AddNode(_) => "addNode",
-        Step::Assign(_) => "assign",
-        Step::RemovePort(_) => "removePort",
-        Step::RemoveNode(_) => "removeNode",
-    }
 }

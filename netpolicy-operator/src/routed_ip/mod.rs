@@ -1,11 +1,12 @@
 //! The routed-IP job: RoutedIPs, their issuers, Nodes and the `serviceRef` Services'
 //! EndpointSlices → which node holds each IP, which ports its firewall opens
-//! (docs/architecture.md, RoutedIP). This module is pure: it turns Nodes into
+//! (docs/architecture.md, RoutedIP). This module and [`decide`] are pure: it turns Nodes into
 //! [`netpolicy_issuers::Candidate`]s, elects with [`netpolicy_issuers::elect`], reads a
 //! Service's ports and ready endpoints, and says what a failover step is called. The
 //! provider calls are in [`controller`].
 
 pub(crate) mod controller;
+mod decide;
 mod metrics;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -93,8 +94,6 @@ pub(crate) fn step_name(step: &Step) -> String {
     }
 }
 
-/// A node as a candidate to hold a RoutedIP. `has_endpoint` says whether it hosts a
-/// ready endpoint of the RoutedIP's `serviceRef` (true when it has none).
 /// The `spec.providerID` form of the issuer's provider (`(prefix, how it reads)`), or
 /// `None` for the in-process provider (any ID).
 pub(crate) fn provider_id_form(
@@ -111,6 +110,8 @@ pub(crate) fn provider_id_form(
     }
 }
 
+/// A node as a candidate to hold a RoutedIP. `has_endpoint` says whether it hosts a
+/// ready endpoint of the RoutedIP's `serviceRef` (true when it has none).
 pub(crate) fn candidate(node: &NodeFacts, selector: &Selector, has_endpoint: bool) -> Candidate {
     Candidate {
         name: node.name.clone(),
