@@ -13,7 +13,9 @@
 
 use std::net::IpAddr;
 
-use netpolicy_ipam::assign::{Ledger, Request};
+use netpolicy_ipam::assign::Ledger;
+
+use super::allocation::{Want, one_more};
 
 use crate::api::{FloatingIP, FloatingIPClaim};
 
@@ -66,18 +68,10 @@ pub(crate) fn claims(
         {
             return None;
         }
-        let address = match f.spec.address.as_deref() {
-            None => None,
-            Some(t) => Some(t.trim().parse::<IpAddr>().ok()?),
-        };
-        let request = Request {
-            pool: &f.spec.range,
-            owner: &key,
-            address,
-        };
+        let want = Want::of(f).ok()?;
         // Refused (taken, exhausted, no such range): no claim, as in a full pass; its
         // status, saying why, is the full pass's to write.
-        if let Ok(a) = ledger.request(&request) {
+        if let Ok(a) = one_more(ledger, &want) {
             out.push(super::pass::new_claim(a, &f.spec.range, f));
         }
     }

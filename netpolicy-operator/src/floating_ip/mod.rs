@@ -7,12 +7,16 @@
 //! [`netpolicy_ipam::assign`], shared by `netpolicy plan` and the controller
 //! ([`controller`], the only part that awaits).
 
+mod allocation;
 pub(crate) mod controller;
 mod fast;
 pub(crate) mod guest;
 mod metrics;
 mod pass;
 
+/// The claim object a pass's new claim is written as (plan's oracle test replays passes).
+#[cfg(test)]
+pub(crate) use pass::claim as claim_object;
 pub(crate) use pass::pass;
 
 use std::{
@@ -22,11 +26,7 @@ use std::{
 };
 
 use k8s_openapi::api::core::v1::Namespace;
-use netpolicy_ipam::{
-    assign::{self, Recorded, Refusal},
-    pools::Pools,
-    space::AddressSpace,
-};
+use netpolicy_ipam::{assign::Refusal, pools::Pools, space::AddressSpace};
 
 use crate::k8s::events::Told;
 use crate::{
@@ -224,57 +224,47 @@ pub(crate) fn claim(f: &FloatingIP) -> Claim {
     }
 }
 
-/// Serves `claims` from `pools` after restoring the addresses recorded in the
-/// FloatingIPs' status (`(range, owner, address text)`), with [`assign::assign`]'s rule.
-/// `known_ranges` tells a range that does not exist from one that is invalid.
-/// Problems with records are reported on their range; answers come in `claims` order.
+/// `netpolicy plan`'s allocation, through [`allocation`]'s door as the job's: the
+/// addresses recorded in the FloatingIPs' status (`(range, owner, address text)`) are
+/// restored, `explicit` (the FloatingIPs that exist) served as the job's full pass serves
+/// them, then `auto` (the ones `autoAllocate` creates, which the job serves in a later
+/// pass from what the first left) one more at a time in the door's order. `known_ranges`
+/// tells a range that does not exist from one that is invalid. Problems with records are
+/// reported on their range; answers come in `explicit` then `auto` order, with the
+/// ledger (the pools as they are left).
 pub(crate) fn serve(
-    pools: &mut Pools,
+    pools: Pools,
     recorded: &[(String, String, String)],
-    claims: Vec<Claim>,
+    explicit: Vec<Claim>,
+    auto: Vec<Claim>,
     known_ranges: &BTreeSet<String>,
     errors: &mut Vec<InputError>,
-) -> Vec<Answer> {
-    let mut records = Vec::new();
+) -> (Vec<Answer>, netpolicy_ipam::assign::Ledger) {
+    let mut held = Vec::new();
     for (range, owner, text) in recorded {
-        match text.trim().parse() {
-            Ok(address) => records.push(Recorded {
-                pool: range,
-                owner,
+        match allocation::static_address(Some(text)) {
+            Ok(Some(address)) => held.push(allocation::Held {
+                range: range.clone(),
+                owner: owner.clone(),
                 address,
             }),
-            Err(_) => {
+            Ok(None) => {}
+            Err(message) => {
                 let (ns, name) = owner.split_once('/').unwrap_or(("", owner));
-                errors.push(fip_error(
-                    ns,
-                    name,
-                    "status.address",
-                    format!("{text:?} is not an IPv4 or IPv6 address"),
-                ));
+                errors.push(fip_error(ns, name, "status.address", message));
             }
         }
     }
-    let owners: Vec<String> = claims.iter().map(Claim::owner).collect();
-    let mut parsed: Vec<Option<Result<IpAddr, String>>> = Vec::with_capacity(claims.len());
-    for c in &claims {
-        parsed.push(c.address.as_ref().map(|t| {
-            t.trim()
-                .parse::<IpAddr>()
-                .map_err(|_| format!("{t:?} is not an IPv4 or IPv6 address"))
-        }));
-    }
-    let requests: Vec<assign::Request<'_>> = claims
-        .iter()
-        .zip(&owners)
-        .zip(&parsed)
-        .filter(|(_, p)| !matches!(p, Some(Err(_))))
-        .map(|((c, owner), p)| assign::Request {
-            pool: &c.range,
-            owner,
-            address: p.as_ref().and_then(|r| r.as_ref().ok()).copied(),
+    let want = |c: &Claim| -> Result<allocation::Want, String> {
+        Ok(allocation::Want {
+            range: c.range.clone(),
+            owner: c.owner(),
+            address: allocation::static_address(c.address.as_deref())?,
         })
-        .collect();
-    let out = assign::assign(pools, &records, &requests);
+    };
+    let first: Vec<Result<allocation::Want, String>> = explicit.iter().map(want).collect();
+    let wants: Vec<allocation::Want> = first.iter().filter_map(|w| w.clone().ok()).collect();
+    let (mut ledger, out) = allocation::allocate(pools, &held, &wants);
     for (range, e) in &out.restore_problems {
         errors.push(InputError {
             kind: RANGE_KIND.into(),
@@ -287,21 +277,46 @@ pub(crate) fn serve(
         });
     }
     let mut results = out.results.into_iter();
-    claims
-        .into_iter()
-        .zip(parsed)
-        .map(|(claim, p)| {
-            let result = match p {
-                Some(Err(message)) => Err(("spec.address", message)),
-                _ => match results.next() {
-                    Some(Ok(a)) => Ok(a),
-                    Some(Err(r)) => Err(refusal(&claim.range, r, known_ranges)),
-                    None => Err(("spec.range", "not served".to_owned())),
-                },
-            };
-            Answer { claim, result }
+    let mut answered: Vec<Result<IpAddr, (&'static str, String)>> = first
+        .iter()
+        .zip(&explicit)
+        .map(|(w, c)| match w {
+            Err(message) => Err(("spec.address", message.clone())),
+            Ok(_) => match results.next() {
+                Some(Ok(a)) => Ok(a),
+                Some(Err(r)) => Err(refusal(&c.range, r, known_ranges)),
+                None => Err(("spec.range", "not served".to_owned())),
+            },
         })
-        .collect()
+        .collect();
+    let later: Vec<Result<allocation::Want, String>> = auto.iter().map(want).collect();
+    let mut order: Vec<(usize, &allocation::Want)> = later
+        .iter()
+        .enumerate()
+        .filter_map(|(i, w)| Some((i, w.as_ref().ok()?)))
+        .collect();
+    allocation::order(&mut order, |(_, w)| w);
+    let mut auto_results: Vec<Option<Result<IpAddr, (&'static str, String)>>> = later
+        .iter()
+        .map(|w| w.as_ref().err().map(|m| Err(("spec.address", m.clone()))))
+        .collect();
+    for (i, w) in order {
+        auto_results[i] = Some(
+            allocation::one_more(&mut ledger, w).map_err(|r| refusal(&w.range, r, known_ranges)),
+        );
+    }
+    answered.extend(
+        auto_results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(("spec.range", "not served".to_owned())))),
+    );
+    let answers = explicit
+        .into_iter()
+        .chain(auto)
+        .zip(answered)
+        .map(|(claim, result)| Answer { claim, result })
+        .collect();
+    (answers, ledger)
 }
 
 /// A refusal as the field it is about and a message for people.

@@ -11,14 +11,15 @@ use std::{
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use netpolicy_ipam::{
-    assign::{self, Ledger, Recorded, Refusal},
+    assign::{Ledger, Refusal},
     pools::Pools,
 };
 
 use super::{
     AUTO_RANGE_LABEL, GuestTarget, Holding, KubeVipConfigMap, LOCAL, NewClaim, Pass,
-    RANGE_FINALIZER, RANGE_KIND, Release, World, guest_of, kube_vip, missing_auto, pools,
-    publishable, refusal,
+    RANGE_FINALIZER, RANGE_KIND, Release, World,
+    allocation::{self, Held, Want, static_address},
+    guest_of, kube_vip, missing_auto, pools, publishable, refusal,
 };
 use crate::{
     api::{
@@ -296,7 +297,7 @@ fn allocate(
     };
     // Restore: every held address, inside its range as it is now, under its owner (a
     // moving owner's old address under a placeholder, so its new one can be asked for).
-    let recorded_owned: Vec<(String, String, IpAddr)> = owners
+    let held: Vec<Held> = owners
         .current
         .iter()
         .filter_map(|(key, c)| {
@@ -313,55 +314,40 @@ fn allocate(
             } else {
                 key.clone()
             };
-            Some((c.spec.range.clone(), owner, a))
+            Some(Held {
+                range: c.spec.range.clone(),
+                owner,
+                address: a,
+            })
         })
         .collect();
-    let recorded: Vec<Recorded<'_>> = recorded_owned
-        .iter()
-        .map(|(range, owner, address)| Recorded {
-            pool: range,
-            owner,
-            address: *address,
-        })
-        .collect();
-    let mut requests_owned: Vec<(String, String, Option<IpAddr>)> = Vec::new();
+    let mut wants: Vec<Want> = Vec::new();
     for (key, f) in &owners.live {
         if owners.current.contains_key(key) && !owners.moving.contains(key) {
             continue;
         }
-        let address = match f.spec.address.as_deref() {
-            None => None,
-            Some(t) => match t.trim().parse::<IpAddr>() {
-                Ok(a) => Some(a),
-                Err(_) => {
-                    out.invalid.insert(
-                        key.clone(),
-                        format!("spec.address: {t:?} is not an IPv4 or IPv6 address"),
-                    );
-                    continue;
-                }
-            },
-        };
-        requests_owned.push((f.spec.range.clone(), key.clone(), address));
+        match static_address(f.spec.address.as_deref()) {
+            Ok(address) => wants.push(Want {
+                range: f.spec.range.clone(),
+                owner: key.clone(),
+                address,
+            }),
+            Err(message) => {
+                out.invalid
+                    .insert(key.clone(), format!("spec.address: {message}"));
+            }
+        }
     }
-    let requests: Vec<assign::Request<'_>> = requests_owned
-        .iter()
-        .map(|(range, owner, address)| assign::Request {
-            pool: range,
-            owner,
-            address: *address,
-        })
-        .collect();
-    let (ledger, assigned) = Ledger::assign(pools, &recorded, &requests);
-    claims.reserve_exact(requests_owned.len());
-    for ((range, key, _), result) in requests_owned.iter().zip(assigned.results) {
+    let (ledger, assigned) = allocation::allocate(pools, &held, &wants);
+    claims.reserve_exact(wants.len());
+    for (w, result) in wants.iter().zip(assigned.results) {
         match result {
-            Ok(a) => claims.push(new_claim(a, range, owners.live[key])),
+            Ok(a) => claims.push(new_claim(a, &w.range, owners.live[&w.owner])),
             Err(r) => {
                 if matches!(r, Refusal::Dynamic(netpolicy_ipam::Error::Exhausted { .. })) {
-                    out.exhausted.insert(range.clone());
+                    out.exhausted.insert(w.range.clone());
                 }
-                out.refused.insert(key.clone(), r);
+                out.refused.insert(w.owner.clone(), r);
             }
         }
     }

@@ -950,7 +950,7 @@ fn plan_floating_ips(
         .map(|&i| &m.floating_ip_ranges[i].object)
         .collect();
     ranges.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let mut pools = fip::pools(&ranges, errors);
+    let pools = fip::pools(&ranges, errors);
     let mut explicit = Vec::new();
     let mut explicit_names: BTreeSet<(String, String)> = BTreeSet::new();
     for f in &m.floating_ips {
@@ -994,8 +994,7 @@ fn plan_floating_ips(
         .iter()
         .filter_map(|r| r.metadata.name.clone())
         .collect();
-    let mut answers = fip::serve(&mut pools, &recorded, explicit, &known, errors);
-    answers.extend(fip::serve(&mut pools, &[], auto, &known, errors));
+    let (answers, ledger) = fip::serve(pools, &recorded, explicit, auto, &known, errors);
     let mut fips: Vec<FloatingIPReport> = answers
         .into_iter()
         .map(|a| {
@@ -1065,7 +1064,8 @@ fn plan_floating_ips(
             ));
         }
     }
-    let ranges = pools
+    let ranges = ledger
+        .pools()
         .iter()
         .map(|(name, p)| RangeReport {
             name: name.to_owned(),

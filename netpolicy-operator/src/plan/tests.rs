@@ -156,3 +156,152 @@ spec: {{min: 1, max: 1}}
         "a cluster without reflectors gets steps"
     );
 }
+
+/// The oracle over the floating-IP allocation door: what `plan` prints for a world is
+/// what the operator's job gives it, pass after pass until it settles (the FloatingIPs
+/// `autoAllocate` creates served in the pass after the one that creates them, each
+/// claim made read back by the next pass). Random worlds: two ranges (one small enough
+/// to fill, one with `autoAllocate` or not), static requests in, outside and between
+/// them, addresses that are not addresses, a range that does not exist.
+mod allocation_oracle {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::{
+        api::{FloatingIP, FloatingIPClaim},
+        floating_ip::{World, claim_object, pass},
+    };
+
+    const RANGES: [&str; 3] = ["blue", "green", "none"];
+    const ADDRESSES: [&str; 8] = [
+        "10.0.0.1",
+        "10.0.0.2",
+        "10.0.0.3",
+        "10.0.0.6",
+        "10.0.1.1",
+        "10.0.1.2",
+        "10.0.9.9",
+        "not-an-address",
+    ];
+
+    fn manifests(fips: &[(usize, u8, u8, Option<usize>)], auto: bool, namespaces: u8) -> String {
+        let auto = if auto { "\n  autoAllocate: {}" } else { "" };
+        let mut text = format!(
+            "apiVersion: netpolicy.io/v1alpha1
+kind: FloatingIPRange
+metadata: {{name: blue}}
+spec:
+  cidrs: [10.0.0.0/29]{auto}
+---
+apiVersion: netpolicy.io/v1alpha1
+kind: FloatingIPRange
+metadata: {{name: green}}
+spec:
+  cidrs: [10.0.1.0/30]
+"
+        );
+        for n in 0..namespaces {
+            text.push_str(&format!(
+                "---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: ns{n}}}\n"
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        for (r, ns, n, a) in fips {
+            let ns = ns % namespaces;
+            if !seen.insert((ns, *n)) {
+                continue;
+            }
+            let address = a.map_or(String::new(), |i| format!(", address: {:?}", ADDRESSES[i]));
+            text.push_str(&format!(
+                "---\napiVersion: netpolicy.io/v1alpha1\nkind: FloatingIP\n\
+                 metadata: {{name: f{n}, namespace: ns{ns}}}\n\
+                 spec: {{range: {}{address}}}\n",
+                RANGES[*r]
+            ));
+        }
+        text
+    }
+
+    /// The job's passes over the world until nothing is left to create: each
+    /// FloatingIP's address (`namespace/name` → address).
+    fn operator(m: &Manifests) -> BTreeMap<String, String> {
+        let ranges: Vec<_> = m
+            .floating_ip_ranges
+            .iter()
+            .map(|r| Arc::new(r.object.clone()))
+            .collect();
+        let namespaces: Vec<_> = m
+            .namespaces
+            .iter()
+            .map(|n| Arc::new(n.object.clone()))
+            .collect();
+        // The API server gives every object a uid (a claim's owner is matched by it).
+        let with_uid = |mut f: FloatingIP| {
+            let ns = f.metadata.namespace.clone().unwrap_or_default();
+            let name = f.metadata.name.clone().unwrap_or_default();
+            f.metadata.uid = Some(format!("uid-{ns}-{name}"));
+            Arc::new(f)
+        };
+        let mut fips: Vec<Arc<FloatingIP>> = m
+            .floating_ips
+            .iter()
+            .map(|f| with_uid(f.object.clone()))
+            .collect();
+        let mut claims: Vec<Arc<FloatingIPClaim>> = Vec::new();
+        let guests = BTreeMap::new();
+        let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        for _ in 0..4 {
+            let p = pass(
+                World {
+                    ranges: &ranges,
+                    fips: &fips,
+                    namespaces: &namespaces,
+                    claims: &claims,
+                    clusters: None,
+                    guests: &guests,
+                    published: None,
+                },
+                &now,
+            );
+            if p.create_claims.is_empty() && p.create_fips.is_empty() {
+                break;
+            }
+            claims.extend(p.create_claims.iter().map(|c| Arc::new(claim_object(c))));
+            fips.extend(p.create_fips.into_iter().map(with_uid));
+        }
+        claims
+            .iter()
+            .map(|c| {
+                (
+                    format!("{}/{}", c.spec.owner.namespace, c.spec.owner.name),
+                    c.spec.address.clone(),
+                )
+            })
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        #[test]
+        fn plan_gives_each_floating_ip_the_address_the_operator_gives_it(
+            fips in proptest::collection::vec(
+                (0..3usize, 0..3u8, 0..6u8, proptest::option::of(0..8usize)), 0..12),
+            auto in proptest::bool::ANY,
+            namespaces in 1..4u8,
+        ) {
+            let mut m = Manifests::default();
+            m.add_text(Path::new("world.yaml"), &manifests(&fips, auto, namespaces));
+            let planned: BTreeMap<String, String> = plan(&m)
+                .floating_ips
+                .into_iter()
+                .filter(|f| !f.address.is_empty())
+                .map(|f| (format!("{}/{}", f.namespace, f.name), f.address))
+                .collect();
+            prop_assert_eq!(planned, operator(&m));
+        }
+    }
+}
