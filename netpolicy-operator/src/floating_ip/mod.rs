@@ -739,7 +739,7 @@ pub(crate) fn fip_events(current: &FloatingIPStatus, next: &FloatingIPStatus) ->
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::api::conditions::{self, floating_ip as fc};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -1086,18 +1086,23 @@ mod tests {
     }
 
     /// The FloatingIPs of a world, each `(range, namespace, name, static address)`.
+    /// The random worlds' ranges (blue 10.0.0.0/29, green 10.0.1.0/30, one that does
+    /// not exist), also `plan`'s oracle's.
+    pub(crate) const RANGES: [&str; 3] = ["blue", "green", "none"];
+    /// The random worlds' static requests: in, outside and between the ranges, and one
+    /// that is not an address.
+    pub(crate) const ADDRESSES: [&str; 8] = [
+        "10.0.0.1",
+        "10.0.0.2",
+        "10.0.0.3",
+        "10.0.0.6",
+        "10.0.1.1",
+        "10.0.1.2",
+        "10.0.9.9",
+        "not-an-address",
+    ];
+
     fn fips_of(list: &[(usize, u8, u8, Option<usize>)], prefix: &str) -> Vec<Arc<FloatingIP>> {
-        const RANGES: [&str; 3] = ["blue", "green", "none"];
-        const ADDRESSES: [&str; 8] = [
-            "10.0.0.1",
-            "10.0.0.2",
-            "10.0.0.3",
-            "10.0.0.6",
-            "10.0.1.1",
-            "10.0.1.2",
-            "10.0.9.9",
-            "not-an-address",
-        ];
         let mut seen = BTreeSet::new();
         list.iter()
             .filter(|(_, ns, n, _)| seen.insert((*ns, *n)))

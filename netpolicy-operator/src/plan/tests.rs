@@ -172,20 +172,11 @@ mod allocation_oracle {
     use super::*;
     use crate::{
         api::{FloatingIP, FloatingIPClaim},
-        floating_ip::{World, claim_object, pass},
+        floating_ip::{
+            World, claim_object, pass,
+            tests::{ADDRESSES, RANGES},
+        },
     };
-
-    const RANGES: [&str; 3] = ["blue", "green", "none"];
-    const ADDRESSES: [&str; 8] = [
-        "10.0.0.1",
-        "10.0.0.2",
-        "10.0.0.3",
-        "10.0.0.6",
-        "10.0.1.1",
-        "10.0.1.2",
-        "10.0.9.9",
-        "not-an-address",
-    ];
 
     fn manifests(fips: &[(usize, u8, u8, Option<usize>)], auto: bool, namespaces: u8) -> String {
         let auto = if auto { "\n  autoAllocate: {}" } else { "" };
