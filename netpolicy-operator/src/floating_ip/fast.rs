@@ -15,7 +15,7 @@ use std::net::IpAddr;
 
 use netpolicy_ipam::assign::Ledger;
 
-use super::allocation::{Want, one_more};
+use super::allocation::{self, Want, one_more};
 
 use crate::api::{FloatingIP, FloatingIPClaim};
 
@@ -37,19 +37,15 @@ pub(crate) fn claims(
             return None;
         }
     }
-    // In a full pass's order (static requests first, then by owner): two new
-    // FloatingIPs served together get what a full pass gives them.
-    let mut changed: Vec<&FloatingIP> = changed.to_vec();
-    changed.sort_by_cached_key(|f| {
-        (
-            f.spec.address.is_none(),
-            f.metadata.namespace.clone().unwrap_or_default(),
-            f.metadata.name.clone().unwrap_or_default(),
-            f.spec.range.clone(),
-        )
-    });
+    // What each asks (an address that is not one: the full pass's to refuse), served in
+    // the full pass's order: two new FloatingIPs served together get what it gives them.
+    let mut changed: Vec<(&FloatingIP, Want)> = changed
+        .iter()
+        .map(|f| Some((*f, Want::of(f).ok()?)))
+        .collect::<Option<_>>()?;
+    allocation::order(&mut changed, |(_, w)| w);
     let mut out = Vec::with_capacity(changed.len());
-    for f in changed {
+    for (f, want) in changed {
         if f.metadata.deletion_timestamp.is_some() {
             return None;
         }
@@ -68,7 +64,6 @@ pub(crate) fn claims(
         {
             return None;
         }
-        let want = Want::of(f).ok()?;
         // Refused (taken, exhausted, no such range): no claim, as in a full pass; its
         // status, saying why, is the full pass's to write.
         if let Ok(a) = one_more(ledger, &want) {

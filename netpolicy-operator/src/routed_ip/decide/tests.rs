@@ -415,16 +415,19 @@ fn an_issuer_check_names_orphans_once_and_a_failed_listing_keeps_what_was_known(
     assert_eq!(none.status.conditions[1].reason, rc::NONE);
 }
 
-/// One reconcile's provider part as the controller carries it out: observe, follow the
-/// provider, elect, plan, then each step (the status following an `assign`); `stop_after`
-/// steps, the operator is killed. Returns the status and the steps that ran.
+/// One reconcile's provider part as `Context::drive` and `apply` carry it out (this
+/// replays their order of the decisions; the controller's own loop is tested on the real
+/// API server in tests/routed_ips.rs): observe, follow the provider, elect, plan, then
+/// each step (the status following an `assign`). `kill_after`: that many steps run, then
+/// the operator is killed (the status is not finished). Returns the status and the steps
+/// that ran.
 async fn drive(
     issuer: &MemoryIssuer,
     st: &RoutedIPStatus,
     nodes: &[Node],
     wanted: &BTreeSet<PortRule>,
     now: Timestamp,
-    stop_after: usize,
+    kill_after: Option<usize>,
 ) -> (RoutedIPStatus, Vec<Step>) {
     let tags = Tags {
         cluster: "c".into(),
@@ -447,7 +450,7 @@ async fn drive(
         &desired(elected.as_ref(), Some("fw".into()), wanted.clone()),
     );
     let mut ran = Vec::new();
-    for step in steps.into_iter().take(stop_after) {
+    for step in steps.into_iter().take(kill_after.unwrap_or(usize::MAX)) {
         st.step = Some(crate::routed_ip::step_name(&step));
         netpolicy_issuers::execute(issuer, &observed.ip.address, "fw", &step)
             .await
@@ -457,7 +460,7 @@ async fn drive(
         }
         ran.push(step);
     }
-    if ran.len() == stop_after && stop_after != usize::MAX {
+    if kill_after.is_some() {
         return (st, ran);
     }
     let elected = elected.map(|c| c.name);
@@ -499,7 +502,7 @@ async fn a_failover_opens_the_new_node_first_and_an_operator_killed_mid_way_does
     ];
     let wanted = ports(&[443]);
     // Killed right after the assign.
-    let (st, ran) = drive(&issuer, &st, &nodes, &wanted, now, 3).await;
+    let (st, ran) = drive(&issuer, &st, &nodes, &wanted, now, Some(3)).await;
     assert_eq!(
         ran,
         [
@@ -526,7 +529,7 @@ async fn a_failover_opens_the_new_node_first_and_an_operator_killed_mid_way_does
         node("n2", 2, true, "edge", "2025-06-01T00:00:00Z"),
     ];
     let later = now + SignedDuration::from_secs(5);
-    let (done, rest) = drive(&issuer, &stale, &back, &wanted, later, usize::MAX).await;
+    let (done, rest) = drive(&issuer, &stale, &back, &wanted, later, None).await;
     assert_eq!(
         rest,
         [
@@ -546,6 +549,6 @@ async fn a_failover_opens_the_new_node_first_and_an_operator_killed_mid_way_does
         })
     );
     // Settled: the next pass plans nothing.
-    let (_, none) = drive(&issuer, &done, &back, &wanted, later, usize::MAX).await;
+    let (_, none) = drive(&issuer, &done, &back, &wanted, later, None).await;
     assert_eq!(none, []);
 }
