@@ -22,10 +22,8 @@ use crate::ReturnRouting;
     status = "RoutedIPIssuerStatus",
     derive = "PartialEq",
     derive = "Default",
-    validation = Rule::new(
-        "[has(self.spec.aws), has(self.spec.digitalocean), has(self.spec.hetzner), has(self.spec.memory)].filter(x, x).size() == 1"
-    )
-    .message("a RoutedIPIssuer names exactly one provider: aws, digitalocean, hetzner or memory")
+    validation = Rule::new(netpolicy_issuers::exactly_one_rule())
+        .message(kube::core::Message::Message(netpolicy_issuers::exactly_one_message()))
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RoutedIPIssuerSpec {
@@ -50,6 +48,22 @@ pub struct RoutedIPIssuerSpec {
     /// they move with the IP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub return_routing: Option<ReturnRouting>,
+}
+
+impl RoutedIPIssuerSpec {
+    /// The providers this spec names (exactly one in a valid spec), each as
+    /// `netpolicy-issuers` describes it, in [`netpolicy_issuers::PROVIDERS`]' order.
+    #[must_use]
+    pub fn providers(&self) -> Vec<&'static netpolicy_issuers::Provider> {
+        let Ok(serde_json::Value::Object(spec)) = serde_json::to_value(self) else {
+            return Vec::new();
+        };
+        netpolicy_issuers::PROVIDERS
+            .iter()
+            .copied()
+            .filter(|p| spec.contains_key(p.key))
+            .collect()
+    }
 }
 
 /// What the operator reports about a RoutedIPIssuer.
@@ -253,4 +267,33 @@ pub struct RoutedIPPort {
     pub protocol: String,
     /// Port.
     pub port: u16,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CRD's rule names `self.spec.<key>` for every provider `netpolicy-issuers`
+    /// describes: the API server refuses a rule over a field the schema lacks, so a
+    /// provider added there without its settings here must fail this test, not the CRD.
+    #[test]
+    fn the_spec_has_the_settings_of_every_provider_described() {
+        let schema =
+            serde_json::to_value(schemars::schema_for!(RoutedIPIssuerSpec)).unwrap_or_default();
+        for p in netpolicy_issuers::PROVIDERS {
+            assert!(
+                schema["properties"].get(p.key).is_some(),
+                "RoutedIPIssuerSpec has no field {:?} for the provider netpolicy-issuers \
+                 describes",
+                p.key
+            );
+        }
+        let two = RoutedIPIssuerSpec {
+            memory: Some(MemoryIssuerSpec {}),
+            hetzner: Some(HetznerIssuer::default()),
+            ..RoutedIPIssuerSpec::default()
+        };
+        let named: Vec<&str> = two.providers().iter().map(|n| n.key).collect();
+        assert_eq!(named, ["hetzner", "memory"]);
+    }
 }

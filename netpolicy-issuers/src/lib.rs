@@ -51,39 +51,31 @@
 
 use std::collections::BTreeSet;
 
-#[cfg(any(
-    feature = "aws",
-    feature = "hetzner",
-    feature = "digitalocean",
-    feature = "memory"
-))]
-mod any;
-#[cfg(feature = "aws")]
-#[cfg_attr(docsrs, doc(cfg(feature = "aws")))]
-pub mod aws;
-#[cfg(feature = "digitalocean")]
-#[cfg_attr(docsrs, doc(cfg(feature = "digitalocean")))]
-pub mod digitalocean;
-#[cfg(feature = "hetzner")]
-#[cfg_attr(docsrs, doc(cfg(feature = "hetzner")))]
-pub mod hetzner;
+#[macro_use]
+mod provider;
 #[cfg(any(feature = "hetzner", feature = "digitalocean"))]
 mod http;
-#[cfg(feature = "memory")]
-#[cfg_attr(docsrs, doc(cfg(feature = "memory")))]
-pub mod memory;
 
-#[cfg(any(
-    feature = "aws",
-    feature = "hetzner",
-    feature = "digitalocean",
-    feature = "memory"
-))]
-pub use any::AnyIssuer;
+pub use provider::{
+    Credentials, NodeId, Provider, exactly_one_message, exactly_one_rule, provider, provider_list,
+};
+
+// One line per provider: its module (a `PROVIDER` description, and the client behind its
+// feature), its entry in `PROVIDERS`, its variant of `AnyIssuer`.
+providers! {
+    /// AWS Elastic IPs and security groups.
+    aws "aws" => Aws(aws::AwsIssuer),
+    /// DigitalOcean reserved IPs and cloud firewalls.
+    digitalocean "digitalocean" => DigitalOcean(digitalocean::DigitalOceanIssuer),
+    /// Hetzner Cloud floating IPs and firewalls.
+    hetzner "hetzner" => Hetzner(hetzner::HetznerIssuer),
+    /// The in-process provider (shared: its state is the provider's).
+    memory "memory" => Memory(std::sync::Arc<memory::MemoryIssuer>),
+}
 
 /// Percent-encodes a query value (RFC 3986 unreserved characters stay; SigV4 signs the
 /// query exactly in this form).
-#[cfg(any(feature = "hetzner", feature = "digitalocean", feature = "aws"))]
+#[cfg(any(feature = "hetzner", feature = "aws"))]
 pub(crate) fn urlencode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {

@@ -3,18 +3,28 @@
 
 use serde_json::{Map, Value, json};
 
+use netpolicy_issuers::{Credentials, Provider};
+
 use super::{Converted, OURS, name_of};
 
 /// The namespace `convert` gives routedip-operator's token Secret (its issuer names the
 /// Secret without one).
 pub(super) const ROUTEDIP_TOKEN_NAMESPACE: &str = "netpolicy-system";
 
-/// The provider a routedip-operator class or `issuerClass` names (`digitalocean.com/
-/// floating-ip`, `digitalocean`, `aws`), as the key of our issuer's spec.
-pub(super) fn routedip_provider(class: &str) -> Option<&'static str> {
-    ["digitalocean", "hetzner", "aws"]
-        .into_iter()
-        .find(|p| class.to_ascii_lowercase().contains(p))
+/// The cloud provider a routedip-operator class or `issuerClass` names
+/// (`digitalocean.com/floating-ip`, `digitalocean`, `aws`): one netpolicy describes whose
+/// key the class contains.
+pub(super) fn routedip_provider(class: &str) -> Option<&'static Provider> {
+    let class = class.to_ascii_lowercase();
+    clouds().find(|p| class.contains(p.key))
+}
+
+/// The providers that are clouds (not the in-process one).
+fn clouds() -> impl Iterator<Item = &'static Provider> {
+    netpolicy_issuers::PROVIDERS
+        .iter()
+        .copied()
+        .filter(|p| p.credentials != Credentials::None)
 }
 
 /// routedip-operator's `ClusterRoutedIPIssuer` as our `RoutedIPIssuer` of the same name;
@@ -28,15 +38,16 @@ pub(super) fn routed_ip_issuer(
     let spec = &d["spec"];
     let class = spec["className"].as_str().unwrap_or_default();
     let Some(provider) = routedip_provider(class) else {
+        let clouds: Vec<&str> = clouds().map(|p| p.key).collect();
         out.errors.push(format!(
-            "{at}: spec.className {class:?} names no provider netpolicy has (digitalocean, \
-             hetzner, aws)"
+            "{at}: spec.className {class:?} names no provider netpolicy has ({})",
+            clouds.join(", ")
         ));
         return None;
     };
     let secret = spec["fromSecretsRef"].as_str().unwrap_or_default();
     let mut issuer = Map::new();
-    if provider != "aws" {
+    if provider.credentials == Credentials::Token {
         issuer.insert(
             "tokenSecretRef".into(),
             json!({"namespace": ROUTEDIP_TOKEN_NAMESPACE, "name": secret, "key": "token"}),
@@ -53,15 +64,14 @@ pub(super) fn routed_ip_issuer(
         );
     }
     // The seed creates IPs without saying where; netpolicy's provider needs it.
-    let (field, example) = match provider {
-        "hetzner" => ("location", "fsn1"),
-        _ => ("region", "fra1"),
-    };
-    issuer.insert(field.into(), json!(""));
-    out.errors.push(format!(
-        "{at}: spec.{provider}.{field} has no source in the seed's issuer: set it (such as \
-         {example}) where the IPs live"
-    ));
+    if let Some((field, example)) = provider.home {
+        issuer.insert(field.into(), json!(""));
+        out.errors.push(format!(
+            "{at}: spec.{}.{field} has no source in the seed's issuer: set it (such as \
+             {example}) where the IPs live",
+            provider.key
+        ));
+    }
     for (key, why) in [
         (
             "firewallPostAllow",
@@ -93,7 +103,7 @@ pub(super) fn routed_ip_issuer(
     }
     Some(
         json!({"apiVersion": OURS, "kind": "RoutedIPIssuer", "metadata": {"name": name},
-                "spec": {provider: issuer}}),
+                "spec": {(provider.key): issuer}}),
     )
 }
 

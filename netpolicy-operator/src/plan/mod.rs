@@ -822,21 +822,12 @@ fn plan_routed_ips(
         .collect();
     // The CRD's rule: exactly one provider.
     for i in &m.routed_ip_issuers {
-        let s = &i.object.spec;
-        let named = [
-            s.aws.is_some(),
-            s.digitalocean.is_some(),
-            s.hetzner.is_some(),
-            s.memory.is_some(),
-        ];
-        if named.iter().filter(|n| **n).count() != 1 {
+        if i.object.spec.providers().len() != 1 {
             errors.push(InputError {
                 kind: "RoutedIPIssuer".into(),
                 name: i.object.metadata.name.clone().unwrap_or_default(),
                 field: "spec".into(),
-                message: "a RoutedIPIssuer names exactly one provider: aws, digitalocean, \
-                          hetzner or memory"
-                    .into(),
+                message: netpolicy_issuers::exactly_one_message(),
             });
         }
     }

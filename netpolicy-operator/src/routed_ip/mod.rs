@@ -95,19 +95,12 @@ pub(crate) fn step_name(step: &Step) -> String {
 }
 
 /// The `spec.providerID` form of the issuer's provider (`(prefix, how it reads)`), or
-/// `None` for the in-process provider (any ID).
+/// `None` for a provider that takes any ID (the in-process one).
 pub(crate) fn provider_id_form(
     spec: &crate::api::RoutedIPIssuerSpec,
 ) -> Option<(&'static str, &'static str)> {
-    if spec.aws.is_some() {
-        Some(("aws://", "aws:///<zone>/<instance-id>"))
-    } else if spec.hetzner.is_some() {
-        Some(("hcloud://", "hcloud://<server id>"))
-    } else if spec.digitalocean.is_some() {
-        Some(("digitalocean://", "digitalocean://<droplet id>"))
-    } else {
-        None
-    }
+    let id = spec.providers().first()?.node_id?;
+    Some((id.prefix, id.form))
 }
 
 /// A node as a candidate to hold a RoutedIP. `has_endpoint` says whether it hosts a

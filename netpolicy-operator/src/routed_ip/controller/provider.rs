@@ -47,15 +47,15 @@ impl Context {
             let t = token(&h.token_secret_ref, "spec.hetzner.tokenSecretRef").await?;
             let base = h
                 .endpoint
-                .clone()
-                .unwrap_or_else(|| "https://api.hetzner.cloud/v1".into());
+                .as_deref()
+                .unwrap_or(netpolicy_issuers::hetzner::BASE_URL);
             AnyIssuer::Hetzner(HetznerIssuer::with_base_url(base, t, &h.location)?)
         } else if let Some(d) = &issuer.spec.digitalocean {
             let t = token(&d.token_secret_ref, "spec.digitalocean.tokenSecretRef").await?;
             let base = d
                 .endpoint
-                .clone()
-                .unwrap_or_else(|| "https://api.digitalocean.com/v2".into());
+                .as_deref()
+                .unwrap_or(netpolicy_issuers::digitalocean::BASE_URL);
             AnyIssuer::DigitalOcean(DigitalOceanIssuer::with_base_url(base, t, &d.region)?)
         } else if issuer.spec.memory.is_some() {
             AnyIssuer::Memory(Arc::clone(

@@ -1,17 +1,3 @@
-//! DigitalOcean reserved IPs and cloud firewalls (`https://api.digitalocean.com/v2`).
-//!
-//! - Reserved IPs carry no tags or labels in DigitalOcean's API, so an IP is found by its
-//!   address only: record the address that [`crate::reconcile`] returns (a RoutedIP's
-//!   `status.address`) and pass it back. Looking up by tags finds nothing, and a new IP
-//!   is created in the configured region.
-//! - Assignment and unassignment are actions (`POST /reserved_ips/{ip}/actions`), polled
-//!   until `completed` (`errored` is a provider error).
-//! - Firewall rules and droplets are added and removed one at a time
-//!   (`/firewalls/{id}/rules`, `/firewalls/{id}/droplets`); netpolicy manages inbound
-//!   rules open to everywhere only and never touches narrower ones.
-//! - Droplets are named by the node's `spec.providerID`, `digitalocean://<droplet id>`.
-//! - Retries, timeouts and token handling: see [`Api`].
-
 use std::{collections::BTreeSet, time::Duration};
 
 use reqwest::Method;
@@ -87,7 +73,7 @@ impl DigitalOceanIssuer {
     /// # Errors
     /// The HTTP client cannot be built.
     pub fn new(token: impl Into<String>, region: impl Into<String>) -> Result<Self> {
-        Self::with_base_url("https://api.digitalocean.com/v2", token, region)
+        Self::with_base_url(super::BASE_URL, token, region)
     }
 
     /// The same against another base URL (a proxy, or a test server).

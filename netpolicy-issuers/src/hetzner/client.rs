@@ -1,19 +1,3 @@
-//! Hetzner Cloud floating IPs and firewalls (`https://api.hetzner.cloud/v1`).
-//!
-//! - IPs are found by address or by the labels netpolicy puts on them
-//!   (`netpolicy.io/cluster`, `netpolicy.io/routed-ip`), created with those labels in the
-//!   configured home location, assigned to servers by the ID in the node's
-//!   `spec.providerID` (`hcloud://<id>`).
-//! - Firewall rules are replaced as a whole (`set_rules`), so adding or removing one port
-//!   reads the firewall first and sends every other rule back unchanged. netpolicy
-//!   manages only inbound rules open to everywhere (what it writes); narrower rules are
-//!   left alone.
-//! - Asynchronous actions are polled until `success` (an `error` status is a provider
-//!   error with the action's message).
-//! - 429 and 5xx are retried with backoff, honouring `Retry-After` (or `RateLimit-Reset`);
-//!   requests time out after 30 s. The token is sent only in the `Authorization` header
-//!   and never appears in errors, logs or `Debug` output.
-
 use std::{
     collections::{BTreeMap, BTreeSet},
     time::Duration,
@@ -91,7 +75,7 @@ impl HetznerIssuer {
     /// # Errors
     /// The HTTP client cannot be built.
     pub fn new(token: impl Into<String>, location: impl Into<String>) -> Result<Self> {
-        Self::with_base_url("https://api.hetzner.cloud/v1", token, location)
+        Self::with_base_url(super::BASE_URL, token, location)
     }
 
     /// The same against another base URL (a proxy, or a test server).

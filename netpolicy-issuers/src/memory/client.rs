@@ -1,8 +1,3 @@
-//! An in-process provider for tests, demos and embedding, with fault injection: any call
-//! can be made to fail (rate limits with `Retry-After`, conflicts, provider errors) by a
-//! scripted sequence or slowed by a fixed latency, and every change is recorded so that
-//! tests can check what the cloud would have seen at every moment.
-
 use std::{
     collections::{BTreeMap, VecDeque},
     sync::{Mutex, MutexGuard},
