@@ -27,6 +27,7 @@
 //! | [`merge`] | precedence, conflicts, the incremental [`merge::Engine`] |
 //! | [`plan`] | observed + desired → ordered kernel operations |
 //! | [`render`] | model and merge results → wire form ([`render::RenderedSpec`]) |
+//! | [`fleet`] | groups, content-addressed renderings, rollout waves: which rendering a node runs |
 //!
 //! Modules depend one way: `spec` ← `model` ← `validate` ← `selector` ← `merge` ←
 //! `plan`, `render` (no cycles).
@@ -82,6 +83,7 @@
 //! | [`plan::plan`] | O((observed + desired) log) |
 
 pub mod error;
+pub mod fleet;
 pub mod hash;
 pub mod merge;
 pub mod model;

@@ -1,0 +1,299 @@
+//! Shared renderings and rollout waves (the node agent model of docs/architecture.md):
+//! which rendering each node runs, decided the same way by the operator, over every
+//! node, and by one node's agent, from its own labels and a few small shared objects.
+//!
+//! - **Groups.** Nodes selected by the same policies share one merged configuration. A
+//!   group is named by its policies ([`group_name`]); its rendering is named by its
+//!   content ([`rendering_name`]): one immutable object per distinct configuration,
+//!   however many nodes run it.
+//! - **The index.** The agent finds its group from its labels and every policy's
+//!   selector ([`PolicySelector`]: a policy's identity and selector, none of its items):
+//!   small, and the same for every node.
+//! - **Waves.** A group's rollout ([`Rollout`]) sends its new rendering out in waves. A
+//!   node's place in a rollout is its [`order_key`] (a hash of the rollout's name and
+//!   the node's name, then the name): the operator sorts the group's members by it and
+//!   cuts waves of at most `max` nodes ([`plan_waves`]), and publishes only each wave's
+//!   last key. A node finds its wave from its own key and those bounds ([`wave_of`]):
+//!   no member list, so the rollout object does not grow with the group. Opening a wave
+//!   or rolling back is one small write of [`Rollout::open`] or
+//!   [`Rollout::rolled_back`].
+//!
+//! [`choose`] is the agent's choice; [`assign`] is the operator's full computation over
+//! every node; they agree for every node (a property test holds them to it).
+//!
+//! Pure: values in, values out.
+//!
+//! # Examples
+//! ```
+//! use netpolicy_core::{
+//!     fleet::{PolicySelector, Rollout, assign, choose, group_name, plan_waves},
+//!     selector::{Labels, Selector},
+//! };
+//!
+//! let index = vec![PolicySelector::new("ClusterConfig/default", Selector::everything())];
+//! let nodes: Vec<(String, Labels)> =
+//!     ["a", "b", "c"].iter().map(|n| (n.to_string(), Labels::new())).collect();
+//! let group = group_name(["ClusterConfig/default"]);
+//! let names: Vec<&str> = nodes.iter().map(|(n, _)| n.as_str()).collect();
+//! let rollout = Rollout {
+//!     name: "default-2".into(),
+//!     group: group.clone(),
+//!     rendering: "r-new".into(),
+//!     previous: Some("r-old".into()),
+//!     bounds: plan_waves("default-2", &names, 2),
+//!     open: 1,
+//!     rolled_back: false,
+//! };
+//! let all = assign(&nodes, &index, std::slice::from_ref(&rollout));
+//! // Two waves (2 + 1 nodes); the first is open: two nodes run r-new, one r-old.
+//! let new = all.values().filter(|c| c.rendering.as_deref() == Some("r-new")).count();
+//! assert_eq!((rollout.bounds.len(), new), (2, 2));
+//! // Each node's agent finds the same, from its labels, the index and the rollouts.
+//! for (name, labels) in &nodes {
+//!     assert_eq!(choose(name, labels, &index, std::slice::from_ref(&rollout)), all[name]);
+//! }
+//! ```
+
+use std::collections::BTreeMap;
+
+use crate::{
+    hash::fnv1a,
+    selector::{LabelLookup, Labels, Selector},
+};
+
+/// A policy as the agent needs it to find its group: its identity and its selector,
+/// none of its items.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicySelector {
+    /// The policy's identity (`ClusterConfig/default`, `NodeConfig/edge`).
+    pub policy: String,
+    /// The nodes it selects.
+    pub selector: Selector,
+}
+
+impl PolicySelector {
+    /// A policy's identity and selector.
+    pub fn new(policy: impl Into<String>, selector: Selector) -> Self {
+        Self {
+            policy: policy.into(),
+            selector,
+        }
+    }
+}
+
+/// The name of the group of nodes selected by exactly `policies` (in any order):
+/// `g-` and 16 hex digits of a hash of the sorted identities. The empty set (a node no
+/// policy selects) is a group too.
+pub fn group_name<'a>(policies: impl IntoIterator<Item = &'a str>) -> String {
+    let mut p: Vec<&str> = policies.into_iter().collect();
+    p.sort_unstable();
+    p.dedup();
+    format!("g-{:016x}", fnv1a(&p))
+}
+
+/// The content address of a rendering: `r-` and 16 hex digits of a hash of its
+/// canonical text (the same configuration gives the same name on every platform).
+pub fn rendering_name(canonical: &str) -> String {
+    format!("r-{:016x}", fnv1a(&[canonical]))
+}
+
+/// The policies (of `index`) that select a node with `labels`, by identity, sorted.
+pub fn selecting<'a, L: LabelLookup + ?Sized>(
+    labels: &L,
+    index: &'a [PolicySelector],
+) -> Vec<&'a str> {
+    let mut p: Vec<&str> = index
+        .iter()
+        .filter(|p| p.selector.matches(labels))
+        .map(|p| p.policy.as_str())
+        .collect();
+    p.sort_unstable();
+    p.dedup();
+    p
+}
+
+/// A node's place in a rollout: a hash of the rollout's and the node's names, then the
+/// node's name (so that two nodes never tie). Hashing with the rollout's name spreads
+/// each rollout's first wave over other nodes than the last one's.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OrderKey {
+    /// The hash.
+    pub hash: u64,
+    /// The node's name.
+    pub node: String,
+}
+
+/// `node`'s [`OrderKey`] in the rollout named `rollout`.
+pub fn order_key(rollout: &str, node: &str) -> OrderKey {
+    OrderKey {
+        hash: fnv1a(&[rollout, node]),
+        node: node.to_owned(),
+    }
+}
+
+/// The waves of a rollout over `members`: sorted by [`order_key`], cut into waves of at
+/// most `max` nodes (at least one); each wave given by its last member's key.
+pub fn plan_waves<S: AsRef<str>>(rollout: &str, members: &[S], max: usize) -> Vec<OrderKey> {
+    let mut keys: Vec<OrderKey> = members
+        .iter()
+        .map(|m| order_key(rollout, m.as_ref()))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys.chunks(max.max(1))
+        .filter_map(|wave| wave.last().cloned())
+        .collect()
+}
+
+/// The wave of a node whose key is `key`, given each wave's last key: the first wave
+/// whose last key is not below it. A node after the last bound (one that joined the
+/// group after the waves were cut) is in the last wave; with no waves, wave 0.
+pub fn wave_of(key: &OrderKey, bounds: &[OrderKey]) -> usize {
+    bounds
+        .partition_point(|b| b < key)
+        .min(bounds.len().saturating_sub(1))
+}
+
+/// One group's rollout: the rendering it is moving to, the one it leaves, and how far
+/// it has gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rollout {
+    /// Its name (the order of its waves follows from it).
+    pub name: String,
+    /// The group it rolls out to ([`group_name`]).
+    pub group: String,
+    /// The rendering it rolls out ([`rendering_name`]).
+    pub rendering: String,
+    /// The rendering the group ran before; `None`: none (a new group runs the new one
+    /// everywhere: there is nothing to keep).
+    pub previous: Option<String>,
+    /// Each wave's last [`OrderKey`] ([`plan_waves`]).
+    pub bounds: Vec<OrderKey>,
+    /// Waves `0..open` run [`Self::rendering`]; the rest run [`Self::previous`].
+    pub open: usize,
+    /// Rolled back: every node runs [`Self::previous`].
+    pub rolled_back: bool,
+}
+
+impl Rollout {
+    /// The rendering a node in `wave` runs.
+    pub fn rendering_for(&self, wave: usize) -> Option<&str> {
+        if self.previous.is_none() {
+            return (!self.rolled_back).then_some(self.rendering.as_str());
+        }
+        if !self.rolled_back && wave < self.open {
+            Some(self.rendering.as_str())
+        } else {
+            self.previous.as_deref()
+        }
+    }
+
+    /// Whether every wave is open (the rollout is done unless it rolls back).
+    pub fn complete(&self) -> bool {
+        !self.rolled_back && self.open >= self.bounds.len()
+    }
+}
+
+/// What a node runs: its group, its wave in the group's rollout, and the rendering.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    /// Its group ([`group_name`]).
+    pub group: String,
+    /// Its wave in the group's rollout (0 when the group has none).
+    pub wave: usize,
+    /// The rendering to apply; `None`: the group has no rollout yet (the agent keeps
+    /// what it runs).
+    pub rendering: Option<String>,
+}
+
+/// The agent's choice for node `name` with `labels`, from the policy index and the
+/// rollouts it reads (one per group; it may read only its group's).
+pub fn choose(
+    name: &str,
+    labels: &Labels,
+    index: &[PolicySelector],
+    rollouts: &[Rollout],
+) -> Choice {
+    let labels = crate::merge::with_node_name(name, labels);
+    let group = group_name(selecting(&labels, index));
+    match rollouts.iter().find(|r| r.group == group) {
+        Some(r) => {
+            let wave = wave_of(&order_key(&r.name, name), &r.bounds);
+            Choice {
+                wave,
+                rendering: r.rendering_for(wave).map(str::to_owned),
+                group,
+            }
+        }
+        None => Choice {
+            group,
+            wave: 0,
+            rendering: None,
+        },
+    }
+}
+
+/// The operator's full computation: every node's [`Choice`], from the whole membership
+/// of each group (each policy's selected nodes, then the groups' sorted member lists cut
+/// into waves by the rollout's bounds).
+pub fn assign(
+    nodes: &[(String, Labels)],
+    index: &[PolicySelector],
+    rollouts: &[Rollout],
+) -> BTreeMap<String, Choice> {
+    // Each policy's selected nodes, then each node's policy set.
+    let mut sets: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for p in index {
+        for (name, labels) in nodes {
+            if p.selector
+                .matches(&crate::merge::with_node_name(name, labels))
+            {
+                sets.entry(name.as_str())
+                    .or_default()
+                    .push(p.policy.as_str());
+            }
+        }
+    }
+    let mut members: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for (name, _) in nodes {
+        let set = sets.get(name.as_str()).cloned().unwrap_or_default();
+        members
+            .entry(group_name(set))
+            .or_default()
+            .push(name.as_str());
+    }
+    let mut out = BTreeMap::new();
+    for (group, names) in members {
+        let Some(r) = rollouts.iter().find(|r| r.group == group) else {
+            for n in names {
+                let c = Choice {
+                    group: group.clone(),
+                    wave: 0,
+                    rendering: None,
+                };
+                out.insert(n.to_owned(), c);
+            }
+            continue;
+        };
+        // The members in rollout order; a wave takes members up to its bound; members
+        // past the last bound join the last wave.
+        let mut ordered: Vec<OrderKey> = names.iter().map(|n| order_key(&r.name, n)).collect();
+        ordered.sort_unstable();
+        let mut wave = 0;
+        for key in ordered {
+            while wave + 1 < r.bounds.len() && key > r.bounds[wave] {
+                wave += 1;
+            }
+            let c = Choice {
+                group: group.clone(),
+                wave,
+                rendering: r.rendering_for(wave).map(str::to_owned),
+            };
+            out.insert(key.node, c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
