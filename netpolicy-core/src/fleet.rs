@@ -12,10 +12,11 @@
 //! - **Waves.** A group's rollout ([`Rollout`]) sends its new rendering out in waves. A
 //!   node's place in a rollout is its [`order_key`] (a hash of the rollout's name and
 //!   the node's name, then the name): the operator sorts the group's members by it and
-//!   cuts waves of at most `max` nodes ([`plan_waves`]), and publishes only each wave's
-//!   last key. A node finds its wave from its own key and those bounds ([`wave_of`]):
-//!   no member list, so the rollout object does not grow with the group. Opening a wave
-//!   or rolling back is one small write of [`Rollout::open`] or
+//!   cuts waves of at most `max` nodes ([`plan_waves`], kept in its [`Waves`]), and
+//!   publishes only the last key of the last open wave ([`Rollout::through`]). A node
+//!   runs the new rendering when its own key is not above it: no member list and no
+//!   wave list, so the rollout object does not grow with the group. Opening a wave or
+//!   rolling back is one small write of [`Rollout::through`] or
 //!   [`Rollout::rolled_back`].
 //!
 //! [`choose`] is the agent's choice; [`assign`] is the operator's full computation over
@@ -26,7 +27,7 @@
 //! # Examples
 //! ```
 //! use netpolicy_core::{
-//!     fleet::{PolicySelector, Rollout, assign, choose, group_name, plan_waves},
+//!     fleet::{PolicySelector, Rollout, Through, Waves, assign, choose, group_name, plan_waves},
 //!     selector::{Labels, Selector},
 //! };
 //!
@@ -35,22 +36,27 @@
 //!     ["a", "b", "c"].iter().map(|n| (n.to_string(), Labels::new())).collect();
 //! let group = group_name(["ClusterConfig/default"]);
 //! let names: Vec<&str> = nodes.iter().map(|(n, _)| n.as_str()).collect();
-//! let rollout = Rollout {
-//!     name: "default-2".into(),
-//!     group: group.clone(),
-//!     rendering: "r-new".into(),
-//!     previous: Some("r-old".into()),
+//! let waves = Waves {
+//!     rollout: Rollout {
+//!         name: "default-2".into(),
+//!         group,
+//!         rendering: "r-new".into(),
+//!         previous: Some("r-old".into()),
+//!         through: Through::Nothing,
+//!         rolled_back: false,
+//!     },
 //!     bounds: plan_waves("default-2", &names, 2),
 //!     open: 1,
-//!     rolled_back: false,
 //! };
-//! let all = assign(&nodes, &index, std::slice::from_ref(&rollout));
+//! let all = assign(&nodes, &index, std::slice::from_ref(&waves));
 //! // Two waves (2 + 1 nodes); the first is open: two nodes run r-new, one r-old.
 //! let new = all.values().filter(|c| c.rendering.as_deref() == Some("r-new")).count();
-//! assert_eq!((rollout.bounds.len(), new), (2, 2));
-//! // Each node's agent finds the same, from its labels, the index and the rollouts.
+//! assert_eq!((waves.bounds.len(), new), (2, 2));
+//! // Each node's agent finds the same from its labels, the index and the one key the
+//! // published rollout carries.
+//! let published = [waves.published()];
 //! for (name, labels) in &nodes {
-//!     assert_eq!(choose(name, labels, &index, std::slice::from_ref(&rollout)), all[name]);
+//!     assert_eq!(choose(name, labels, &index, &published), all[name]);
 //! }
 //! ```
 
@@ -154,11 +160,24 @@ pub fn wave_of(key: &OrderKey, bounds: &[OrderKey]) -> usize {
         .min(bounds.len().saturating_sub(1))
 }
 
-/// One group's rollout: the rendering it is moving to, the one it leaves, and how far
-/// it has gone.
+/// How far a rollout has gone, as the agents read it: one key, whatever the group's size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Through {
+    /// No wave is open: every member runs the previous rendering.
+    Nothing,
+    /// Members whose [`OrderKey`] is not above this key run the new rendering: the last
+    /// key of the last open wave.
+    Key(OrderKey),
+    /// Every wave is open: every member runs the new rendering, members that joined
+    /// the group after its waves were cut included.
+    Everything,
+}
+
+/// One group's rollout as the agents read it: the rendering it moves to, the one it
+/// leaves, and how far it has gone. Its size does not depend on the group's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rollout {
-    /// Its name (the order of its waves follows from it).
+    /// Its name (the order of its waves follows from it: [`order_key`]).
     pub name: String,
     /// The group it rolls out to ([`group_name`]).
     pub group: String,
@@ -167,47 +186,76 @@ pub struct Rollout {
     /// The rendering the group ran before; `None`: none (a new group runs the new one
     /// everywhere: there is nothing to keep).
     pub previous: Option<String>,
-    /// Each wave's last [`OrderKey`] ([`plan_waves`]).
-    pub bounds: Vec<OrderKey>,
-    /// Waves `0..open` run [`Self::rendering`]; the rest run [`Self::previous`].
-    pub open: usize,
-    /// Rolled back: every node runs [`Self::previous`].
+    /// How far it has gone.
+    pub through: Through,
+    /// Rolled back: every member runs [`Self::previous`].
     pub rolled_back: bool,
 }
 
 impl Rollout {
-    /// The rendering a node in `wave` runs.
-    pub fn rendering_for(&self, wave: usize) -> Option<&str> {
-        if self.previous.is_none() {
+    /// The rendering the member whose key is `key` runs.
+    pub fn rendering_for(&self, key: &OrderKey) -> Option<&str> {
+        let Some(previous) = self.previous.as_deref() else {
             return (!self.rolled_back).then_some(self.rendering.as_str());
-        }
-        if !self.rolled_back && wave < self.open {
-            Some(self.rendering.as_str())
+        };
+        let new = !self.rolled_back
+            && match &self.through {
+                Through::Nothing => false,
+                Through::Key(t) => key <= t,
+                Through::Everything => true,
+            };
+        Some(if new {
+            self.rendering.as_str()
         } else {
-            self.previous.as_deref()
+            previous
+        })
+    }
+}
+
+/// A rollout as the operator keeps it: the published [`Rollout`] and the waves it cut
+/// over the group's members ([`plan_waves`]), of which the first `open` are open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waves {
+    /// The rollout (its [`Rollout::through`] is ignored: [`Self::published`] sets it).
+    pub rollout: Rollout,
+    /// Each wave's last key.
+    pub bounds: Vec<OrderKey>,
+    /// Waves open.
+    pub open: usize,
+}
+
+impl Waves {
+    /// The rollout the agents read: `through` the last key of the last open wave.
+    pub fn published(&self) -> Rollout {
+        let through = match self.open {
+            0 => Through::Nothing,
+            n if n >= self.bounds.len() => Through::Everything,
+            n => Through::Key(self.bounds[n - 1].clone()),
+        };
+        Rollout {
+            through,
+            ..self.rollout.clone()
         }
     }
 
     /// Whether every wave is open (the rollout is done unless it rolls back).
     pub fn complete(&self) -> bool {
-        !self.rolled_back && self.open >= self.bounds.len()
+        !self.rollout.rolled_back && self.open >= self.bounds.len()
     }
 }
 
-/// What a node runs: its group, its wave in the group's rollout, and the rendering.
+/// What a node runs: its group and the rendering.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Choice {
     /// Its group ([`group_name`]).
     pub group: String,
-    /// Its wave in the group's rollout (0 when the group has none).
-    pub wave: usize,
-    /// The rendering to apply; `None`: the group has no rollout yet (the agent keeps
-    /// what it runs).
+    /// The rendering to apply; `None`: the group has no rollout (the agent keeps what
+    /// it runs).
     pub rendering: Option<String>,
 }
 
 /// The agent's choice for node `name` with `labels`, from the policy index and the
-/// rollouts it reads (one per group; it may read only its group's).
+/// published rollouts it reads (one per group; it may read only its group's).
 pub fn choose(
     name: &str,
     labels: &Labels,
@@ -216,30 +264,20 @@ pub fn choose(
 ) -> Choice {
     let labels = crate::merge::with_node_name(name, labels);
     let group = group_name(selecting(&labels, index));
-    match rollouts.iter().find(|r| r.group == group) {
-        Some(r) => {
-            let wave = wave_of(&order_key(&r.name, name), &r.bounds);
-            Choice {
-                wave,
-                rendering: r.rendering_for(wave).map(str::to_owned),
-                group,
-            }
-        }
-        None => Choice {
-            group,
-            wave: 0,
-            rendering: None,
-        },
-    }
+    let rendering = rollouts.iter().find(|r| r.group == group).and_then(|r| {
+        r.rendering_for(&order_key(&r.name, name))
+            .map(str::to_owned)
+    });
+    Choice { group, rendering }
 }
 
 /// The operator's full computation: every node's [`Choice`], from the whole membership
-/// of each group (each policy's selected nodes, then the groups' sorted member lists cut
-/// into waves by the rollout's bounds).
+/// of each group (each policy's selected nodes, then each group's members sorted and
+/// placed in the waves the operator cut: a wave is open or not).
 pub fn assign(
     nodes: &[(String, Labels)],
     index: &[PolicySelector],
-    rollouts: &[Rollout],
+    rollouts: &[Waves],
 ) -> BTreeMap<String, Choice> {
     // Each policy's selected nodes, then each node's policy set.
     let mut sets: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
@@ -264,30 +302,34 @@ pub fn assign(
     }
     let mut out = BTreeMap::new();
     for (group, names) in members {
-        let Some(r) = rollouts.iter().find(|r| r.group == group) else {
+        let Some(w) = rollouts.iter().find(|w| w.rollout.group == group) else {
             for n in names {
                 let c = Choice {
                     group: group.clone(),
-                    wave: 0,
                     rendering: None,
                 };
                 out.insert(n.to_owned(), c);
             }
             continue;
         };
+        let r = &w.rollout;
         // The members in rollout order; a wave takes members up to its bound; members
         // past the last bound join the last wave.
         let mut ordered: Vec<OrderKey> = names.iter().map(|n| order_key(&r.name, n)).collect();
         ordered.sort_unstable();
         let mut wave = 0;
         for key in ordered {
-            while wave + 1 < r.bounds.len() && key > r.bounds[wave] {
+            while wave + 1 < w.bounds.len() && key > w.bounds[wave] {
                 wave += 1;
             }
+            let rendering = match &r.previous {
+                None => (!r.rolled_back).then(|| r.rendering.clone()),
+                Some(p) if r.rolled_back || wave >= w.open => Some(p.clone()),
+                Some(_) => Some(r.rendering.clone()),
+            };
             let c = Choice {
                 group: group.clone(),
-                wave,
-                rendering: r.rendering_for(wave).map(str::to_owned),
+                rendering,
             };
             out.insert(key.node, c);
         }

@@ -73,7 +73,7 @@ fn world() -> impl Strategy<Value = (Vec<(String, Labels)>, Vec<PolicySelector>,
 
 /// Rollouts as the operator would write them: one per group the plan gives one, its
 /// waves cut over the members it knew then (a prefix of them: the rest joined later).
-fn rollouts(nodes: &[(String, Labels)], index: &[PolicySelector], plans: &[Plan]) -> Vec<Rollout> {
+fn rollouts(nodes: &[(String, Labels)], index: &[PolicySelector], plans: &[Plan]) -> Vec<Waves> {
     let mut groups: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     for (name, labels) in nodes {
         let l = crate::merge::with_node_name(name, labels);
@@ -91,14 +91,17 @@ fn rollouts(nodes: &[(String, Labels)], index: &[PolicySelector], plans: &[Plan]
             |(i, ((group, members), &(_, max, open, back, previous, known)))| {
                 let name = format!("r{i}");
                 let known = &members[..known.min(members.len())];
-                Rollout {
+                Waves {
                     bounds: plan_waves(&name, known, max),
-                    name,
-                    group,
-                    rendering: format!("r-new{i}"),
-                    previous: previous.then(|| format!("r-old{i}")),
                     open,
-                    rolled_back: back,
+                    rollout: Rollout {
+                        name,
+                        group,
+                        rendering: format!("r-new{i}"),
+                        previous: previous.then(|| format!("r-old{i}")),
+                        through: Through::Nothing,
+                        rolled_back: back,
+                    },
                 }
             },
         )
@@ -112,11 +115,12 @@ proptest! {
     /// operator's computation over every node gives it.
     #[test]
     fn each_agent_chooses_what_the_operator_computes_for_it((nodes, index, plans) in world()) {
-        let rollouts = rollouts(&nodes, &index, &plans);
-        let all = assign(&nodes, &index, &rollouts);
+        let waves = rollouts(&nodes, &index, &plans);
+        let all = assign(&nodes, &index, &waves);
         prop_assert_eq!(all.len(), nodes.len());
+        let published: Vec<Rollout> = waves.iter().map(Waves::published).collect();
         for (name, labels) in &nodes {
-            prop_assert_eq!(&choose(name, labels, &index, &rollouts), &all[name], "node {}", name);
+            prop_assert_eq!(&choose(name, labels, &index, &published), &all[name], "node {}", name);
         }
     }
 
@@ -138,22 +142,26 @@ proptest! {
         }
         prop_assert!(per_wave.values().all(|w| w.len() <= max));
         prop_assert_eq!(per_wave.values().map(BTreeSet::len).sum::<usize>(), members.len());
-        let rollout = Rollout {
-            name: "web-3".into(),
-            group: "g".into(),
-            rendering: "new".into(),
-            previous: Some("old".into()),
+        let waves = Waves {
+            rollout: Rollout {
+                name: "web-3".into(),
+                group: "g".into(),
+                rendering: "new".into(),
+                previous: Some("old".into()),
+                through: Through::Nothing,
+                rolled_back: false,
+            },
             bounds,
             open,
-            rolled_back: false,
         };
+        let published = waves.published();
         let new = members
             .iter()
-            .filter(|m| rollout.rendering_for(wave_of(&order_key("web-3", m), &rollout.bounds)) == Some("new"))
+            .filter(|m| published.rendering_for(&order_key("web-3", m)) == Some("new"))
             .count();
         let expected: usize = per_wave.range(..open).map(|(_, w)| w.len()).sum();
         prop_assert_eq!(new, expected);
-        prop_assert_eq!(rollout.complete(), open >= rollout.bounds.len());
+        prop_assert_eq!(waves.complete(), open >= waves.bounds.len());
     }
 }
 
@@ -170,31 +178,50 @@ fn names_follow_content_not_order() {
 
 #[test]
 fn a_rollback_puts_every_wave_on_the_previous_rendering_and_a_new_group_has_nothing_to_keep() {
-    let mut r = Rollout {
-        name: "x".into(),
-        group: "g".into(),
-        rendering: "new".into(),
-        previous: Some("old".into()),
+    let mut w = Waves {
+        rollout: Rollout {
+            name: "x".into(),
+            group: "g".into(),
+            rendering: "new".into(),
+            previous: Some("old".into()),
+            through: Through::Nothing,
+            rolled_back: false,
+        },
         bounds: plan_waves("x", &["a", "b", "c"], 1),
         open: 2,
-        rolled_back: false,
     };
+    let first = w.bounds[0].clone();
+    let last = w.bounds[2].clone();
+    let r = w.published();
     assert_eq!(
-        (r.rendering_for(0), r.rendering_for(2)),
+        (r.rendering_for(&first), r.rendering_for(&last)),
         (Some("new"), Some("old"))
     );
-    r.rolled_back = true;
+    w.rollout.rolled_back = true;
+    let r = w.published();
     assert_eq!(
-        (r.rendering_for(0), r.rendering_for(2)),
+        (r.rendering_for(&first), r.rendering_for(&last)),
         (Some("old"), Some("old"))
     );
-    assert!(!r.complete());
-    r.previous = None;
-    r.rolled_back = false;
-    r.open = 0;
+    assert!(!w.complete());
+    w.rollout.previous = None;
+    w.rollout.rolled_back = false;
+    w.open = 0;
+    let r = w.published();
     assert_eq!(
-        r.rendering_for(2),
+        r.rendering_for(&last),
         Some("new"),
-        "no previous: every wave runs the first one"
+        "no previous: every member runs the first one"
     );
+    // A member that joined after the waves were cut, past the last bound, waits for the
+    // last wave.
+    w.rollout.previous = Some("old".into());
+    w.open = 2;
+    let late = OrderKey {
+        hash: u64::MAX,
+        node: "z".into(),
+    };
+    assert_eq!(w.published().rendering_for(&late), Some("old"));
+    w.open = 3;
+    assert_eq!(w.published().rendering_for(&late), Some("new"));
 }
