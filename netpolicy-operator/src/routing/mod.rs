@@ -7,6 +7,12 @@ pub(crate) mod controller;
 mod metrics;
 pub(crate) mod rollout;
 mod send;
+#[allow(
+    dead_code,
+    reason = "issue 68, not yet carried out: the controller writes shared renderings once the \
+              agent reads them; until then only its tests and the reported run use it"
+)]
+pub(crate) mod shared;
 mod status;
 pub(crate) mod writes;
 
@@ -641,6 +647,13 @@ impl Routing {
             .filter_map(|k| self.policies.get(k).map(|e| &e.rollout))
             .collect();
         rollout::node_probes(entries)
+    }
+
+    /// The merge of exactly the policies `sources` (those the engine knows), as the nodes
+    /// they alone select would get it.
+    #[allow(dead_code, reason = "used by shared, which issue 68 has not carried out yet")]
+    pub(crate) fn merge_of(&self, sources: &[Source]) -> NodeOutcome {
+        netpolicy_core::merge::merge(sources.iter().filter_map(|s| self.engine.policy(s)))
     }
 
     /// The merge outcome of a node, when the node is known.

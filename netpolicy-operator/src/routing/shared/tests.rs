@@ -1,0 +1,369 @@
+use std::collections::{BTreeMap, BTreeSet};
+
+use netpolicy_core::{
+    merge::{NodeOutcome, Policy},
+    render::{RenderedSpec, SourceRef, SourcedSpec},
+    selector::Labels,
+    spec::{AddressSpec, RouteSpec, RoutingSpec, RuleSpec},
+};
+use serde::Serialize;
+
+use super::{Shared, shared};
+use crate::{
+    api::{ClusterConfig, NodeConfig},
+    k8s::JobItems,
+    routing::{Routing, node_spec, with_job_items},
+};
+
+fn cluster_config(routes: usize) -> ClusterConfig {
+    let routes: Vec<serde_json::Value> = (0..routes)
+        .map(|i| serde_json::json!({"to": format!("10.{}.{}.0/24", 100 + i / 250, i % 250), "via": "192.0.2.1"}))
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "ClusterConfig",
+        "metadata": {"name": "default", "uid": "uid-cc", "generation": 1},
+        "spec": {"routes": routes, "probes": [{"ping": "192.0.2.1"}]},
+    }))
+    .unwrap()
+}
+
+fn node_config(name: &str, key: &str, value: &str, to: &str, rollback: Option<u32>) -> NodeConfig {
+    let mut spec = serde_json::json!({
+        "nodeSelector": {"matchLabels": {key: value}},
+        "priority": 10,
+        "routes": [{"to": to, "via": "192.0.2.9"}],
+        "rules": [{"priority": 1000, "from": to, "table": 100}],
+    });
+    if let Some(s) = rollback {
+        spec["rollout"] = serde_json::json!({"rollbackSeconds": s});
+    }
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "NodeConfig",
+        "metadata": {"name": name, "uid": format!("uid-{name}"), "generation": 1},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// 30 nodes over two zones and two roles; a ClusterConfig, three NodeConfigs (one per
+/// zone a, one for role edge, one for a single node by name), a traffic domain's
+/// items on two nodes, and other jobs' items on some: a floating IP's return routing,
+/// a RoutedIP's address, and one address the edge NodeConfig gives too.
+fn world() -> (Routing, BTreeMap<String, JobItems>) {
+    let mut routing = Routing::new();
+    for i in 0..30 {
+        let labels = Labels::from([
+            ("zone".to_owned(), ["a", "b"][i % 2].to_owned()),
+            (
+                "role".to_owned(),
+                ["edge", "worker", "worker"][i % 3].to_owned(),
+            ),
+        ]);
+        routing.node(&format!("n{i:02}"), Some(&labels));
+    }
+    routing.cluster_config("default", Some(&cluster_config(40)));
+    routing.node_config(
+        "zone-a",
+        Some(&node_config("zone-a", "zone", "a", "172.16.1.0/24", None)),
+    );
+    routing.node_config(
+        "edge",
+        Some(&node_config(
+            "edge",
+            "role",
+            "edge",
+            "172.16.2.0/24",
+            Some(60),
+        )),
+    );
+    routing.node_config(
+        "n07",
+        Some(&node_config(
+            "n07",
+            netpolicy_core::merge::NODE_NAME_LABEL,
+            "n07",
+            "172.16.7.0/24",
+            None,
+        )),
+    );
+    let trench = |node: &str| {
+        let spec = RoutingSpec {
+            routes: vec![RouteSpec {
+                to: "198.51.100.0/24".into(),
+                via: Some("192.0.2.50".into()),
+                table: Some(300),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        Policy::trench("red", "t", node, spec.validate("spec").unwrap())
+    };
+    routing.traffic(BTreeMap::from([(
+        "red/t".to_owned(),
+        vec![trench("n03"), trench("n04")],
+    )]));
+    let source = |kind: &str, name: &str| SourceRef {
+        kind: kind.into(),
+        name: name.into(),
+    };
+    let mut jobs: BTreeMap<String, JobItems> = BTreeMap::new();
+    jobs.entry("n01".into()).or_default().routes.push((
+        RouteSpec {
+            to: "0.0.0.0/0".into(),
+            via: Some("192.0.2.254".into()),
+            table: Some(200),
+            ..Default::default()
+        },
+        source("FloatingIP", "web/vip"),
+    ));
+    jobs.entry("n01".into()).or_default().rules.push((
+        RuleSpec {
+            priority: 2000,
+            from: Some("203.0.113.10/32".into()),
+            table: Some(200),
+            ..Default::default()
+        },
+        source("FloatingIP", "web/vip"),
+    ));
+    jobs.entry("n02".into()).or_default().addresses.push((
+        AddressSpec {
+            dev: "lo".into(),
+            address: "203.0.113.20/32".into(),
+            local_route: None,
+        },
+        source("RoutedIP", "api"),
+    ));
+    // The edge NodeConfig's route, asked for again by a job on an edge node: the item is
+    // shared, its sources on that node are not.
+    jobs.entry("n03".into()).or_default().routes.push((
+        RouteSpec {
+            to: "172.16.2.0/24".into(),
+            via: Some("192.0.2.9".into()),
+            table: Some(254),
+            metric: Some(0),
+            ..Default::default()
+        },
+        source("RoutedIP", "edge-extra"),
+    ));
+    (routing, jobs)
+}
+
+/// Each item of a list as text with its sources.
+fn sourced<T: Serialize>(list: &[SourcedSpec<T>]) -> BTreeMap<String, Vec<SourceRef>> {
+    list.iter()
+        .map(|s| {
+            (
+                serde_json::to_string(&s.item).unwrap_or_default(),
+                s.sources.clone(),
+            )
+        })
+        .collect()
+}
+
+/// The rendering and the node's own items as the agent joins them: own items win.
+fn joined(shared: &Shared, node: &str) -> (RenderedSpec, Vec<u32>) {
+    let part = &shared.nodes[node];
+    if part.whole {
+        return (part.own.clone(), part.own.table_hard_sync.clone());
+    }
+    let group = &shared.groups[&part.group];
+    let r = group
+        .rendering
+        .as_ref()
+        .and_then(|r| shared.renderings.get(r))
+        .map(|s| s.rendered.clone())
+        .unwrap_or_default();
+    fn join<T: Clone + Serialize>(
+        base: &[SourcedSpec<T>],
+        own: &[SourcedSpec<T>],
+    ) -> Vec<SourcedSpec<T>> {
+        let own_keys: BTreeSet<String> = own
+            .iter()
+            .map(|s| serde_json::to_string(&s.item).unwrap_or_default())
+            .collect();
+        base.iter()
+            .filter(|s| !own_keys.contains(&serde_json::to_string(&s.item).unwrap_or_default()))
+            .chain(own)
+            .cloned()
+            .collect()
+    }
+    let spec = RenderedSpec {
+        vlans: join(&r.vlans, &part.own.vlans),
+        routes: join(&r.routes, &part.own.routes),
+        addresses: join(&r.addresses, &part.own.addresses),
+        rules: join(&r.rules, &part.own.rules),
+        table_hard_sync: r.table_hard_sync.clone(),
+    };
+    (spec, r.table_hard_sync)
+}
+
+#[test]
+fn every_node_runs_its_groups_rendering_and_its_own_items_which_are_todays_spec() {
+    let (routing, jobs) = world();
+    let shared = shared(&routing, &jobs);
+    assert_eq!(shared.nodes.len(), 30, "every node is rendered");
+    for node in routing.nodes() {
+        let Some(NodeOutcome::Rendered(cfg)) = routing.outcome(node) else {
+            panic!("{node} is held");
+        };
+        let (probes, rollback) = routing.node_probes(node);
+        let mut today = RenderedSpec::from_config(cfg);
+        if let Some(extra) = jobs.get(node) {
+            today = with_job_items(&today, extra).0;
+        }
+        let today = node_spec(today, probes.clone(), rollback);
+        let (got, tables) = joined(&shared, node);
+        assert_eq!(
+            sourced(&got.routes),
+            sourced(&today.rendered.routes),
+            "{node}: routes"
+        );
+        assert_eq!(
+            sourced(&got.rules),
+            sourced(&today.rendered.rules),
+            "{node}: rules"
+        );
+        assert_eq!(
+            sourced(&got.addresses),
+            sourced(&today.rendered.addresses),
+            "{node}: addresses"
+        );
+        assert_eq!(
+            sourced(&got.vlans),
+            sourced(&today.rendered.vlans),
+            "{node}: vlans"
+        );
+        assert_eq!(tables, today.rendered.table_hard_sync, "{node}: tables");
+        let part = &shared.nodes[node];
+        assert!(!part.whole, "{node}: its group's rendering holds for it");
+        let rendering = &shared.renderings[shared.groups[&part.group]
+            .rendering
+            .as_deref()
+            .unwrap_or_default()];
+        assert_eq!(
+            (&rendering.probes, rendering.rollback_seconds),
+            (&probes, rollback),
+            "{node}: probes"
+        );
+    }
+}
+
+#[test]
+fn groups_follow_the_policies_and_only_per_node_items_stay_per_node() {
+    let (routing, jobs) = world();
+    let shared = shared(&routing, &jobs);
+    // Policy sets: {cc}, {cc, zone-a}, {cc, edge}, {cc, zone-a, edge}, and n07 alone
+    // with its own NodeConfig (zone b, worker: {cc, n07}).
+    assert_eq!(
+        shared.groups.len(),
+        5,
+        "{:#?}",
+        shared
+            .groups
+            .values()
+            .map(|g| &g.policies)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(shared.renderings.len(), 5);
+    let members: usize = shared.groups.values().map(|g| g.members.len()).sum();
+    assert_eq!(members, 30);
+    let with_own: BTreeSet<&str> = shared
+        .nodes
+        .iter()
+        .filter(|(_, p)| {
+            let o = &p.own;
+            !(o.routes.is_empty()
+                && o.rules.is_empty()
+                && o.addresses.is_empty()
+                && o.vlans.is_empty())
+        })
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(
+        with_own,
+        BTreeSet::from(["n01", "n02", "n03", "n04"]),
+        "per-node items: jobs and the traffic domain"
+    );
+    // The 40 cluster-wide routes are in every rendering, never in a node's own items.
+    assert!(
+        shared
+            .renderings
+            .values()
+            .all(|r| r.rendered.routes.len() >= 40)
+    );
+    // A job's item that a policy gives too is the node's own for its sources.
+    let joined = shared.nodes["n03"]
+        .own
+        .routes
+        .iter()
+        .find(|r| r.item.to == "172.16.2.0/24");
+    assert_eq!(
+        joined.map(|r| r.sources.len()),
+        Some(2),
+        "{:?}",
+        shared.nodes["n03"].own
+    );
+    let own_routes: usize = shared.nodes.values().map(|p| p.own.routes.len()).sum();
+    assert!(own_routes <= 4, "{own_routes}");
+}
+
+/// A reported run (`cargo test -p netpolicy-operator --lib -- --ignored
+/// shared_renderings_at_10000_nodes --nocapture`): what a cluster-wide edit writes at
+/// 10,000 nodes with a 500-route ClusterConfig and 100 NodeConfigs (one per rack of 100
+/// nodes, a route and a rule each), as per-node objects (today) and as shared renderings
+/// (each group's rendering once; the nodes' own items do not change with a
+/// cluster-wide edit). Object bytes are the specs' JSON, without metadata.
+#[test]
+#[ignore = "a reported run: prints the bytes, takes about a minute"]
+fn shared_renderings_at_10000_nodes() {
+    let started = std::time::Instant::now();
+    let mut routing = Routing::new();
+    for i in 0..10_000 {
+        let labels = Labels::from([("rack".to_owned(), format!("r{:02}", i / 100))]);
+        routing.node(&format!("node-{i:05}"), Some(&labels));
+    }
+    routing.cluster_config("default", Some(&cluster_config(500)));
+    for r in 0..100 {
+        let name = format!("rack-{r:02}");
+        let nc = node_config(
+            &name,
+            "rack",
+            &format!("r{r:02}"),
+            &format!("172.17.{r}.0/24"),
+            None,
+        );
+        routing.node_config(&name, Some(&nc));
+    }
+    let jobs = BTreeMap::new();
+    let shared = shared(&routing, &jobs);
+    let mut per_node = 0usize;
+    for node in routing.nodes() {
+        let Some(NodeOutcome::Rendered(cfg)) = routing.outcome(node) else {
+            continue;
+        };
+        let (probes, rollback) = routing.node_probes(node);
+        let spec = node_spec(RenderedSpec::from_config(cfg), probes, rollback);
+        per_node += serde_json::to_vec(&spec)
+            .map(|v| v.len())
+            .unwrap_or_default();
+    }
+    let sizes: Vec<usize> = shared
+        .renderings
+        .values()
+        .map(|r| serde_json::to_vec(r).map(|v| v.len()).unwrap_or_default())
+        .collect();
+    let rendered: usize = sizes.iter().sum();
+    let largest = sizes.iter().max().copied().unwrap_or_default();
+    println!(
+        "10,000 nodes, 500-route ClusterConfig, 100 NodeConfigs: per-node objects {} writes, \
+         {per_node} bytes; shared renderings {} writes ({} groups), {rendered} bytes, largest \
+         {largest} bytes ({:.1} KiB); {:.1}x fewer bytes; computed in {:.1} s",
+        routing.nodes().len(),
+        shared.renderings.len(),
+        shared.groups.len(),
+        largest as f64 / 1024.0,
+        per_node as f64 / rendered.max(1) as f64,
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(shared.groups.len(), 100);
+}
