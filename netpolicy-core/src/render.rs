@@ -131,6 +131,50 @@ pub struct SourcedSpec<T> {
 }
 
 impl RenderedSpec {
+    /// A shared rendering with one node's own items over it (the node agent model:
+    /// [`crate::fleet`]): an own item equal to a shared one replaces it (its sources are
+    /// the node's), the others follow the shared ones; the hard-synced tables are the
+    /// shared rendering's.
+    ///
+    /// ```
+    /// use netpolicy_core::render::{RenderedSpec, SourceRef, SourcedSpec};
+    /// use netpolicy_core::spec::RouteSpec;
+    ///
+    /// let route = |to: &str, source: &str| SourcedSpec {
+    ///     item: RouteSpec { to: to.into(), ..Default::default() },
+    ///     sources: vec![SourceRef { kind: "NodeConfig".into(), name: source.into() }],
+    /// };
+    /// let shared = RenderedSpec { routes: vec![route("10.0.0.0/8", "a")], ..Default::default() };
+    /// let own = RenderedSpec {
+    ///     routes: vec![route("10.0.0.0/8", "b"), route("192.0.2.0/24", "b")],
+    ///     ..Default::default()
+    /// };
+    /// let node = shared.overlay(&own);
+    /// assert_eq!(node.routes.len(), 2);
+    /// assert_eq!(node.routes[0].sources[0].name, "b");
+    /// ```
+    #[must_use]
+    pub fn overlay(&self, own: &Self) -> Self {
+        fn join<T: PartialEq + Clone>(
+            shared: &[SourcedSpec<T>],
+            own: &[SourcedSpec<T>],
+        ) -> Vec<SourcedSpec<T>> {
+            shared
+                .iter()
+                .filter(|s| !own.iter().any(|o| o.item == s.item))
+                .chain(own)
+                .cloned()
+                .collect()
+        }
+        Self {
+            vlans: join(&self.vlans, &own.vlans),
+            routes: join(&self.routes, &own.routes),
+            addresses: join(&self.addresses, &own.addresses),
+            rules: join(&self.rules, &own.rules),
+            table_hard_sync: self.table_hard_sync.clone(),
+        }
+    }
+
     /// The routing items without their sources, to validate and apply
     /// (`RoutingSpec::validate` gives the model the agent applies).
     pub fn routing(&self) -> RoutingSpec {

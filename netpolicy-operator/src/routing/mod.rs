@@ -651,7 +651,10 @@ impl Routing {
 
     /// The merge of exactly the policies `sources` (those the engine knows), as the nodes
     /// they alone select would get it.
-    #[allow(dead_code, reason = "used by shared, which issue 68 has not carried out yet")]
+    #[allow(
+        dead_code,
+        reason = "used by shared, which issue 68 has not carried out yet"
+    )]
     pub(crate) fn merge_of(&self, sources: &[Source]) -> NodeOutcome {
         netpolicy_core::merge::merge(sources.iter().filter_map(|s| self.engine.policy(s)))
     }

@@ -160,41 +160,22 @@ fn sourced<T: Serialize>(list: &[SourcedSpec<T>]) -> BTreeMap<String, Vec<Source
         .collect()
 }
 
-/// The rendering and the node's own items as the agent joins them: own items win.
+/// The rendering and the node's own items as the agent joins them
+/// ([`RenderedSpec::overlay`]), and the hard-synced tables.
 fn joined(shared: &Shared, node: &str) -> (RenderedSpec, Vec<u32>) {
     let part = &shared.nodes[node];
     if part.whole {
         return (part.own.clone(), part.own.table_hard_sync.clone());
     }
-    let group = &shared.groups[&part.group];
-    let r = group
+    let r = shared.groups[&part.group]
         .rendering
         .as_ref()
         .and_then(|r| shared.renderings.get(r))
         .map(|s| s.rendered.clone())
         .unwrap_or_default();
-    fn join<T: Clone + Serialize>(
-        base: &[SourcedSpec<T>],
-        own: &[SourcedSpec<T>],
-    ) -> Vec<SourcedSpec<T>> {
-        let own_keys: BTreeSet<String> = own
-            .iter()
-            .map(|s| serde_json::to_string(&s.item).unwrap_or_default())
-            .collect();
-        base.iter()
-            .filter(|s| !own_keys.contains(&serde_json::to_string(&s.item).unwrap_or_default()))
-            .chain(own)
-            .cloned()
-            .collect()
-    }
-    let spec = RenderedSpec {
-        vlans: join(&r.vlans, &part.own.vlans),
-        routes: join(&r.routes, &part.own.routes),
-        addresses: join(&r.addresses, &part.own.addresses),
-        rules: join(&r.rules, &part.own.rules),
-        table_hard_sync: r.table_hard_sync.clone(),
-    };
-    (spec, r.table_hard_sync)
+    let spec = r.overlay(&part.own);
+    let tables = spec.table_hard_sync.clone();
+    (spec, tables)
 }
 
 #[test]
