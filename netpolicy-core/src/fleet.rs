@@ -20,7 +20,9 @@
 //!   [`Rollout::rolled_back`].
 //!
 //! [`choose`] is the agent's choice; [`assign`] is the operator's full computation over
-//! every node; they agree for every node (a property test holds them to it).
+//! every node; they agree for every node (a property test holds them to it). [`advance`]
+//! opens waves on the members' reports within each policy's `maxUnavailable` and halts a
+//! policy on a failure (a simulated property test holds it to both).
 //!
 //! Pure: values in, values out.
 //!
@@ -332,6 +334,93 @@ pub fn assign(
                 rendering,
             };
             out.insert(key.node, c);
+        }
+    }
+    out
+}
+
+/// What a member of a group reports about its rollout's new rendering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Report {
+    /// Applied, its probes passed.
+    Applied,
+    /// Not applied yet (or its probes are still running).
+    Pending,
+    /// Its probes failed: the agent went back to its last good rendering (`Degraded`).
+    Failed,
+}
+
+/// A group's rollout as [`advance`] reads it.
+#[derive(Debug, Clone)]
+pub struct Progress<'a, P> {
+    /// The rollout and its waves.
+    pub waves: &'a Waves,
+    /// The policies of the group (their budgets gate its waves).
+    pub policies: &'a [P],
+    /// Each member's key in this rollout and its report on the new rendering.
+    pub members: &'a [(OrderKey, Report)],
+}
+
+/// The next step of every group's rollout: how many of its waves are open now (the
+/// same or more). A group's next wave opens when, for every policy of the group, no
+/// member of that policy reports `Failed` in an open wave (a failure halts the policy's
+/// rollout, as a Degraded node does) and the members not yet `Applied` in open waves,
+/// over all the policy's groups, plus the wave's members stay within the policy's
+/// `max` (its `maxUnavailable`, resolved). A wave larger than `max` opens only when
+/// none of its policies' members is unavailable: a rollout always progresses. Groups
+/// are taken by name; a wave that opens counts against the budgets of the groups after
+/// it.
+pub fn advance<P: Ord + Clone>(groups: &[Progress<'_, P>], max: &BTreeMap<P, usize>) -> Vec<usize> {
+    let is_open = |g: &Progress<'_, P>, key: &OrderKey| {
+        !g.waves.rollout.rolled_back && wave_of(key, &g.waves.bounds) < g.waves.open
+    };
+    let mut unavailable: BTreeMap<P, usize> = BTreeMap::new();
+    let mut halted: BTreeMap<P, bool> = BTreeMap::new();
+    for g in groups {
+        let open: Vec<Report> = g
+            .members
+            .iter()
+            .filter(|(k, _)| is_open(g, k))
+            .map(|(_, r)| *r)
+            .collect();
+        let down = open.iter().filter(|r| **r != Report::Applied).count();
+        let failed = open.contains(&Report::Failed);
+        for p in g.policies {
+            *unavailable.entry(p.clone()).or_default() += down;
+            *halted.entry(p.clone()).or_default() |= failed;
+        }
+    }
+    let mut order: Vec<usize> = (0..groups.len()).collect();
+    order.sort_by(|a, b| {
+        groups[*a]
+            .waves
+            .rollout
+            .group
+            .cmp(&groups[*b].waves.rollout.group)
+    });
+    let mut out: Vec<usize> = groups.iter().map(|g| g.waves.open).collect();
+    for i in order {
+        let g = &groups[i];
+        let w = g.waves.open;
+        if g.waves.rollout.rolled_back || w >= g.waves.bounds.len() {
+            continue;
+        }
+        let size = g
+            .members
+            .iter()
+            .filter(|(k, _)| wave_of(k, &g.waves.bounds) == w)
+            .count();
+        let fits = g.policies.iter().all(|p| {
+            let down = unavailable.get(p).copied().unwrap_or_default();
+            let cap = max.get(p).copied().unwrap_or(usize::MAX).max(1);
+            !halted.get(p).copied().unwrap_or_default() && (down + size <= cap || down == 0)
+        });
+        if !fits {
+            continue;
+        }
+        out[i] = w + 1;
+        for p in g.policies {
+            *unavailable.entry(p.clone()).or_default() += size;
         }
     }
     out

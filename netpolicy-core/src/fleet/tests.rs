@@ -225,3 +225,120 @@ fn a_rollback_puts_every_wave_on_the_previous_rendering_and_a_new_group_has_noth
     w.open = 3;
     assert_eq!(w.published().rendering_for(&late), Some("new"));
 }
+
+/// A simulated rollout: each policy's max, each group's policies (indices) and member
+/// count, the agents' coin flips, and which application fails (if any).
+type RolloutWorld = (
+    Vec<usize>,
+    Vec<(Vec<usize>, usize)>,
+    Vec<bool>,
+    Option<usize>,
+);
+
+fn rollout_world() -> impl Strategy<Value = RolloutWorld> {
+    let max = prop::collection::vec(1..4usize, 3);
+    let groups = prop::collection::vec(
+        (prop::collection::btree_set(0..3usize, 1..=3), 1..9usize),
+        1..5,
+    )
+    .prop_map(|g| {
+        g.into_iter()
+            .map(|(p, n)| (p.into_iter().collect(), n))
+            .collect()
+    });
+    (
+        max,
+        groups,
+        prop::collection::vec(any::<bool>(), 400),
+        prop::option::of(0..30usize),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Waves opened by `advance` never leave more of a policy's nodes unavailable than
+    /// its `max`; without a failure every rollout completes; after a failure no group
+    /// of the failed node's policies opens another wave.
+    #[test]
+    fn waves_keep_every_policy_within_its_budget_and_halt_on_a_failure(
+        (max, groups, coin, fail) in rollout_world()
+    ) {
+        let max: BTreeMap<usize, usize> = max.into_iter().enumerate().collect();
+        let mut waves: Vec<Waves> = Vec::new();
+        let mut members: Vec<Vec<(OrderKey, Report)>> = Vec::new();
+        let mut node = 0;
+        for (i, (policies, n)) in groups.iter().enumerate() {
+            let name = format!("rollout-{i}");
+            let names: Vec<String> = (0..*n).map(|k| format!("n{}", node + k)).collect();
+            node += n;
+            let cap = policies.iter().map(|p| max[p]).min().unwrap_or(1);
+            waves.push(Waves {
+                rollout: Rollout {
+                    name: name.clone(),
+                    group: format!("g{i}"),
+                    rendering: "new".into(),
+                    previous: Some("old".into()),
+                    through: Through::Nothing,
+                    rolled_back: false,
+                },
+                bounds: plan_waves(&name, &names, cap),
+                open: 0,
+            });
+            members.push(names.iter().map(|m| (order_key(&name, m), Report::Pending)).collect());
+        }
+        let in_open = |w: &Waves, k: &OrderKey| wave_of(k, &w.bounds) < w.open;
+        let mut coin = coin.into_iter().cycle();
+        let mut failed_policies: BTreeSet<usize> = BTreeSet::new();
+        let mut step = 0;
+        for _ in 0..200 {
+            let open = {
+                let progress: Vec<Progress<'_, usize>> = waves
+                    .iter()
+                    .zip(&members)
+                    .zip(&groups)
+                    .map(|((w, m), (p, _))| Progress { waves: w, policies: p, members: m })
+                    .collect();
+                advance(&progress, &max)
+            };
+            for (g, o) in open.into_iter().enumerate() {
+                if o > waves[g].open {
+                    prop_assert!(
+                        groups[g].0.iter().all(|p| !failed_policies.contains(p)),
+                        "group {} opened a wave after a failure of one of its policies", g
+                    );
+                }
+                prop_assert!(o <= waves[g].open + 1, "one wave a step");
+                waves[g].open = o;
+            }
+            for (p, cap) in &max {
+                let down: usize = waves
+                    .iter()
+                    .zip(&members)
+                    .zip(&groups)
+                    .filter(|(_, (ps, _))| ps.contains(p))
+                    .map(|((w, m), _)| m.iter().filter(|(k, r)| in_open(w, k) && *r != Report::Applied).count())
+                    .sum();
+                prop_assert!(down <= *cap, "policy {}: {} unavailable, max {}", p, down, cap);
+            }
+            // The agents: some of the open waves' pending members apply (one fails).
+            for g in 0..waves.len() {
+                for m in 0..members[g].len() {
+                    let (k, r) = &members[g][m];
+                    if *r == Report::Pending && in_open(&waves[g], k) && coin.next().unwrap_or(true) {
+                        let fails = fail == Some(step);
+                        step += 1;
+                        members[g][m].1 = if fails { Report::Failed } else { Report::Applied };
+                        if fails {
+                            failed_policies.extend(groups[g].0.iter().copied());
+                        }
+                    }
+                }
+            }
+        }
+        if failed_policies.is_empty() {
+            prop_assert!(waves.iter().all(Waves::complete), "every rollout completes");
+            prop_assert!(members.iter().flatten().all(|(_, r)| *r == Report::Applied));
+        }
+    }
+}
