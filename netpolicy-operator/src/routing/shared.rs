@@ -133,6 +133,69 @@ fn group_rendering(routing: &Routing, policies: &[String]) -> Option<RenderedSpe
     }
 }
 
+/// A rendering cut into parts of at most `max` bytes of JSON each, to be stored as
+/// objects under the API server's limits (an agent's watch stays on small objects):
+/// the first part carries the revision, probes, `rollbackSeconds` and hard-synced
+/// tables, and each part as many whole items as fit, in order. Joined (their item lists
+/// one after another) the parts are the rendering. An item larger than a part alone
+/// gets a part of its own (over `max`: the write says so, as for a node today).
+pub(crate) fn parts(spec: &NodeNetworkConfigSpec, max: usize) -> Vec<NodeNetworkConfigSpec> {
+    let len = |v: &NodeNetworkConfigSpec| serde_json::to_vec(v).map_or(0, |b| b.len());
+    let empty = |first: bool| NodeNetworkConfigSpec {
+        rendered: RenderedSpec {
+            table_hard_sync: if first {
+                spec.rendered.table_hard_sync.clone()
+            } else {
+                Vec::new()
+            },
+            ..RenderedSpec::default()
+        },
+        revision: if first {
+            spec.revision.clone()
+        } else {
+            String::new()
+        },
+        probes: if first {
+            spec.probes.clone()
+        } else {
+            Vec::new()
+        },
+        rollback_seconds: if first { spec.rollback_seconds } else { None },
+        left_behind: RenderedSpec::default(),
+    };
+    // `"addresses":[]` is left out of an empty part's text but not of a part with one.
+    const ADDRESSES_KEY: usize = r#","addresses":[]"#.len();
+    let mut out = vec![empty(true)];
+    let mut size = len(&out[0]) + ADDRESSES_KEY;
+    macro_rules! pack {
+        ($list:ident) => {
+            for item in &spec.rendered.$list {
+                let add = serde_json::to_vec(item).map_or(0, |b| b.len()) + 1;
+                let at_least_one = out.last().is_some_and(|p| {
+                    let r = &p.rendered;
+                    !(r.vlans.is_empty()
+                        && r.routes.is_empty()
+                        && r.addresses.is_empty()
+                        && r.rules.is_empty())
+                });
+                if size + add > max && at_least_one {
+                    out.push(empty(false));
+                    size = out.last().map_or(0, len) + ADDRESSES_KEY;
+                }
+                size += add;
+                if let Some(p) = out.last_mut() {
+                    p.rendered.$list.push(item.clone());
+                }
+            }
+        };
+    }
+    pack!(vlans);
+    pack!(routes);
+    pack!(addresses);
+    pack!(rules);
+    out
+}
+
 /// A spec's canonical text (what its rendering is named by).
 pub(crate) fn canonical(spec: &NodeNetworkConfigSpec) -> String {
     serde_json::to_string(spec).unwrap_or_default()

@@ -348,3 +348,71 @@ fn shared_renderings_at_10000_nodes() {
     );
     assert_eq!(shared.groups.len(), 100);
 }
+
+#[test]
+fn a_rendering_over_the_limit_is_cut_into_parts_that_join_back_to_it() {
+    let mut routing = Routing::new();
+    routing.node("n1", Some(&Labels::new()));
+    routing.cluster_config("default", Some(&cluster_config(600)));
+    routing.node_config(
+        "all",
+        Some(&node_config("all", "zone", "x", "172.16.9.0/24", Some(45))),
+    );
+    let shared = shared(&routing, &BTreeMap::new());
+    let whole = shared
+        .renderings
+        .values()
+        .next()
+        .cloned()
+        .unwrap_or_default();
+    let bytes =
+        |s: &crate::api::NodeNetworkConfigSpec| serde_json::to_vec(s).map_or(0, |b| b.len());
+    assert!(
+        bytes(&whole) > 65_536,
+        "600 routes are over 64 KiB: {}",
+        bytes(&whole)
+    );
+    for max in [4_096, 16_384, 65_536, 1 << 20] {
+        let parts = super::parts(&whole, max);
+        assert_eq!(
+            parts.len() == 1,
+            bytes(&whole) <= max,
+            "max {max}: one part exactly when it fits"
+        );
+        for (i, p) in parts.iter().enumerate() {
+            assert!(
+                bytes(p) <= max,
+                "max {max}: part {i} has {} bytes",
+                bytes(p)
+            );
+            assert_eq!(
+                i == 0,
+                p.revision == whole.revision,
+                "only the first part names the revision"
+            );
+        }
+        let mut joined = parts[0].clone();
+        for p in &parts[1..] {
+            joined
+                .rendered
+                .vlans
+                .extend(p.rendered.vlans.iter().cloned());
+            joined
+                .rendered
+                .routes
+                .extend(p.rendered.routes.iter().cloned());
+            joined
+                .rendered
+                .addresses
+                .extend(p.rendered.addresses.iter().cloned());
+            joined
+                .rendered
+                .rules
+                .extend(p.rendered.rules.iter().cloned());
+        }
+        assert_eq!(
+            joined, whole,
+            "max {max}: the parts join back to the rendering"
+        );
+    }
+}
