@@ -452,11 +452,20 @@ async fn the_leader_oom_killed_mid_allocation_is_replaced_and_nothing_is_written
         tail(if leader_is_a { &lb } else { &la })
     );
     let took = killed.elapsed();
-    assert_eq!(
-        holder().await.as_deref(),
-        Some(standby_id),
-        "the standby leads"
-    );
+    if addressed_at_kill == FIPS {
+        // The leader finished within its headroom and was killed after: the takeover and
+        // "nothing written twice" are still checked, the mid-allocation part is not.
+        println!(
+            "NOTE: the kill came after every FloatingIP was addressed: this run checks the \
+             takeover and the writes, not a kill mid-allocation"
+        );
+    }
+    // The standby takes the lease once the killed leader's expires (--lease-seconds 15),
+    // which may be after the FloatingIPs settled (they can settle before the kill).
+    netpolicy_testenv::eventually("the standby leads", 30, || async {
+        holder().await.as_deref() == Some(standby_id)
+    })
+    .await;
     floating_ips_hold(&client, &namespaces, FIPS, "pool", &vip_ns).await;
     // Nothing written twice: every claim created (201) once, by either replica.
     let mut created: BTreeMap<String, usize> = BTreeMap::new();
