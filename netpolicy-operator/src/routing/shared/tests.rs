@@ -359,12 +359,26 @@ fn a_rendering_over_the_limit_is_cut_into_parts_that_join_back_to_it() {
         Some(&node_config("all", "zone", "x", "172.16.9.0/24", Some(45))),
     );
     let shared = shared(&routing, &BTreeMap::new());
-    let whole = shared
+    let mut whole = shared
         .renderings
         .values()
         .next()
         .cloned()
         .unwrap_or_default();
+    // Addresses too (an empty part leaves their key out of its text, a part with one has it).
+    whole.rendered.addresses = (0..40)
+        .map(|i| SourcedSpec {
+            item: AddressSpec {
+                dev: "lo".into(),
+                address: format!("203.0.113.{i}/32"),
+                local_route: None,
+            },
+            sources: vec![SourceRef {
+                kind: "NodeConfig".into(),
+                name: "all".into(),
+            }],
+        })
+        .collect();
     let bytes =
         |s: &crate::api::NodeNetworkConfigSpec| serde_json::to_vec(s).map_or(0, |b| b.len());
     assert!(
@@ -372,6 +386,16 @@ fn a_rendering_over_the_limit_is_cut_into_parts_that_join_back_to_it() {
         "600 routes are over 64 KiB: {}",
         bytes(&whole)
     );
+    // Every limit in a span, so that some part ends within a few bytes of it.
+    for max in 3_000..3_400 {
+        for p in super::parts(&whole, max) {
+            assert!(
+                bytes(&p) <= max,
+                "max {max}: a part has {} bytes",
+                bytes(&p)
+            );
+        }
+    }
     for max in [4_096, 16_384, 65_536, 1 << 20] {
         let parts = super::parts(&whole, max);
         assert_eq!(
