@@ -15,7 +15,8 @@ pub struct Provider {
     pub what: &'static str,
     /// How it names a node (`spec.providerID`); `None`: any ID will do.
     pub node_id: Option<NodeId>,
-    /// Its API's base URL when the issuer names no `endpoint`; `None`: no API.
+    /// Its API's base URL when the issuer names no `endpoint` (`<region>` stands for the
+    /// issuer's region where the URL depends on it); `None`: no API.
     pub endpoint: Option<&'static str>,
     /// The spec field saying where new IPs are made, and an example value; `None`: no
     /// such field.
@@ -175,8 +176,8 @@ mod tests {
             exactly_one_message(),
             "a RoutedIPIssuer names exactly one provider: aws, digitalocean, hetzner or memory"
         );
-        let mut keys: Vec<&str> = crate::PROVIDERS.iter().map(|p| p.key).collect();
-        keys.dedup();
+        let keys: std::collections::BTreeSet<&str> =
+            crate::PROVIDERS.iter().map(|p| p.key).collect();
         assert_eq!(
             keys.len(),
             crate::PROVIDERS.len(),

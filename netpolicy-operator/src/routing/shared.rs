@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use netpolicy_core::{
     fleet,
-    merge::{NodeOutcome, Source, SourceKind},
+    merge::{NodeOutcome, Source},
     render::{RenderedSpec, SourcedSpec},
 };
 use serde::Serialize;
@@ -125,7 +125,6 @@ fn group_rendering(routing: &Routing, policies: &[String]) -> Option<RenderedSpe
             Some(("NodeConfig", n)) => Some(Source::node_config(n)),
             _ => None,
         })
-        .filter(|s| s.kind != SourceKind::Trench)
         .collect();
     match routing.merge_of(&sources) {
         NodeOutcome::Rendered(cfg) => Some(RenderedSpec::from_config(&cfg)),
