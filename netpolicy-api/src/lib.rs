@@ -83,6 +83,8 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         ClusterConfig::crd(),
         NodeConfig::crd(),
         NodeNetworkConfig::crd(),
+        NodeNetworkRendering::crd(),
+        NetworkFleet::crd(),
         FloatingIPRange::crd(),
         FloatingIP::crd(),
         FloatingIPClaim::crd(),
@@ -99,6 +101,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     ]
 }
 
+mod fleet;
 mod floating_ip;
 mod route_reflector;
 mod routed_ip;
@@ -106,6 +109,7 @@ mod routing;
 
 pub mod calico;
 pub mod traffic;
+pub use fleet::*;
 pub use floating_ip::*;
 pub use route_reflector::*;
 pub use routed_ip::*;

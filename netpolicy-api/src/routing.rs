@@ -243,6 +243,39 @@ pub struct NodeNetworkConfigSpec {
     /// this list.
     #[serde(default, skip_serializing_if = "is_empty_rendering")]
     pub left_behind: RenderedSpec,
+    /// The node runs a shared rendering (issue 68; [`crate::NetworkFleet`]): its agent
+    /// picks its group's rendering from the fleet and lays this object's items — the
+    /// node's own — over it ([`Self::effective`]); the rendering's probes and
+    /// `rollbackSeconds` stand. Absent or false: this object carries all of the node's
+    /// items.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
+}
+
+impl NodeNetworkConfigSpec {
+    /// What a node whose object is [`Self::shared`] runs: `rendering` with this
+    /// object's items laid over it (an own item replaces the rendering's item with the
+    /// same content, taking its sources), the rendering's probes and `rollbackSeconds`,
+    /// this object's left-behind items, and a revision of the two (the rendering's name
+    /// and this object's revision). An object that is not shared is returned as it is.
+    #[must_use]
+    pub fn effective(&self, rendering: &crate::Joined) -> Self {
+        if !self.shared {
+            return self.clone();
+        }
+        let revision = format!(
+            "{:016x}",
+            netpolicy_core::hash::fnv1a(&[&rendering.rendering, &self.revision])
+        );
+        Self {
+            revision,
+            rendered: rendering.rendered.overlay(&self.rendered),
+            probes: rendering.probes.clone(),
+            rollback_seconds: rendering.rollback_seconds,
+            left_behind: self.left_behind.clone(),
+            shared: true,
+        }
+    }
 }
 
 fn is_empty_rendering(r: &RenderedSpec) -> bool {
@@ -260,9 +293,22 @@ pub struct NodeNetworkConfigStatus {
     /// does not apply this revision again (`Degraded` says why).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_revision: Option<String>,
-    /// `spec.revision` the agent last applied completely.
+    /// `spec.revision` the agent last applied completely (for a shared object, the
+    /// revision of what it ran: [`NodeNetworkConfigSpec::effective`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied_revision: Option<String>,
+    /// The shared rendering the applied revision ran ([`crate::NodeNetworkRendering`]):
+    /// what the operator's rollout waves advance on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_rendering: Option<String>,
+    /// A shared rendering whose probes failed on this node (it went back to its last
+    /// good config): the operator halts that rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_rendering: Option<String>,
+    /// This node's agent reads shared renderings: the operator moves the node to a
+    /// shared object only then (an older agent keeps its whole per-node object).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared_renderings: bool,
     /// Standard conditions (`Applied`, `Degraded`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

@@ -193,6 +193,58 @@ async fn a_node_selector_cannot_change() {
 }
 
 #[tokio::test]
+async fn a_rendering_never_changes_and_the_fleet_is_one_object() {
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    install(&client).await;
+    let name = cp.unique("r");
+    let spec = json!({
+        "rendering": name, "part": 0, "parts": 1,
+        "routes": [{"to": "10.20.0.0/16", "dev": "eth0",
+                    "sources": [{"kind": "ClusterConfig", "name": "default"}]}],
+        "rules": [], "vlans": [],
+    });
+    create(&client, "NodeNetworkRendering", &name, spec)
+        .await
+        .unwrap();
+    let renderings = api(&client, "NodeNetworkRendering", None);
+    // Its labels may change (they are not its content)...
+    renderings
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"netpolicy.io/rendering": name}}})),
+        )
+        .await
+        .unwrap();
+    // ...its items may not.
+    let e = renderings
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"routes": []}})),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("a NodeNetworkRendering is immutable"), "{e}");
+    let e = create(
+        &client,
+        "NodeNetworkRendering",
+        &cp.unique("r"),
+        json!({"rendering": "r-1", "part": 0, "parts": 0}),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("spec.parts"), "{e}");
+    // One fleet, named default.
+    let e = create(&client, "NetworkFleet", &cp.unique("fleet"), json!({}))
+        .await
+        .unwrap_err();
+    assert!(e.contains("the NetworkFleet is named 'default'"), "{e}");
+}
+
+#[tokio::test]
 async fn the_examples_are_accepted_by_the_server() {
     let cp = netpolicy_testenv::shared();
     let client = cp.client().await;

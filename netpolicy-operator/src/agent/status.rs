@@ -174,6 +174,10 @@ pub(crate) fn next_status(
             _ => current.removed_foreign.clone(),
         },
         not_probed: current.not_probed.clone(),
+        // The pass sets what a shared object ran (it knows the rendering).
+        applied_rendering: current.applied_rendering.clone(),
+        failed_rendering: current.failed_rendering.clone(),
+        shared_renderings: current.shared_renderings,
     }
 }
 

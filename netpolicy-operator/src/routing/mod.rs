@@ -224,6 +224,7 @@ pub(crate) fn node_spec(
         probes,
         rollback_seconds,
         left_behind: RenderedSpec::default(),
+        shared: false,
     }
 }
 

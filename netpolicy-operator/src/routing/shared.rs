@@ -26,7 +26,10 @@ use netpolicy_core::{
 use serde::Serialize;
 
 use super::Routing;
-use crate::{api::NodeNetworkConfigSpec, k8s::JobItems};
+use crate::{
+    api::{NodeNetworkConfigSpec, NodeNetworkRenderingSpec},
+    k8s::JobItems,
+};
 
 /// The shared renderings of every node [`Routing`] knows.
 #[derive(Debug, Default)]
@@ -132,15 +135,23 @@ fn group_rendering(routing: &Routing, policies: &[String]) -> Option<RenderedSpe
     }
 }
 
-/// A rendering cut into parts of at most `max` bytes of JSON each, to be stored as
-/// objects under the API server's limits (an agent's watch stays on small objects):
-/// the first part carries the revision, probes, `rollbackSeconds` and hard-synced
-/// tables, and each part as many whole items as fit, in order. Joined (their item lists
-/// one after another) the parts are the rendering. An item larger than a part alone
+/// The rendering `name` cut into parts of at most `max` bytes of JSON each, to be
+/// stored as objects under the API server's limits (an agent's read stays on small
+/// objects): the first part carries the probes, `rollbackSeconds` and hard-synced
+/// tables, and each part as many whole items as fit, in order; joined
+/// ([`crate::api::join`]) the parts are the rendering. An item larger than a part alone
 /// gets a part of its own (over `max`: the write says so, as for a node today).
-pub(crate) fn parts(spec: &NodeNetworkConfigSpec, max: usize) -> Vec<NodeNetworkConfigSpec> {
-    let len = |v: &NodeNetworkConfigSpec| serde_json::to_vec(v).map_or(0, |b| b.len());
-    let empty = |first: bool| NodeNetworkConfigSpec {
+pub(crate) fn parts(
+    name: &str,
+    spec: &NodeNetworkConfigSpec,
+    max: usize,
+) -> Vec<NodeNetworkRenderingSpec> {
+    let len = |v: &NodeNetworkRenderingSpec| serde_json::to_vec(v).map_or(0, |b| b.len());
+    // Part numbers are set at the end: the largest ones count while packing.
+    let empty = |first: bool| NodeNetworkRenderingSpec {
+        rendering: name.to_owned(),
+        part: u32::MAX,
+        parts: u32::MAX,
         rendered: RenderedSpec {
             table_hard_sync: if first {
                 spec.rendered.table_hard_sync.clone()
@@ -149,18 +160,12 @@ pub(crate) fn parts(spec: &NodeNetworkConfigSpec, max: usize) -> Vec<NodeNetwork
             },
             ..RenderedSpec::default()
         },
-        revision: if first {
-            spec.revision.clone()
-        } else {
-            String::new()
-        },
         probes: if first {
             spec.probes.clone()
         } else {
             Vec::new()
         },
         rollback_seconds: if first { spec.rollback_seconds } else { None },
-        left_behind: RenderedSpec::default(),
     };
     // `"addresses":[]` is left out of an empty part's text but not of a part with one.
     const ADDRESSES_KEY: usize = r#","addresses":[]"#.len();
@@ -192,7 +197,22 @@ pub(crate) fn parts(spec: &NodeNetworkConfigSpec, max: usize) -> Vec<NodeNetwork
     pack!(routes);
     pack!(addresses);
     pack!(rules);
+    let total = u32::try_from(out.len()).unwrap_or(u32::MAX);
+    for (i, p) in out.iter_mut().enumerate() {
+        p.part = u32::try_from(i).unwrap_or(u32::MAX);
+        p.parts = total;
+    }
     out
+}
+
+/// The object name of part `part` of `parts` of rendering `name`: the rendering's own
+/// name when it has one part, `<name>-<part>` otherwise.
+pub(crate) fn part_name(name: &str, part: u32, parts: u32) -> String {
+    if parts <= 1 {
+        name.to_owned()
+    } else {
+        format!("{name}-{part}")
+    }
 }
 
 /// A spec's canonical text (what its rendering is named by).

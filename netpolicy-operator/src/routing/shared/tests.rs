@@ -379,8 +379,9 @@ fn a_rendering_over_the_limit_is_cut_into_parts_that_join_back_to_it() {
             }],
         })
         .collect();
-    let bytes =
-        |s: &crate::api::NodeNetworkConfigSpec| serde_json::to_vec(s).map_or(0, |b| b.len());
+    fn bytes<T: Serialize>(t: &T) -> usize {
+        serde_json::to_vec(t).map_or(0, |b| b.len())
+    }
     assert!(
         bytes(&whole) > 65_536,
         "600 routes are over 64 KiB: {}",
@@ -388,7 +389,7 @@ fn a_rendering_over_the_limit_is_cut_into_parts_that_join_back_to_it() {
     );
     // Every limit in a span, so that some part ends within a few bytes of it.
     for max in 3_000..3_400 {
-        for p in super::parts(&whole, max) {
+        for p in super::parts("r-x", &whole, max) {
             assert!(
                 bytes(&p) <= max,
                 "max {max}: a part has {} bytes",
@@ -397,7 +398,7 @@ fn a_rendering_over_the_limit_is_cut_into_parts_that_join_back_to_it() {
         }
     }
     for max in [4_096, 16_384, 65_536, 1 << 20] {
-        let parts = super::parts(&whole, max);
+        let parts = super::parts("r-x", &whole, max);
         assert_eq!(
             parts.len() == 1,
             bytes(&whole) <= max,
@@ -410,32 +411,20 @@ fn a_rendering_over_the_limit_is_cut_into_parts_that_join_back_to_it() {
                 bytes(p)
             );
             assert_eq!(
-                i == 0,
-                p.revision == whole.revision,
-                "only the first part names the revision"
+                (p.rendering.as_str(), p.part as usize, p.parts as usize),
+                ("r-x", i, parts.len()),
+                "each part names the rendering, its place and their number"
             );
         }
-        let mut joined = parts[0].clone();
-        for p in &parts[1..] {
-            joined
-                .rendered
-                .vlans
-                .extend(p.rendered.vlans.iter().cloned());
-            joined
-                .rendered
-                .routes
-                .extend(p.rendered.routes.iter().cloned());
-            joined
-                .rendered
-                .addresses
-                .extend(p.rendered.addresses.iter().cloned());
-            joined
-                .rendered
-                .rules
-                .extend(p.rendered.rules.iter().cloned());
-        }
+        // Listed in any order, they join back to the rendering.
+        let joined = crate::api::join("r-x", parts.iter().rev()).expect("the parts are whole");
         assert_eq!(
-            joined, whole,
+            (joined.rendered, joined.probes, joined.rollback_seconds),
+            (
+                whole.rendered.clone(),
+                whole.probes.clone(),
+                whole.rollback_seconds
+            ),
             "max {max}: the parts join back to the rendering"
         );
     }

@@ -1,0 +1,549 @@
+//! Shared renderings (the node agent model of docs/architecture.md): the operator
+//! writes one immutable [`NodeNetworkRendering`] per distinct merged configuration
+//! (nodes selected by the same policies share it) and one [`NetworkFleet`] saying which
+//! rendering each group of nodes runs and how far each group's rollout has gone. A
+//! node's [`NodeNetworkConfig`](crate::NodeNetworkConfig) then carries only its own
+//! items (`spec.shared: true`): its agent picks its rendering with
+//! [`netpolicy_core::fleet::choose`] from its Node's labels and the fleet, reads that
+//! rendering's parts ([`join`]) and lays its own items over it
+//! ([`NodeNetworkConfigSpec::effective`](crate::NodeNetworkConfigSpec::effective)). A
+//! cluster-wide edit then costs one rendering per distinct configuration and one small
+//! fleet write per wave, not one object per node.
+//!
+//! # Examples
+//!
+//! ```
+//! use netpolicy_api::{
+//!     FleetGroup, FleetPolicy, NetworkFleetSpec, NodeNetworkRenderingSpec, join,
+//!     netpolicy_core::{fleet::choose, selector::Labels},
+//!     render::{RenderedSpec, SourcedSpec, SourceRef},
+//!     spec::{LabelSelector, RouteSpec},
+//! };
+//!
+//! let fleet = NetworkFleetSpec {
+//!     policies: vec![FleetPolicy {
+//!         policy: "ClusterConfig/default".into(),
+//!         node_selector: LabelSelector::default(),
+//!     }],
+//!     groups: vec![FleetGroup {
+//!         group: netpolicy_core::fleet::group_name(["ClusterConfig/default"]),
+//!         rollout: "default-7".into(),
+//!         rendering: "r-00000000000000aa".into(),
+//!         previous: None,
+//!         through: Some("*".into()),
+//!         rolled_back: false,
+//!     }],
+//! };
+//! // The agent's choice, from its labels and the fleet.
+//! let choice = choose("node-1", &Labels::new(), &fleet.index(), &fleet.rollouts()?);
+//! assert_eq!(choice.rendering.as_deref(), Some("r-00000000000000aa"));
+//! // The rendering's parts, as listed by their label, joined.
+//! let route = SourcedSpec {
+//!     item: RouteSpec { to: "10.20.0.0/16".into(), dev: Some("eth0".into()), ..Default::default() },
+//!     sources: vec![SourceRef { kind: "ClusterConfig".into(), name: "default".into() }],
+//! };
+//! let part = NodeNetworkRenderingSpec {
+//!     rendering: "r-00000000000000aa".into(),
+//!     part: 0,
+//!     parts: 1,
+//!     rendered: RenderedSpec { routes: vec![route], ..Default::default() },
+//!     ..Default::default()
+//! };
+//! let joined = join("r-00000000000000aa", [&part])?;
+//! assert_eq!(joined.rendered.routes.len(), 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use kube::CustomResource;
+use netpolicy_core::{
+    fleet::{OrderKey, PolicySelector, Rollout, Through},
+    render::RenderedSpec,
+    selector::Selector,
+    spec::LabelSelector,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::ProbeSpec;
+
+/// The label every part of a rendering carries, valued with the rendering's name: an
+/// agent lists a rendering's parts by it.
+pub const RENDERING_LABEL: &str = "netpolicy.io/rendering";
+
+/// The only allowed name of the NetworkFleet.
+pub const FLEET_NAME: &str = "default";
+
+/// One part of a shared rendering: the merged items of the ClusterConfig and
+/// NodeConfigs that select a group of nodes, with the probes and `rollbackSeconds`
+/// they give. Written once by the operator and never changed (named by its content:
+/// `r-<16 hex digits>` when it has one part, `r-<16 hex digits>-<part>` otherwise;
+/// labelled `netpolicy.io/rendering: <rendering>`). A rendering no group runs any more
+/// is deleted.
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "netpolicy.io",
+    version = "v1alpha1",
+    kind = "NodeNetworkRendering",
+    plural = "nodenetworkrenderings",
+    shortname = "npnr",
+    validation = Rule::new("!has(oldSelf.spec) || self.spec == oldSelf.spec").message(
+        "a NodeNetworkRendering is immutable: a new configuration is a new rendering"
+    ),
+    derive = "PartialEq",
+    derive = "Default",
+    printcolumn = r#"{"name":"Rendering","type":"string","jsonPath":".spec.rendering"}"#,
+    printcolumn = r#"{"name":"Part","type":"integer","jsonPath":".spec.part"}"#,
+    printcolumn = r#"{"name":"Parts","type":"integer","jsonPath":".spec.parts"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeNetworkRenderingSpec {
+    /// The whole rendering's name (`r-<16 hex digits>`); every part carries it.
+    pub rendering: String,
+    /// This part's place, from 0.
+    #[serde(default)]
+    pub part: u32,
+    /// How many parts the rendering has (at least 1).
+    #[schemars(range(min = 1))]
+    pub parts: u32,
+    /// This part's items (part 0 also carries the hard-synced tables).
+    #[serde(flatten)]
+    pub rendered: RenderedSpec,
+    /// What the agent checks after applying it (part 0 only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<ProbeSpec>,
+    /// Seconds the agent has to pass the probes (part 0 only; absent: 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_seconds: Option<u32>,
+}
+
+/// A whole rendering: its parts joined.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Joined {
+    /// The rendering's name.
+    pub rendering: String,
+    /// Its items, part after part.
+    pub rendered: RenderedSpec,
+    /// Its probes.
+    pub probes: Vec<ProbeSpec>,
+    /// Its `rollbackSeconds`.
+    pub rollback_seconds: Option<u32>,
+}
+
+/// Why parts do not make a whole rendering.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JoinError {
+    /// No part of the rendering was found.
+    #[error("rendering {0}: no part found")]
+    Missing(String),
+    /// A part names another rendering or disagrees on the number of parts.
+    #[error("rendering {rendering}: part {part}: {message}")]
+    Inconsistent {
+        /// The rendering.
+        rendering: String,
+        /// The part.
+        part: u32,
+        /// What is wrong (`spec.parts is 3, part 0 says 2`).
+        message: String,
+    },
+    /// Some parts are not there (yet).
+    #[error("rendering {rendering}: part {part} of {parts} is missing")]
+    Incomplete {
+        /// The rendering.
+        rendering: String,
+        /// The first missing part.
+        part: u32,
+        /// How many there are.
+        parts: u32,
+    },
+}
+
+/// The rendering named `rendering` from its parts (in any order).
+///
+/// # Errors
+/// [`JoinError`] when no part is given, a part names another rendering, parts disagree
+/// on their number, a part is repeated or one is missing: the agent keeps what it runs.
+pub fn join<'a>(
+    rendering: &str,
+    parts: impl IntoIterator<Item = &'a NodeNetworkRenderingSpec>,
+) -> Result<Joined, JoinError> {
+    let mut parts: Vec<&NodeNetworkRenderingSpec> = parts.into_iter().collect();
+    parts.sort_by_key(|p| p.part);
+    let Some(first) = parts.first() else {
+        return Err(JoinError::Missing(rendering.to_owned()));
+    };
+    let total = first.parts;
+    let inconsistent = |part: u32, message: String| JoinError::Inconsistent {
+        rendering: rendering.to_owned(),
+        part,
+        message,
+    };
+    let mut out = Joined {
+        rendering: rendering.to_owned(),
+        ..Joined::default()
+    };
+    for (i, p) in parts.iter().enumerate() {
+        if p.rendering != rendering {
+            return Err(inconsistent(
+                p.part,
+                format!("spec.rendering is {}", p.rendering),
+            ));
+        }
+        if p.parts != total || total == 0 {
+            return Err(inconsistent(
+                p.part,
+                format!("spec.parts is {}, the first part says {total}", p.parts),
+            ));
+        }
+        let want = u32::try_from(i).unwrap_or(u32::MAX);
+        if p.part != want {
+            let message = if p.part < want {
+                "given twice".to_owned()
+            } else {
+                return Err(JoinError::Incomplete {
+                    rendering: rendering.to_owned(),
+                    part: want,
+                    parts: total,
+                });
+            };
+            return Err(inconsistent(p.part, message));
+        }
+        if p.part == 0 {
+            out.probes.clone_from(&p.probes);
+            out.rollback_seconds = p.rollback_seconds;
+            out.rendered
+                .table_hard_sync
+                .clone_from(&p.rendered.table_hard_sync);
+        }
+        let r = &p.rendered;
+        out.rendered.vlans.extend(r.vlans.iter().cloned());
+        out.rendered.routes.extend(r.routes.iter().cloned());
+        out.rendered.addresses.extend(r.addresses.iter().cloned());
+        out.rendered.rules.extend(r.rules.iter().cloned());
+    }
+    let have = u32::try_from(parts.len()).unwrap_or(u32::MAX);
+    if have < total {
+        return Err(JoinError::Incomplete {
+            rendering: rendering.to_owned(),
+            part: have,
+            parts: total,
+        });
+    }
+    Ok(out)
+}
+
+/// Which rendering each group of nodes runs: every policy's node selector (none of its
+/// items) and each group's rollout. One object, named `default`, written by the
+/// operator; its size follows the policies and the groups, never the node count.
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "netpolicy.io",
+    version = "v1alpha1",
+    kind = "NetworkFleet",
+    plural = "networkfleets",
+    shortname = "npfleet",
+    validation = Rule::new("self.metadata.name == 'default'").message(
+        "the NetworkFleet is named 'default': there is one, written by the operator"
+    ),
+    derive = "PartialEq",
+    derive = "Default",
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkFleetSpec {
+    /// Every ClusterConfig and NodeConfig that can select a node, by identity, with its
+    /// node selector (a NodeConfig whose selector is invalid selects no node and is not
+    /// listed).
+    #[serde(default)]
+    pub policies: Vec<FleetPolicy>,
+    /// Each group's rollout.
+    #[serde(default)]
+    pub groups: Vec<FleetGroup>,
+}
+
+/// A policy as an agent needs it to find its group.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetPolicy {
+    /// `ClusterConfig/default`, `NodeConfig/<name>`.
+    pub policy: String,
+    /// The nodes it selects (empty: every node).
+    #[serde(default)]
+    pub node_selector: LabelSelector,
+}
+
+/// One group's rollout: the rendering its nodes move to, the one they leave and how
+/// far it has gone.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetGroup {
+    /// The group (`g-<16 hex digits>` of its policies).
+    pub group: String,
+    /// The rollout's name (it orders the waves).
+    pub rollout: String,
+    /// The rendering it rolls out.
+    pub rendering: String,
+    /// The rendering the group ran before (absent: none; every node runs the new one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<String>,
+    /// How far it has gone: absent, no wave is open; `*`, every node runs the new
+    /// rendering; `<16 hex digits>/<node>`, the nodes whose place in the rollout is not
+    /// after this one's do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub through: Option<String>,
+    /// Rolled back: every node runs `previous`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rolled_back: bool,
+}
+
+/// A fleet field that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct FleetError {
+    /// The field (`spec.groups[3].through`).
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl NetworkFleetSpec {
+    /// The policy index the agents choose by. A selector that does not validate
+    /// selects nothing (as the operator's engine treats it).
+    pub fn index(&self) -> Vec<PolicySelector> {
+        self.policies
+            .iter()
+            .map(|p| {
+                let sel = p
+                    .node_selector
+                    .validate("nodeSelector")
+                    .unwrap_or_else(|_| Selector::nothing());
+                PolicySelector::new(p.policy.clone(), sel)
+            })
+            .collect()
+    }
+
+    /// Each group's rollout.
+    ///
+    /// # Errors
+    /// [`FleetError`] naming the first `through` that does not parse.
+    pub fn rollouts(&self) -> Result<Vec<Rollout>, FleetError> {
+        self.groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| g.rollout(&format!("spec.groups[{i}]")))
+            .collect()
+    }
+}
+
+impl FleetGroup {
+    /// The group's published rollout as [`netpolicy_core::fleet`] reads it.
+    ///
+    /// # Errors
+    /// [`FleetError`] for a `through` that is neither `*` nor `<16 hex digits>/<node>`.
+    pub fn rollout(&self, path: &str) -> Result<Rollout, FleetError> {
+        let through = match self.through.as_deref() {
+            None => Through::Nothing,
+            Some("*") => Through::Everything,
+            Some(t) => {
+                let bad = || FleetError {
+                    field: format!("{path}.through"),
+                    message: format!("{t:?} is neither * nor <16 hex digits>/<node>"),
+                };
+                let (hash, node) = t.split_once('/').ok_or_else(bad)?;
+                if hash.len() != 16 || node.is_empty() {
+                    return Err(bad());
+                }
+                let hash = u64::from_str_radix(hash, 16).map_err(|_| bad())?;
+                Through::Key(OrderKey {
+                    hash,
+                    node: node.to_owned(),
+                })
+            }
+        };
+        Ok(Rollout {
+            name: self.rollout.clone(),
+            group: self.group.clone(),
+            rendering: self.rendering.clone(),
+            previous: self.previous.clone(),
+            through,
+            rolled_back: self.rolled_back,
+        })
+    }
+
+    /// A published rollout as the fleet stores it.
+    pub fn from_rollout(r: &Rollout) -> Self {
+        Self {
+            group: r.group.clone(),
+            rollout: r.name.clone(),
+            rendering: r.rendering.clone(),
+            previous: r.previous.clone(),
+            through: match &r.through {
+                Through::Nothing => None,
+                Through::Everything => Some("*".into()),
+                Through::Key(k) => Some(format!("{:016x}/{}", k.hash, k.node)),
+            },
+            rolled_back: r.rolled_back,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use netpolicy_core::{
+        fleet::order_key,
+        render::{SourceRef, SourcedSpec},
+        spec::RouteSpec,
+    };
+
+    use super::*;
+
+    fn route(to: &str) -> SourcedSpec<RouteSpec> {
+        SourcedSpec {
+            item: RouteSpec {
+                to: to.into(),
+                dev: Some("eth0".into()),
+                ..RouteSpec::default()
+            },
+            sources: vec![SourceRef {
+                kind: "ClusterConfig".into(),
+                name: "default".into(),
+            }],
+        }
+    }
+
+    fn part(part: u32, parts: u32, to: &str) -> NodeNetworkRenderingSpec {
+        NodeNetworkRenderingSpec {
+            rendering: "r-1".into(),
+            part,
+            parts,
+            rendered: RenderedSpec {
+                routes: vec![route(to)],
+                table_hard_sync: if part == 0 { vec![100] } else { Vec::new() },
+                ..RenderedSpec::default()
+            },
+            rollback_seconds: (part == 0).then_some(9),
+            ..NodeNetworkRenderingSpec::default()
+        }
+    }
+
+    #[test]
+    fn parts_join_in_order_whatever_order_they_are_listed_in() {
+        let (a, b, c) = (
+            part(0, 3, "10.0.0.0/8"),
+            part(1, 3, "10.1.0.0/16"),
+            part(2, 3, "10.2.0.0/16"),
+        );
+        let j = join("r-1", [&c, &a, &b]).expect("complete");
+        let to: Vec<&str> = j
+            .rendered
+            .routes
+            .iter()
+            .map(|r| r.item.to.as_str())
+            .collect();
+        assert_eq!(to, ["10.0.0.0/8", "10.1.0.0/16", "10.2.0.0/16"]);
+        assert_eq!(
+            (j.rendered.table_hard_sync, j.rollback_seconds),
+            (vec![100], Some(9))
+        );
+    }
+
+    #[test]
+    fn a_missing_repeated_or_foreign_part_is_an_error_not_a_smaller_rendering() {
+        let (a, b, c) = (
+            part(0, 3, "10.0.0.0/8"),
+            part(1, 3, "10.1.0.0/16"),
+            part(2, 3, "10.2.0.0/16"),
+        );
+        assert_eq!(
+            join("r-1", [&a, &c]),
+            Err(JoinError::Incomplete {
+                rendering: "r-1".into(),
+                part: 1,
+                parts: 3
+            })
+        );
+        assert_eq!(
+            join("r-1", [&a, &b]),
+            Err(JoinError::Incomplete {
+                rendering: "r-1".into(),
+                part: 2,
+                parts: 3
+            })
+        );
+        assert!(matches!(
+            join("r-1", [&a, &b, &b, &c]),
+            Err(JoinError::Inconsistent { part: 1, .. })
+        ));
+        assert_eq!(join("r-1", []), Err(JoinError::Missing("r-1".into())));
+        let mut other = b.clone();
+        other.rendering = "r-2".into();
+        assert!(matches!(
+            join("r-1", [&a, &other, &c]),
+            Err(JoinError::Inconsistent { part: 1, .. })
+        ));
+        let mut fewer = c.clone();
+        fewer.parts = 2;
+        assert!(matches!(
+            join("r-1", [&a, &b, &fewer]),
+            Err(JoinError::Inconsistent { part: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn a_rollout_survives_the_trip_through_the_fleet_and_a_bad_key_names_its_field() {
+        for through in [
+            Through::Nothing,
+            Through::Everything,
+            Through::Key(order_key("default-3", "node-7")),
+            Through::Key(OrderKey {
+                hash: 0,
+                node: "n".into(),
+            }),
+        ] {
+            let r = Rollout {
+                name: "default-3".into(),
+                group: "g-1".into(),
+                rendering: "r-2".into(),
+                previous: Some("r-1".into()),
+                through,
+                rolled_back: false,
+            };
+            assert_eq!(FleetGroup::from_rollout(&r).rollout("g").as_ref(), Ok(&r));
+        }
+        for bad in [
+            "",
+            "abc/node",
+            "00000000000000zz/n",
+            "0000000000000000/",
+            "0000000000000000",
+        ] {
+            let g = FleetGroup {
+                through: Some(bad.into()),
+                ..FleetGroup::default()
+            };
+            let fleet = NetworkFleetSpec {
+                groups: vec![FleetGroup::default(), g],
+                ..Default::default()
+            };
+            let e = fleet.rollouts().expect_err(bad);
+            assert_eq!(e.field, "spec.groups[1].through", "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_invalid_selector_in_the_index_selects_no_node() {
+        let fleet = NetworkFleetSpec {
+            policies: vec![FleetPolicy {
+                policy: "NodeConfig/bad".into(),
+                node_selector: LabelSelector {
+                    match_labels: [("bad key!".to_owned(), "x".to_owned())].into(),
+                    ..LabelSelector::default()
+                },
+            }],
+            ..NetworkFleetSpec::default()
+        };
+        let labels =
+            netpolicy_core::selector::Labels::from([("bad key!".to_owned(), "x".to_owned())]);
+        assert!(!fleet.index()[0].selector.matches(&labels));
+    }
+}
