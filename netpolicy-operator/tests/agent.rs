@@ -980,3 +980,191 @@ async fn http_get(port: u16, path: &str) -> String {
         Err(_) => String::new(),
     }
 }
+
+/// A rendering of `routes` (each `(to, via)` in table 100), as the operator writes it:
+/// one part, labelled with its name.
+fn rendering(name: &str, routes: &[(&str, &str)], extra: Value) -> Value {
+    let routes: Vec<Value> = routes.iter().map(|(to, via)| route(to, via)).collect();
+    let mut spec = json!({"rendering": name, "part": 0, "parts": 1, "routes": routes, "rules": [], "vlans": []});
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "NodeNetworkRendering",
+        "metadata": {"name": name, "labels": {"netpolicy.io/rendering": name}},
+        "spec": spec,
+    })
+}
+
+/// A shared NodeNetworkConfig (`spec.shared`): the agent picks its group's rendering
+/// from its Node's labels and the NetworkFleet (here written by the test, as the
+/// operator would), lays its own items over it, follows the fleet's waves, keeps what
+/// it runs when its group has no rollout, stays quiet, and reports a rendering whose
+/// probes fail (rolling back to the one before).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shared_object_runs_the_rendering_its_labels_and_wave_pick_under_its_own_items() {
+    use kube::api::DynamicObject;
+    use netpolicy_operator::api::{NetworkFleet, netpolicy_core::fleet::group_name};
+    let Some(Setup {
+        ns,
+        cp,
+        node,
+        api,
+        client,
+    }) = setup("agent-shared", "agent-shared-node").await
+    else {
+        return;
+    };
+    let pp = PostParams::default();
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    nodes
+        .create(
+            &pp,
+            &serde_json::from_value(
+                json!({"metadata": {"name": node, "labels": {"role": "edge"}}}),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let gvk = kube::core::GroupVersionKind::gvk("netpolicy.io", "v1alpha1", "NodeNetworkRendering");
+    let ar = kube::core::ApiResource::from_gvk(&gvk);
+    let renderings: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    // Names unique to this run: renderings are cluster-wide and immutable.
+    let (old, new, bad) = (cp.unique("r-old"), cp.unique("r-new"), cp.unique("r-bad"));
+    for r in [
+        rendering(&old, &[("10.20.0.0/16", "192.0.2.1")], json!({})),
+        rendering(
+            &new,
+            &[("10.20.0.0/16", "192.0.2.2"), ("10.30.0.0/16", "192.0.2.1")],
+            json!({}),
+        ),
+        rendering(
+            &bad,
+            &[("10.50.0.0/16", "192.0.2.1")],
+            json!({"probes": [{"tcp": "127.0.0.1:9"}], "rollbackSeconds": 2}),
+        ),
+    ] {
+        renderings
+            .create(&pp, &serde_json::from_value(r).unwrap())
+            .await
+            .unwrap();
+    }
+    let fleets: Api<NetworkFleet> = Api::all(client.clone());
+    let edge = group_name(["NodeConfig/edge"]);
+    let fleet = |rendering: &str, previous: &str, through: Option<&str>| {
+        json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "NetworkFleet",
+            "metadata": {"name": "default"},
+            "spec": {
+                "policies": [{"policy": "NodeConfig/edge", "nodeSelector": {"matchLabels": {"role": "edge"}}}],
+                "groups": [{"group": edge, "rollout": format!("{rendering}-rollout"),
+                            "rendering": rendering, "previous": previous, "through": through}],
+            },
+        })
+    };
+    let set_fleet = |f: Value| {
+        let fleets = fleets.clone();
+        async move {
+            fleets
+                .patch(
+                    "default",
+                    &PatchParams::apply("netpolicy-tests").force(),
+                    &Patch::Apply(f),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    set_fleet(fleet(&new, &old, None)).await;
+    // Its own item: what only this node has.
+    let mut own = nnc(&node, "own-1", json!([route("10.40.0.0/16", "192.0.2.1")]));
+    own.spec.shared = true;
+    api.create(&pp, &own).await.unwrap();
+    let table = || table_100(&ns);
+    let status = || {
+        let (api, node) = (api.clone(), node.clone());
+        async move { status_of(&api, &node).await }
+    };
+    let _agent = start_agent(cp, &node, &ns);
+
+    eventually(
+        "no wave open: the previous rendering under the own item",
+        30,
+        || async {
+            let t = table();
+            t.contains("10.20.0.0/16 via 192.0.2.1")
+                && t.contains("10.40.0.0/16 via 192.0.2.1")
+                && status().await.applied_rendering.as_deref() == Some(old.as_str())
+        },
+    )
+    .await;
+    let s = status().await;
+    assert!(
+        s.shared_renderings,
+        "the agent says it reads shared renderings"
+    );
+    assert!(
+        !table().contains("10.30.0.0/16"),
+        "the new rendering waits for its wave"
+    );
+
+    // Every wave open: the new rendering.
+    set_fleet(fleet(&new, &old, Some("*"))).await;
+    eventually("the new rendering under the own item", 30, || async {
+        let t = table();
+        t.contains("10.20.0.0/16 via 192.0.2.2")
+            && t.contains("10.30.0.0/16")
+            && t.contains("10.40.0.0/16")
+            && status().await.applied_rendering.as_deref() == Some(new.as_str())
+    })
+    .await;
+
+    // Quiet: three resyncs, no write.
+    let before = api.get(&node).await.unwrap().metadata.resource_version;
+    tokio::time::sleep(std::time::Duration::from_millis(3_500)).await;
+    let after = api.get(&node).await.unwrap().metadata.resource_version;
+    assert_eq!(before, after, "a quiet shared node writes nothing");
+
+    // Another group (no rollout for it): the node keeps what it runs.
+    nodes
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"role": "other"}}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+    assert!(table().contains("10.30.0.0/16"), "kept: {}", table());
+    nodes
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"role": "edge"}}})),
+        )
+        .await
+        .unwrap();
+
+    // A rendering whose probe fails: applied, rolled back, reported.
+    set_fleet(fleet(&bad, &new, Some("*"))).await;
+    eventually(
+        "the failing rendering is reported and rolled back",
+        40,
+        || async { status().await.failed_rendering.as_deref() == Some(bad.as_str()) },
+    )
+    .await;
+    let (t, s) = (table(), status().await);
+    assert!(
+        !t.contains("10.50.0.0/16"),
+        "the failed rendering's route is gone: {t}"
+    );
+    assert!(
+        t.contains("10.30.0.0/16") && t.contains("10.40.0.0/16"),
+        "back to the last good: {t}"
+    );
+    assert_eq!(s.applied_rendering.as_deref(), Some(new.as_str()));
+    // The fleet is shared by every test of this control plane: leave none.
+    fleets.delete("default", &Default::default()).await.unwrap();
+    nodes.delete(&node, &Default::default()).await.unwrap();
+}

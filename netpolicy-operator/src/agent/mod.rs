@@ -54,6 +54,7 @@ use netpolicy_core::{model::RoutingConfig, spec::RoutingSpec};
 use netpolicy_netlink::{Adapter, Namespace, Ownership};
 use tracing::{info, warn};
 
+mod fleet;
 mod metrics;
 mod probation;
 mod repair;
@@ -69,7 +70,7 @@ use crate::error::{Chain, Error, Result};
 
 use crate::{
     api::{
-        NodeNetworkConfig,
+        FLEET_NAME, NetworkFleet, NodeNetworkConfig, NodeNetworkRendering,
         conditions::{self},
     },
     process::{LogFormat, client_from, init_logs, serve_probes, shutdown_signal},
@@ -180,7 +181,20 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
         .as_deref()
         .and_then(|ds| watch_owner(&ctx.client, ds));
     let cfg = watcher::Config::default().fields(&format!("metadata.name={}", opts.node));
-    let mut events = watcher(api.clone(), cfg).default_backoff().boxed();
+    let mut events = watcher(api.clone(), cfg.clone()).default_backoff().boxed();
+    // A shared object (spec.shared) runs its group's rendering: the agent's Node labels
+    // and the fleet say which (agent/fleet.rs); renderings are read when picked.
+    let mut view = fleet::FleetView::default();
+    let renderings: Api<NodeNetworkRendering> = Api::all(ctx.client.clone());
+    let nodes: Api<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Node>> =
+        Api::all(ctx.client.clone());
+    let mut node_events = watcher(nodes, cfg).default_backoff().boxed();
+    let fleet_cfg = watcher::Config::default().fields(&format!("metadata.name={FLEET_NAME}"));
+    let fleets: Api<NetworkFleet> = Api::all(ctx.client.clone());
+    let mut fleet_events = watcher(fleets, fleet_cfg).default_backoff().boxed();
+    // What the last pass ran (a shared object's rendering under its own items): kept
+    // while a new pick cannot be made yet, so that drift is still repaired.
+    let mut ran: Option<(NodeNetworkConfig, Option<String>)> = None;
     let mut tick = tokio::time::interval(Duration::from_secs(opts.resync_seconds.max(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let signal = shutdown_signal();
@@ -207,6 +221,26 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
                     }
                 }
             }
+            ev = node_events.next() => {
+                match ev {
+                    Some(Ok(ev)) if view.on_node(&ev) && is_shared(watched.latest.as_ref()) => {}
+                    Some(Err(e)) => {
+                        warn!(error = %e, "Node watch error (retrying)");
+                        continue;
+                    }
+                    _ => continue,
+                }
+            }
+            ev = fleet_events.next() => {
+                match ev {
+                    Some(Ok(ev)) if view.on_fleet(&ev) && is_shared(watched.latest.as_ref()) => {}
+                    Some(Err(e)) => {
+                        warn!(error = %e, "NetworkFleet watch error (retrying)");
+                        continue;
+                    }
+                    _ => continue,
+                }
+            }
             _ = tick.tick() => {}
             batch = kernel.recv() => {
                 let Some(batch) = batch else {
@@ -214,7 +248,7 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
                     kernel = tokio::sync::mpsc::channel(1).1;
                     continue;
                 };
-                let latest = watched.latest.as_ref();
+                let latest = ran.as_ref().map(|(o, _)| o).or(watched.latest.as_ref());
                 let fought = ctx.repairs.fighting();
                 if !kernel_starts_a_pass(&mut trigger, &batch, own_port, latest, fought) {
                     continue;
@@ -248,11 +282,30 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
         if !from_kernel && let Ok(mut a) = adapter.lock() {
             a.forget_duplicates();
         }
+        if view.running.is_none() {
+            // A restarted agent runs what its status says it applied.
+            view.running = nnc
+                .status
+                .as_ref()
+                .and_then(|s| s.applied_rendering.clone());
+        }
+        let (run, rendering) = match view.effective(&renderings, &nnc).await {
+            fleet::Effective::Run(o, r) => (*o, r),
+            fleet::Effective::Wait => match &ran {
+                // The same object: keep running what it ran.
+                Some((o, r)) if o.uid() == nnc.uid() => (o.clone(), r.clone()),
+                _ => continue,
+            },
+        };
         let start = Instant::now();
         ctx.from_kernel = from_kernel;
-        let ok = match pass(&api, &nnc, &adapter, &mut ctx).await {
+        let ok = match pass(&api, &run, &adapter, &mut ctx, rendering.as_deref()).await {
             Ok(written) => {
                 watched.acted = Some(generation_key(&nnc));
+                if rendering.is_some() {
+                    view.running.clone_from(&rendering);
+                }
+                ran = Some((run, rendering));
                 if let Some(w) = written {
                     watched.latest = Some(w);
                 }
@@ -418,6 +471,12 @@ async fn cleanup(adapter: &Arc<Mutex<Adapter>>) -> Result<()> {
     Ok(())
 }
 
+/// Whether `o` runs a shared rendering (a change of the fleet or the Node's labels
+/// matters to it).
+fn is_shared(o: Option<&NodeNetworkConfig>) -> bool {
+    o.is_some_and(|o| o.spec.shared)
+}
+
 fn generation_key(o: &NodeNetworkConfig) -> (String, i64) {
     (
         o.uid().unwrap_or_default(),
@@ -504,13 +563,15 @@ impl Ctx {
 /// One pass: apply the object, compute its status, write the status only if it
 /// changed. A revision the agent has not seen pass yet is on probation: its probes and
 /// the API server must answer within `rollbackSeconds`, or the last good config is
-/// restored and the revision is never applied again. Returns the object as written,
-/// when a write happened.
+/// restored and the revision is never applied again. `nnc` is what the node runs (for
+/// a shared object, its rendering `rendering` with its own items laid over it). Returns
+/// the object as written, when a write happened.
 async fn pass(
     api: &Api<NodeNetworkConfig>,
     nnc: &NodeNetworkConfig,
     adapter: &Arc<Mutex<Adapter>>,
     ctx: &mut Ctx,
+    rendering: Option<&str>,
 ) -> Result<Option<NodeNetworkConfig>> {
     let node = nnc.name_any();
     let current = nnc.status.clone().unwrap_or_default();
@@ -622,6 +683,7 @@ async fn pass(
             .iter()
             .map(|(what, why)| format!("not given up (still netpolicy's): {what}: {why}")),
     );
+    shared_status(&mut next, &current, &outcome, &revision, rendering);
     if let PassOutcome::Invalid(e) = &outcome {
         warn!(node, "invalid NodeNetworkConfig (nothing changed): {e}");
     }
@@ -634,6 +696,30 @@ async fn pass(
             what: "writing status".into(),
             source,
         })
+}
+
+/// What the status says of shared renderings: this agent reads them; the rendering the
+/// applied revision ran (none for an object that is not shared); the rendering whose
+/// revision failed its probes.
+fn shared_status(
+    next: &mut crate::api::NodeNetworkConfigStatus,
+    current: &crate::api::NodeNetworkConfigStatus,
+    outcome: &PassOutcome,
+    revision: &str,
+    rendering: Option<&str>,
+) {
+    next.shared_renderings = true;
+    next.applied_rendering
+        .clone_from(&current.applied_rendering);
+    next.failed_rendering.clone_from(&current.failed_rendering);
+    match outcome {
+        PassOutcome::Applied(..) if next.applied_revision.as_deref() == Some(revision) => {
+            next.applied_rendering = rendering.map(str::to_owned);
+            next.failed_rendering = None;
+        }
+        PassOutcome::RolledBack(_) => next.failed_rendering = rendering.map(str::to_owned),
+        PassOutcome::Applied(..) | PassOutcome::Invalid(_) => {}
+    }
 }
 
 /// Gives up the left-behind `items` that are still netpolicy's; returns those the kernel
