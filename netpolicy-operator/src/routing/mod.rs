@@ -4,6 +4,11 @@
 //! controller ([`controller`]) is the only part that awaits.
 
 pub(crate) mod controller;
+#[allow(
+    dead_code,
+    reason = "issue 68: the routing controller publishes the fleet next"
+)]
+pub(crate) mod fleet;
 mod metrics;
 pub(crate) mod rollout;
 mod send;
