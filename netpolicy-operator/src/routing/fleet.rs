@@ -45,6 +45,11 @@ impl Reported {
     }
 }
 
+/// A group's members that run shared objects, with their reports.
+type Members<'a> = Vec<(String, &'a Reported)>;
+/// Each member's place in a rollout and its report on the rollout's rendering.
+type Keyed = Vec<(OrderKey, Report)>;
+
 /// The NetworkFleet for `shared`: `index` as its policies, each group's rollout moved on
 /// from `current` by the reports of its members that run shared objects (`reports`;
 /// members absent from it are gated per node), within `budget` (each policy's
@@ -65,7 +70,7 @@ pub(crate) fn plan(
         })
         .unwrap_or_default();
     // Each group's rollout and its members that run shared objects, with their reports.
-    let mut next: BTreeMap<String, (Rollout, Vec<(String, &Reported)>)> = BTreeMap::new();
+    let mut next: BTreeMap<String, (Rollout, Members<'_>)> = BTreeMap::new();
     for (name, group) in &shared.groups {
         let members: Vec<(String, &Reported)> = group
             .members
@@ -87,7 +92,7 @@ pub(crate) fn plan(
         next.insert(name.clone(), (rollout, members));
     }
     // Waves of the rollouts under way, opened on the reports within the budgets.
-    let mut under_way: Vec<(String, Waves, Vec<(OrderKey, Report)>)> = Vec::new();
+    let mut under_way: Vec<(String, Waves, Keyed)> = Vec::new();
     for (name, (r, members)) in &next {
         if r.previous.is_none() || r.rolled_back || r.through == Through::Everything {
             continue;
