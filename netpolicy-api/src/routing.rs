@@ -252,6 +252,12 @@ pub struct NodeNetworkConfigSpec {
     pub shared: bool,
 }
 
+/// The revision a shared object runs with rendering `rendering` under its own items of
+/// revision `own` (what its agent reports in `status.appliedRevision`).
+pub fn effective_revision(rendering: &str, own: &str) -> String {
+    format!("{:016x}", netpolicy_core::hash::fnv1a(&[rendering, own]))
+}
+
 impl NodeNetworkConfigSpec {
     /// What a node whose object is [`Self::shared`] runs: `rendering` with this
     /// object's items laid over it (an own item replaces the rendering's item with the
@@ -263,12 +269,8 @@ impl NodeNetworkConfigSpec {
         if !self.shared {
             return self.clone();
         }
-        let revision = format!(
-            "{:016x}",
-            netpolicy_core::hash::fnv1a(&[&rendering.rendering, &self.revision])
-        );
         Self {
-            revision,
+            revision: effective_revision(&rendering.rendering, &self.revision),
             rendered: rendering.rendered.overlay(&self.rendered),
             probes: rendering.probes.clone(),
             rollback_seconds: rendering.rollback_seconds,

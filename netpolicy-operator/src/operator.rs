@@ -91,6 +91,14 @@ pub struct Options {
     /// listed in each node's NodeNetworkConfig (`spec.leftBehind`, `status.leftBehind`).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub node_cleanup_on_deletion: bool,
+    /// Shared renderings (issue 68; docs/architecture.md, node agent model): one
+    /// immutable NodeNetworkRendering per distinct configuration and the NetworkFleet
+    /// naming the rendering each group of nodes runs, rolled out in waves; a node whose
+    /// agent reads them gets only its own items in its NodeNetworkConfig. A cluster-wide
+    /// edit then writes one rendering per group and one fleet per wave instead of one
+    /// object per node. Needs `--node-cleanup-on-deletion=true`.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub shared_renderings: bool,
     /// Address for `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
@@ -169,6 +177,7 @@ fn jobs(
             opts.max_object_bytes,
             opts.node_cleanup_on_deletion,
             usize::from(opts.write_concurrency),
+            opts.shared_renderings,
         ),
         stop.clone(),
     );
@@ -207,6 +216,14 @@ fn jobs(
 /// No configuration, the listen address taken, or the API server unreachable at start.
 pub async fn run(opts: Options) -> Result<Exit> {
     init_logs(opts.log_format);
+    if opts.shared_renderings && !opts.node_cleanup_on_deletion {
+        return Err(Error::Config {
+            what: "--shared-renderings".into(),
+            source: "needs --node-cleanup-on-deletion=true: items left behind by deleted \
+                     policies are kept per node, which a shared rendering cannot carry"
+                .into(),
+        });
+    }
     let meridio = match &opts.meridio_settings {
         None => crate::trench::meridio::Settings::default(),
         Some(path) => {

@@ -405,6 +405,8 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
             // without them, ConfigMaps are writable only where kube-vip's live.
             "--set",
             "meridio.enabled=false",
+            "--set",
+            "operator.sharedRenderings=true",
         ],
     );
     apply_all(&admin, &docs, &ns).await;
@@ -448,8 +450,14 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
 
     // The agent: cannot write policy or NodeNetworkConfig specs, can write its own
     // node's status.
+    // Applied, not created: an operator another test runs on this control plane may
+    // have written this node's object already.
     Api::<DynamicObject>::all_with(admin.clone(), &nnc_ar)
-        .create(&pp, &nnc(&name))
+        .patch(
+            &name,
+            &PatchParams::apply("netpolicy-tests").force(),
+            &Patch::Apply(&nnc(&name)),
+        )
         .await
         .unwrap();
     let agent_nc = Api::<DynamicObject>::all_with(agent.clone(), &nc_ar);
@@ -494,6 +502,74 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
     // ...and watches it from the start (a list or watch of that one name).
     let own_ds = kube::api::ListParams::default().fields("metadata.name=t-agent");
     assert!(agent_ds.list(&own_ds).await.is_ok());
+
+    // Shared renderings: the agent reads the fleet, renderings (by label) and Nodes'
+    // metadata, and writes none of them; the operator applies the fleet, creates and
+    // deletes renderings, and never changes one.
+    let (fleet_ar, _) = discovery::pinned_kind(&admin, &gvk("NetworkFleet"))
+        .await
+        .unwrap();
+    let (rendering_ar, _) = discovery::pinned_kind(&admin, &gvk("NodeNetworkRendering"))
+        .await
+        .unwrap();
+    let rendering = |name: &str| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "NodeNetworkRendering",
+            "metadata": {"name": name, "labels": {"netpolicy.io/rendering": name}},
+            "spec": {"rendering": name, "part": 0, "parts": 1}
+        }))
+        .unwrap()
+    };
+    let agent_fleet = Api::<DynamicObject>::all_with(agent.clone(), &fleet_ar);
+    let agent_rendering = Api::<DynamicObject>::all_with(agent.clone(), &rendering_ar);
+    let one = kube::api::ListParams::default().fields("metadata.name=default");
+    assert!(agent_fleet.list(&one).await.is_ok());
+    let by_label = kube::api::ListParams::default().labels("netpolicy.io/rendering=r-x");
+    assert!(agent_rendering.list(&by_label).await.is_ok());
+    let own_node = kube::api::ListParams::default().fields(&format!("metadata.name={name}"));
+    assert!(
+        Api::<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Node>>::all(agent.clone())
+            .list_metadata(&own_node)
+            .await
+            .is_ok()
+    );
+    let r = cp.unique("r-rbac");
+    assert!(forbidden(agent_rendering.create(&pp, &rendering(&r)).await));
+    let fleet: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "NetworkFleet",
+        "metadata": {"name": "default"}, "spec": {}
+    }))
+    .unwrap();
+    assert!(forbidden(
+        agent_fleet
+            .patch(
+                "default",
+                &PatchParams::apply("t").dry_run(),
+                &Patch::Apply(&fleet)
+            )
+            .await
+    ));
+    // (A dry run: the fleet is one object per cluster, other tests use it.)
+    Api::<DynamicObject>::all_with(operator.clone(), &fleet_ar)
+        .patch(
+            "default",
+            &PatchParams::apply("t").dry_run(),
+            &Patch::Apply(&fleet),
+        )
+        .await
+        .unwrap();
+    let op_rendering = Api::<DynamicObject>::all_with(operator.clone(), &rendering_ar);
+    op_rendering.create(&pp, &rendering(&r)).await.unwrap();
+    assert!(forbidden(
+        op_rendering
+            .patch(
+                &r,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"parts": 2}}))
+            )
+            .await
+    ));
+    op_rendering.delete(&r, &Default::default()).await.unwrap();
 
     // Calico's etcd TLS Secret: that one, read-only (404: allowed, not there).
     let secrets =

@@ -57,6 +57,7 @@ mod routing_scale;
 mod runtime_jobs;
 mod runtime_scale;
 mod secrets;
+mod shared_renderings;
 mod status;
 mod three_nodes;
 mod traffic_crds;

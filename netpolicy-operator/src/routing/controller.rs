@@ -41,8 +41,8 @@ use super::{PolicyFacts, Routing};
 use crate::k8s::traffic::TrafficStores;
 use crate::{
     api::{
-        ClusterConfig, FloatingIP, FloatingIPRange, NodeConfig, NodeNetworkConfig, RoutedIP,
-        RoutedIPIssuer,
+        ClusterConfig, FloatingIP, FloatingIPRange, NetworkFleet, NodeConfig, NodeNetworkConfig,
+        NodeNetworkRendering, RoutedIP, RoutedIPIssuer,
     },
     k8s::{CachedNode, labels_fingerprint, sent::digest, spec_fingerprint},
     runtime::{Changes, Informers, InputKinds, Inputs, Job, JobError, Next, Setup},
@@ -89,6 +89,10 @@ pub(crate) struct RoutingJob {
     sent: crate::k8s::Sent,
     /// Metrics: NodeNetworkConfigs by state, every policy's rollout.
     metrics: Arc<super::metrics::Metrics>,
+    /// `--shared-renderings` (issue 68): what publishes the renderings and the fleet.
+    publisher: Option<super::publish::Publisher>,
+    /// Shared nodes that report their group's rendering applied (shared renderings).
+    on_target: BTreeSet<String>,
 }
 
 /// The routing job and what wakes it.
@@ -99,6 +103,7 @@ pub(crate) fn setup(
     max_object_bytes: usize,
     node_cleanup: bool,
     write_concurrency: usize,
+    shared_renderings: bool,
 ) -> Setup<RoutingJob> {
     let mut inputs = Inputs::new();
     let ccs = inputs.read(&informers.get::<ClusterConfig>(), spec_fingerprint);
@@ -127,6 +132,19 @@ pub(crate) fn setup(
     // Traffic domains: their objects, and what the trench job handed out (the
     // Trenches' status), compiled by crate::trench.
     let traffic = TrafficStores::subscribe(informers, &mut inputs);
+    // Shared renderings: the fleet and the renderings as stored (their content never
+    // changes: only their coming and going matters).
+    let publisher = shared_renderings.then(|| super::publish::Publisher {
+        fleets: Api::all(client.clone()),
+        renderings: Api::all(client.clone()),
+        fleet_store: inputs.read(&informers.get::<NetworkFleet>(), |f| {
+            serde_json::to_string(&f.spec).unwrap_or_default()
+        }),
+        rendering_store: inputs.read(
+            &informers.get::<kube::core::PartialObjectMeta<NodeNetworkRendering>>(),
+            |_| String::new(),
+        ),
+    });
     let job = RoutingJob {
         inputs: inputs.kinds(),
         stores: Stores {
@@ -159,6 +177,8 @@ pub(crate) fn setup(
         write_concurrency: write_concurrency.max(1),
         sent: crate::k8s::Sent::default(),
         metrics: shared.metrics.of::<super::metrics::Metrics>(),
+        publisher,
+        on_target: BTreeSet::new(),
     };
     inputs.setup(job)
 }
@@ -170,8 +190,11 @@ impl Job for RoutingJob {
 
     async fn pass(&mut self, changes: &Changes) -> Result<Next, JobError> {
         let inputs = changes.full || self.inputs.touched(changes);
-        // Nodes waiting for their wave move on when an agent reports progress.
-        let waves = changes.touched(APPLIED) && !self.pending.is_empty();
+        // Nodes waiting for their wave move on when an agent reports progress; with
+        // shared renderings, reports also open the fleet's waves and move nodes to
+        // shared objects.
+        let waves =
+            changes.touched(APPLIED) && (!self.pending.is_empty() || self.publisher.is_some());
         let mut failed = None;
         if inputs || waves {
             debug!(full = changes.full, "routing: render pass");
@@ -214,10 +237,20 @@ impl RoutingJob {
             .iter()
             .filter(|o| {
                 let name = o.name_any();
-                o.status
-                    .as_ref()
-                    .and_then(|s| s.applied_revision.as_deref())
-                    == Some(o.spec.revision.as_str())
+                let state = NodeState::of(Some(o));
+                let applied = if o.spec.shared {
+                    // Its own items applied, under its group's rendering.
+                    state.has_agent
+                        && !state.in_flight
+                        && !state.degraded
+                        && self.on_target.contains(&name)
+                } else {
+                    o.status
+                        .as_ref()
+                        .and_then(|s| s.applied_revision.as_deref())
+                        == Some(o.spec.revision.as_str())
+                };
+                applied
                     && !self.pending.contains(&name)
                     && !self
                         .sent
@@ -359,12 +392,15 @@ where
 fn applied_fingerprint(o: &NodeNetworkConfig) -> String {
     let st = o.status.as_ref();
     format!(
-        "{}/{}/{}",
+        "{}/{}/{}/{:?}/{:?}/{}",
         o.spec.revision,
         st.and_then(|s| s.applied_revision.as_deref())
             .unwrap_or_default(),
         st.and_then(|s| s.failed_revision.as_deref())
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        st.and_then(|s| s.applied_rendering.as_deref()),
+        st.and_then(|s| s.failed_rendering.as_deref()),
+        st.is_some_and(|s| s.shared_renderings)
     )
 }
 
@@ -535,7 +571,29 @@ impl RoutingJob {
     /// The first write that failed (the others are still made); a NodeNetworkConfig over
     /// the size limit is not an error: it is not written, and its policies say so.
     async fn render(&mut self, changes: &Changes) -> Result<usize, JobError> {
-        let dirty = self.ingest(changes);
+        let mut dirty = self.ingest(changes);
+        // Shared renderings: the renderings and the fleet first (an agent moved to a
+        // shared object finds what it runs), then each node's own items below.
+        let mut published = 0;
+        let prepared = match &self.publisher {
+            None => None,
+            Some(p) => {
+                dirty.extend(changes.of(APPLIED).map(|k| k.name.clone()));
+                let index = fleet_index(&self.routing, &self.stores.ncs);
+                let nncs = &self.stores.nncs;
+                let prepared = super::fleet::prepare(
+                    &self.routing,
+                    &self.job_items,
+                    index,
+                    p.current().as_ref(),
+                    &|n| get(nncs, n),
+                );
+                published = p.publish(&prepared).await?;
+                Some(prepared)
+            }
+        };
+        let no_own = BTreeMap::new();
+        let own = prepared.as_ref().map_or(&no_own, |p| &p.own);
         let Self {
             stores,
             nnc_api: api,
@@ -566,6 +624,7 @@ impl RoutingJob {
                     _ => true,
                 },
                 job_items,
+                own,
             },
             super::writes::Limits {
                 max_object_bytes: *max_object_bytes,
@@ -575,6 +634,10 @@ impl RoutingJob {
         );
         *too_large = writes.too_large;
         *pending = writes.held_back;
+        if let Some(p) = prepared {
+            pending.extend(p.waiting);
+            self.on_target = p.on_target;
+        }
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         // A write already sent over the version the cache still holds is not sent
         // again: the cache has not seen it yet (its watch is behind or broken).
@@ -629,7 +692,7 @@ impl RoutingJob {
             .buffer_unordered(*write_concurrency)
             .collect()
             .await;
-        let mut changed = 0;
+        let mut changed = published;
         let mut first_error: Option<kube::Error> = None;
         for (node, bytes, what, over, r) in results {
             if r.is_ok() {
@@ -674,6 +737,30 @@ impl RoutingJob {
             None => Ok(changed),
         }
     }
+}
+
+/// The policy index of the fleet: every policy the engine holds that can select a
+/// node, with its node selector (the ClusterConfig selects every node; a NodeConfig
+/// whose selector is invalid selects none and is left out).
+fn fleet_index(routing: &Routing, ncs: &Store<NodeConfig>) -> Vec<crate::api::FleetPolicy> {
+    let unselectable = routing.unselectable();
+    routing
+        .policy_keys()
+        .into_iter()
+        .filter_map(|key| {
+            let node_selector = match key.split_once('/')? {
+                ("ClusterConfig", crate::api::CLUSTER_CONFIG_NAME) => Default::default(),
+                ("NodeConfig", n) if !unselectable.contains(n) => {
+                    get(ncs, n)?.spec.node_selector.clone()
+                }
+                _ => return None,
+            };
+            Some(crate::api::FleetPolicy {
+                policy: key.to_owned(),
+                node_selector,
+            })
+        })
+        .collect()
 }
 
 /// Logs a policy's problems (once per change of the policy, and on full passes).

@@ -14,14 +14,20 @@
 //!   one it left (which may then be deleted).
 //! - A group whose policies conflict (no rendering) keeps its entry: its nodes hold.
 
-use std::collections::BTreeMap;
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
 
 use netpolicy_core::fleet::{
     OrderKey, Progress, Report, Rollout, Through, Waves, advance, order_key, plan_waves,
 };
 
-use super::shared::Shared;
-use crate::api::{FleetGroup, FleetPolicy, NetworkFleetSpec};
+use super::{Routing, shared::Shared};
+use crate::{
+    api::{FleetGroup, FleetPolicy, NetworkFleetSpec, NodeNetworkConfig, NodeNetworkConfigSpec},
+    k8s::JobItems,
+};
 
 /// What one member of a group that runs a shared object reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -210,8 +216,128 @@ fn most_run(members: &[(String, &Reported)]) -> Option<String> {
         .map(|(r, _)| r.to_owned())
 }
 
+/// One pass's shared objects: the renderings, the fleet, and which nodes run shared
+/// objects (each with its own items' spec).
+#[derive(Debug, Default)]
+pub(crate) struct Prepared {
+    /// Groups and renderings.
+    pub(crate) shared: Shared,
+    /// The fleet to publish.
+    pub(crate) fleet: NetworkFleetSpec,
+    /// Nodes whose NodeNetworkConfig is shared after this pass, with its spec (their own
+    /// items).
+    pub(crate) own: BTreeMap<String, NodeNetworkConfigSpec>,
+    /// Of those, the nodes the fleet keeps on a rendering their group is leaving (they
+    /// wait for their wave).
+    pub(crate) waiting: BTreeSet<String>,
+    /// Of those, the nodes that report their group's rendering applied.
+    pub(crate) on_target: BTreeSet<String>,
+}
+
+/// The shared objects of `routing`'s nodes: `current` moved on by the agents' reports
+/// (their NodeNetworkConfigs, `existing`). A node's object becomes shared when its agent
+/// reads shared renderings, it is not a node of its own ([`super::shared::NodePart::whole`]),
+/// its group has a rendering, and either it is shared already or it has settled on
+/// exactly what the fleet gives it (so that the move changes nothing on the node).
+pub(crate) fn prepare(
+    routing: &Routing,
+    job_items: &BTreeMap<String, JobItems>,
+    index: Vec<FleetPolicy>,
+    current: Option<&NetworkFleetSpec>,
+    existing: &dyn Fn(&str) -> Option<Arc<NodeNetworkConfig>>,
+) -> Prepared {
+    let shared = super::shared::shared(routing, job_items);
+    let budget: BTreeMap<String, usize> = routing
+        .policy_keys()
+        .into_iter()
+        .map(|k| {
+            let max = routing
+                .rollout(k)
+                .max_unavailable
+                .resolve(routing.members(k).len());
+            (k.to_owned(), max)
+        })
+        .collect();
+    let mut reports = BTreeMap::new();
+    for node in shared.nodes.keys() {
+        if let Some(o) = existing(node).filter(|o| o.spec.shared) {
+            let st = o.status.clone().unwrap_or_default();
+            let r = Reported {
+                applied: st.applied_rendering,
+                failed: st.failed_rendering,
+            };
+            reports.insert(node.clone(), r);
+        }
+    }
+    let fleet = plan(&shared, index, current, &reports, &budget);
+    let rollouts: BTreeMap<&str, Rollout> = fleet
+        .groups
+        .iter()
+        .filter_map(|g| Some((g.group.as_str(), g.rollout("").ok()?)))
+        .collect();
+    let mut out = Prepared::default();
+    for (node, part) in &shared.nodes {
+        let Some(d) = shared.groups[&part.group].rendering.as_deref() else {
+            continue;
+        };
+        let Some(o) = existing(node) else {
+            continue;
+        };
+        let st = o.status.clone().unwrap_or_default();
+        let runs = rollouts
+            .get(part.group.as_str())
+            .and_then(|r| r.rendering_for(&order_key(&r.name, node)));
+        if part.whole || !st.shared_renderings || runs.is_none() {
+            continue;
+        }
+        if !o.spec.shared {
+            // Settled: applied, probes passed, and what it runs is the rendering the
+            // fleet gives it with its own items.
+            let state = super::rollout::NodeState::of(Some(&o));
+            let full = full_revision(routing, node, job_items);
+            if runs != Some(d)
+                || state.in_flight
+                || state.degraded
+                || full != Some(o.spec.revision.clone())
+            {
+                continue;
+            }
+        }
+        let mut spec = super::node_spec(part.own.clone(), Vec::new(), None);
+        spec.shared = true;
+        out.own.insert(node.clone(), spec);
+        if runs != Some(d) {
+            out.waiting.insert(node.clone());
+        }
+        if o.spec.shared && st.applied_rendering.as_deref() == Some(d) {
+            out.on_target.insert(node.clone());
+        }
+    }
+    out.shared = shared;
+    out.fleet = fleet;
+    out
+}
+
+/// The revision of the whole per-node spec `node` gets (what a settled node reports
+/// applied), with other jobs' items; `None` for a node without a rendered outcome.
+fn full_revision(
+    routing: &Routing,
+    node: &str,
+    job_items: &BTreeMap<String, JobItems>,
+) -> Option<String> {
+    let Some(netpolicy_core::merge::NodeOutcome::Rendered(cfg)) = routing.outcome(node) else {
+        return None;
+    };
+    let mut full = netpolicy_core::render::RenderedSpec::from_config(cfg);
+    if let Some(extra) = job_items.get(node) {
+        full = super::with_job_items(&full, extra).0;
+    }
+    let (probes, rollback) = routing.node_probes(node);
+    Some(super::node_spec(full, probes, rollback).revision)
+}
+
 /// The renderings `fleet` refers to (what must exist; any other may be deleted).
-pub(crate) fn referenced(fleet: &NetworkFleetSpec) -> std::collections::BTreeSet<String> {
+pub(crate) fn referenced(fleet: &NetworkFleetSpec) -> BTreeSet<String> {
     fleet
         .groups
         .iter()

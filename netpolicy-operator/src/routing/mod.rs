@@ -4,19 +4,11 @@
 //! controller ([`controller`]) is the only part that awaits.
 
 pub(crate) mod controller;
-#[allow(
-    dead_code,
-    reason = "issue 68: the routing controller publishes the fleet next"
-)]
 pub(crate) mod fleet;
 mod metrics;
+mod publish;
 pub(crate) mod rollout;
 mod send;
-#[allow(
-    dead_code,
-    reason = "issue 68, not yet carried out: the controller writes shared renderings once the \
-              agent reads them; until then only its tests and the reported run use it"
-)]
 pub(crate) mod shared;
 mod status;
 pub(crate) mod writes;
@@ -657,10 +649,6 @@ impl Routing {
 
     /// The merge of exactly the policies `sources` (those the engine knows), as the nodes
     /// they alone select would get it.
-    #[allow(
-        dead_code,
-        reason = "used by shared, which issue 68 has not carried out yet"
-    )]
     pub(crate) fn merge_of(&self, sources: &[Source]) -> NodeOutcome {
         netpolicy_core::merge::merge(sources.iter().filter_map(|s| self.engine.policy(s)))
     }

@@ -148,12 +148,21 @@ impl NodeState {
             return Self::default();
         };
         let has_agent = st.applied_revision.is_some() || st.failed_revision.is_some();
-        let degraded = st.failed_revision.as_deref() == Some(o.spec.revision.as_str());
+        // A shared object's revision is its own items'; the agent reports the revision
+        // of its rendering under them (the fleet's rollout says which rendering is due).
+        let runs = |rendering: Option<&str>| match (o.spec.shared, rendering) {
+            (false, _) => o.spec.revision.clone(),
+            (true, Some(r)) => crate::api::effective_revision(r, &o.spec.revision),
+            (true, None) => String::new(),
+        };
+        let degraded = st.failed_revision.is_some()
+            && st.failed_revision.as_deref() == Some(runs(st.failed_rendering.as_deref()).as_str());
         Self {
             has_agent,
             in_flight: has_agent
                 && !degraded
-                && st.applied_revision.as_deref() != Some(o.spec.revision.as_str()),
+                && st.applied_revision.as_deref()
+                    != Some(runs(st.applied_rendering.as_deref()).as_str()),
             degraded,
         }
     }

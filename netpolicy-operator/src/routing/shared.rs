@@ -1,9 +1,9 @@
 //! Shared renderings (issue 68; docs/architecture.md, node agent model): what the
 //! routing job's per-node specs become when nodes selected by the same policies share
-//! one rendering. Pure. The controller still writes one NodeNetworkConfig per node;
-//! this is the computation the shared objects will be written from, held to that
-//! per-node spec by its tests: for every node, its group's rendering and its own items
-//! are exactly the items of the spec it gets today.
+//! one rendering. Pure. With `--shared-renderings` the controller publishes these
+//! ([`super::fleet`], [`super::publish`]); its tests hold them to the per-node spec:
+//! for every node, its group's rendering and its own items are exactly the items of the
+//! spec it gets without them.
 //!
 //! - A **group** is the set of ClusterConfigs and NodeConfigs that select a node
 //!   ([`Routing::policies_of`]); its **rendering** is their merge (with the probes and
@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use netpolicy_core::{
     fleet,
     merge::{NodeOutcome, Source},
-    render::{RenderedSpec, SourcedSpec},
+    render::{RenderedSpec, SourceRef, SourcedSpec},
 };
 use serde::Serialize;
 
@@ -67,6 +67,12 @@ pub(crate) struct NodePart {
 /// The shared renderings of `routing`'s nodes, with what other jobs need on each node.
 pub(crate) fn shared(routing: &Routing, job_items: &BTreeMap<String, JobItems>) -> Shared {
     let mut out = Shared::default();
+    // Each rendering's items as text, once; and the part of nodes whose outcome is one
+    // the engine shares (no other job's items): computed once per outcome and group,
+    // not once per node.
+    let mut keyed: BTreeMap<String, Keyed> = BTreeMap::new();
+    let mut memo: std::collections::HashMap<((usize, usize), String), NodePart> =
+        std::collections::HashMap::new();
     for node in routing.nodes() {
         let Some(NodeOutcome::Rendered(cfg)) = routing.outcome(node) else {
             continue;
@@ -92,15 +98,26 @@ pub(crate) fn shared(routing: &Routing, job_items: &BTreeMap<String, JobItems>) 
             continue;
         };
         g.members.push(node.to_owned());
+        let extra = job_items.get(node);
+        let memo_key = (cfg.memo_key(), group.clone());
+        if extra.is_none()
+            && let Some(part) = memo.get(&memo_key)
+        {
+            out.nodes.insert(node.to_owned(), part.clone());
+            continue;
+        }
         let mut full = RenderedSpec::from_config(cfg);
-        if let Some(extra) = job_items.get(node) {
+        if let Some(extra) = extra {
             full = super::with_job_items(&full, extra).0;
         }
-        let shared = g
-            .rendering
-            .as_ref()
-            .and_then(|r| out.renderings.get(r))
-            .map(|s| &s.rendered);
+        let shared = g.rendering.as_ref().and_then(|r| {
+            let spec = out.renderings.get(r)?;
+            Some(
+                &*keyed
+                    .entry(r.clone())
+                    .or_insert_with(|| Keyed::of(&spec.rendered)),
+            )
+        });
         let part = match shared {
             Some(s) if covers(&full, s) => NodePart {
                 group,
@@ -113,6 +130,9 @@ pub(crate) fn shared(routing: &Routing, job_items: &BTreeMap<String, JobItems>) 
                 whole: true,
             },
         };
+        if extra.is_none() {
+            memo.insert(memo_key, part.clone());
+        }
         out.nodes.insert(node.to_owned(), part);
     }
     out
@@ -220,35 +240,63 @@ pub(crate) fn canonical(spec: &NodeNetworkConfigSpec) -> String {
     serde_json::to_string(spec).unwrap_or_default()
 }
 
-/// The items of a list, without their sources, as comparable text.
-fn keys<T: Serialize>(list: &[SourcedSpec<T>]) -> BTreeSet<String> {
-    list.iter()
-        .map(|s| serde_json::to_string(&s.item).unwrap_or_default())
-        .collect()
+/// A rendering's items as comparable text (sources aside), each with its sources.
+#[derive(Debug, Default)]
+struct Keyed {
+    vlans: BTreeMap<String, Vec<SourceRef>>,
+    routes: BTreeMap<String, Vec<SourceRef>>,
+    addresses: BTreeMap<String, Vec<SourceRef>>,
+    rules: BTreeMap<String, Vec<SourceRef>>,
+    tables: Vec<u32>,
+}
+
+/// An item as comparable text.
+fn text<T: Serialize>(s: &SourcedSpec<T>) -> String {
+    serde_json::to_string(&s.item).unwrap_or_default()
+}
+
+impl Keyed {
+    fn of(r: &RenderedSpec) -> Self {
+        fn list<T: Serialize>(l: &[SourcedSpec<T>]) -> BTreeMap<String, Vec<SourceRef>> {
+            l.iter().map(|s| (text(s), s.sources.clone())).collect()
+        }
+        Self {
+            vlans: list(&r.vlans),
+            routes: list(&r.routes),
+            addresses: list(&r.addresses),
+            rules: list(&r.rules),
+            tables: r.table_hard_sync.clone(),
+        }
+    }
 }
 
 /// Whether `full` has every item of `shared` (sources aside) and the same hard-synced
 /// tables.
-fn covers(full: &RenderedSpec, shared: &RenderedSpec) -> bool {
-    keys(&shared.vlans).is_subset(&keys(&full.vlans))
-        && keys(&shared.routes).is_subset(&keys(&full.routes))
-        && keys(&shared.addresses).is_subset(&keys(&full.addresses))
-        && keys(&shared.rules).is_subset(&keys(&full.rules))
-        && full.table_hard_sync == shared.table_hard_sync
+fn covers(full: &RenderedSpec, shared: &Keyed) -> bool {
+    fn has<T: Serialize>(
+        full: &[SourcedSpec<T>],
+        shared: &BTreeMap<String, Vec<SourceRef>>,
+    ) -> bool {
+        let have: BTreeSet<String> = full.iter().map(text).collect();
+        shared.keys().all(|k| have.contains(k))
+    }
+    full.table_hard_sync == shared.tables
+        && has(&full.vlans, &shared.vlans)
+        && has(&full.routes, &shared.routes)
+        && has(&full.addresses, &shared.addresses)
+        && has(&full.rules, &shared.rules)
 }
 
 /// The items of `full` that `shared` does not have as they are there: absent, or with
 /// other sources (another job's source joined a policy's item on this node); each with
 /// its sources in `full`, which the agent takes over the rendering's.
-fn minus(full: &RenderedSpec, shared: &RenderedSpec) -> RenderedSpec {
+fn minus(full: &RenderedSpec, shared: &Keyed) -> RenderedSpec {
     fn only<T: Serialize + Clone>(
         full: &[SourcedSpec<T>],
-        shared: &[SourcedSpec<T>],
+        shared: &BTreeMap<String, Vec<SourceRef>>,
     ) -> Vec<SourcedSpec<T>> {
-        let text = |s: &SourcedSpec<T>| serde_json::to_string(&s.item).unwrap_or_default();
-        let have: BTreeMap<String, &SourcedSpec<T>> = shared.iter().map(|s| (text(s), s)).collect();
         full.iter()
-            .filter(|s| have.get(&text(s)).is_none_or(|h| h.sources != s.sources))
+            .filter(|s| shared.get(&text(s)) != Some(&s.sources))
             .cloned()
             .collect()
     }

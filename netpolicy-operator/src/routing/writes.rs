@@ -33,6 +33,9 @@ pub(crate) struct Cluster<'a> {
     pub(crate) policy_exists: &'a dyn Fn(&SourceRef) -> bool,
     /// What other jobs need on each node.
     pub(crate) job_items: &'a BTreeMap<String, JobItems>,
+    /// Nodes whose object is shared (issue 68), with their spec: their own items only,
+    /// written at once (their group's rendering rolls out through the fleet).
+    pub(crate) own: &'a BTreeMap<String, NodeNetworkConfigSpec>,
 }
 
 /// The limits a pass writes under.
@@ -112,15 +115,18 @@ pub(crate) fn node_writes(
             );
             continue;
         }
-        let spec = spec_of(
-            routing,
-            node,
-            cfg,
-            cluster,
-            limits,
-            existing.as_deref(),
-            &mut rendered,
-        );
+        let spec = match cluster.own.get(node) {
+            Some(own) => Cow::Borrowed(own),
+            None => spec_of(
+                routing,
+                node,
+                cfg,
+                cluster,
+                limits,
+                existing.as_deref(),
+                &mut rendered,
+            ),
+        };
         if existing.as_ref().is_some_and(|o| o.spec == *spec) {
             out.too_large.remove(node);
             continue;
@@ -215,7 +221,7 @@ fn held_back(
 ) -> BTreeSet<String> {
     let changed: Vec<(String, Vec<String>)> = apply
         .iter()
-        .filter(|(node, _)| (cluster.existing)(node).is_some())
+        .filter(|(node, _)| (cluster.existing)(node).is_some() && !cluster.own.contains_key(node))
         .map(|(node, _)| (node.clone(), routing.policies_of(node)))
         .collect();
     if changed.is_empty() {
@@ -344,6 +350,7 @@ mod tests {
                 node_uid: &|n| format!("uid-{n}"),
                 policy_exists: &|_| true,
                 job_items: &items,
+                own: &BTreeMap::new(),
             },
             Limits {
                 max_object_bytes,

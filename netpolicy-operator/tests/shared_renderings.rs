@@ -1,0 +1,259 @@
+//! Shared renderings end to end (issue 68; docs/architecture.md, node agent model): the
+//! operator with `--shared-renderings` against the real API server, and `netpolicy
+//! agent`s programming real network namespaces.
+//!
+//! - Nodes whose agents read shared renderings move from whole per-node objects to
+//!   their own items over their group's rendering, with nothing changed in the kernel.
+//! - A policy edit then writes no NodeNetworkConfig spec: one new rendering, and the
+//!   fleet wave by wave (`maxUnavailable: 1`: three waves over three nodes); every
+//!   kernel gets the change; the rendering left behind is deleted once every node runs
+//!   the new one.
+//! - Quiet: over several resyncs, no spec, fleet or rendering is written.
+//!
+//! Its own control plane: the fleet is one object per cluster, and other tests' operators
+//! write whole per-node objects.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::{Arc, Mutex},
+};
+
+use futures::StreamExt;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ListParams, Patch, PatchParams, PostParams},
+    runtime::{WatchStreamExt, watcher},
+};
+use netpolicy_netlink::testns::TestNamespace;
+use netpolicy_operator::api::{NetworkFleet, NodeNetworkConfig, NodeNetworkRendering, crds};
+use netpolicy_testenv::eventually;
+use serde_json::json;
+
+use crate::common;
+
+/// The NodeNetworkConfigs of `names` (those that exist yet).
+async fn nncs(client: &Client, names: &[String]) -> Vec<NodeNetworkConfig> {
+    let api: Api<NodeNetworkConfig> = Api::all(client.clone());
+    let mut out = Vec::new();
+    for n in names {
+        out.extend(api.get_opt(n).await.unwrap());
+    }
+    out
+}
+
+/// Our renderings' names (`netpolicy.io/rendering` of each part).
+async fn renderings(client: &Client) -> BTreeSet<String> {
+    let api: Api<NodeNetworkRendering> = Api::all(client.clone());
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|r| r.spec.rendering.clone())
+        .collect()
+}
+
+fn node_config(pool: &str, via: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "NodeConfig",
+        "metadata": {"name": "edge"},
+        "spec": {
+            "nodeSelector": {"matchLabels": {"pool": pool}},
+            "routes": [{"to": "10.20.0.0/16", "via": via, "table": 100}],
+            "rollout": {"maxUnavailable": 1},
+        },
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_edit_rolls_out_through_the_fleet_and_writes_no_node_object() {
+    let mut nets = Vec::new();
+    for i in 0..3 {
+        let Some(ns) = TestNamespace::new(&format!("shared renderings {i}")).unwrap() else {
+            return;
+        };
+        nets.push(ns);
+    }
+    let cp = netpolicy_testenv::dedicated();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let names: Vec<String> = (0..3).map(|i| format!("shared-{i}")).collect();
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    for n in &names {
+        let node =
+            serde_json::from_value(json!({"metadata": {"name": n, "labels": {"pool": "edge"}}}))
+                .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+    let ncs: Api<netpolicy_operator::api::NodeConfig> = Api::all(client.clone());
+    ncs.create(
+        &PostParams::default(),
+        &serde_json::from_value(node_config("edge", "192.0.2.1")).unwrap(),
+    )
+    .await
+    .unwrap();
+    let _agents: Vec<common::Killed> = names
+        .iter()
+        .zip(&nets)
+        .map(|(n, ns)| {
+            common::agent(
+                &cp.kubeconfig,
+                n,
+                ns.name(),
+                &cp.dir.join(format!("agent-{n}.log")),
+            )
+        })
+        .collect();
+    let _op = common::operator_with(
+        cp,
+        "default",
+        &cp.dir.join("operator-shared.log"),
+        "info,netpolicy_operator::routing=debug",
+        &["--shared-renderings", "true"],
+    );
+    let kernels = |via: &str| {
+        let want = format!("10.20.0.0/16 via {via} dev v0");
+        nets.iter().all(|ns| {
+            ns.ip(&["route", "show", "table", "100"])
+                .unwrap_or_default()
+                .contains(&want)
+        })
+    };
+    eventually(
+        "every node runs a shared object with its group's rendering",
+        60,
+        || async {
+            let all = nncs(&client, &names).await;
+            let on: BTreeSet<Option<String>> = all
+                .iter()
+                .map(|o| o.status.as_ref().and_then(|s| s.applied_rendering.clone()))
+                .collect();
+            all.iter().all(|o| o.spec.shared)
+                && on.len() == 1
+                && !on.contains(&None)
+                && kernels("192.0.2.1")
+        },
+    )
+    .await;
+    let first: Vec<NodeNetworkConfig> = nncs(&client, &names).await;
+    let r1 = first[0]
+        .status
+        .as_ref()
+        .unwrap()
+        .applied_rendering
+        .clone()
+        .unwrap();
+    for o in &first {
+        assert!(
+            o.spec.rendered.routes.is_empty(),
+            "{}: the node has no route of its own: {:?}",
+            o.name_any(),
+            o.spec.rendered.routes
+        );
+    }
+    // Every version of the fleet, from here on.
+    let fleets: Api<NetworkFleet> = Api::all(client.clone());
+    let seen: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+    let watch = {
+        let seen = Arc::clone(&seen);
+        let mut stream = watcher(fleets.clone(), watcher::Config::default())
+            .applied_objects()
+            .boxed();
+        tokio::spawn(async move {
+            while let Some(Ok(f)) = stream.next().await {
+                let through = f.spec.groups.first().and_then(|g| g.through.clone());
+                seen.lock().unwrap().push(through);
+            }
+        })
+    };
+    let generations: BTreeMap<String, Option<i64>> = first
+        .iter()
+        .map(|o| (o.name_any(), o.metadata.generation))
+        .collect();
+
+    // The edit: one route's gateway.
+    ncs.patch(
+        "edge",
+        &PatchParams::apply("netpolicy-tests").force(),
+        &Patch::Apply(node_config("edge", "192.0.2.2")),
+    )
+    .await
+    .unwrap();
+    eventually(
+        "every kernel has the edit, every node reports the new rendering",
+        60,
+        || async {
+            let all = nncs(&client, &names).await;
+            kernels("192.0.2.2")
+                && all.iter().all(|o| {
+                    o.status
+                        .as_ref()
+                        .and_then(|s| s.applied_rendering.as_deref())
+                        .is_some_and(|r| r != r1)
+                })
+        },
+    )
+    .await;
+    let after = nncs(&client, &names).await;
+    for o in &after {
+        assert_eq!(
+            o.metadata.generation,
+            generations[&o.name_any()],
+            "{}: an edit of a shared policy writes no node object",
+            o.name_any()
+        );
+    }
+    let r2 = after[0]
+        .status
+        .as_ref()
+        .unwrap()
+        .applied_rendering
+        .clone()
+        .unwrap();
+    eventually(
+        "the rendering no node runs any more is deleted",
+        30,
+        || async { renderings(&client).await == BTreeSet::from([r2.clone()]) },
+    )
+    .await;
+    watch.abort();
+    let seen = seen.lock().unwrap().clone();
+    let keys: BTreeSet<&String> = seen.iter().flatten().filter(|t| *t != "*").collect();
+    assert_eq!(
+        keys.len(),
+        2,
+        "three waves of one node: two keys, then every node: {seen:?}"
+    );
+
+    // Quiet: three resyncs of the operator (2 s) and several of the agents (1 s).
+    let fleet_version = fleets
+        .get("default")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    let versions: Vec<Option<String>> = after
+        .iter()
+        .map(|o| o.metadata.resource_version.clone())
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_secs(7)).await;
+    assert_eq!(
+        fleets
+            .get("default")
+            .await
+            .unwrap()
+            .metadata
+            .resource_version,
+        fleet_version,
+        "a quiet fleet is not written"
+    );
+    let now: Vec<Option<String>> = nncs(&client, &names)
+        .await
+        .iter()
+        .map(|o| o.metadata.resource_version.clone())
+        .collect();
+    assert_eq!(now, versions, "quiet nodes: no spec or status write");
+    assert_eq!(renderings(&client).await, BTreeSet::from([r2]));
+}
