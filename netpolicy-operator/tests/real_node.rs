@@ -1246,8 +1246,9 @@ impl Monitor {
     }
 }
 
-/// 5: a new image tag and changed values: the agent pod is replaced, and the node's
-/// kernel objects are neither removed nor re-added.
+/// 5: a new image tag and changed values (shared renderings turned on among them): the
+/// agent pod is replaced, the node moves to a shared object, and the node's kernel
+/// objects are neither removed nor re-added.
 async fn upgrade(cluster: &NodeCluster, client: &Client) {
     let version = app_version();
     let next = format!("{version}-e2e");
@@ -1284,6 +1285,8 @@ async fn upgrade(cluster: &NodeCluster, client: &Client) {
         "agent.logLevel=debug".into(),
         "operator.logLevel=debug".into(),
         "agent.cleanupOnUninstall=true".into(),
+        // From per-node objects to shared renderings (issue 68), in place.
+        "operator.sharedRenderings=true".into(),
     ]);
     for v in values {
         args.extend(["--set".into(), v]);
@@ -1313,6 +1316,24 @@ async fn upgrade(cluster: &NodeCluster, client: &Client) {
         || applied(client),
     )
     .await;
+    // The operator moved the node to a shared object (its own items over its group's
+    // rendering), which the agent runs: the same items, so nothing in the kernel moves.
+    let shared = until(
+        "the node runs a shared rendering",
+        120,
+        || pod_logs(cluster),
+        || async {
+            let o = applied(client).await?;
+            (o["spec"]["shared"] == true && o["status"]["appliedRendering"].is_string())
+                .then_some(o)
+        },
+    )
+    .await;
+    eprintln!(
+        "  shared: rendering {}, own items {} routes",
+        shared["status"]["appliedRendering"],
+        shared["spec"]["routes"].as_array().map_or(0, Vec::len)
+    );
     // A resync of the new agent (its first pass compares, changes nothing).
     tokio::time::sleep(Duration::from_secs(5)).await;
     let events = monitor.stop();

@@ -2,8 +2,9 @@
 //! operator with `--shared-renderings` against the real API server, and `netpolicy
 //! agent`s programming real network namespaces.
 //!
-//! - Nodes whose agents read shared renderings move from whole per-node objects to
-//!   their own items over their group's rendering, with nothing changed in the kernel.
+//! - In place: the operator started again with shared renderings moves nodes whose
+//!   agents read them from whole per-node objects to their own items over their
+//!   group's rendering, and `ip monitor` hears no route of theirs removed or re-added.
 //! - A policy edit then writes no NodeNetworkConfig spec: one new rendering, and the
 //!   fleet wave by wave (`maxUnavailable: 1`: three waves over three nodes); every
 //!   kernel gets the change; the rendering left behind is deleted once every node runs
@@ -106,13 +107,6 @@ async fn an_edit_rolls_out_through_the_fleet_and_writes_no_node_object() {
             )
         })
         .collect();
-    let _op = common::operator_with(
-        cp,
-        "default",
-        &cp.dir.join("operator-shared.log"),
-        "info,netpolicy_operator::routing=debug",
-        &["--shared-renderings", "true"],
-    );
     let kernels = |via: &str| {
         let want = format!("10.20.0.0/16 via {via} dev v0");
         nets.iter().all(|ns| {
@@ -121,6 +115,55 @@ async fn an_edit_rolls_out_through_the_fleet_and_writes_no_node_object() {
                 .contains(&want)
         })
     };
+    // Before: the operator without shared renderings, whole per-node objects.
+    let log = cp.dir.join("operator-shared.log");
+    let rust_log = "info,netpolicy_operator::routing=debug";
+    let before = common::operator_with(cp, "default", &log, rust_log, &[]);
+    eventually(
+        "every node applied its whole per-node object",
+        60,
+        || async {
+            let all = nncs(&client, &names).await;
+            all.len() == 3
+                && all.iter().all(|o| {
+                    !o.spec.shared
+                        && o.status
+                            .as_ref()
+                            .and_then(|s| s.applied_revision.as_deref())
+                            == Some(o.spec.revision.as_str())
+                })
+                && kernels("192.0.2.1")
+        },
+    )
+    .await;
+    // The upgrade in place: the kernel's route notifications from here until every node
+    // runs its shared object. A foreign route added and removed first shows the
+    // monitors hear.
+    let monitors: Vec<std::process::Child> = nets
+        .iter()
+        .map(|ns| {
+            std::process::Command::new("ip")
+                .args(["-n", ns.name(), "monitor", "route"])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    for ns in &nets {
+        ns.ip(&["route", "add", "10.99.0.0/16", "dev", "v0", "table", "100"])
+            .unwrap();
+        ns.ip(&["route", "del", "10.99.0.0/16", "table", "100"])
+            .unwrap();
+    }
+    drop(before);
+    let _op = common::operator_with(
+        cp,
+        "default",
+        &log,
+        rust_log,
+        &["--shared-renderings", "true"],
+    );
     eventually(
         "every node runs a shared object with its group's rendering",
         60,
@@ -137,6 +180,28 @@ async fn an_edit_rolls_out_through_the_fleet_and_writes_no_node_object() {
         },
     )
     .await;
+    // A resync of every agent on its shared object, then what the kernels said.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    for (mut m, ns) in monitors.into_iter().zip(&nets) {
+        let _ = m.kill();
+        let out = m.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("10.99.0.0/16"),
+            "{}: the monitor heard nothing: {text}",
+            ns.name()
+        );
+        let touched: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("10.20.0.0/16"))
+            .collect();
+        assert_eq!(
+            touched,
+            [] as [&str; 0],
+            "{}: moving to a shared object removed or re-added a route",
+            ns.name()
+        );
+    }
     let first: Vec<NodeNetworkConfig> = nncs(&client, &names).await;
     let r1 = first[0]
         .status
