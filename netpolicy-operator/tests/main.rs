@@ -58,6 +58,7 @@ mod runtime_jobs;
 mod runtime_scale;
 mod secrets;
 mod shared_renderings;
+mod shared_scale;
 mod status;
 mod three_nodes;
 mod traffic_crds;

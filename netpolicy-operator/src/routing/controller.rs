@@ -132,14 +132,13 @@ pub(crate) fn setup(
     // Traffic domains: their objects, and what the trench job handed out (the
     // Trenches' status), compiled by crate::trench.
     let traffic = TrafficStores::subscribe(informers, &mut inputs);
-    // Shared renderings: the fleet and the renderings as stored (their content never
-    // changes: only their coming and going matters).
+    // Shared renderings: the fleet and the renderings as stored (only their coming and
+    // going wakes the job: a rendering never changes, the fleet is the job's own).
     let publisher = shared_renderings.then(|| super::publish::Publisher {
         fleets: Api::all(client.clone()),
         renderings: Api::all(client.clone()),
-        fleet_store: inputs.read(&informers.get::<NetworkFleet>(), |f| {
-            serde_json::to_string(&f.spec).unwrap_or_default()
-        }),
+        // (Its coming and going: its content is what the job itself wrote.)
+        fleet_store: inputs.read(&informers.get::<NetworkFleet>(), |_| String::new()),
         rendering_store: inputs.read(
             &informers.get::<kube::core::PartialObjectMeta<NodeNetworkRendering>>(),
             |_| String::new(),

@@ -294,11 +294,12 @@ pub(crate) fn prepare(
             // Settled: applied, probes passed, and what it runs is the rendering the
             // fleet gives it with its own items.
             let state = super::rollout::NodeState::of(Some(&o));
-            let full = full_revision(routing, node, job_items);
+            // (The whole spec's revision last: computing it costs the most.)
             if runs != Some(d)
                 || state.in_flight
                 || state.degraded
-                || full != Some(o.spec.revision.clone())
+                || full_revision(routing, node, job_items).as_deref()
+                    != Some(o.spec.revision.as_str())
             {
                 continue;
             }

@@ -642,3 +642,39 @@ pub(crate) async fn claims_of(
         .filter(|c| c.spec.range == range)
         .collect()
 }
+
+/// Bytes of request bodies the API server has received so far, by verb and resource
+/// (its own histogram `apiserver_request_body_size_bytes`, summed: `update
+/// nodenetworkconfigs`). Two readings subtracted tell what a phase wrote.
+pub(crate) async fn body_bytes(client: &Client) -> std::collections::BTreeMap<String, f64> {
+    let text = apiserver_metrics(client).await;
+    let mut out = std::collections::BTreeMap::new();
+    for l in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_body_size_bytes_sum{"))
+    {
+        let (resource, n) = sample(l, "resource");
+        let verb = sample(l, "verb").0;
+        *out.entry(format!("{verb} {resource}")).or_default() += n;
+    }
+    out
+}
+
+/// One gauge or counter of etcd's `/metrics` at `url` (its plain-HTTP client URL):
+/// `etcd_mvcc_db_total_size_in_bytes`.
+pub(crate) fn etcd_metric(url: &str, name: &str) -> f64 {
+    use std::io::{Read, Write};
+    let host = url.trim_start_matches("http://");
+    let mut conn = std::net::TcpStream::connect(host).unwrap();
+    write!(
+        conn,
+        "GET /metrics HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    conn.read_to_string(&mut text).unwrap();
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("etcd has no {name}"))
+}

@@ -1,0 +1,470 @@
+//! A cluster-wide edit with and without shared renderings (issue 68): a reported run,
+//! not a timed test (`#[ignore]`d; numbers go to stdout and benches/README.md).
+//!
+//! ```sh
+//! NETPOLICY_BIN=$PWD/target/release/netpolicy NETPOLICY_SCALE_NODES=2000 \
+//!   cargo test --release -p netpolicy-operator --all-features --test integration -- \
+//!   --ignored --nocapture shared_scale::
+//! ```
+//!
+//! Workload: `NETPOLICY_SCALE_NODES` Nodes (default 2,000) over 100 pools, a
+//! ClusterConfig of 500 routes and 100 NodeConfigs (one per pool): 100 distinct
+//! configurations. A simulated agent per node, in this process, with the real agent's
+//! three watches (its NodeNetworkConfig, its Node's metadata, the NetworkFleet) and the
+//! library's own selection (`fleet::choose`, `join`, `NodeNetworkConfigSpec::effective`),
+//! reading its rendering by label as the agent does, and a no-op kernel: it reports the
+//! revision it would run in its status (one merge patch when that changes).
+//!
+//! Each mode on a control plane of its own, the same workload: the operator's default
+//! (one NodeNetworkConfig per node) and `--shared-renderings=true`. Measured from the
+//! edit of one ClusterConfig route until every node runs it: the operator's writes (from
+//! the audit log), the bytes it sent (the API server's `apiserver_request_body_size_bytes`),
+//! the time until a quarter of the nodes (the default `maxUnavailable`'s first wave) run
+//! the edit, the growth of etcd's database (`etcd_mvcc_db_total_size_in_bytes`), and the
+//! operator's peak memory. Each mode prints the line
+//! `cluster-wide edit: W writes, B bytes, first wave applied in T s, etcd S MiB, operator R MiB`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use crate::common;
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::Node;
+use kube::{
+    Api, Client,
+    api::{ListParams, Patch, PatchParams, PostParams},
+    core::PartialObjectMeta,
+    runtime::{WatchStreamExt, watcher},
+};
+use netpolicy_operator::api::{
+    ClusterConfig, Joined, NetworkFleet, NetworkFleetSpec, NodeNetworkConfig,
+    NodeNetworkConfigSpec, NodeNetworkRendering, RENDERING_LABEL, crds, join,
+    netpolicy_core::{fleet::choose, selector::Labels},
+};
+use serde_json::json;
+
+const ROUTES: usize = 500;
+const POOLS: usize = 100;
+const CONCURRENCY: usize = 48;
+/// The route the edit changes, and its new gateway.
+const EDITED: &str = "10.100.0.0/24";
+const NEW_VIA: &str = "192.0.2.2";
+
+fn nodes() -> usize {
+    std::env::var("NETPOLICY_SCALE_NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000)
+}
+
+fn cluster_config(via0: &str) -> serde_json::Value {
+    let routes: Vec<serde_json::Value> = (0..ROUTES)
+        .map(|i| {
+            let via = if i == 0 { via0 } else { "192.0.2.1" };
+            json!({"to": format!("10.{}.{}.0/24", 100 + i / 250, i % 250), "via": via, "table": 100})
+        })
+        .collect();
+    json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "ClusterConfig",
+        "metadata": {"name": "default"}, "spec": {"routes": routes},
+    })
+}
+
+/// What one simulated agent runs, as it last reported it.
+#[derive(Debug, Clone, Default)]
+struct Runs {
+    /// Its object is shared.
+    shared: bool,
+    /// It reported the revision of its object's current spec (or of its rendering
+    /// under it) applied.
+    settled: bool,
+    /// It runs the edit, since when.
+    edited: Option<Instant>,
+}
+
+type Fleet = Arc<Mutex<BTreeMap<String, Runs>>>;
+
+/// One node's simulated agent: the real agent's watches and selection, a no-op kernel.
+async fn agent(client: Client, node: String, fleet: Fleet) {
+    let by_name = watcher::Config::default().fields(&format!("metadata.name={node}"));
+    let nncs: Api<NodeNetworkConfig> = Api::all(client.clone());
+    let mut own = watcher(nncs.clone(), by_name.clone())
+        .default_backoff()
+        .boxed();
+    let mut meta = watcher(Api::<PartialObjectMeta<Node>>::all(client.clone()), by_name)
+        .default_backoff()
+        .boxed();
+    let fleet_cfg = watcher::Config::default().fields("metadata.name=default");
+    let mut fleets = watcher(Api::<NetworkFleet>::all(client.clone()), fleet_cfg)
+        .default_backoff()
+        .boxed();
+    let renderings: Api<NodeNetworkRendering> = Api::all(client.clone());
+    let (mut nnc, mut spec, mut labels): (
+        Option<NodeNetworkConfig>,
+        Option<NetworkFleetSpec>,
+        Option<Labels>,
+    ) = (None, None, None);
+    let mut read: Option<Joined> = None;
+    loop {
+        tokio::select! {
+            ev = own.next() => match ev {
+                Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))) => nnc = Some(o),
+                Some(_) => continue,
+                None => return,
+            },
+            ev = meta.next() => match ev {
+                Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))) => {
+                    labels = Some(o.metadata.labels.unwrap_or_default());
+                }
+                Some(_) => continue,
+                None => return,
+            },
+            ev = fleets.next() => match ev {
+                Some(Ok(watcher::Event::Apply(f) | watcher::Event::InitApply(f))) => spec = Some(f.spec),
+                Some(_) => continue,
+                None => return,
+            },
+        }
+        let Some(o) = nnc.clone() else { continue };
+        let (runs, rendering): (NodeNetworkConfigSpec, Option<String>) = if o.spec.shared {
+            let (Some(l), Some(f)) = (&labels, &spec) else {
+                continue;
+            };
+            let Ok(rollouts) = f.rollouts() else { continue };
+            let Some(name) = choose(&node, l, &f.index(), &rollouts).rendering else {
+                continue;
+            };
+            if read.as_ref().is_none_or(|j| j.rendering != name) {
+                let lp = ListParams::default().labels(&format!("{RENDERING_LABEL}={name}"));
+                let Ok(parts) = renderings.list(&lp).await else {
+                    continue;
+                };
+                let Ok(j) = join(&name, parts.items.iter().map(|p| &p.spec)) else {
+                    continue;
+                };
+                read = Some(j);
+            }
+            let Some(j) = &read else { continue };
+            (o.spec.effective(j), Some(j.rendering.clone()))
+        } else {
+            (o.spec.clone(), None)
+        };
+        let st = o.status.clone().unwrap_or_default();
+        let edited = runs
+            .rendered
+            .routes
+            .iter()
+            .any(|r| r.item.to == EDITED && r.item.via.as_deref() == Some(NEW_VIA));
+        let done = st.applied_revision.as_deref() == Some(runs.revision.as_str())
+            && st.applied_rendering == rendering
+            && st.shared_renderings
+            && st.observed_generation == o.metadata.generation;
+        if !done {
+            let patch = json!({"status": {
+                "observedGeneration": o.metadata.generation,
+                "appliedRevision": runs.revision,
+                "appliedRendering": rendering,
+                "sharedRenderings": true,
+                "conditions": [{"type": "Applied", "status": "True", "reason": "Applied",
+                                "message": "", "lastTransitionTime": "2026-12-06T00:00:00Z"}],
+            }});
+            match nncs
+                .patch_status(&node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(written) => nnc = Some(written),
+                Err(_) => continue,
+            }
+        }
+        let mut all = fleet.lock().unwrap();
+        let r = all.entry(node.clone()).or_default();
+        r.shared = o.spec.shared;
+        r.settled = true;
+        if edited && r.edited.is_none() {
+            r.edited = Some(Instant::now());
+        }
+    }
+}
+
+/// What one mode's edit cost.
+struct Cost {
+    writes: usize,
+    bytes: f64,
+    first_wave: f64,
+    all: f64,
+    etcd_mib: f64,
+    operator_mib: u64,
+    agent_writes: usize,
+    apiserver_cpu: f64,
+    detail: String,
+}
+
+async fn edit_costs(n: usize, shared: bool) -> Cost {
+    let cp = netpolicy_testenv::dedicated();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let t = Instant::now();
+    let nodes: Api<Node> = Api::all(client.clone());
+    stream::iter(0..n)
+        .for_each_concurrent(CONCURRENCY, |i| {
+            let nodes = nodes.clone();
+            async move {
+                let name = format!("node-{i:05}");
+                let node: Node =
+                    serde_json::from_value(json!({"metadata": {"name": name, "labels": {
+                    "kubernetes.io/hostname": name, "pool": format!("p{:02}", i % POOLS)}}}))
+                    .unwrap();
+                nodes.create(&PostParams::default(), &node).await.unwrap();
+            }
+        })
+        .await;
+    let ccs: Api<ClusterConfig> = Api::all(client.clone());
+    let ap = PatchParams::apply("scale-test").force();
+    ccs.patch("default", &ap, &Patch::Apply(cluster_config("192.0.2.1")))
+        .await
+        .unwrap();
+    let ncs: Api<netpolicy_operator::api::NodeConfig> = Api::all(client.clone());
+    for p in 0..POOLS {
+        let nc = json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "NodeConfig",
+            "metadata": {"name": format!("pool-{p:02}")},
+            "spec": {"nodeSelector": {"matchLabels": {"pool": format!("p{p:02}")}},
+                     "routes": [{"to": format!("10.{}.0.0/16", 200 + p / 50), "via": "192.0.2.1",
+                                 "table": 100 + p as u32}]},
+        });
+        ncs.patch(&format!("pool-{p:02}"), &ap, &Patch::Apply(nc))
+            .await
+            .unwrap();
+    }
+    println!(
+        "[{}] {n} Nodes and the policies in {:.1} s",
+        mode(shared),
+        t.elapsed().as_secs_f64()
+    );
+    let fleet: Fleet = Arc::default();
+    let agents: Vec<_> = (0..n)
+        .map(|i| {
+            tokio::spawn(agent(
+                client.clone(),
+                format!("node-{i:05}"),
+                Arc::clone(&fleet),
+            ))
+        })
+        .collect();
+    let bin =
+        std::env::var("NETPOLICY_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_netpolicy").into());
+    let op = common::Killed(
+        std::process::Command::new(&bin)
+            .args(["operator", "--kubeconfig"])
+            .arg(&cp.kubeconfig)
+            .args(["--lease-namespace", "default", "--listen", "127.0.0.1:0"])
+            .args([
+                "--resync-seconds",
+                "300",
+                "--shared-renderings",
+                &shared.to_string(),
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(cp.dir.join("operator-shared-scale.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = op.0.id();
+    let t = Instant::now();
+    loop {
+        let (settled, on_shared) = {
+            let all = fleet.lock().unwrap();
+            (
+                all.values().filter(|r| r.settled).count(),
+                all.values().filter(|r| r.shared).count(),
+            )
+        };
+        if settled == n && (!shared || on_shared == n) {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(900),
+            "[{}] {settled} of {n} agents settled, {on_shared} shared",
+            mode(shared)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!(
+        "[{}] every agent settled in {:.1} s",
+        mode(shared),
+        t.elapsed().as_secs_f64()
+    );
+    // Let the operator's last writes land, then the edit.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let requests = common::requests(&client).await;
+    let bytes = common::body_bytes(&client).await;
+    let writes_before = cp.all_writes().len();
+    let db = common::etcd_metric(&cp.etcd, "etcd_mvcc_db_total_size_in_bytes");
+    let cpu = control_plane_cpu(cp);
+    let edit = Instant::now();
+    ccs.patch("default", &ap, &Patch::Apply(cluster_config(NEW_VIA)))
+        .await
+        .unwrap();
+    let first_quarter = n.div_ceil(4);
+    let (mut first_wave, mut all_done) = (None, None);
+    while all_done.is_none() {
+        let times: Vec<Instant> = fleet
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(|r| r.edited)
+            .collect();
+        if times.len() >= first_quarter && first_wave.is_none() {
+            let mut t = times.clone();
+            t.sort();
+            first_wave = Some(t[first_quarter - 1].duration_since(edit));
+        }
+        if times.len() == n {
+            all_done = times.iter().max().map(|t| t.duration_since(edit));
+        }
+        assert!(
+            edit.elapsed() < Duration::from_secs(900),
+            "[{}] {} of {n} nodes run the edit",
+            mode(shared),
+            times.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The rollout's last writes (the fleet forgetting the old rendering, its deletion).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let writes: Vec<_> = cp.all_writes().into_iter().skip(writes_before).collect();
+    let ours = |w: &netpolicy_testenv::Write| {
+        matches!(
+            w.resource.as_str(),
+            "nodenetworkconfigs" | "nodenetworkrenderings" | "networkfleets"
+        ) && w.subresource.is_empty()
+    };
+    let operator_writes: Vec<_> = writes.iter().filter(|w| ours(w)).collect();
+    let agent_writes = writes
+        .iter()
+        .filter(|w| w.resource == "nodenetworkconfigs" && w.subresource == "status")
+        .count();
+    let mut by: BTreeMap<String, usize> = BTreeMap::new();
+    for w in &operator_writes {
+        *by.entry(format!("{} {}", w.verb, w.resource)).or_default() += 1;
+    }
+    let after = common::body_bytes(&client).await;
+    let sent: f64 = after
+        .iter()
+        .filter(|(k, _)| {
+            !k.starts_with("patch nodenetworkconfigs")
+                && (k.ends_with(" nodenetworkconfigs")
+                    || k.ends_with(" nodenetworkrenderings")
+                    || k.ends_with(" networkfleets"))
+        })
+        .map(|(k, v)| v - bytes.get(k).copied().unwrap_or(0.0))
+        .sum();
+    let cpu_after = control_plane_cpu(cp);
+    let db_after = common::etcd_metric(&cp.etcd, "etcd_mvcc_db_total_size_in_bytes");
+    let served = {
+        let now = common::requests(&client).await;
+        let mut v: Vec<String> = now
+            .iter()
+            .filter_map(|(k, x)| {
+                let d = x - requests.get(k).copied().unwrap_or(0.0);
+                (d >= 1.0).then(|| format!("{} {d:.0}", k.trim()))
+            })
+            .collect();
+        v.sort();
+        v.join(", ")
+    };
+    let cost = Cost {
+        writes: operator_writes.len(),
+        bytes: sent,
+        first_wave: first_wave.unwrap_or_default().as_secs_f64(),
+        all: all_done.unwrap_or_default().as_secs_f64(),
+        etcd_mib: (db_after - db) / 1_048_576.0,
+        operator_mib: common::peak_rss_kib(pid) / 1024,
+        agent_writes,
+        apiserver_cpu: cpu_after.0 - cpu.0,
+        detail: format!("operator writes {by:?}; served: {served}"),
+    };
+    drop(op);
+    for a in agents {
+        a.abort();
+    }
+    cost
+}
+
+fn mode(shared: bool) -> &'static str {
+    if shared {
+        "shared renderings"
+    } else {
+        "per node"
+    }
+}
+
+/// CPU seconds so far of this control plane's kube-apiserver and etcd.
+fn control_plane_cpu(cp: &netpolicy_testenv::ControlPlane) -> (f64, f64) {
+    let dir = cp.dir.display().to_string();
+    let (mut api, mut etcd) = (0.0, 0.0);
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmdline).contains(&dir) {
+            continue;
+        }
+        match std::fs::read_to_string(e.path().join("comm"))
+            .unwrap_or_default()
+            .trim()
+        {
+            "kube-apiserver" => api += common::cpu_seconds(pid),
+            "etcd" => etcd += common::cpu_seconds(pid),
+            _ => {}
+        }
+    }
+    (api, etcd)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a reported run (minutes): numbers in benches/README.md"]
+async fn a_cluster_wide_edit_per_node_and_with_shared_renderings() {
+    let n = nodes();
+    println!(
+        "{n} nodes, a {ROUTES}-route ClusterConfig, {POOLS} NodeConfigs ({POOLS} distinct configurations)"
+    );
+    let mut rows = Vec::new();
+    for shared in [false, true] {
+        let c = edit_costs(n, shared).await;
+        println!("[{}] {}", mode(shared), c.detail);
+        println!(
+            "[{}] every node ran the edit in {:.1} s; agents' status writes {}; kube-apiserver CPU {:.1} s",
+            mode(shared),
+            c.all,
+            c.agent_writes,
+            c.apiserver_cpu
+        );
+        println!(
+            "[{}] cluster-wide edit: {} writes, {:.0} bytes, first wave applied in {:.1} s, etcd {:.0} MiB, operator {} MiB",
+            mode(shared),
+            c.writes,
+            c.bytes,
+            c.first_wave,
+            c.etcd_mib.max(0.0).round(),
+            c.operator_mib
+        );
+        rows.push(c);
+    }
+    let (before, after) = (&rows[0], &rows[1]);
+    println!(
+        "shared / per node: writes {:.4}, bytes {:.4}, first wave {:.2}, kube-apiserver CPU {:.2}",
+        after.writes as f64 / before.writes.max(1) as f64,
+        after.bytes / before.bytes.max(1.0),
+        after.first_wave / before.first_wave.max(1e-9),
+        after.apiserver_cpu / before.apiserver_cpu.max(1e-9)
+    );
+}
