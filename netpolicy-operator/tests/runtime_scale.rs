@@ -105,7 +105,7 @@ async fn every_job_at_ten_thousand_nodes() {
         namespaces.push(cp.namespace("scale").await);
     }
     let writes_at_start = cp.all_writes().len();
-    let cpu_before_workload = control_plane_cpu(cp);
+    let cpu_before_workload = common::control_plane_cpu(cp);
     let t = Instant::now();
     // Nodes: created, then Ready and untainted as a kubelet and the node lifecycle
     // controller would make them.
@@ -197,7 +197,7 @@ async fn every_job_at_ten_thousand_nodes() {
     // The baseline: the API server's own write pace in this run, with CONCURRENCY
     // requests in flight (every write of the workload counted from the audit log).
     let pace = (writes_at_operator - writes_at_start) as f64 / workload_took.as_secs_f64();
-    let cpu = control_plane_cpu(cp);
+    let cpu = common::control_plane_cpu(cp);
     println!(
         "workload created in {workload_took:?}: {} writes, the API server's pace {pace:.0} \
          writes/s; CPU meanwhile: kube-apiserver {:.1} s, etcd {:.1} s",
@@ -238,7 +238,7 @@ async fn every_job_at_ten_thousand_nodes() {
     );
     let pid = op.0.id();
     println!("binary: {bin}");
-    let cpu_at_start = control_plane_cpu(cp);
+    let cpu_at_start = common::control_plane_cpu(cp);
 
     // Converged: every node's NodeNetworkConfig, every FloatingIP's address, every
     // RoutedIP Ready, the route reflectors settled.
@@ -332,7 +332,7 @@ async fn every_job_at_ten_thousand_nodes() {
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let cpu = control_plane_cpu(cp);
+    let cpu = common::control_plane_cpu(cp);
     println!(
         "converged {:?} after the operator started; CPU meanwhile: operator {:.1} s, \
          kube-apiserver {:.1} s, etcd {:.1} s",
@@ -422,7 +422,7 @@ async fn every_job_at_ten_thousand_nodes() {
     let requests_before_edit = common::requests(&client).await;
     let mut audit = cp.follow_writes();
     let writes_before_edit = cp.all_writes().len();
-    let cpu_before_edit = (common::cpu_seconds(pid), control_plane_cpu(cp));
+    let cpu_before_edit = (common::cpu_seconds(pid), common::control_plane_cpu(cp));
     let edit = Instant::now();
     Api::<ClusterConfig>::all(client.clone())
         .patch(
@@ -465,7 +465,7 @@ async fn every_job_at_ten_thousand_nodes() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let edit_took = edit.elapsed();
-    let cpu_after_edit = (common::cpu_seconds(pid), control_plane_cpu(cp));
+    let cpu_after_edit = (common::cpu_seconds(pid), common::control_plane_cpu(cp));
     println!(
         "what the API server served during the edit: {}",
         served_since(&client, &requests_before_edit).await
@@ -688,7 +688,7 @@ async fn write_verbs_of_a_node_network_config() {
             _ => format!("192.0.2.{}", 1 + round),
         };
         let writes_before = cp.all_writes().len();
-        let cpu_before = control_plane_cpu(cp);
+        let cpu_before = common::control_plane_cpu(cp);
         let t = Instant::now();
         let answers: Vec<(String, String)> = stream::iter(names)
             .map(|name| {
@@ -731,7 +731,7 @@ async fn write_verbs_of_a_node_network_config() {
             .collect()
             .await;
         let took = t.elapsed();
-        let cpu = control_plane_cpu(cp);
+        let cpu = common::control_plane_cpu(cp);
         let writes = cp.all_writes().len() - writes_before;
         versions.extend(answers);
         let (api_s, etcd_s) = (cpu.0 - cpu_before.0, cpu.1 - cpu_before.1);
@@ -795,7 +795,7 @@ async fn status_verbs_of_a_floating_ip() {
     let mut per_write: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for round in 1..=rounds {
         for (v, verb) in VERBS.into_iter().enumerate() {
-            let cpu_before = control_plane_cpu(cp);
+            let cpu_before = common::control_plane_cpu(cp);
             let t = Instant::now();
             let written: Vec<FloatingIP> = stream::iter(names(v).into_iter().enumerate())
                 .map(|(i, name)| {
@@ -845,7 +845,7 @@ async fn status_verbs_of_a_floating_ip() {
                 .collect()
                 .await;
             let took = t.elapsed();
-            let cpu = control_plane_cpu(cp);
+            let cpu = common::control_plane_cpu(cp);
             stored.extend(
                 written
                     .into_iter()
@@ -908,29 +908,6 @@ async fn served_since(client: &Client, before: &BTreeMap<String, f64>) -> String
         })
         .collect();
     served.join(", ")
-}
-
-/// CPU seconds so far of this control plane's kube-apiserver and etcd (the processes
-/// whose command line names its directory), to say where a phase's time went.
-fn control_plane_cpu(cp: &netpolicy_testenv::ControlPlane) -> (f64, f64) {
-    let dir = cp.dir.display().to_string();
-    let (mut api, mut etcd) = (0.0, 0.0);
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        if !String::from_utf8_lossy(&cmdline).contains(&dir) {
-            continue;
-        }
-        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
-        match comm.trim() {
-            "kube-apiserver" => api += common::cpu_seconds(pid),
-            "etcd" => etcd += common::cpu_seconds(pid),
-            _ => {}
-        }
-    }
-    (api, etcd)
 }
 
 /// The environment the image gives the binary (Containerfile's `ENV` line: the

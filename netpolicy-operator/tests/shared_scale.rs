@@ -307,7 +307,7 @@ async fn edit_costs(n: usize, shared: bool) -> Cost {
     let bytes = common::body_bytes(&client).await;
     let writes_before = cp.all_writes().len();
     let db = common::etcd_metric(&cp.etcd, "etcd_mvcc_db_total_size_in_bytes");
-    let cpu = control_plane_cpu(cp);
+    let cpu = common::control_plane_cpu(cp);
     let edit = Instant::now();
     ccs.patch("default", &ap, &Patch::Apply(cluster_config(NEW_VIA)))
         .await
@@ -366,7 +366,7 @@ async fn edit_costs(n: usize, shared: bool) -> Cost {
         })
         .map(|(k, v)| v - bytes.get(k).copied().unwrap_or(0.0))
         .sum();
-    let cpu_after = control_plane_cpu(cp);
+    let cpu_after = common::control_plane_cpu(cp);
     let db_after = common::etcd_metric(&cp.etcd, "etcd_mvcc_db_total_size_in_bytes");
     let served = {
         let now = common::requests(&client).await;
@@ -404,30 +404,6 @@ fn mode(shared: bool) -> &'static str {
     } else {
         "per node"
     }
-}
-
-/// CPU seconds so far of this control plane's kube-apiserver and etcd.
-fn control_plane_cpu(cp: &netpolicy_testenv::ControlPlane) -> (f64, f64) {
-    let dir = cp.dir.display().to_string();
-    let (mut api, mut etcd) = (0.0, 0.0);
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        if !String::from_utf8_lossy(&cmdline).contains(&dir) {
-            continue;
-        }
-        match std::fs::read_to_string(e.path().join("comm"))
-            .unwrap_or_default()
-            .trim()
-        {
-            "kube-apiserver" => api += common::cpu_seconds(pid),
-            "etcd" => etcd += common::cpu_seconds(pid),
-            _ => {}
-        }
-    }
-    (api, etcd)
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -678,3 +678,26 @@ pub(crate) fn etcd_metric(url: &str, name: &str) -> f64 {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or_else(|| panic!("etcd has no {name}"))
 }
+
+/// CPU seconds so far of this control plane's kube-apiserver and etcd (the processes
+/// whose command line names its directory), to say where a phase's time went.
+pub(crate) fn control_plane_cpu(cp: &netpolicy_testenv::ControlPlane) -> (f64, f64) {
+    let dir = cp.dir.display().to_string();
+    let (mut api, mut etcd) = (0.0, 0.0);
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmdline).contains(&dir) {
+            continue;
+        }
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        match comm.trim() {
+            "kube-apiserver" => api += cpu_seconds(pid),
+            "etcd" => etcd += cpu_seconds(pid),
+            _ => {}
+        }
+    }
+    (api, etcd)
+}
