@@ -569,7 +569,14 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
             )
             .await
     ));
-    op_rendering.delete(&r, &Default::default()).await.unwrap();
+    let by_name = kube::api::ListParams::default().labels(&format!("netpolicy.io/rendering={r}"));
+    op_rendering
+        .delete_collection(&Default::default(), &by_name)
+        .await
+        .unwrap();
+    assert!(forbidden(
+        op_rendering.delete(&r, &Default::default()).await
+    ));
 
     // Calico's etcd TLS Secret: that one, read-only (404: allowed, not there).
     let secrets =

@@ -230,7 +230,7 @@ async fn every_job_at_ten_thousand_nodes() {
                 "300",
             ])
             .env("RUST_LOG", "warn")
-            .envs(image_env())
+            .envs(common::image_env())
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -908,23 +908,4 @@ async fn served_since(client: &Client, before: &BTreeMap<String, f64>) -> String
         })
         .collect();
     served.join(", ")
-}
-
-/// The environment the image gives the binary (Containerfile's `ENV` line: the
-/// allocator's settings), so that the memory measured is the deployed operator's.
-fn image_env() -> Vec<(String, String)> {
-    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../Containerfile");
-    let text = std::fs::read_to_string(file).unwrap();
-    let env: Vec<(String, String)> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("ENV "))
-        .flat_map(str::split_whitespace)
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').expect("ENV NAME=VALUE");
-            (k.to_owned(), v.to_owned())
-        })
-        .collect();
-    assert!(!env.is_empty(), "no ENV line in {file}");
-    println!("the image's environment: {env:?}");
-    env
 }

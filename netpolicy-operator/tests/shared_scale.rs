@@ -271,6 +271,7 @@ async fn edit_costs(n: usize, shared: bool) -> Cost {
                 &shared.to_string(),
             ])
             .env("RUST_LOG", "warn")
+            .envs(common::image_env())
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(cp.dir.join("operator-shared-scale.log")).unwrap())
             .spawn()
@@ -340,11 +341,16 @@ async fn edit_costs(n: usize, shared: bool) -> Cost {
     // The rollout's last writes (the fleet forgetting the old rendering, its deletion).
     tokio::time::sleep(Duration::from_secs(5)).await;
     let writes: Vec<_> = cp.all_writes().into_iter().skip(writes_before).collect();
+    // The operator's: node objects, renderings, the fleet, and the policies' status
+    // (the agents write only node objects' status).
     let ours = |w: &netpolicy_testenv::Write| {
-        matches!(
+        let objects = matches!(
             w.resource.as_str(),
             "nodenetworkconfigs" | "nodenetworkrenderings" | "networkfleets"
-        ) && w.subresource.is_empty()
+        ) && w.subresource.is_empty();
+        let status = matches!(w.resource.as_str(), "clusterconfigs" | "nodeconfigs")
+            && w.subresource == "status";
+        objects || status
     };
     let operator_writes: Vec<_> = writes.iter().filter(|w| ours(w)).collect();
     let agent_writes = writes
@@ -353,19 +359,31 @@ async fn edit_costs(n: usize, shared: bool) -> Cost {
         .count();
     let mut by: BTreeMap<String, usize> = BTreeMap::new();
     for w in &operator_writes {
-        *by.entry(format!("{} {}", w.verb, w.resource)).or_default() += 1;
+        let sub = if w.subresource.is_empty() {
+            String::new()
+        } else {
+            format!("/{}", w.subresource)
+        };
+        *by.entry(format!("{} {}{sub}", w.verb, w.resource))
+            .or_default() += 1;
     }
     let after = common::body_bytes(&client).await;
+    // The operator's bytes: its node objects, renderings, fleet and policy statuses
+    // (the agents' status patches and the edit itself left out).
+    let edit_bytes = serde_json::to_vec(&cluster_config(NEW_VIA)).unwrap().len() as f64;
     let sent: f64 = after
         .iter()
         .filter(|(k, _)| {
             !k.starts_with("patch nodenetworkconfigs")
                 && (k.ends_with(" nodenetworkconfigs")
                     || k.ends_with(" nodenetworkrenderings")
-                    || k.ends_with(" networkfleets"))
+                    || k.ends_with(" networkfleets")
+                    || k.ends_with(" nodeconfigs")
+                    || k.ends_with(" clusterconfigs"))
         })
         .map(|(k, v)| v - bytes.get(k).copied().unwrap_or(0.0))
-        .sum();
+        .sum::<f64>()
+        - edit_bytes;
     let cpu_after = common::control_plane_cpu(cp);
     let db_after = common::etcd_metric(&cp.etcd, "etcd_mvcc_db_total_size_in_bytes");
     let served = {

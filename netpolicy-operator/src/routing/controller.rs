@@ -587,7 +587,7 @@ impl RoutingJob {
                     p.current().as_ref(),
                     &|n| get(nncs, n),
                 );
-                published = p.publish(&prepared).await?;
+                published = p.publish(&prepared, self.write_concurrency).await?;
                 Some(prepared)
             }
         };

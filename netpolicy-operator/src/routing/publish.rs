@@ -1,14 +1,16 @@
 //! Writes the shared objects a routing pass prepared ([`super::fleet::prepare`]; issue
 //! 68): the renderings the fleet refers to that are not stored yet, then the fleet when
-//! it changed, then deletes the renderings it no longer refers to. In that order: an
+//! it changed, then deletes the renderings it no longer refers to (one collection
+//! delete). In that order: an
 //! agent never reads a fleet naming a rendering that is not there, and a rendering goes
 //! only once nothing names it. A pass that found nothing new writes nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use futures::StreamExt;
 use kube::{
     Api, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
     core::PartialObjectMeta,
     runtime::reflector::Store,
 };
@@ -45,13 +47,18 @@ impl Publisher {
             .map(|f| f.spec.clone())
     }
 
-    /// Writes what `p` needs; returns how many writes it made.
+    /// Writes what `p` needs, new rendering parts `concurrency` at a time; returns how
+    /// many writes it made.
     ///
     /// # Errors
     /// The first refused write: nothing after it is sent (a fleet is not published
     /// over a rendering that failed to be written; renderings are not deleted while the
     /// fleet that stops naming them is not stored).
-    pub(crate) async fn publish(&self, p: &Prepared) -> Result<usize, kube::Error> {
+    pub(crate) async fn publish(
+        &self,
+        p: &Prepared,
+        concurrency: usize,
+    ) -> Result<usize, kube::Error> {
         let stored: BTreeSet<String> = self
             .rendering_store
             .state()
@@ -64,12 +71,13 @@ impl Publisher {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PostParams::default()
         };
+        // The missing parts, `concurrency` at a time (independent objects).
+        let mut missing = Vec::new();
         for name in &needed {
             let Some(spec) = p.shared.renderings.get(name) else {
                 continue; // Named by the fleet before: stored then.
             };
-            let cut = parts(name, spec, MAX_PART_BYTES);
-            for part in cut {
+            for part in parts(name, spec, MAX_PART_BYTES) {
                 let object = part_name(name, part.part, part.parts);
                 if stored.contains(&object) {
                     continue;
@@ -79,14 +87,28 @@ impl Publisher {
                     (RENDERING_LABEL.to_owned(), name.clone()),
                     (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
                 ]));
-                match self.renderings.create(&pp, &o).await {
-                    Ok(_) => writes += 1,
-                    // Written before, not in the cache yet: the same content (its name
-                    // is its content).
-                    Err(kube::Error::Api(e)) if e.code == 409 => {}
-                    Err(e) => return Err(e),
-                }
+                missing.push(o);
             }
+        }
+        let created: Vec<Result<(), kube::Error>> = futures::stream::iter(missing)
+            .map(|o| {
+                let pp = &pp;
+                async move {
+                    match self.renderings.create(pp, &o).await {
+                        Ok(_) => Ok(()),
+                        // Written before, not in the cache yet: the same content (its
+                        // name is its content).
+                        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+                        Err(e) => Err(e),
+                    }
+                }
+            })
+            .buffer_unordered(concurrency.max(1))
+            .collect()
+            .await;
+        for r in created {
+            r?;
+            writes += 1;
         }
         if self.current().as_ref() != Some(&p.fleet) {
             let mut f = NetworkFleet::new(FLEET_NAME, p.fleet.clone());
@@ -105,23 +127,41 @@ impl Publisher {
                 "NetworkFleet published"
             );
         }
-        for o in self.rendering_store.state() {
-            let labels = o.labels();
-            let ours = labels.get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1);
-            let named = labels
-                .get(RENDERING_LABEL)
-                .is_some_and(|r| needed.contains(r));
-            if !ours || named || o.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
+        // Renderings nothing names any more: one request for all of them (a
+        // collection delete by label), only when there are some.
+        let unnamed: BTreeSet<String> = self
+            .rendering_store
+            .state()
+            .iter()
+            .filter(|o| {
+                let labels = o.labels();
+                labels.get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1)
+                    && labels
+                        .get(RENDERING_LABEL)
+                        .is_some_and(|r| !needed.contains(r))
+                    && o.metadata.deletion_timestamp.is_none()
+            })
+            .filter_map(|o| o.labels().get(RENDERING_LABEL).cloned())
+            .collect();
+        if !unnamed.is_empty() {
+            let names: Vec<&str> = unnamed.iter().map(String::as_str).collect();
+            let lp = ListParams::default().labels(&format!(
+                "{}={},{RENDERING_LABEL} in ({})",
+                MANAGED_BY.0,
+                MANAGED_BY.1,
+                names.join(",")
+            ));
             match self
                 .renderings
-                .delete(&o.name_any(), &DeleteParams::default())
+                .delete_collection(&DeleteParams::default(), &lp)
                 .await
             {
                 Ok(_) => {
                     writes += 1;
-                    debug!(rendering = %o.name_any(), "rendering no group runs: deleted");
+                    debug!(
+                        renderings = unnamed.len(),
+                        "renderings no group runs: deleted"
+                    );
                 }
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(e) => return Err(e),

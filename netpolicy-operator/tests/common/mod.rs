@@ -701,3 +701,22 @@ pub(crate) fn control_plane_cpu(cp: &netpolicy_testenv::ControlPlane) -> (f64, f
     }
     (api, etcd)
 }
+
+/// The environment the image gives the binary (Containerfile's `ENV` line: the
+/// allocator's settings), so that the memory measured is the deployed operator's.
+pub(crate) fn image_env() -> Vec<(String, String)> {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../Containerfile");
+    let text = std::fs::read_to_string(file).unwrap();
+    let env: Vec<(String, String)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("ENV "))
+        .flat_map(str::split_whitespace)
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').expect("ENV NAME=VALUE");
+            (k.to_owned(), v.to_owned())
+        })
+        .collect();
+    assert!(!env.is_empty(), "no ENV line in {file}");
+    println!("the image's environment: {env:?}");
+    env
+}
