@@ -1720,6 +1720,14 @@ fn rbac(cluster: &NodeCluster, installed: usize) {
         ),
         (
             OPERATOR,
+            "netpolicy.io",
+            "nodenetworkrenderings",
+            "deletecollection",
+            "the renderings no group runs, deleted once no rollout is under way: a run whose \
+             policies do not change after shared renderings are turned on leaves none",
+        ),
+        (
+            OPERATOR,
             "events.k8s.io",
             "events",
             "patch",

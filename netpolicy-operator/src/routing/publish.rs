@@ -128,7 +128,12 @@ impl Publisher {
             );
         }
         // Renderings nothing names any more: one request for all of them (a
-        // collection delete by label), only when there are some.
+        // collection delete by label), once no rollout is under way (groups finish at
+        // different passes: one delete per edit, not one per group).
+        let under_way = p.fleet.groups.iter().any(|g| g.through.as_deref() != Some("*"));
+        if under_way {
+            return Ok(writes);
+        }
         let unnamed: BTreeSet<String> = self
             .rendering_store
             .state()
