@@ -130,7 +130,11 @@ impl Publisher {
         // Renderings nothing names any more: one request for all of them (a
         // collection delete by label), once no rollout is under way (groups finish at
         // different passes: one delete per edit, not one per group).
-        let under_way = p.fleet.groups.iter().any(|g| g.through.as_deref() != Some("*"));
+        let under_way = p
+            .fleet
+            .groups
+            .iter()
+            .any(|g| g.through.as_deref() != Some("*"));
         if under_way {
             return Ok(writes);
         }
