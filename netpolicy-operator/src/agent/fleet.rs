@@ -10,22 +10,65 @@
 
 use std::collections::BTreeMap;
 
-use kube::{Api, ResourceExt, api::ListParams, runtime::watcher::Event};
+use futures::{StreamExt, stream::BoxStream};
+use kube::{
+    Api, ResourceExt,
+    api::ListParams,
+    core::PartialObjectMeta,
+    runtime::{WatchStreamExt, watcher, watcher::Event},
+};
 use netpolicy_core::{fleet::choose, selector::Labels};
 use tracing::{info, warn};
 
 use crate::api::{
-    Joined, NetworkFleet, NetworkFleetSpec, NodeNetworkConfig, NodeNetworkRendering,
+    FLEET_NAME, Joined, NetworkFleet, NetworkFleetSpec, NodeNetworkConfig, NodeNetworkRendering,
     RENDERING_LABEL, join,
 };
+
+type NodeMeta = PartialObjectMeta<k8s_openapi::api::core::v1::Node>;
+
+/// A change of what a shared object's pick reads: the agent's Node (metadata) or the
+/// NetworkFleet.
+#[derive(Debug)]
+pub(crate) enum Changed {
+    Node(Event<NodeMeta>),
+    Fleet(Event<NetworkFleet>),
+}
+
+/// The watches of what a shared object's pick reads: node `node`'s metadata and the
+/// NetworkFleet, each by its name (errors are logged; the watches retry with backoff).
+pub(crate) fn watch(client: &kube::Client, node: &str) -> BoxStream<'static, Changed> {
+    let by_name = |n: &str| watcher::Config::default().fields(&format!("metadata.name={n}"));
+    let nodes = watcher(Api::<NodeMeta>::all(client.clone()), by_name(node))
+        .default_backoff()
+        .map(|e| e.map(Changed::Node));
+    let fleets = watcher(
+        Api::<NetworkFleet>::all(client.clone()),
+        by_name(FLEET_NAME),
+    )
+    .default_backoff()
+    .map(|e| e.map(Changed::Fleet));
+    futures::stream::select(nodes, fleets)
+        .filter_map(|e| async move {
+            e.map_err(|e| warn!(error = %e, "Node or NetworkFleet watch error (retrying)"))
+                .ok()
+        })
+        .boxed()
+}
 
 /// Renderings kept after they were read (the current one and those a rollback or the
 /// next wave would want).
 const KEEP: usize = 4;
 
 /// What the agent knows of the shared objects.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct FleetView {
+    /// Where renderings are read.
+    api: Api<NodeNetworkRendering>,
+    /// What the last pass ran (a shared object's rendering under its own items, and the
+    /// rendering): kept while a new pick cannot be made, so that drift is still
+    /// repaired.
+    ran: Option<(NodeNetworkConfig, Option<String>)>,
     /// Its Node's labels (`None`: not seen yet).
     labels: Option<Labels>,
     /// The NetworkFleet (`None`: not seen yet, or deleted).
@@ -34,14 +77,14 @@ pub(crate) struct FleetView {
     renderings: BTreeMap<String, (u64, Joined)>,
     used: u64,
     /// The rendering the node runs (what a group without a rollout keeps).
-    pub(crate) running: Option<String>,
+    running: Option<String>,
     /// The last reason a shared object was not applied (logged once).
     told: Option<String>,
 }
 
 /// What a shared object runs now.
 #[derive(Debug)]
-pub(crate) enum Effective {
+enum Effective {
     /// Apply this (the object with its rendering laid under its own items), from this
     /// rendering.
     Run(Box<NodeNetworkConfig>, Option<String>),
@@ -50,11 +93,63 @@ pub(crate) enum Effective {
 }
 
 impl FleetView {
-    /// Takes a watch event of the agent's Node (metadata); whether its labels changed.
-    pub(crate) fn on_node(
+    /// Nothing known yet; renderings read through `client`.
+    pub(crate) fn new(client: kube::Client) -> Self {
+        Self {
+            api: Api::all(client),
+            ran: None,
+            labels: None,
+            fleet: None,
+            renderings: BTreeMap::new(),
+            used: 0,
+            running: None,
+            told: None,
+        }
+    }
+
+    /// Takes a change; whether it may change what a shared object runs.
+    pub(crate) fn on(&mut self, ev: &Changed) -> bool {
+        match ev {
+            Changed::Node(e) => self.on_node(e),
+            Changed::Fleet(e) => self.on_fleet(e),
+        }
+    }
+
+    /// What the last pass ran, if any.
+    pub(crate) fn ran(&self) -> Option<&NodeNetworkConfig> {
+        self.ran.as_ref().map(|(o, _)| o)
+    }
+
+    /// A pass ran `run` (from `rendering`, for a shared object).
+    pub(crate) fn record(&mut self, run: NodeNetworkConfig, rendering: Option<String>) {
+        if rendering.is_some() {
+            self.running.clone_from(&rendering);
+        }
+        self.ran = Some((run, rendering));
+    }
+
+    /// What a pass over `nnc` runs, and from which rendering: [`Self::effective`], or
+    /// what the last pass ran while no pick can be made; `None`: nothing yet.
+    pub(crate) async fn what_runs(
         &mut self,
-        ev: &Event<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Node>>,
-    ) -> bool {
+        nnc: &NodeNetworkConfig,
+    ) -> Option<(NodeNetworkConfig, Option<String>)> {
+        if self.running.is_none() {
+            // A restarted agent runs what its status says it applied.
+            self.running = nnc
+                .status
+                .as_ref()
+                .and_then(|s| s.applied_rendering.clone());
+        }
+        match self.effective(nnc).await {
+            Effective::Run(o, r) => Some((*o, r)),
+            // The same object: keep running what it ran.
+            Effective::Wait => self.ran.clone().filter(|(o, _)| o.uid() == nnc.uid()),
+        }
+    }
+
+    /// Takes a watch event of the agent's Node (metadata); whether its labels changed.
+    fn on_node(&mut self, ev: &Event<NodeMeta>) -> bool {
         let labels = match ev {
             Event::Apply(n) | Event::InitApply(n) => n.labels().clone(),
             Event::Delete(_) => return false,
@@ -68,7 +163,7 @@ impl FleetView {
     }
 
     /// Takes a watch event of the NetworkFleet; whether it changed.
-    pub(crate) fn on_fleet(&mut self, ev: &Event<NetworkFleet>) -> bool {
+    fn on_fleet(&mut self, ev: &Event<NetworkFleet>) -> bool {
         let next = match ev {
             Event::Apply(f) | Event::InitApply(f) => Some(f.spec.clone()),
             Event::Delete(_) => None,
@@ -104,12 +199,8 @@ impl FleetView {
     }
 
     /// What `nnc` runs now: itself when it is not shared; else its rendering (read
-    /// once, by its label, through `api`) with its own items laid over it.
-    pub(crate) async fn effective(
-        &mut self,
-        api: &Api<NodeNetworkRendering>,
-        nnc: &NodeNetworkConfig,
-    ) -> Effective {
+    /// once, by its label) with its own items laid over it.
+    async fn effective(&mut self, nnc: &NodeNetworkConfig) -> Effective {
         if !nnc.spec.shared {
             return Effective::Run(Box::new(nnc.clone()), None);
         }
@@ -128,7 +219,7 @@ impl FleetView {
             *at = used;
         } else {
             let lp = ListParams::default().labels(&format!("{RENDERING_LABEL}={name}"));
-            let parts = match api.list(&lp).await {
+            let parts = match self.api.list(&lp).await {
                 Ok(l) => l.items,
                 Err(e) => return self.wait(format!("reading rendering {name}: {e}")),
             };
@@ -194,9 +285,15 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_pick_follows_labels_and_waves_and_keeps_the_running_rendering_without_a_rollout() {
-        let mut v = FleetView::default();
+    /// A view whose renderings would be read from nowhere (these tests read none).
+    fn view() -> FleetView {
+        let cfg = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        FleetView::new(kube::Client::try_from(cfg).unwrap())
+    }
+
+    #[tokio::test]
+    async fn the_pick_follows_labels_and_waves_and_keeps_the_running_rendering_without_a_rollout() {
+        let mut v = view();
         assert!(v.pick("n1").unwrap_err().contains("labels"));
         v.labels = Some(Labels::from([("role".to_owned(), "edge".to_owned())]));
         assert!(v.pick("n1").unwrap_err().contains("NetworkFleet"));
@@ -214,9 +311,9 @@ mod tests {
         assert_eq!(v.pick("n1"), Ok(Some("r-mine".into())));
     }
 
-    #[test]
-    fn node_and_fleet_events_count_only_changes() {
-        let mut v = FleetView::default();
+    #[tokio::test]
+    async fn node_and_fleet_events_count_only_changes() {
+        let mut v = view();
         let f = NetworkFleet::new("default", fleet(None));
         assert!(v.on_fleet(&Event::Apply(f.clone())));
         assert!(!v.on_fleet(&Event::Apply(f.clone())), "same spec");

@@ -70,7 +70,7 @@ use crate::error::{Chain, Error, Result};
 
 use crate::{
     api::{
-        FLEET_NAME, NetworkFleet, NodeNetworkConfig, NodeNetworkRendering,
+        NodeNetworkConfig,
         conditions::{self},
     },
     process::{LogFormat, client_from, init_logs, serve_probes, shutdown_signal},
@@ -181,20 +181,11 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
         .as_deref()
         .and_then(|ds| watch_owner(&ctx.client, ds));
     let cfg = watcher::Config::default().fields(&format!("metadata.name={}", opts.node));
-    let mut events = watcher(api.clone(), cfg.clone()).default_backoff().boxed();
+    let mut events = watcher(api.clone(), cfg).default_backoff().boxed();
     // A shared object (spec.shared) runs its group's rendering: the agent's Node labels
     // and the fleet say which (agent/fleet.rs); renderings are read when picked.
-    let mut view = fleet::FleetView::default();
-    let renderings: Api<NodeNetworkRendering> = Api::all(ctx.client.clone());
-    let nodes: Api<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Node>> =
-        Api::all(ctx.client.clone());
-    let mut node_events = watcher(nodes, cfg).default_backoff().boxed();
-    let fleet_cfg = watcher::Config::default().fields(&format!("metadata.name={FLEET_NAME}"));
-    let fleets: Api<NetworkFleet> = Api::all(ctx.client.clone());
-    let mut fleet_events = watcher(fleets, fleet_cfg).default_backoff().boxed();
-    // What the last pass ran (a shared object's rendering under its own items): kept
-    // while a new pick cannot be made yet, so that drift is still repaired.
-    let mut ran: Option<(NodeNetworkConfig, Option<String>)> = None;
+    let mut view = fleet::FleetView::new(ctx.client.clone());
+    let mut shared_events = fleet::watch(&ctx.client, &opts.node);
     let mut tick = tokio::time::interval(Duration::from_secs(opts.resync_seconds.max(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let signal = shutdown_signal();
@@ -221,24 +212,10 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
                     }
                 }
             }
-            ev = node_events.next() => {
-                match ev {
-                    Some(Ok(ev)) if view.on_node(&ev) && is_shared(watched.latest.as_ref()) => {}
-                    Some(Err(e)) => {
-                        warn!(error = %e, "Node watch error (retrying)");
-                        continue;
-                    }
-                    _ => continue,
-                }
-            }
-            ev = fleet_events.next() => {
-                match ev {
-                    Some(Ok(ev)) if view.on_fleet(&ev) && is_shared(watched.latest.as_ref()) => {}
-                    Some(Err(e)) => {
-                        warn!(error = %e, "NetworkFleet watch error (retrying)");
-                        continue;
-                    }
-                    _ => continue,
+            Some(ev) = shared_events.next() => {
+                // Only a shared object runs something else when these change.
+                if !(view.on(&ev) && is_shared(watched.latest.as_ref())) {
+                    continue;
                 }
             }
             _ = tick.tick() => {}
@@ -248,7 +225,7 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
                     kernel = tokio::sync::mpsc::channel(1).1;
                     continue;
                 };
-                let latest = ran.as_ref().map(|(o, _)| o).or(watched.latest.as_ref());
+                let latest = view.ran().or(watched.latest.as_ref());
                 let fought = ctx.repairs.fighting();
                 if !kernel_starts_a_pass(&mut trigger, &batch, own_port, latest, fought) {
                     continue;
@@ -282,46 +259,18 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
         if !from_kernel && let Ok(mut a) = adapter.lock() {
             a.forget_duplicates();
         }
-        if view.running.is_none() {
-            // A restarted agent runs what its status says it applied.
-            view.running = nnc
-                .status
-                .as_ref()
-                .and_then(|s| s.applied_rendering.clone());
-        }
-        let (run, rendering) = match view.effective(&renderings, &nnc).await {
-            fleet::Effective::Run(o, r) => (*o, r),
-            fleet::Effective::Wait => match &ran {
-                // The same object: keep running what it ran.
-                Some((o, r)) if o.uid() == nnc.uid() => (o.clone(), r.clone()),
-                _ => continue,
-            },
-        };
-        let start = Instant::now();
         ctx.from_kernel = from_kernel;
-        let ok = match pass(&api, &run, &adapter, &mut ctx, rendering.as_deref()).await {
-            Ok(written) => {
-                watched.acted = Some(generation_key(&nnc));
-                if rendering.is_some() {
-                    view.running.clone_from(&rendering);
-                }
-                ran = Some((run, rendering));
-                if let Some(w) = written {
-                    watched.latest = Some(w);
-                }
-                true
-            }
-            Err(e) => {
-                warn!(error = %Chain(&e), "apply failed");
-                false
-            }
+        let Some((ok, took)) =
+            pass_over(&api, &adapter, &mut ctx, &mut view, &mut watched, &nnc).await
+        else {
+            continue;
         };
         record(
             &shared,
             &metrics,
             &mut ctx,
             watched.latest.as_ref(),
-            start.elapsed(),
+            took,
             ok,
         );
         if let Some(o) = &watched.latest {
@@ -469,6 +418,35 @@ async fn cleanup(adapter: &Arc<Mutex<Adapter>>) -> Result<()> {
     }
     info!(removed = report.results.len(), "cleanup done");
     Ok(())
+}
+
+/// A pass over `nnc` (what it runs: [`fleet::FleetView::what_runs`]), remembered in `watched`
+/// and `view`: whether it succeeded, and how long it took; `None`: nothing to run yet.
+async fn pass_over(
+    api: &Api<NodeNetworkConfig>,
+    adapter: &Arc<Mutex<Adapter>>,
+    ctx: &mut Ctx,
+    view: &mut fleet::FleetView,
+    watched: &mut Watched,
+    nnc: &NodeNetworkConfig,
+) -> Option<(bool, Duration)> {
+    let (run, rendering) = view.what_runs(nnc).await?;
+    let start = Instant::now();
+    let ok = match pass(api, &run, adapter, ctx, rendering.as_deref()).await {
+        Ok(written) => {
+            watched.acted = Some(generation_key(nnc));
+            view.record(run, rendering);
+            if let Some(w) = written {
+                watched.latest = Some(w);
+            }
+            true
+        }
+        Err(e) => {
+            warn!(error = %Chain(&e), "apply failed");
+            false
+        }
+    };
+    Some((ok, start.elapsed()))
 }
 
 /// Whether `o` runs a shared rendering (a change of the fleet or the Node's labels
@@ -683,7 +661,7 @@ async fn pass(
             .iter()
             .map(|(what, why)| format!("not given up (still netpolicy's): {what}: {why}")),
     );
-    shared_status(&mut next, &current, &outcome, &revision, rendering);
+    shared_status(&mut next, &outcome, &revision, rendering);
     if let PassOutcome::Invalid(e) = &outcome {
         warn!(node, "invalid NodeNetworkConfig (nothing changed): {e}");
     }
@@ -696,30 +674,6 @@ async fn pass(
             what: "writing status".into(),
             source,
         })
-}
-
-/// What the status says of shared renderings: this agent reads them; the rendering the
-/// applied revision ran (none for an object that is not shared); the rendering whose
-/// revision failed its probes.
-fn shared_status(
-    next: &mut crate::api::NodeNetworkConfigStatus,
-    current: &crate::api::NodeNetworkConfigStatus,
-    outcome: &PassOutcome,
-    revision: &str,
-    rendering: Option<&str>,
-) {
-    next.shared_renderings = true;
-    next.applied_rendering
-        .clone_from(&current.applied_rendering);
-    next.failed_rendering.clone_from(&current.failed_rendering);
-    match outcome {
-        PassOutcome::Applied(..) if next.applied_revision.as_deref() == Some(revision) => {
-            next.applied_rendering = rendering.map(str::to_owned);
-            next.failed_rendering = None;
-        }
-        PassOutcome::RolledBack(_) => next.failed_rendering = rendering.map(str::to_owned),
-        PassOutcome::Applied(..) | PassOutcome::Invalid(_) => {}
-    }
 }
 
 /// Gives up the left-behind `items` that are still netpolicy's; returns those the kernel
@@ -905,6 +859,59 @@ mod tests {
         assert_eq!(again, first);
         assert_eq!(first.conditions[0].last_transition_time, t0);
         assert_eq!(first.applied_revision.as_deref(), Some("r1"));
+    }
+
+    #[test]
+    fn a_shared_pass_reports_the_rendering_it_applied_or_failed_and_keeps_it_otherwise() {
+        let t = at("2026-01-01T00:00:00Z");
+        // Each rendering under the same own items is its own revision.
+        let status = |current: &NodeNetworkConfigStatus, outcome: &PassOutcome, r: Option<&str>| {
+            let revision = format!("e-{}", r.unwrap_or("whole"));
+            let mut next = next_status(current, Some(1), &revision, outcome, t.clone());
+            shared_status(&mut next, outcome, &revision, r);
+            next
+        };
+        let applied = status(
+            &NodeNetworkConfigStatus::default(),
+            &PassOutcome::Applied(vec![], vec![]),
+            Some("r-a"),
+        );
+        assert!(
+            applied.shared_renderings,
+            "this agent reads shared renderings"
+        );
+        assert_eq!(applied.applied_rendering.as_deref(), Some("r-a"));
+        // The same again: the same status (a quiet pass writes nothing).
+        assert_eq!(
+            status(&applied, &PassOutcome::Applied(vec![], vec![]), Some("r-a")),
+            applied
+        );
+        // Not applied completely: what it reported stands.
+        let partly = status(
+            &applied,
+            &PassOutcome::Applied(vec![err("route x")], vec![]),
+            Some("r-b"),
+        );
+        assert_eq!(partly.applied_rendering.as_deref(), Some("r-a"));
+        let failure = Failure {
+            revision: "e-r-b".into(),
+            reason: conditions::degraded::PROBE_FAILED,
+            message: "ping failed".into(),
+        };
+        let failed = status(&applied, &PassOutcome::RolledBack(failure), Some("r-b"));
+        assert_eq!(
+            (
+                failed.applied_rendering.as_deref(),
+                failed.failed_rendering.as_deref()
+            ),
+            (Some("r-a"), Some("r-b"))
+        );
+        // A whole per-node object: no rendering.
+        let whole = status(&failed, &PassOutcome::Applied(vec![], vec![]), None);
+        assert_eq!(
+            (whole.applied_rendering, whole.failed_rendering),
+            (None, None)
+        );
     }
 
     #[test]

@@ -336,3 +336,24 @@ pub(super) fn describe(r: &ItemRef, desired: &RoutingConfig) -> String {
     };
     found.unwrap_or_else(|| r.to_string())
 }
+
+/// What the status says of shared renderings (`next` as [`next_status`] made it, which
+/// keeps what `current` said): this agent reads them; the rendering the applied revision
+/// ran (none for an object that is not shared); the rendering whose revision failed its
+/// probes.
+pub(crate) fn shared_status(
+    next: &mut NodeNetworkConfigStatus,
+    outcome: &PassOutcome,
+    revision: &str,
+    rendering: Option<&str>,
+) {
+    next.shared_renderings = true;
+    match outcome {
+        PassOutcome::Applied(..) if next.applied_revision.as_deref() == Some(revision) => {
+            next.applied_rendering = rendering.map(str::to_owned);
+            next.failed_rendering = None;
+        }
+        PassOutcome::RolledBack(_) => next.failed_rendering = rendering.map(str::to_owned),
+        PassOutcome::Applied(..) | PassOutcome::Invalid(_) => {}
+    }
+}

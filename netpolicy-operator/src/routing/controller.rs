@@ -143,6 +143,8 @@ pub(crate) fn setup(
             &informers.get::<kube::core::PartialObjectMeta<NodeNetworkRendering>>(),
             |_| String::new(),
         ),
+        sent: crate::k8s::Sent::default(),
+        deleted: std::sync::Mutex::default(),
     });
     let job = RoutingJob {
         inputs: inputs.kinds(),
@@ -562,6 +564,31 @@ impl RoutingJob {
         dirty
     }
 
+    /// Shared renderings (`--shared-renderings`): the renderings and the fleet, written
+    /// before the node objects (an agent moved to a shared object finds what it runs);
+    /// the nodes an agent reported on are compared again. Returns what was prepared
+    /// (`None` without shared renderings) and how many writes were made.
+    async fn publish_shared(
+        &self,
+        changes: &Changes,
+        dirty: &mut BTreeSet<String>,
+    ) -> Result<(Option<super::fleet::Prepared>, usize), JobError> {
+        let Some(p) = &self.publisher else {
+            return Ok((None, 0));
+        };
+        dirty.extend(changes.of(APPLIED).map(|k| k.name.clone()));
+        let nncs = &self.stores.nncs;
+        let prepared = super::fleet::prepare(
+            &self.routing,
+            &self.job_items,
+            fleet_index(&self.routing, &self.stores.ncs),
+            p.current().as_ref(),
+            &|n| get(nncs, n),
+        );
+        let written = p.publish(&prepared, self.write_concurrency).await?;
+        Ok((Some(prepared), written))
+    }
+
     /// Brings the changed objects into `routing`, then compares and writes the
     /// NodeNetworkConfigs of the nodes that may differ. Returns how many objects it wrote or
     /// deleted.
@@ -571,26 +598,7 @@ impl RoutingJob {
     /// the size limit is not an error: it is not written, and its policies say so.
     async fn render(&mut self, changes: &Changes) -> Result<usize, JobError> {
         let mut dirty = self.ingest(changes);
-        // Shared renderings: the renderings and the fleet first (an agent moved to a
-        // shared object finds what it runs), then each node's own items below.
-        let mut published = 0;
-        let prepared = match &self.publisher {
-            None => None,
-            Some(p) => {
-                dirty.extend(changes.of(APPLIED).map(|k| k.name.clone()));
-                let index = fleet_index(&self.routing, &self.stores.ncs);
-                let nncs = &self.stores.nncs;
-                let prepared = super::fleet::prepare(
-                    &self.routing,
-                    &self.job_items,
-                    index,
-                    p.current().as_ref(),
-                    &|n| get(nncs, n),
-                );
-                published = p.publish(&prepared, self.write_concurrency).await?;
-                Some(prepared)
-            }
-        };
+        let (prepared, published) = self.publish_shared(changes, &mut dirty).await?;
         let no_own = BTreeMap::new();
         let own = prepared.as_ref().map_or(&no_own, |p| &p.own);
         let Self {

@@ -22,7 +22,7 @@ use super::{
 };
 use crate::{
     api::{FLEET_NAME, NetworkFleet, NetworkFleetSpec, NodeNetworkRendering, RENDERING_LABEL},
-    k8s::{FIELD_MANAGER, MANAGED_BY},
+    k8s::{FIELD_MANAGER, MANAGED_BY, sent::digest},
 };
 
 /// A rendering part's JSON at most (an agent reads small objects; the API server's
@@ -35,16 +35,25 @@ pub(crate) struct Publisher {
     pub(crate) renderings: Api<NodeNetworkRendering>,
     pub(crate) fleet_store: Store<NetworkFleet>,
     pub(crate) rendering_store: Store<PartialObjectMeta<NodeNetworkRendering>>,
+    /// The last fleet sent and the cached version it went over (not sent again until
+    /// the cache moves).
+    pub(crate) sent: crate::k8s::Sent,
+    /// Renderings whose deletion was asked for, until the cache no longer has them.
+    pub(crate) deleted: std::sync::Mutex<BTreeSet<String>>,
 }
 
 impl Publisher {
     /// The fleet as stored.
     pub(crate) fn current(&self) -> Option<NetworkFleetSpec> {
+        self.stored_fleet().map(|f| f.spec)
+    }
+
+    fn stored_fleet(&self) -> Option<NetworkFleet> {
         self.fleet_store
             .state()
             .iter()
             .find(|f| f.name_any() == FLEET_NAME)
-            .map(|f| f.spec.clone())
+            .map(|f| NetworkFleet::clone(f))
     }
 
     /// Writes what `p` needs, new rendering parts `concurrency` at a time; returns how
@@ -90,15 +99,15 @@ impl Publisher {
                 missing.push(o);
             }
         }
-        let created: Vec<Result<(), kube::Error>> = futures::stream::iter(missing)
+        let created: Vec<Result<bool, kube::Error>> = futures::stream::iter(missing)
             .map(|o| {
                 let pp = &pp;
                 async move {
                     match self.renderings.create(pp, &o).await {
-                        Ok(_) => Ok(()),
+                        Ok(_) => Ok(true),
                         // Written before, not in the cache yet: the same content (its
-                        // name is its content).
-                        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+                        // name is its content); no write made.
+                        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
                         Err(e) => Err(e),
                     }
                 }
@@ -107,19 +116,29 @@ impl Publisher {
             .collect()
             .await;
         for r in created {
-            r?;
-            writes += 1;
+            writes += usize::from(r?);
         }
-        if self.current().as_ref() != Some(&p.fleet) {
+        // The fleet, when it differs from the stored one and this very fleet was not
+        // sent over the stored version already (the cache not showing it yet).
+        let stored_fleet = self.stored_fleet();
+        let over = stored_fleet
+            .as_ref()
+            .and_then(|f| f.metadata.resource_version.clone());
+        let what = digest(&serde_json::to_string(&p.fleet).unwrap_or_default());
+        if stored_fleet.map(|f| f.spec) != Some(p.fleet.clone())
+            && !self.sent.unseen(FLEET_NAME, what, over.as_deref())
+        {
             let mut f = NetworkFleet::new(FLEET_NAME, p.fleet.clone());
             f.metadata.labels = Some(BTreeMap::from([(
                 MANAGED_BY.0.to_owned(),
                 MANAGED_BY.1.to_owned(),
             )]));
             let ap = PatchParams::apply(FIELD_MANAGER).force();
-            self.fleets
-                .patch(FLEET_NAME, &ap, &Patch::Apply(&f))
-                .await?;
+            if let Err(e) = self.fleets.patch(FLEET_NAME, &ap, &Patch::Apply(&f)).await {
+                self.sent.forget(FLEET_NAME);
+                return Err(e);
+            }
+            self.sent.record(FLEET_NAME, what, over.as_deref());
             writes += 1;
             info!(
                 groups = p.fleet.groups.len(),
@@ -152,6 +171,17 @@ impl Publisher {
             })
             .filter_map(|o| o.labels().get(RENDERING_LABEL).cloned())
             .collect();
+        // Those asked for already and still in the cache are not asked for again.
+        let unnamed = {
+            let mut asked = self
+                .deleted
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            asked.retain(|r| unnamed.contains(r));
+            let new: BTreeSet<String> = unnamed.difference(&asked).cloned().collect();
+            asked.extend(new.iter().cloned());
+            new
+        };
         if !unnamed.is_empty() {
             let names: Vec<&str> = unnamed.iter().map(String::as_str).collect();
             let lp = ListParams::default().labels(&format!(
