@@ -1,55 +1,71 @@
 //! Shared renderings (the node agent model of docs/architecture.md): the operator
 //! writes one immutable [`NodeNetworkRendering`] per distinct merged configuration
-//! (nodes selected by the same policies share it) and one [`NetworkFleet`] saying which
-//! rendering each group of nodes runs and how far each group's rollout has gone. A
-//! node's [`NodeNetworkConfig`](crate::NodeNetworkConfig) then carries only its own
-//! items (`spec.shared: true`): its agent picks its rendering with
-//! [`netpolicy_core::fleet::choose`] from its Node's labels and the fleet, reads that
-//! rendering's parts ([`join`]) and lays its own items over it
-//! ([`NodeNetworkConfigSpec::effective`](crate::NodeNetworkConfigSpec::effective)). A
-//! cluster-wide edit then costs one rendering per distinct configuration and one small
-//! fleet write per wave, not one object per node.
+//! (nodes selected by the same policies share it), one small [`NetworkRollout`] per
+//! change saying which rendering each group it moves runs and how far its waves have
+//! gone, and the [`NetworkFleet`] with every policy's selector and each group's settled
+//! rendering. A node's [`NodeNetworkConfig`](crate::NodeNetworkConfig) then carries
+//! only its own items (`spec.shared: true`): its agent finds its group from its Node's
+//! labels and the fleet's policies, reads the rollouts of that group only (by their
+//! [`group_label`]), picks its rendering with [`netpolicy_core::fleet::choose`] over
+//! [`current_rollouts`], reads that rendering's parts ([`join`]) and lays its own items
+//! over it ([`NodeNetworkConfigSpec::effective`](crate::NodeNetworkConfigSpec::effective)).
+//! A cluster-wide edit then costs one rendering per distinct configuration, one
+//! rollout, and one small write per wave, not one object per node.
 //!
 //! # Examples
 //!
 //! ```
 //! use netpolicy_api::{
-//!     FleetGroup, FleetPolicy, NetworkFleetSpec, NodeNetworkRenderingSpec, join,
-//!     netpolicy_core::{fleet::choose, selector::Labels},
+//!     FleetGroup, FleetPolicy, NetworkFleetSpec, NetworkRolloutSpec, NodeNetworkRenderingSpec,
+//!     RolloutGroup, current_rollouts, join,
+//!     netpolicy_core::{fleet::{choose, group_name}, selector::Labels},
 //!     render::{RenderedSpec, SourcedSpec, SourceRef},
 //!     spec::{LabelSelector, RouteSpec},
 //! };
 //!
+//! let group = group_name(["ClusterConfig/default"]);
 //! let fleet = NetworkFleetSpec {
 //!     policies: vec![FleetPolicy {
 //!         policy: "ClusterConfig/default".into(),
 //!         node_selector: LabelSelector::default(),
 //!     }],
-//!     groups: vec![FleetGroup {
-//!         group: netpolicy_core::fleet::group_name(["ClusterConfig/default"]),
-//!         rollout: "default-7".into(),
-//!         rendering: "r-00000000000000aa".into(),
-//!         previous: None,
-//!         through: Some("*".into()),
-//!         rolled_back: false,
-//!     }],
+//!     groups: vec![FleetGroup { group: group.clone(), rendering: "r-00000000000000aa".into() }],
+//!     sequence: 6,
 //! };
-//! // The agent's choice, from its labels and the fleet.
-//! let choice = choose("node-1", &Labels::new(), &fleet.index(), &fleet.rollouts()?);
+//! // A change on its way: no wave open yet.
+//! let rollout = NetworkRolloutSpec {
+//!     sequence: 7,
+//!     groups: vec![RolloutGroup {
+//!         group,
+//!         rendering: "r-00000000000000bb".into(),
+//!         previous: Some("r-00000000000000aa".into()),
+//!         through: None,
+//!     }],
+//!     rolled_back: false,
+//! };
+//! // The agent's choice, from its labels, the fleet and its group's rollouts.
+//! let rollouts = current_rollouts(Some(&fleet), [("rollout-7", &rollout)])?;
+//! let choice = choose("node-1", &Labels::new(), &fleet.index(), &rollouts);
 //! assert_eq!(choice.rendering.as_deref(), Some("r-00000000000000aa"));
+//! // Every wave open: the new rendering.
+//! let mut open = rollout.clone();
+//! open.groups[0].through = Some("*".into());
+//! let rollouts = current_rollouts(Some(&fleet), [("rollout-7", &open)])?;
+//! let choice = choose("node-1", &Labels::new(), &fleet.index(), &rollouts);
+//! assert_eq!(choice.rendering.as_deref(), Some("r-00000000000000bb"));
 //! // The rendering's parts, as listed by their label, joined.
 //! let route = SourcedSpec {
 //!     item: RouteSpec { to: "10.20.0.0/16".into(), dev: Some("eth0".into()), ..Default::default() },
 //!     sources: vec![SourceRef { kind: "ClusterConfig".into(), name: "default".into() }],
 //! };
 //! let part = NodeNetworkRenderingSpec {
-//!     rendering: "r-00000000000000aa".into(),
+//!     rendering: "r-00000000000000bb".into(),
 //!     part: 0,
 //!     parts: 1,
 //!     rendered: RenderedSpec { routes: vec![route], ..Default::default() },
 //!     ..Default::default()
 //! };
-//! let joined = join("r-00000000000000aa", [&part])?;
+//! let joined = join("r-00000000000000bb", [&part])?;
 //! assert_eq!(joined.rendered.routes.len(), 1);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -232,9 +248,11 @@ pub fn join<'a>(
     Ok(out)
 }
 
-/// Which rendering each group of nodes runs: every policy's node selector (none of its
-/// items) and each group's rollout. One object, named `default`, written by the
-/// operator; its size follows the policies and the groups, never the node count.
+/// What every agent reads to find its group and what a group runs when no rollout
+/// moves it: every policy's node selector (none of its items) and each group's settled
+/// rendering. One object, named `default`, written by the operator when a policy's
+/// selector changes or a rollout finishes (never while waves open); its size follows
+/// the policies and the groups, never the node count.
 #[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "netpolicy.io",
@@ -256,9 +274,18 @@ pub struct NetworkFleetSpec {
     /// listed).
     #[serde(default)]
     pub policies: Vec<FleetPolicy>,
-    /// Each group's rollout.
+    /// Each group's settled rendering (what its nodes run when no NetworkRollout names
+    /// the group).
     #[serde(default)]
     pub groups: Vec<FleetGroup>,
+    /// The sequence of the last rollout folded in (a new rollout's is higher).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sequence: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // (serde's signature)
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A policy as an agent needs it to find its group.
@@ -272,35 +299,83 @@ pub struct FleetPolicy {
     pub node_selector: LabelSelector,
 }
 
-/// One group's rollout: the rendering its nodes move to, the one they leave and how
-/// far it has gone.
+/// A group's settled rendering.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FleetGroup {
     /// The group (`g-<16 hex digits>` of its policies).
     pub group: String,
-    /// The rollout's name (it orders the waves).
-    pub rollout: String,
-    /// The rendering it rolls out.
+    /// The rendering its nodes run.
     pub rendering: String,
-    /// The rendering the group ran before (absent: none; every node runs the new one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub previous: Option<String>,
-    /// How far it has gone: absent, no wave is open; `*`, every node runs the new
-    /// rendering; `<16 hex digits>/<node>`, the nodes whose place in the rollout is not
-    /// after this one's do.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub through: Option<String>,
-    /// Rolled back: every node runs `previous`.
+}
+
+/// The label prefix of a NetworkRollout's groups: a rollout carries
+/// `group.netpolicy.io/<group>: "true"` for each group it moves, so that an agent
+/// watches only the rollouts of its own group ([`group_label`]).
+pub const GROUP_LABEL_PREFIX: &str = "group.netpolicy.io/";
+
+/// The label a NetworkRollout moving `group` carries (its value is `true`; an agent
+/// selects on the key).
+pub fn group_label(group: &str) -> String {
+    format!("{GROUP_LABEL_PREFIX}{group}")
+}
+
+/// One change on its way to the nodes: the groups it moves (each from the rendering it
+/// ran to a new one) and how far each group's waves have gone (one key a group,
+/// whatever its size). Written by the operator: created when a policy change gives
+/// groups new renderings, updated once per step of its waves (one write, however many
+/// groups open a wave in it), and deleted when every node runs the new renderings
+/// (they are then the groups' settled renderings in the NetworkFleet). Each group's
+/// waves are cut over its nodes within its policies' `maxUnavailable`, which the groups
+/// share; only the agents of the groups it moves watch it.
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "netpolicy.io",
+    version = "v1alpha1",
+    kind = "NetworkRollout",
+    plural = "networkrollouts",
+    shortname = "nprollout",
+    derive = "PartialEq",
+    derive = "Default",
+    printcolumn = r#"{"name":"Sequence","type":"integer","jsonPath":".spec.sequence"}"#,
+    printcolumn = r#"{"name":"Rolled back","type":"boolean","jsonPath":".spec.rolledBack"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkRolloutSpec {
+    /// Its place among rollouts: where two name a group, the higher decides.
+    pub sequence: u64,
+    /// The groups it moves, each with how far its waves have gone.
+    #[serde(default)]
+    pub groups: Vec<RolloutGroup>,
+    /// Rolled back: every node runs its group's `previous`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rolled_back: bool,
 }
 
-/// A fleet field that does not parse.
+/// A group a rollout moves.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutGroup {
+    /// The group (`g-<16 hex digits>` of its policies).
+    pub group: String,
+    /// The rendering it moves to.
+    pub rendering: String,
+    /// The rendering it ran before (absent: none; every node runs the new one at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<String>,
+    /// How far it has gone: absent, no wave is open; `*`, every node of the group runs
+    /// the new rendering; `<16 hex digits>/<node>`, the nodes whose place in the
+    /// rollout is not after this one's do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub through: Option<String>,
+}
+
+/// A fleet or rollout field that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]
 pub struct FleetError {
-    /// The field (`spec.groups[3].through`).
+    /// The field (`spec.through`).
     pub field: String,
     /// What is wrong.
     pub message: String,
@@ -322,69 +397,104 @@ impl NetworkFleetSpec {
             .collect()
     }
 
-    /// Each group's rollout.
-    ///
-    /// # Errors
-    /// [`FleetError`] naming the first `through` that does not parse.
-    pub fn rollouts(&self) -> Result<Vec<Rollout>, FleetError> {
+    /// Each group's settled rendering as a finished rollout.
+    pub fn settled(&self) -> Vec<Rollout> {
         self.groups
             .iter()
-            .enumerate()
-            .map(|(i, g)| g.rollout(&format!("spec.groups[{i}]")))
+            .map(|g| Rollout {
+                name: String::new(),
+                group: g.group.clone(),
+                rendering: g.rendering.clone(),
+                previous: None,
+                through: Through::Everything,
+                rolled_back: false,
+            })
             .collect()
     }
 }
 
-impl FleetGroup {
-    /// The group's published rollout as [`netpolicy_core::fleet`] reads it.
+impl RolloutGroup {
+    /// How far it has gone, parsed (`path` names the group in an error).
     ///
     /// # Errors
     /// [`FleetError`] for a `through` that is neither `*` nor `<16 hex digits>/<node>`.
-    pub fn rollout(&self, path: &str) -> Result<Rollout, FleetError> {
-        let through = match self.through.as_deref() {
-            None => Through::Nothing,
-            Some("*") => Through::Everything,
-            Some(t) => {
-                let bad = || FleetError {
-                    field: format!("{path}.through"),
-                    message: format!("{t:?} is neither * nor <16 hex digits>/<node>"),
-                };
-                let (hash, node) = t.split_once('/').ok_or_else(bad)?;
-                if hash.len() != 16 || node.is_empty() {
-                    return Err(bad());
-                }
-                let hash = u64::from_str_radix(hash, 16).map_err(|_| bad())?;
-                Through::Key(OrderKey {
-                    hash,
-                    node: node.to_owned(),
-                })
-            }
+    pub fn through(&self, path: &str) -> Result<Through, FleetError> {
+        let Some(t) = self.through.as_deref() else {
+            return Ok(Through::Nothing);
         };
-        Ok(Rollout {
-            name: self.rollout.clone(),
-            group: self.group.clone(),
-            rendering: self.rendering.clone(),
-            previous: self.previous.clone(),
-            through,
-            rolled_back: self.rolled_back,
-        })
+        if t == "*" {
+            return Ok(Through::Everything);
+        }
+        let bad = || FleetError {
+            field: format!("{path}.through"),
+            message: format!("{t:?} is neither * nor <16 hex digits>/<node>"),
+        };
+        let (hash, node) = t.split_once('/').ok_or_else(bad)?;
+        if hash.len() != 16 || node.is_empty() {
+            return Err(bad());
+        }
+        let hash = u64::from_str_radix(hash, 16).map_err(|_| bad())?;
+        Ok(Through::Key(OrderKey {
+            hash,
+            node: node.to_owned(),
+        }))
     }
 
-    /// A published rollout as the fleet stores it.
-    pub fn from_rollout(r: &Rollout) -> Self {
-        Self {
-            group: r.group.clone(),
-            rollout: r.name.clone(),
-            rendering: r.rendering.clone(),
-            previous: r.previous.clone(),
-            through: match &r.through {
-                Through::Nothing => None,
-                Through::Everything => Some("*".into()),
-                Through::Key(k) => Some(format!("{:016x}/{}", k.hash, k.node)),
-            },
-            rolled_back: r.rolled_back,
+    /// `through` as the rollout stores it.
+    pub fn through_text(through: &Through) -> Option<String> {
+        match through {
+            Through::Nothing => None,
+            Through::Everything => Some("*".into()),
+            Through::Key(k) => Some(format!("{:016x}/{}", k.hash, k.node)),
         }
     }
+}
+
+impl NetworkRolloutSpec {
+    /// Its groups' rollouts as [`netpolicy_core::fleet`] reads them (`name` is the
+    /// object's name: it orders the waves).
+    ///
+    /// # Errors
+    /// [`FleetError`] for a `through` that does not parse.
+    pub fn rollouts(&self, name: &str) -> Result<Vec<Rollout>, FleetError> {
+        self.groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                Ok(Rollout {
+                    name: name.to_owned(),
+                    group: g.group.clone(),
+                    rendering: g.rendering.clone(),
+                    previous: g.previous.clone(),
+                    through: g.through(&format!("spec.groups[{i}]"))?,
+                    rolled_back: self.rolled_back,
+                })
+            })
+            .collect()
+    }
+}
+
+/// What every group runs, as [`netpolicy_core::fleet::choose`] reads it: the groups of
+/// the rollouts (`(name, spec)`), newest first, then the fleet's settled renderings.
+/// The agent passes its own group's rollouts; the operator passes all of them.
+///
+/// # Errors
+/// [`FleetError`] naming the rollout whose `through` does not parse.
+pub fn current_rollouts<'a>(
+    fleet: Option<&NetworkFleetSpec>,
+    rollouts: impl IntoIterator<Item = (&'a str, &'a NetworkRolloutSpec)>,
+) -> Result<Vec<Rollout>, FleetError> {
+    let mut listed: Vec<(&str, &NetworkRolloutSpec)> = rollouts.into_iter().collect();
+    listed.sort_by(|a, b| b.1.sequence.cmp(&a.1.sequence).then_with(|| a.0.cmp(b.0)));
+    let mut out = Vec::new();
+    for (name, spec) in listed {
+        out.extend(spec.rollouts(name).map_err(|e| FleetError {
+            field: format!("NetworkRollout/{name}: {}", e.field),
+            message: e.message,
+        })?);
+    }
+    out.extend(fleet.map(NetworkFleetSpec::settled).unwrap_or_default());
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -490,25 +600,35 @@ mod tests {
     }
 
     #[test]
-    fn a_rollout_survives_the_trip_through_the_fleet_and_a_bad_key_names_its_field() {
+    fn a_rollout_survives_the_trip_through_its_object_and_a_bad_key_names_its_field() {
         for through in [
             Through::Nothing,
             Through::Everything,
-            Through::Key(order_key("default-3", "node-7")),
+            Through::Key(order_key("rollout-3", "node-7")),
             Through::Key(OrderKey {
                 hash: 0,
                 node: "n".into(),
             }),
         ] {
+            let spec = NetworkRolloutSpec {
+                sequence: 3,
+                groups: vec![RolloutGroup {
+                    group: "g-1".into(),
+                    rendering: "r-2".into(),
+                    previous: Some("r-1".into()),
+                    through: RolloutGroup::through_text(&through),
+                }],
+                rolled_back: false,
+            };
             let r = Rollout {
-                name: "default-3".into(),
+                name: "rollout-3".into(),
                 group: "g-1".into(),
                 rendering: "r-2".into(),
                 previous: Some("r-1".into()),
                 through,
                 rolled_back: false,
             };
-            assert_eq!(FleetGroup::from_rollout(&r).rollout("g").as_ref(), Ok(&r));
+            assert_eq!(spec.rollouts("rollout-3"), Ok(vec![r]));
         }
         for bad in [
             "",
@@ -517,17 +637,67 @@ mod tests {
             "0000000000000000/",
             "0000000000000000",
         ] {
-            let g = FleetGroup {
-                through: Some(bad.into()),
-                ..FleetGroup::default()
+            let spec = NetworkRolloutSpec {
+                groups: vec![
+                    RolloutGroup::default(),
+                    RolloutGroup {
+                        through: Some(bad.into()),
+                        ..RolloutGroup::default()
+                    },
+                ],
+                ..NetworkRolloutSpec::default()
             };
-            let fleet = NetworkFleetSpec {
-                groups: vec![FleetGroup::default(), g],
-                ..Default::default()
-            };
-            let e = fleet.rollouts().expect_err(bad);
-            assert_eq!(e.field, "spec.groups[1].through", "{bad}");
+            let e = current_rollouts(None, [("rollout-1", &spec)]).expect_err(bad);
+            assert_eq!(
+                e.field, "NetworkRollout/rollout-1: spec.groups[1].through",
+                "{bad}"
+            );
         }
+    }
+
+    #[test]
+    fn the_newest_rollout_naming_a_group_decides_then_the_settled_rendering() {
+        let group = |g: &str, r: &str| RolloutGroup {
+            group: g.into(),
+            rendering: r.into(),
+            previous: Some("r-0".into()),
+            through: Some("*".into()),
+        };
+        let old = NetworkRolloutSpec {
+            sequence: 4,
+            groups: vec![group("g-1", "r-old"), group("g-2", "r-two")],
+            rolled_back: false,
+        };
+        let new = NetworkRolloutSpec {
+            sequence: 5,
+            groups: vec![group("g-1", "r-new")],
+            rolled_back: false,
+        };
+        let fleet = NetworkFleetSpec {
+            groups: vec![
+                FleetGroup {
+                    group: "g-1".into(),
+                    rendering: "r-settled".into(),
+                },
+                FleetGroup {
+                    group: "g-3".into(),
+                    rendering: "r-three".into(),
+                },
+            ],
+            ..NetworkFleetSpec::default()
+        };
+        // Listed oldest first: the order they are given in does not matter.
+        let all = current_rollouts(Some(&fleet), [("rollout-4", &old), ("rollout-5", &new)])
+            .expect("valid");
+        let first = |g: &str| {
+            all.iter()
+                .find(|r| r.group == g)
+                .map(|r| r.rendering.as_str())
+        };
+        assert_eq!(first("g-1"), Some("r-new"));
+        assert_eq!(first("g-2"), Some("r-two"));
+        assert_eq!(first("g-3"), Some("r-three"));
+        assert_eq!(first("g-4"), None);
     }
 
     #[test]

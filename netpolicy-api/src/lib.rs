@@ -85,6 +85,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         NodeNetworkConfig::crd(),
         NodeNetworkRendering::crd(),
         NetworkFleet::crd(),
+        NetworkRollout::crd(),
         FloatingIPRange::crd(),
         FloatingIP::crd(),
         FloatingIPClaim::crd(),

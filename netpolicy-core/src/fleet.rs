@@ -9,10 +9,12 @@
 //! - **The index.** The agent finds its group from its labels and every policy's
 //!   selector ([`PolicySelector`]: a policy's identity and selector, none of its items):
 //!   small, and the same for every node.
-//! - **Waves.** A group's rollout ([`Rollout`]) sends its new rendering out in waves. A
+//! - **Waves.** A rollout ([`Rollout`], one per group it moves; every group one change
+//!   moves shares its name and its waves) sends the new renderings out in waves. A
 //!   node's place in a rollout is its [`order_key`] (a hash of the rollout's name and
-//!   the node's name, then the name): the operator sorts the group's members by it and
-//!   cuts waves of at most `max` nodes ([`plan_waves`], kept in its [`Waves`]), and
+//!   the node's name, then the name): the operator sorts the members of every group the
+//!   change moves by it and cuts waves within each policy's budget
+//!   ([`plan_waves_within`]; [`plan_waves`] for one budget; kept in its [`Waves`]), and
 //!   publishes only the last key of the last open wave ([`Rollout::through`]). A node
 //!   runs the new rendering when its own key is not above it: no member list and no
 //!   wave list, so the rollout object does not grow with the group. Opening a wave or
@@ -257,7 +259,9 @@ pub struct Choice {
 }
 
 /// The agent's choice for node `name` with `labels`, from the policy index and the
-/// published rollouts it reads (one per group; it may read only its group's).
+/// published rollouts it reads (it may read only its group's). The first rollout that
+/// names the group decides: list the newest first (a group's settled rendering is a
+/// rollout with no `previous`, listed after every rollout under way).
 pub fn choose(
     name: &str,
     labels: &Labels,
@@ -350,77 +354,132 @@ pub enum Report {
     Failed,
 }
 
-/// A group's rollout as [`advance`] reads it.
+/// A member of a rollout as [`advance`] reads it: its place, its report on the new
+/// rendering, and the policies that select it (their budgets gate its wave).
+#[derive(Debug, Clone)]
+pub struct Member<'a, P> {
+    /// Its key in the rollout.
+    pub key: OrderKey,
+    /// Its report on the rendering the rollout gives it.
+    pub report: Report,
+    /// The policies of its group.
+    pub policies: &'a [P],
+}
+
+/// A rollout as [`advance`] reads it: its waves, over members of one group or of every
+/// group one change touches (one wave sequence, one published key).
 #[derive(Debug, Clone)]
 pub struct Progress<'a, P> {
     /// The rollout and its waves.
     pub waves: &'a Waves,
-    /// The policies of the group (their budgets gate its waves).
-    pub policies: &'a [P],
-    /// Each member's key in this rollout and its report on the new rendering.
-    pub members: &'a [(OrderKey, Report)],
+    /// Its members, with their reports.
+    pub members: &'a [Member<'a, P>],
 }
 
-/// The next step of every group's rollout: how many of its waves are open now (the
-/// same or more). A group's next wave opens when, for every policy of the group, no
-/// member of that policy reports `Failed` in an open wave (a failure halts the policy's
-/// rollout, as a Degraded node does) and the members not yet `Applied` in open waves,
-/// over all the policy's groups, plus the wave's members stay within the policy's
-/// `max` (its `maxUnavailable`, resolved). A wave larger than `max` opens only when
-/// none of its policies' members is unavailable: a rollout always progresses. Groups
-/// are taken by name; a wave that opens counts against the budgets of the groups after
-/// it.
-pub fn advance<P: Ord + Clone>(groups: &[Progress<'_, P>], max: &BTreeMap<P, usize>) -> Vec<usize> {
+/// The waves of a rollout over `members` (each with the policies that select it),
+/// within each policy's budget (`max`; a policy absent from it is not limited): the
+/// members sorted by [`order_key`], each wave closed before a member that would take
+/// one of its policies over its budget (a wave holds at least one member). Each wave
+/// is given by its last member's key. With one policy of budget `m` this is
+/// [`plan_waves`] with `m`.
+pub fn plan_waves_within<S: AsRef<str>, P: Ord>(
+    rollout: &str,
+    members: &[(S, &[P])],
+    max: &BTreeMap<P, usize>,
+) -> Vec<OrderKey> {
+    let mut keyed: Vec<(OrderKey, &[P])> = members
+        .iter()
+        .map(|(m, p)| (order_key(rollout, m.as_ref()), *p))
+        .collect();
+    keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    keyed.dedup_by(|a, b| a.0 == b.0);
+    let mut bounds = Vec::new();
+    let mut taken: BTreeMap<&P, usize> = BTreeMap::new();
+    let mut last: Option<&OrderKey> = None;
+    for (key, policies) in &keyed {
+        let over = policies.iter().any(|p| {
+            let cap = max.get(p).copied().unwrap_or(usize::MAX).max(1);
+            taken.get(p).copied().unwrap_or_default() + 1 > cap
+        });
+        if over && let Some(l) = last {
+            bounds.push(l.clone());
+            taken.clear();
+        }
+        for p in *policies {
+            *taken.entry(p).or_default() += 1;
+        }
+        last = Some(key);
+    }
+    if let Some(l) = last {
+        bounds.push(l.clone());
+    }
+    bounds
+}
+
+/// The next step of every rollout: how many of its waves are open now (the same or
+/// more). A rollout's next wave opens when, for every policy of the wave's members, no
+/// member of that policy reports `Failed` in an open wave of any rollout (a failure
+/// halts the policy's rollouts, as a Degraded node does) and that policy's members not
+/// yet `Applied` in open waves, plus the wave's members of it, stay within the policy's
+/// `max` (its `maxUnavailable`, resolved). A wave that alone exceeds a budget opens
+/// only when none of that policy's members is unavailable: a rollout always
+/// progresses. Rollouts are taken by name; a wave that opens counts against the budgets
+/// of the rollouts after it.
+pub fn advance<P: Ord + Clone>(
+    rollouts: &[Progress<'_, P>],
+    max: &BTreeMap<P, usize>,
+) -> Vec<usize> {
     let is_open = |g: &Progress<'_, P>, key: &OrderKey| {
         !g.waves.rollout.rolled_back && wave_of(key, &g.waves.bounds) < g.waves.open
     };
     let mut unavailable: BTreeMap<P, usize> = BTreeMap::new();
     let mut halted: BTreeMap<P, bool> = BTreeMap::new();
-    for g in groups {
-        let open: Vec<Report> = g
-            .members
-            .iter()
-            .filter(|(k, _)| is_open(g, k))
-            .map(|(_, r)| *r)
-            .collect();
-        let down = open.iter().filter(|r| **r != Report::Applied).count();
-        let failed = open.contains(&Report::Failed);
-        for p in g.policies {
-            *unavailable.entry(p.clone()).or_default() += down;
-            *halted.entry(p.clone()).or_default() |= failed;
+    for g in rollouts {
+        for m in g.members.iter().filter(|m| is_open(g, &m.key)) {
+            for p in m.policies {
+                *unavailable.entry(p.clone()).or_default() +=
+                    usize::from(m.report != Report::Applied);
+                *halted.entry(p.clone()).or_default() |= m.report == Report::Failed;
+            }
         }
     }
-    let mut order: Vec<usize> = (0..groups.len()).collect();
+    let mut order: Vec<usize> = (0..rollouts.len()).collect();
     order.sort_by(|a, b| {
-        groups[*a]
+        rollouts[*a]
             .waves
             .rollout
-            .group
-            .cmp(&groups[*b].waves.rollout.group)
+            .name
+            .cmp(&rollouts[*b].waves.rollout.name)
     });
-    let mut out: Vec<usize> = groups.iter().map(|g| g.waves.open).collect();
+    let mut out: Vec<usize> = rollouts.iter().map(|g| g.waves.open).collect();
     for i in order {
-        let g = &groups[i];
+        let g = &rollouts[i];
         let w = g.waves.open;
         if g.waves.rollout.rolled_back || w >= g.waves.bounds.len() {
             continue;
         }
-        let size = g
+        // The wave's members per policy.
+        let mut size: BTreeMap<&P, usize> = BTreeMap::new();
+        for m in g
             .members
             .iter()
-            .filter(|(k, _)| wave_of(k, &g.waves.bounds) == w)
-            .count();
-        let fits = g.policies.iter().all(|p| {
-            let down = unavailable.get(p).copied().unwrap_or_default();
-            let cap = max.get(p).copied().unwrap_or(usize::MAX).max(1);
-            !halted.get(p).copied().unwrap_or_default() && (down + size <= cap || down == 0)
+            .filter(|m| wave_of(&m.key, &g.waves.bounds) == w)
+        {
+            for p in m.policies {
+                *size.entry(p).or_default() += 1;
+            }
+        }
+        let fits = size.iter().all(|(p, n)| {
+            let down = unavailable.get(*p).copied().unwrap_or_default();
+            let cap = max.get(*p).copied().unwrap_or(usize::MAX).max(1);
+            !halted.get(*p).copied().unwrap_or_default() && (down + n <= cap || down == 0)
         });
         if !fits {
             continue;
         }
         out[i] = w + 1;
-        for p in g.policies {
-            *unavailable.entry(p.clone()).or_default() += size;
+        for (p, n) in size {
+            *unavailable.entry(p.clone()).or_default() += n;
         }
     }
     out

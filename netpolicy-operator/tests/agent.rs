@@ -997,14 +997,17 @@ fn rendering(name: &str, routes: &[(&str, &str)], extra: Value) -> Value {
 }
 
 /// A shared NodeNetworkConfig (`spec.shared`): the agent picks its group's rendering
-/// from its Node's labels and the NetworkFleet (here written by the test, as the
-/// operator would), lays its own items over it, follows the fleet's waves, keeps what
-/// it runs when its group has no rollout, stays quiet, and reports a rendering whose
-/// probes fail (rolling back to the one before).
+/// from its Node's labels, the NetworkFleet and its group's NetworkRollouts (here
+/// written by the test, as the operator would), lays its own items over it, follows a
+/// rollout's waves and the newest rollout, keeps what it runs when its group has
+/// nothing, stays quiet, and reports a rendering whose probes fail (rolling back to the
+/// one before).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_shared_object_runs_the_rendering_its_labels_and_wave_pick_under_its_own_items() {
     use kube::api::DynamicObject;
-    use netpolicy_operator::api::{NetworkFleet, netpolicy_core::fleet::group_name};
+    use netpolicy_operator::api::{
+        NetworkFleet, NetworkRollout, group_label, netpolicy_core::fleet::group_name,
+    };
     let Some(Setup {
         ns,
         cp,
@@ -1051,32 +1054,58 @@ async fn a_shared_object_runs_the_rendering_its_labels_and_wave_pick_under_its_o
             .unwrap();
     }
     let fleets: Api<NetworkFleet> = Api::all(client.clone());
+    let rollouts: Api<NetworkRollout> = Api::all(client.clone());
     let edge = group_name(["NodeConfig/edge"]);
-    let fleet = |rendering: &str, previous: &str, through: Option<&str>| {
+    // The fleet: the policy, and the group's settled rendering.
+    let fleet = json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "NetworkFleet",
+        "metadata": {"name": "default"},
+        "spec": {
+            "policies": [{"policy": "NodeConfig/edge", "nodeSelector": {"matchLabels": {"role": "edge"}}}],
+            "groups": [{"group": edge, "rendering": old}],
+            "sequence": 1,
+        },
+    });
+    fleets
+        .patch(
+            "default",
+            &PatchParams::apply("netpolicy-tests").force(),
+            &Patch::Apply(fleet),
+        )
+        .await
+        .unwrap();
+    // A change's rollout (labelled with the group it moves: the agent watches those of
+    // its group only).
+    let rollout = |name: &str,
+                   sequence: u64,
+                   rendering: &str,
+                   previous: &str,
+                   through: Option<&str>| {
         json!({
-            "apiVersion": "netpolicy.io/v1alpha1", "kind": "NetworkFleet",
-            "metadata": {"name": "default"},
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "NetworkRollout",
+            "metadata": {"name": name, "labels": {group_label(&edge): "true"}},
             "spec": {
-                "policies": [{"policy": "NodeConfig/edge", "nodeSelector": {"matchLabels": {"role": "edge"}}}],
-                "groups": [{"group": edge, "rollout": format!("{rendering}-rollout"),
-                            "rendering": rendering, "previous": previous, "through": through}],
+                "sequence": sequence,
+                "groups": [{"group": edge, "rendering": rendering, "previous": previous, "through": through}],
             },
         })
     };
-    let set_fleet = |f: Value| {
-        let fleets = fleets.clone();
+    let set_rollout = |r: Value| {
+        let rollouts = rollouts.clone();
         async move {
-            fleets
+            let name = r["metadata"]["name"].as_str().unwrap().to_owned();
+            rollouts
                 .patch(
-                    "default",
+                    &name,
                     &PatchParams::apply("netpolicy-tests").force(),
-                    &Patch::Apply(f),
+                    &Patch::Apply(r),
                 )
                 .await
                 .unwrap();
         }
     };
-    set_fleet(fleet(&new, &old, None)).await;
+    let (first, second) = (cp.unique("rollout"), cp.unique("rollout"));
+    set_rollout(rollout(&first, 2, &new, &old, None)).await;
     // Its own item: what only this node has.
     let mut own = nnc(&node, "own-1", json!([route("10.40.0.0/16", "192.0.2.1")]));
     own.spec.shared = true;
@@ -1110,7 +1139,7 @@ async fn a_shared_object_runs_the_rendering_its_labels_and_wave_pick_under_its_o
     );
 
     // Every wave open: the new rendering.
-    set_fleet(fleet(&new, &old, Some("*"))).await;
+    set_rollout(rollout(&first, 2, &new, &old, Some("*"))).await;
     eventually("the new rendering under the own item", 30, || async {
         let t = table();
         t.contains("10.20.0.0/16 via 192.0.2.2")
@@ -1126,7 +1155,8 @@ async fn a_shared_object_runs_the_rendering_its_labels_and_wave_pick_under_its_o
     let after = api.get(&node).await.unwrap().metadata.resource_version;
     assert_eq!(before, after, "a quiet shared node writes nothing");
 
-    // Another group (no rollout for it): the node keeps what it runs.
+    // Another group (neither a rollout nor a settled rendering): the node keeps what it
+    // runs.
     nodes
         .patch(
             &node,
@@ -1146,8 +1176,9 @@ async fn a_shared_object_runs_the_rendering_its_labels_and_wave_pick_under_its_o
         .await
         .unwrap();
 
-    // A rendering whose probe fails: applied, rolled back, reported.
-    set_fleet(fleet(&bad, &new, Some("*"))).await;
+    // A newer rollout (it decides over the first) with a rendering whose probe fails:
+    // applied, rolled back, reported.
+    set_rollout(rollout(&second, 3, &bad, &new, Some("*"))).await;
     eventually(
         "the failing rendering is reported and rolled back",
         40,
@@ -1166,5 +1197,8 @@ async fn a_shared_object_runs_the_rendering_its_labels_and_wave_pick_under_its_o
     assert_eq!(s.applied_rendering.as_deref(), Some(new.as_str()));
     // The fleet is shared by every test of this control plane: leave none.
     fleets.delete("default", &Default::default()).await.unwrap();
+    for r in [&first, &second] {
+        rollouts.delete(r, &Default::default()).await.unwrap();
+    }
     nodes.delete(&node, &Default::default()).await.unwrap();
 }

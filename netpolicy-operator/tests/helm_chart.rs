@@ -558,6 +558,36 @@ async fn the_rendered_chart_applies_and_its_rbac_is_least_privilege() {
         )
         .await
         .unwrap();
+    // Rollouts: the agent lists and watches those of its group (by label) and writes
+    // none; the operator applies and deletes them.
+    let (rollout_ar, _) = discovery::pinned_kind(&admin, &gvk("NetworkRollout"))
+        .await
+        .unwrap();
+    let agent_rollout = Api::<DynamicObject>::all_with(agent.clone(), &rollout_ar);
+    let of_group = kube::api::ListParams::default().labels("group.netpolicy.io/g-0000000000000000");
+    assert!(agent_rollout.list(&of_group).await.is_ok());
+    let ro = cp.unique("rollout-rbac");
+    let rollout: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "NetworkRollout",
+        "metadata": {"name": ro}, "spec": {"sequence": 1}
+    }))
+    .unwrap();
+    let apply = PatchParams::apply("t");
+    assert!(forbidden(
+        agent_rollout
+            .patch(&ro, &apply, &Patch::Apply(&rollout))
+            .await
+    ));
+    let op_rollout = Api::<DynamicObject>::all_with(operator.clone(), &rollout_ar);
+    op_rollout
+        .patch(&ro, &apply, &Patch::Apply(&rollout))
+        .await
+        .unwrap();
+    assert!(forbidden(
+        agent_rollout.delete(&ro, &Default::default()).await
+    ));
+    op_rollout.delete(&ro, &Default::default()).await.unwrap();
+
     let op_rendering = Api::<DynamicObject>::all_with(operator.clone(), &rendering_ar);
     op_rendering.create(&pp, &rendering(&r)).await.unwrap();
     assert!(forbidden(

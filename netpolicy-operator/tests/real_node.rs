@@ -1728,6 +1728,29 @@ fn rbac(cluster: &NodeCluster, installed: usize) {
         ),
         (
             OPERATOR,
+            "netpolicy.io",
+            "networkrollouts",
+            "create",
+            "server-side apply creating a NetworkRollout (the audit logs an apply as patch)",
+        ),
+        (
+            OPERATOR,
+            "netpolicy.io",
+            "networkrollouts",
+            "patch",
+            "a change's rollout: none here, since the run's policies do not change after \
+             shared renderings are turned on (the nodes move over on what they run: the \
+             fleet settles it without a rollout); tests/shared_renderings.rs writes them",
+        ),
+        (
+            OPERATOR,
+            "netpolicy.io",
+            "networkrollouts",
+            "delete",
+            "a finished rollout, folded into the fleet: none here (above)",
+        ),
+        (
+            OPERATOR,
             "events.k8s.io",
             "events",
             "patch",

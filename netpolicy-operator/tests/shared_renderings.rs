@@ -5,11 +5,11 @@
 //! - In place: the operator started again with shared renderings moves nodes whose
 //!   agents read them from whole per-node objects to their own items over their
 //!   group's rendering, and `ip monitor` hears no route of theirs removed or re-added.
-//! - A policy edit then writes no NodeNetworkConfig spec: one new rendering, and the
-//!   fleet wave by wave (`maxUnavailable: 1`: three waves over three nodes); every
-//!   kernel gets the change; the rendering left behind is deleted once every node runs
-//!   the new one.
-//! - Quiet: over several resyncs, no spec, fleet or rendering is written.
+//! - A policy edit then writes no NodeNetworkConfig spec: one new rendering, and one
+//!   NetworkRollout moved on wave by wave (`maxUnavailable: 1`: three waves over three
+//!   nodes); every kernel gets the change; the rollout is folded into the fleet and
+//!   deleted, and the rendering left behind is deleted once every node runs the new one.
+//! - Quiet: over several resyncs, no spec, fleet, rollout or rendering is written.
 //!
 //! Its own control plane: the fleet is one object per cluster, and other tests' operators
 //! write whole per-node objects.
@@ -28,7 +28,9 @@ use kube::{
     runtime::{WatchStreamExt, watcher},
 };
 use netpolicy_netlink::testns::TestNamespace;
-use netpolicy_operator::api::{NetworkFleet, NodeNetworkConfig, NodeNetworkRendering, crds};
+use netpolicy_operator::api::{
+    NetworkFleet, NetworkRollout, NodeNetworkConfig, NodeNetworkRendering, crds,
+};
 use netpolicy_testenv::eventually;
 use serde_json::json;
 
@@ -69,7 +71,7 @@ fn node_config(pool: &str, via: &str) -> serde_json::Value {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_edit_rolls_out_through_the_fleet_and_writes_no_node_object() {
+async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
     let mut nets = Vec::new();
     for i in 0..3 {
         let Some(ns) = TestNamespace::new(&format!("shared renderings {i}")).unwrap() else {
@@ -218,18 +220,20 @@ async fn an_edit_rolls_out_through_the_fleet_and_writes_no_node_object() {
             o.spec.rendered.routes
         );
     }
-    // Every version of the fleet, from here on.
+    // Every version of every rollout, from here on.
     let fleets: Api<NetworkFleet> = Api::all(client.clone());
-    let seen: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+    let rollouts: Api<NetworkRollout> = Api::all(client.clone());
+    type Seen = Vec<(String, Option<String>)>;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
     let watch = {
         let seen = Arc::clone(&seen);
-        let mut stream = watcher(fleets.clone(), watcher::Config::default())
+        let mut stream = watcher(rollouts.clone(), watcher::Config::default())
             .applied_objects()
             .boxed();
         tokio::spawn(async move {
-            while let Some(Ok(f)) = stream.next().await {
-                let through = f.spec.groups.first().and_then(|g| g.through.clone());
-                seen.lock().unwrap().push(through);
+            while let Some(Ok(r)) = stream.next().await {
+                let through = r.spec.groups.first().and_then(|g| g.through.clone());
+                seen.lock().unwrap().push((r.name_any(), through));
             }
         })
     };
@@ -283,13 +287,37 @@ async fn an_edit_rolls_out_through_the_fleet_and_writes_no_node_object() {
         || async { renderings(&client).await == BTreeSet::from([r2.clone()]) },
     )
     .await;
+    eventually(
+        "the rollout is folded into the fleet and deleted",
+        30,
+        || async {
+            rollouts
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+        },
+    )
+    .await;
     watch.abort();
     let seen = seen.lock().unwrap().clone();
-    let keys: BTreeSet<&String> = seen.iter().flatten().filter(|t| *t != "*").collect();
+    let rollout_names: BTreeSet<&String> = seen.iter().map(|(n, _)| n).collect();
+    assert_eq!(rollout_names.len(), 1, "one rollout for the edit: {seen:?}");
+    let keys: BTreeSet<&String> = seen
+        .iter()
+        .filter_map(|(_, t)| t.as_ref())
+        .filter(|t| *t != "*")
+        .collect();
     assert_eq!(
         keys.len(),
         2,
         "three waves of one node: two keys, then every node: {seen:?}"
+    );
+    let settled = fleets.get("default").await.unwrap().spec.groups;
+    assert!(
+        settled.iter().any(|g| g.rendering == r2),
+        "the fleet settles the group on the new rendering: {settled:?}"
     );
 
     // Quiet: three resyncs of the operator (2 s) and several of the agents (1 s).

@@ -10,8 +10,9 @@
 //! Workload: `NETPOLICY_SCALE_NODES` Nodes (default 2,000) over 100 pools, a
 //! ClusterConfig of 500 routes and 100 NodeConfigs (one per pool): 100 distinct
 //! configurations. A simulated agent per node, in this process, with the real agent's
-//! three watches (its NodeNetworkConfig, its Node's metadata, the NetworkFleet) and the
-//! library's own selection (`fleet::choose`, `join`, `NodeNetworkConfigSpec::effective`),
+//! four watches (its NodeNetworkConfig, its Node's metadata, the NetworkFleet, the
+//! NetworkRollouts of its group by label) and the library's own selection
+//! (`fleet::choose`, `current_rollouts`, `join`, `NodeNetworkConfigSpec::effective`),
 //! reading its rendering by label as the agent does, and a no-op kernel: it reports the
 //! revision it would run in its status (one merge patch when that changes).
 //!
@@ -37,14 +38,15 @@ use std::{
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Node;
 use kube::{
-    Api, Client,
+    Api, Client, ResourceExt,
     api::{ListParams, Patch, PatchParams, PostParams},
     core::PartialObjectMeta,
     runtime::{WatchStreamExt, watcher},
 };
 use netpolicy_operator::api::{
-    ClusterConfig, Joined, NetworkFleet, NetworkFleetSpec, NodeNetworkConfig,
-    NodeNetworkConfigSpec, NodeNetworkRendering, RENDERING_LABEL, crds, join,
+    ClusterConfig, Joined, NetworkFleet, NetworkFleetSpec, NetworkRollout, NetworkRolloutSpec,
+    NodeNetworkConfig, NodeNetworkConfigSpec, NodeNetworkRendering, RENDERING_LABEL, crds,
+    current_rollouts, group_label, join,
     netpolicy_core::{fleet::choose, selector::Labels},
 };
 use serde_json::json;
@@ -104,6 +106,13 @@ async fn agent(client: Client, node: String, fleet: Fleet) {
     let mut fleets = watcher(Api::<NetworkFleet>::all(client.clone()), fleet_cfg)
         .default_backoff()
         .boxed();
+    // The rollouts of its group only (by their label), started again when its group
+    // changes, as the agent's.
+    let rollout_api: Api<NetworkRollout> = Api::all(client.clone());
+    let mut group: Option<String> = None;
+    let mut listed: Option<String> = None;
+    let mut of_group: BTreeMap<String, NetworkRolloutSpec> = BTreeMap::new();
+    let mut rollouts = stream::pending::<watcher::Result<watcher::Event<NetworkRollout>>>().boxed();
     let renderings: Api<NodeNetworkRendering> = Api::all(client.clone());
     let (mut nnc, mut spec, mut labels): (
         Option<NodeNetworkConfig>,
@@ -130,14 +139,48 @@ async fn agent(client: Client, node: String, fleet: Fleet) {
                 Some(_) => continue,
                 None => return,
             },
+            Some(ev) = rollouts.next() => match ev {
+                Ok(watcher::Event::Init) => {
+                    of_group.clear();
+                    continue;
+                }
+                Ok(watcher::Event::InitApply(r)) => {
+                    of_group.insert(r.name_any(), r.spec);
+                    continue;
+                }
+                Ok(watcher::Event::InitDone) => listed.clone_from(&group),
+                Ok(watcher::Event::Apply(r)) => {
+                    of_group.insert(r.name_any(), r.spec);
+                }
+                Ok(watcher::Event::Delete(r)) => {
+                    of_group.remove(&r.name_any());
+                }
+                Err(_) => continue,
+            },
+        }
+        if let (Some(l), Some(f)) = (&labels, &spec) {
+            let g = choose(&node, l, &f.index(), &[]).group;
+            if group.as_ref() != Some(&g) {
+                let cfg = watcher::Config::default().labels(&group_label(&g));
+                rollouts = watcher(rollout_api.clone(), cfg).default_backoff().boxed();
+                group = Some(g);
+                of_group.clear();
+            }
         }
         let Some(o) = nnc.clone() else { continue };
         let (runs, rendering): (NodeNetworkConfigSpec, Option<String>) = if o.spec.shared {
             let (Some(l), Some(f)) = (&labels, &spec) else {
                 continue;
             };
-            let Ok(rollouts) = f.rollouts() else { continue };
-            let Some(name) = choose(&node, l, &f.index(), &rollouts).rendering else {
+            if listed != group {
+                continue;
+            }
+            let Ok(current) =
+                current_rollouts(Some(f), of_group.iter().map(|(n, r)| (n.as_str(), r)))
+            else {
+                continue;
+            };
+            let Some(name) = choose(&node, l, &f.index(), &current).rendering else {
                 continue;
             };
             if read.as_ref().is_none_or(|j| j.rendering != name) {
@@ -338,15 +381,16 @@ async fn edit_costs(n: usize, shared: bool) -> Cost {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // The rollout's last writes (the fleet forgetting the old rendering, its deletion).
+    // The rollout's last writes (folded into the fleet, deleted, the old rendering
+    // deleted).
     tokio::time::sleep(Duration::from_secs(5)).await;
     let writes: Vec<_> = cp.all_writes().into_iter().skip(writes_before).collect();
-    // The operator's: node objects, renderings, the fleet, and the policies' status
+    // The operator's: node objects, renderings, the fleet, rollouts, and the policies' status
     // (the agents write only node objects' status).
     let ours = |w: &netpolicy_testenv::Write| {
         let objects = matches!(
             w.resource.as_str(),
-            "nodenetworkconfigs" | "nodenetworkrenderings" | "networkfleets"
+            "nodenetworkconfigs" | "nodenetworkrenderings" | "networkfleets" | "networkrollouts"
         ) && w.subresource.is_empty();
         let status = matches!(w.resource.as_str(), "clusterconfigs" | "nodeconfigs")
             && w.subresource == "status";
@@ -378,6 +422,7 @@ async fn edit_costs(n: usize, shared: bool) -> Cost {
                 && (k.ends_with(" nodenetworkconfigs")
                     || k.ends_with(" nodenetworkrenderings")
                     || k.ends_with(" networkfleets")
+                    || k.ends_with(" networkrollouts")
                     || k.ends_with(" nodeconfigs")
                     || k.ends_with(" clusterconfigs"))
         })

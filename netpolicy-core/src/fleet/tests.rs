@@ -293,11 +293,17 @@ proptest! {
         let mut step = 0;
         for _ in 0..200 {
             let open = {
+                let listed: Vec<Vec<Member<'_, usize>>> = members
+                    .iter()
+                    .zip(&groups)
+                    .map(|(m, (p, _))| {
+                        m.iter().map(|(key, report)| Member { key: key.clone(), report: *report, policies: p }).collect()
+                    })
+                    .collect();
                 let progress: Vec<Progress<'_, usize>> = waves
                     .iter()
-                    .zip(&members)
-                    .zip(&groups)
-                    .map(|((w, m), (p, _))| Progress { waves: w, policies: p, members: m })
+                    .zip(&listed)
+                    .map(|(w, m)| Progress { waves: w, members: m })
                     .collect();
                 advance(&progress, &max)
             };
@@ -340,5 +346,82 @@ proptest! {
             prop_assert!(waves.iter().all(Waves::complete), "every rollout completes");
             prop_assert!(members.iter().flatten().all(|(_, r)| *r == Report::Applied));
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// One change over every group (one wave sequence, cut by `plan_waves_within`):
+    /// every wave of more than one member holds at most each policy's `max` of it, the
+    /// waves take the members in key order, and `advance` keeps every policy within
+    /// its budget until every member runs the new rendering.
+    #[test]
+    fn one_change_over_many_groups_keeps_every_policy_within_its_budget(
+        (max, groups, coin, _) in rollout_world()
+    ) {
+        let max: BTreeMap<usize, usize> = max.into_iter().enumerate().collect();
+        let mut names: Vec<(String, &[usize])> = Vec::new();
+        for (i, (policies, n)) in groups.iter().enumerate() {
+            names.extend((0..*n).map(|k| (format!("g{i}-n{k}"), policies.as_slice())));
+        }
+        let bounds = plan_waves_within("rollout-9", &names, &max);
+        let mut members: Vec<(OrderKey, Report, &[usize])> = names
+            .iter()
+            .map(|(n, p)| (order_key("rollout-9", n), Report::Pending, *p))
+            .collect();
+        members.sort_by(|a, b| a.0.cmp(&b.0));
+        prop_assert_eq!(bounds.last(), members.last().map(|m| &m.0));
+        for w in 0..bounds.len() {
+            let wave: Vec<_> = members.iter().filter(|m| wave_of(&m.0, &bounds) == w).collect();
+            prop_assert!(!wave.is_empty(), "wave {} is empty", w);
+            if wave.len() > 1 {
+                for (p, cap) in &max {
+                    let n = wave.iter().filter(|m| m.2.contains(p)).count();
+                    prop_assert!(n <= *cap, "wave {}: {} of policy {}, max {}", w, n, p, cap);
+                }
+            }
+        }
+        // With one policy, the same waves as plan_waves.
+        let one: Vec<(&str, &[usize])> = names.iter().map(|(n, _)| (n.as_str(), &[0usize][..])).collect();
+        let plain: Vec<&str> = names.iter().map(|(n, _)| n.as_str()).collect();
+        prop_assert_eq!(
+            plan_waves_within("rollout-9", &one, &max),
+            plan_waves("rollout-9", &plain, max[&0])
+        );
+        let mut waves = Waves {
+            rollout: Rollout {
+                name: "rollout-9".into(),
+                group: String::new(),
+                rendering: "new".into(),
+                previous: Some("old".into()),
+                through: Through::Nothing,
+                rolled_back: false,
+            },
+            bounds,
+            open: 0,
+        };
+        let mut coin = coin.into_iter().cycle();
+        for _ in 0..300 {
+            let listed: Vec<Member<'_, usize>> = members
+                .iter()
+                .map(|(key, report, policies)| Member { key: key.clone(), report: *report, policies })
+                .collect();
+            waves.open = advance(&[Progress { waves: &waves, members: &listed }], &max)[0];
+            for (p, cap) in &max {
+                let down = members
+                    .iter()
+                    .filter(|m| m.2.contains(p) && wave_of(&m.0, &waves.bounds) < waves.open && m.1 != Report::Applied)
+                    .count();
+                prop_assert!(down <= *cap, "policy {}: {} unavailable, max {}", p, down, cap);
+            }
+            for m in &mut members {
+                if wave_of(&m.0, &waves.bounds) < waves.open && coin.next().unwrap_or(true) {
+                    m.1 = Report::Applied;
+                }
+            }
+        }
+        prop_assert!(waves.complete());
+        prop_assert!(members.iter().all(|m| m.1 == Report::Applied));
     }
 }

@@ -1,12 +1,19 @@
 //! What a shared NodeNetworkConfig (`spec.shared`, issue 68) runs: the agent's own
 //! choice of its group's rendering ([`netpolicy_core::fleet::choose`], from its Node's
-//! labels and the NetworkFleet), the rendering read once by its label (renderings never
-//! change), and the node's own items laid over it
+//! labels, the NetworkFleet and its group's NetworkRollouts), the rendering read once by
+//! its label (renderings never change), and the node's own items laid over it
 //! ([`crate::api::NodeNetworkConfigSpec::effective`]).
 //!
-//! Until the agent knows its labels, the fleet and the rendering, a shared object is not
-//! applied: the node keeps what it runs (the last good config). A group with no rollout
-//! in the fleet keeps the rendering the node last ran.
+//! The agent watches three things, none of which grows with the node count: its Node's
+//! metadata and the NetworkFleet, each by name, and the NetworkRollouts labelled with its
+//! own group ([`crate::api::group_label`]): a wave of a change that moves other groups
+//! never reaches it. Its group follows from its labels and the fleet's policies; when it
+//! changes, the rollout watch is started again on the new group.
+//!
+//! Until the agent knows its labels, the fleet, its group's rollouts and the rendering,
+//! a shared object is not applied: the node keeps what it runs (the last good config).
+//! A group with neither a rollout nor a settled rendering keeps the rendering the node
+//! last ran.
 
 use std::collections::BTreeMap;
 
@@ -21,39 +28,71 @@ use netpolicy_core::{fleet::choose, selector::Labels};
 use tracing::{info, warn};
 
 use crate::api::{
-    FLEET_NAME, Joined, NetworkFleet, NetworkFleetSpec, NodeNetworkConfig, NodeNetworkRendering,
-    RENDERING_LABEL, join,
+    FLEET_NAME, Joined, NetworkFleet, NetworkFleetSpec, NetworkRollout, NetworkRolloutSpec,
+    NodeNetworkConfig, NodeNetworkRendering, RENDERING_LABEL, current_rollouts, group_label, join,
 };
 
 type NodeMeta = PartialObjectMeta<k8s_openapi::api::core::v1::Node>;
 
-/// A change of what a shared object's pick reads: the agent's Node (metadata) or the
-/// NetworkFleet.
+/// A change of what a shared object's pick reads: the agent's Node (metadata), the
+/// NetworkFleet, or a NetworkRollout of the group its watch follows.
 #[derive(Debug)]
 pub(crate) enum Changed {
     Node(Event<NodeMeta>),
     Fleet(Event<NetworkFleet>),
+    Rollout(String, Event<NetworkRollout>),
 }
 
-/// The watches of what a shared object's pick reads: node `node`'s metadata and the
-/// NetworkFleet, each by its name (errors are logged; the watches retry with backoff).
-pub(crate) fn watch(client: &kube::Client, node: &str) -> BoxStream<'static, Changed> {
-    let by_name = |n: &str| watcher::Config::default().fields(&format!("metadata.name={n}"));
-    let nodes = watcher(Api::<NodeMeta>::all(client.clone()), by_name(node))
-        .default_backoff()
-        .map(|e| e.map(Changed::Node));
-    let fleets = watcher(
-        Api::<NetworkFleet>::all(client.clone()),
-        by_name(FLEET_NAME),
-    )
-    .default_backoff()
-    .map(|e| e.map(Changed::Fleet));
-    futures::stream::select(nodes, fleets)
-        .filter_map(|e| async move {
-            e.map_err(|e| warn!(error = %e, "Node or NetworkFleet watch error (retrying)"))
-                .ok()
-        })
-        .boxed()
+/// The NetworkRollouts of one group at a time: a task that watches those labelled with
+/// the group it is given (and starts again when it is given another), sending their
+/// events tagged with the group.
+fn follow_rollouts(
+    client: &kube::Client,
+) -> (
+    tokio::sync::watch::Sender<Option<String>>,
+    BoxStream<'static, Changed>,
+) {
+    let (group_tx, mut group_rx) = tokio::sync::watch::channel(None::<String>);
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let api = Api::<NetworkRollout>::all(client.clone());
+    tokio::spawn(async move {
+        loop {
+            let group = group_rx.borrow_and_update().clone();
+            let mut events = match &group {
+                Some(g) => {
+                    let cfg = watcher::Config::default().labels(&group_label(g));
+                    watcher(api.clone(), cfg).default_backoff().boxed()
+                }
+                None => futures::stream::pending().boxed(),
+            };
+            loop {
+                tokio::select! {
+                    changed = group_rx.changed() => {
+                        if changed.is_err() {
+                            return; // The agent stopped.
+                        }
+                        break;
+                    }
+                    ev = events.next() => {
+                        let sent = match (ev, &group) {
+                            (Some(Ok(ev)), Some(g)) => tx.send(Changed::Rollout(g.clone(), ev)).await.is_ok(),
+                            (Some(Err(e)), _) => {
+                                warn!(error = %e, "NetworkRollout watch error (retrying)");
+                                true
+                            }
+                            _ => true,
+                        };
+                        if !sent {
+                            return; // The agent stopped.
+                        }
+                    }
+                }
+            }
+        }
+    });
+    let stream =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
+    (group_tx, stream.boxed())
 }
 
 /// Renderings kept after they were read (the current one and those a rollback or the
@@ -65,6 +104,8 @@ const KEEP: usize = 4;
 pub(crate) struct FleetView {
     /// Where renderings are read.
     api: Api<NodeNetworkRendering>,
+    /// The node (its group follows from its name and labels).
+    node: String,
     /// What the last pass ran (a shared object's rendering under its own items, and the
     /// rendering): kept while a new pick cannot be made, so that drift is still
     /// repaired.
@@ -73,10 +114,20 @@ pub(crate) struct FleetView {
     labels: Option<Labels>,
     /// The NetworkFleet (`None`: not seen yet, or deleted).
     fleet: Option<NetworkFleetSpec>,
+    /// The node's group, once its labels and the fleet are known.
+    group: Option<String>,
+    /// Where the rollout watch is told the group to follow.
+    follow: Option<tokio::sync::watch::Sender<Option<String>>>,
+    /// The rollouts of the group listed last ([`Self::listed`]), by name.
+    rollouts: BTreeMap<String, NetworkRolloutSpec>,
+    /// The group whose rollouts were listed (`None`: none yet).
+    listed: Option<String>,
+    /// Rollouts of a list in progress.
+    listing: Option<BTreeMap<String, NetworkRolloutSpec>>,
     /// Renderings read, by name, with the order they were last used in.
     renderings: BTreeMap<String, (u64, Joined)>,
     used: u64,
-    /// The rendering the node runs (what a group without a rollout keeps).
+    /// The rendering the node runs (what a group without a rendering keeps).
     running: Option<String>,
     /// The last reason a shared object was not applied (logged once).
     told: Option<String>,
@@ -93,13 +144,19 @@ enum Effective {
 }
 
 impl FleetView {
-    /// Nothing known yet; renderings read through `client`.
-    pub(crate) fn new(client: kube::Client) -> Self {
+    /// Nothing known yet about node `node`; renderings read through `client`.
+    pub(crate) fn new(client: kube::Client, node: &str) -> Self {
         Self {
             api: Api::all(client),
+            node: node.to_owned(),
             ran: None,
             labels: None,
             fleet: None,
+            group: None,
+            follow: None,
+            rollouts: BTreeMap::new(),
+            listed: None,
+            listing: None,
             renderings: BTreeMap::new(),
             used: 0,
             running: None,
@@ -107,11 +164,91 @@ impl FleetView {
         }
     }
 
+    /// The watches of what a shared object's pick reads: the node's metadata and the
+    /// NetworkFleet, each by its name, and the rollouts of the node's group (errors are
+    /// logged; the watches retry with backoff).
+    pub(crate) fn watch(&mut self, client: &kube::Client) -> BoxStream<'static, Changed> {
+        let by_name = |n: &str| watcher::Config::default().fields(&format!("metadata.name={n}"));
+        let nodes = watcher(Api::<NodeMeta>::all(client.clone()), by_name(&self.node))
+            .default_backoff()
+            .map(|e| e.map(Changed::Node));
+        let fleets = watcher(
+            Api::<NetworkFleet>::all(client.clone()),
+            by_name(FLEET_NAME),
+        )
+        .default_backoff()
+        .map(|e| e.map(Changed::Fleet));
+        let named = futures::stream::select(nodes, fleets).filter_map(|e| async move {
+            e.map_err(|e| warn!(error = %e, "Node or NetworkFleet watch error (retrying)"))
+                .ok()
+        });
+        let (follow, rollouts) = follow_rollouts(client);
+        self.follow = Some(follow);
+        futures::stream::select(named, rollouts).boxed()
+    }
+
     /// Takes a change; whether it may change what a shared object runs.
     pub(crate) fn on(&mut self, ev: &Changed) -> bool {
-        match ev {
+        let changed = match ev {
             Changed::Node(e) => self.on_node(e),
             Changed::Fleet(e) => self.on_fleet(e),
+            Changed::Rollout(g, e) => return self.on_rollout(g, e),
+        };
+        if changed {
+            self.regroup();
+        }
+        changed
+    }
+
+    /// The node's group from its labels and the fleet; the rollout watch follows it.
+    fn regroup(&mut self) {
+        let (Some(labels), Some(fleet)) = (&self.labels, &self.fleet) else {
+            return;
+        };
+        let group = choose(&self.node, labels, &fleet.index(), &[]).group;
+        if self.group.as_ref() == Some(&group) {
+            return;
+        }
+        info!(group = %group, "following the rollouts of this node's group");
+        self.group = Some(group.clone());
+        if let Some(f) = &self.follow {
+            f.send_replace(Some(group));
+        }
+    }
+
+    /// Takes a watch event of a rollout of `group`; whether what the group's rollouts
+    /// say changed.
+    fn on_rollout(&mut self, group: &str, ev: &Event<NetworkRollout>) -> bool {
+        if self.group.as_deref() != Some(group) {
+            return false; // From the watch of a group the node left.
+        }
+        match ev {
+            Event::Init => {
+                self.listing = Some(BTreeMap::new());
+                false
+            }
+            Event::InitApply(r) => {
+                if let Some(l) = &mut self.listing {
+                    l.insert(r.name_any(), r.spec.clone());
+                }
+                false
+            }
+            Event::InitDone => {
+                let listed = self.listing.take().unwrap_or_default();
+                let changed = self.listed.as_deref() != Some(group) || listed != self.rollouts;
+                self.rollouts = listed;
+                self.listed = Some(group.to_owned());
+                changed
+            }
+            Event::Apply(r) => {
+                let spec = Some(&r.spec);
+                if self.rollouts.get(&r.name_any()) == spec {
+                    return false;
+                }
+                self.rollouts.insert(r.name_any(), r.spec.clone());
+                true
+            }
+            Event::Delete(r) => self.rollouts.remove(&r.name_any()).is_some(),
         }
     }
 
@@ -176,25 +313,34 @@ impl FleetView {
         true
     }
 
-    /// The rendering node `node` runs now, from what the agent knows (`Ok(None)`: its
-    /// group has no rollout and it runs nothing shared yet).
+    /// The rendering the node runs now, from what the agent knows (`Ok(None)`: its
+    /// group has neither a rollout nor a settled rendering and it runs nothing shared
+    /// yet).
     ///
     /// # Errors
-    /// Why it cannot tell: its labels or the fleet not seen yet, a fleet field that does
-    /// not parse.
-    pub(crate) fn pick(&self, node: &str) -> Result<Option<String>, String> {
+    /// Why it cannot tell: its labels, the fleet or its group's rollouts not seen yet, a
+    /// rollout field that does not parse.
+    pub(crate) fn pick(&self) -> Result<Option<String>, String> {
         let labels = self
             .labels
             .as_ref()
-            .ok_or_else(|| format!("the labels of Node {node} are not known yet"))?;
+            .ok_or_else(|| format!("the labels of Node {} are not known yet", self.node))?;
         let fleet = self
             .fleet
             .as_ref()
             .ok_or_else(|| "the NetworkFleet is not there (yet)".to_owned())?;
-        let rollouts = fleet
-            .rollouts()
-            .map_err(|e| format!("NetworkFleet/default: {e}"))?;
-        let choice = choose(node, labels, &fleet.index(), &rollouts);
+        let group = self.group.as_deref().unwrap_or_default();
+        if self.listed.as_deref() != Some(group) {
+            return Err(format!(
+                "the NetworkRollouts of group {group} are not listed yet"
+            ));
+        }
+        let rollouts = current_rollouts(
+            Some(fleet),
+            self.rollouts.iter().map(|(n, r)| (n.as_str(), r)),
+        )
+        .map_err(|e| e.to_string())?;
+        let choice = choose(&self.node, labels, &fleet.index(), &rollouts);
         Ok(choice.rendering.or_else(|| self.running.clone()))
     }
 
@@ -204,12 +350,13 @@ impl FleetView {
         if !nnc.spec.shared {
             return Effective::Run(Box::new(nnc.clone()), None);
         }
-        let node = nnc.name_any();
-        let name = match self.pick(&node) {
+        let name = match self.pick() {
             Ok(Some(name)) => name,
             Ok(None) => {
-                return self
-                    .wait("no rollout in the NetworkFleet for this node's group yet".to_owned());
+                return self.wait(
+                    "neither a rollout nor a settled rendering for this node's group yet"
+                        .to_owned(),
+                );
             }
             Err(why) => return self.wait(why),
         };
@@ -263,9 +410,13 @@ mod tests {
     use netpolicy_core::fleet::group_name;
 
     use super::*;
-    use crate::api::{FleetGroup, FleetPolicy};
+    use crate::api::{FleetGroup, FleetPolicy, RolloutGroup};
 
-    fn fleet(through: Option<&str>) -> NetworkFleetSpec {
+    fn edge() -> String {
+        group_name(["NodeConfig/edge"])
+    }
+
+    fn fleet() -> NetworkFleetSpec {
         NetworkFleetSpec {
             policies: vec![FleetPolicy {
                 policy: "NodeConfig/edge".into(),
@@ -275,46 +426,103 @@ mod tests {
                 },
             }],
             groups: vec![FleetGroup {
-                group: group_name(["NodeConfig/edge"]),
-                rollout: "edge-2".into(),
-                rendering: "r-new".into(),
-                previous: Some("r-old".into()),
-                through: through.map(str::to_owned),
-                rolled_back: false,
+                group: edge(),
+                rendering: "r-old".into(),
             }],
+            sequence: 1,
         }
+    }
+
+    fn rollout(through: Option<&str>) -> NetworkRollout {
+        NetworkRollout::new(
+            "rollout-2",
+            NetworkRolloutSpec {
+                sequence: 2,
+                groups: vec![RolloutGroup {
+                    group: edge(),
+                    rendering: "r-new".into(),
+                    previous: Some("r-old".into()),
+                    through: through.map(str::to_owned),
+                }],
+                rolled_back: false,
+            },
+        )
     }
 
     /// A view whose renderings would be read from nowhere (these tests read none).
     fn view() -> FleetView {
         let cfg = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
-        FleetView::new(kube::Client::try_from(cfg).unwrap())
+        FleetView::new(kube::Client::try_from(cfg).unwrap(), "n1")
+    }
+
+    fn node(labels: &[(&str, &str)]) -> Changed {
+        let mut n = NodeMeta::default();
+        n.metadata.name = Some("n1".into());
+        n.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+        Changed::Node(Event::Apply(n))
+    }
+
+    fn listed(v: &mut FleetView, group: &str, rollouts: &[NetworkRollout]) -> bool {
+        v.on(&Changed::Rollout(group.into(), Event::Init));
+        for r in rollouts {
+            v.on(&Changed::Rollout(group.into(), Event::InitApply(r.clone())));
+        }
+        v.on(&Changed::Rollout(group.into(), Event::InitDone))
     }
 
     #[tokio::test]
-    async fn the_pick_follows_labels_and_waves_and_keeps_the_running_rendering_without_a_rollout() {
+    async fn the_pick_follows_labels_the_fleet_and_the_groups_rollouts() {
         let mut v = view();
-        assert!(v.pick("n1").unwrap_err().contains("labels"));
-        v.labels = Some(Labels::from([("role".to_owned(), "edge".to_owned())]));
-        assert!(v.pick("n1").unwrap_err().contains("NetworkFleet"));
-        v.fleet = Some(fleet(None));
-        assert_eq!(v.pick("n1"), Ok(Some("r-old".into())), "no wave open");
-        v.fleet = Some(fleet(Some("*")));
-        assert_eq!(v.pick("n1"), Ok(Some("r-new".into())), "every wave open");
-        v.fleet = Some(fleet(Some("bad")));
-        assert!(v.pick("n1").unwrap_err().contains("spec.groups[0].through"));
-        // Another group (no label): no rollout, so it keeps what it runs.
-        v.fleet = Some(fleet(Some("*")));
-        v.labels = Some(Labels::new());
-        assert_eq!(v.pick("n1"), Ok(None));
+        assert!(v.pick().unwrap_err().contains("labels"));
+        assert!(v.on(&node(&[("role", "edge")])));
+        assert!(v.pick().unwrap_err().contains("NetworkFleet"));
+        assert!(v.on(&Changed::Fleet(Event::Apply(NetworkFleet::new(
+            "default",
+            fleet()
+        )))));
+        assert_eq!(v.group, Some(edge()));
+        // Its group's rollouts not listed yet: it cannot tell (it keeps what it runs).
+        assert!(v.pick().unwrap_err().contains("not listed yet"));
+        assert!(listed(&mut v, &edge(), &[]));
+        assert_eq!(v.pick(), Ok(Some("r-old".into())), "the settled rendering");
+        assert!(v.on(&Changed::Rollout(edge(), Event::Apply(rollout(None)))));
+        assert_eq!(v.pick(), Ok(Some("r-old".into())), "no wave open");
+        assert!(
+            !v.on(&Changed::Rollout(edge(), Event::Apply(rollout(None)))),
+            "same spec"
+        );
+        assert!(v.on(&Changed::Rollout(edge(), Event::Apply(rollout(Some("*"))))));
+        assert_eq!(v.pick(), Ok(Some("r-new".into())), "every wave open");
+        assert!(v.on(&Changed::Rollout(
+            edge(),
+            Event::Apply(rollout(Some("bad")))
+        )));
+        assert!(v.pick().unwrap_err().contains("spec.groups[0].through"));
+        // Deleted (folded into the fleet): the settled rendering again.
+        assert!(v.on(&Changed::Rollout(edge(), Event::Delete(rollout(None)))));
+        assert_eq!(v.pick(), Ok(Some("r-old".into())));
+        // Another group (no label): the rollout watch must list it first, and events of
+        // the group it left are not taken.
+        assert!(v.on(&node(&[])));
+        assert_ne!(v.group, Some(edge()));
+        assert!(!v.on(&Changed::Rollout(edge(), Event::Apply(rollout(Some("*"))))));
+        assert!(v.pick().unwrap_err().contains("not listed yet"));
+        let other = v.group.clone().unwrap();
+        assert!(listed(&mut v, &other, &[]));
+        assert_eq!(v.pick(), Ok(None), "nothing for its group, nothing run yet");
         v.running = Some("r-mine".into());
-        assert_eq!(v.pick("n1"), Ok(Some("r-mine".into())));
+        assert_eq!(v.pick(), Ok(Some("r-mine".into())));
     }
 
     #[tokio::test]
     async fn node_and_fleet_events_count_only_changes() {
         let mut v = view();
-        let f = NetworkFleet::new("default", fleet(None));
+        let f = NetworkFleet::new("default", fleet());
         assert!(v.on_fleet(&Event::Apply(f.clone())));
         assert!(!v.on_fleet(&Event::Apply(f.clone())), "same spec");
         assert!(!v.on_fleet(&Event::Init));

@@ -183,9 +183,9 @@ pub(crate) async fn run(opts: AgentOptions) -> Result<()> {
     let cfg = watcher::Config::default().fields(&format!("metadata.name={}", opts.node));
     let mut events = watcher(api.clone(), cfg).default_backoff().boxed();
     // A shared object (spec.shared) runs its group's rendering: the agent's Node labels
-    // and the fleet say which (agent/fleet.rs); renderings are read when picked.
-    let mut view = fleet::FleetView::new(ctx.client.clone());
-    let mut shared_events = fleet::watch(&ctx.client, &opts.node);
+    // the fleet and its group's rollouts say which (agent/fleet.rs); renderings are read when picked.
+    let mut view = fleet::FleetView::new(ctx.client.clone(), &opts.node);
+    let mut shared_events = view.watch(&ctx.client);
     let mut tick = tokio::time::interval(Duration::from_secs(opts.resync_seconds.max(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let signal = shutdown_signal();

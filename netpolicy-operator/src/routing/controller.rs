@@ -41,8 +41,8 @@ use super::{PolicyFacts, Routing};
 use crate::k8s::traffic::TrafficStores;
 use crate::{
     api::{
-        ClusterConfig, FloatingIP, FloatingIPRange, NetworkFleet, NodeConfig, NodeNetworkConfig,
-        NodeNetworkRendering, RoutedIP, RoutedIPIssuer,
+        ClusterConfig, FloatingIP, FloatingIPRange, NetworkFleet, NetworkRollout, NodeConfig,
+        NodeNetworkConfig, NodeNetworkRendering, RoutedIP, RoutedIPIssuer,
     },
     k8s::{CachedNode, labels_fingerprint, sent::digest, spec_fingerprint},
     runtime::{Changes, Informers, InputKinds, Inputs, Job, JobError, Next, Setup},
@@ -136,15 +136,18 @@ pub(crate) fn setup(
     // going wakes the job: a rendering never changes, the fleet is the job's own).
     let publisher = shared_renderings.then(|| super::publish::Publisher {
         fleets: Api::all(client.clone()),
+        rollouts: Api::all(client.clone()),
         renderings: Api::all(client.clone()),
-        // (Its coming and going: its content is what the job itself wrote.)
+        // (Their coming and going: their content is what the job itself wrote.)
         fleet_store: inputs.read(&informers.get::<NetworkFleet>(), |_| String::new()),
+        rollout_store: inputs.read(&informers.get::<NetworkRollout>(), |_| String::new()),
         rendering_store: inputs.read(
             &informers.get::<kube::core::PartialObjectMeta<NodeNetworkRendering>>(),
             |_| String::new(),
         ),
         sent: crate::k8s::Sent::default(),
         deleted: std::sync::Mutex::default(),
+        deleted_rollouts: std::sync::Mutex::default(),
     });
     let job = RoutingJob {
         inputs: inputs.kinds(),
@@ -582,7 +585,7 @@ impl RoutingJob {
             &self.routing,
             &self.job_items,
             fleet_index(&self.routing, &self.stores.ncs),
-            p.current().as_ref(),
+            &p.current(),
             &|n| get(nncs, n),
         );
         let written = p.publish(&prepared, self.write_concurrency).await?;

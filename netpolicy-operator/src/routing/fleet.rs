@@ -1,18 +1,21 @@
-//! The operator's side of shared renderings (issue 68): the NetworkFleet it publishes,
-//! from the groups and renderings [`super::shared`] computes, what the fleet said
-//! before, and what the agents report. Pure.
+//! The operator's side of shared renderings (issue 68): the NetworkRollouts and the
+//! NetworkFleet it publishes, from the groups and renderings [`super::shared`]
+//! computes, what it published before, and what the agents report. Pure.
 //!
-//! - A group whose rendering changed starts a rollout to it from the rendering the
-//!   group ran (the last one it finished; a rollout cut short starts over from that
-//!   one). A group seen for the first time rolls out from what most of its members
-//!   report they run (nodes that moved in from other groups), or, when none reports
-//!   one, to every member at once.
-//! - Waves are cut over the members that run shared objects and opened by
-//!   [`netpolicy_core::fleet::advance`] on their reports, within each policy's
-//!   `maxUnavailable`; a member whose probes failed halts its policies.
-//! - A finished rollout on which every member reports the new rendering forgets the
-//!   one it left (which may then be deleted).
-//! - A group whose policies conflict (no rendering) keeps its entry: its nodes hold.
+//! - The groups a change gives new renderings move in one new rollout (one object,
+//!   `rollout-<sequence>`), each from the rendering it last ran everywhere (a rollout
+//!   cut short starts over from that one). A group seen for the first time moves from
+//!   what most of its members report they run (nodes that moved in from other groups),
+//!   or, when none reports one, to every member at once.
+//! - A rollout's waves are cut over the members of every group it moves that run
+//!   shared objects, within each policy's `maxUnavailable`
+//!   ([`netpolicy_core::fleet::plan_waves_within`]), and opened by
+//!   [`netpolicy_core::fleet::advance`] on their reports; a member whose probes failed
+//!   halts its policies. Opening a wave is one write of the rollout's `through`.
+//! - A rollout every wave of which is open and on which every member reports the new
+//!   rendering is folded into the fleet (its groups' settled renderings) and deleted;
+//!   the renderings it left may then be deleted.
+//! - A group whose policies conflict (no rendering) keeps what it has: its nodes hold.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -20,12 +23,15 @@ use std::{
 };
 
 use netpolicy_core::fleet::{
-    OrderKey, Progress, Report, Rollout, Through, Waves, advance, order_key, plan_waves,
+    Member, Progress, Report, Rollout, Through, Waves, advance, order_key, plan_waves_within,
 };
 
 use super::{Routing, shared::Shared};
 use crate::{
-    api::{FleetGroup, FleetPolicy, NetworkFleetSpec, NodeNetworkConfig, NodeNetworkConfigSpec},
+    api::{
+        FleetGroup, FleetPolicy, NetworkFleetSpec, NetworkRolloutSpec, NodeNetworkConfig,
+        NodeNetworkConfigSpec, RolloutGroup,
+    },
     k8s::JobItems,
 };
 
@@ -51,145 +57,265 @@ impl Reported {
     }
 }
 
-/// A group's members that run shared objects, with their reports.
-type Members<'a> = Vec<(String, &'a Reported)>;
-/// Each member's place in a rollout and its report on the rollout's rendering.
-type Keyed = Vec<(OrderKey, Report)>;
+/// The shared objects that say what every group runs: the fleet and the rollouts under
+/// way, by name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Published {
+    /// The NetworkFleet.
+    pub(crate) fleet: NetworkFleetSpec,
+    /// The NetworkRollouts.
+    pub(crate) rollouts: BTreeMap<String, NetworkRolloutSpec>,
+}
 
-/// The NetworkFleet for `shared`: `index` as its policies, each group's rollout moved on
-/// from `current` by the reports of its members that run shared objects (`reports`;
-/// members absent from it are gated per node), within `budget` (each policy's
-/// `maxUnavailable`, resolved).
+impl Published {
+    /// Each group's rollout as the agents read it (the newest rollout naming the group,
+    /// else its settled rendering); a rollout whose `through` does not parse is read as
+    /// no wave open.
+    pub(crate) fn current(&self) -> BTreeMap<String, Rollout> {
+        let mut out = BTreeMap::new();
+        let mut listed: Vec<(&String, &NetworkRolloutSpec)> = self.rollouts.iter().collect();
+        listed.sort_by(|a, b| b.1.sequence.cmp(&a.1.sequence).then_with(|| a.0.cmp(b.0)));
+        for (name, spec) in listed {
+            for g in &spec.groups {
+                out.entry(g.group.clone()).or_insert_with(|| Rollout {
+                    name: name.clone(),
+                    group: g.group.clone(),
+                    rendering: g.rendering.clone(),
+                    previous: g.previous.clone(),
+                    through: g.through("").unwrap_or(Through::Nothing),
+                    rolled_back: spec.rolled_back,
+                });
+            }
+        }
+        for r in self.fleet.settled() {
+            out.entry(r.group.clone()).or_insert(r);
+        }
+        out
+    }
+
+    /// The renderings it names (what must exist; any other may be deleted).
+    pub(crate) fn referenced(&self) -> BTreeSet<String> {
+        let settled = self.fleet.groups.iter().map(|g| g.rendering.clone());
+        let moved = self
+            .rollouts
+            .values()
+            .flat_map(|r| &r.groups)
+            .flat_map(|g| std::iter::once(g.rendering.clone()).chain(g.previous.clone()));
+        settled.chain(moved).collect()
+    }
+}
+
+/// The shared objects for `shared`: `index` as the fleet's policies, the groups with new
+/// renderings moved in one new rollout, the rollouts under way moved on by the reports
+/// of their members that run shared objects (`reports`; members absent from it are
+/// gated per node) within `budget` (each policy's `maxUnavailable`, resolved), and the
+/// finished ones folded into the fleet.
 pub(crate) fn plan(
     shared: &Shared,
     index: Vec<FleetPolicy>,
-    current: Option<&NetworkFleetSpec>,
+    before: &Published,
     reports: &BTreeMap<String, Reported>,
     budget: &BTreeMap<String, usize>,
-) -> NetworkFleetSpec {
-    let before: BTreeMap<&str, Rollout> = current
-        .map(|f| {
-            f.groups
-                .iter()
-                .filter_map(|g| Some((g.group.as_str(), g.rollout("").ok()?)))
-                .collect()
-        })
-        .unwrap_or_default();
-    // Each group's rollout and its members that run shared objects, with their reports.
-    let mut next: BTreeMap<String, (Rollout, Members<'_>)> = BTreeMap::new();
+) -> Published {
+    let mut out = before.clone();
+    out.fleet.policies = index;
+    // The groups whose rendering changed, each from what it last ran everywhere.
+    let was = before.current();
+    let mut moves = Vec::new();
     for (name, group) in &shared.groups {
-        let members: Vec<(String, &Reported)> = group
-            .members
-            .iter()
-            .filter_map(|m| reports.get(m).map(|r| (m.clone(), r)))
-            .collect();
-        let was = before.get(name.as_str());
         let Some(d) = group.rendering.as_deref() else {
-            if let Some(r) = was {
-                next.insert(name.clone(), (r.clone(), members));
-            }
             continue;
         };
-        let rollout = match was {
-            Some(r) if r.rendering == d => r.clone(),
-            Some(r) => start(name, d, Some(stable(r))),
-            None => start(name, d, most_run(&members)),
+        let from = match was.get(name) {
+            Some(r) if r.rendering == d => continue,
+            Some(r) => Some(stable(r)),
+            None => {
+                let members: Vec<&Reported> = group
+                    .members
+                    .iter()
+                    .filter_map(|m| reports.get(m))
+                    .collect();
+                most_run(&members)
+            }
         };
-        next.insert(name.clone(), (rollout, members));
+        moves.push(RolloutGroup {
+            group: name.clone(),
+            rendering: d.to_owned(),
+            previous: from.filter(|f| f != d),
+            through: None,
+        });
     }
-    // Waves of the rollouts under way, opened on the reports within the budgets.
-    let mut under_way: Vec<(String, Waves, Keyed)> = Vec::new();
-    for (name, (r, members)) in &next {
+    if !moves.is_empty() {
+        let sequence = before
+            .rollouts
+            .values()
+            .map(|r| r.sequence)
+            .chain([before.fleet.sequence])
+            .max()
+            .unwrap_or_default()
+            + 1;
+        let spec = NetworkRolloutSpec {
+            sequence,
+            groups: moves,
+            rolled_back: false,
+        };
+        out.rollouts.insert(format!("rollout-{sequence}"), spec);
+    }
+    open_waves(shared, &mut out, reports, budget);
+    fold(shared, &mut out, reports);
+    // Groups that are gone have nothing to settle.
+    out.fleet
+        .groups
+        .retain(|g| shared.groups.contains_key(&g.group));
+    out
+}
+
+/// Opens the waves the reports allow: each group's waves are cut over its members that
+/// run shared objects (the group is moved by the newest rollout that names it) within
+/// its policies' budgets, and opened by [`advance`] on their reports, every group of
+/// every rollout sharing the policies' budgets.
+fn open_waves(
+    shared: &Shared,
+    out: &mut Published,
+    reports: &BTreeMap<String, Reported>,
+    budget: &BTreeMap<String, usize>,
+) {
+    let current = out.current();
+    // (rollout, group, its waves, its members)
+    let mut under_way: Vec<(String, String, Waves, Vec<Member<'_, String>>)> = Vec::new();
+    for (group, g) in &shared.groups {
+        let Some(r) = current.get(group).filter(|r| !r.name.is_empty()) else {
+            continue;
+        };
         if r.previous.is_none() || r.rolled_back || r.through == Through::Everything {
             continue;
         }
-        let names: Vec<&str> = members.iter().map(|(m, _)| m.as_str()).collect();
-        let max = shared.groups[name]
-            .policies
+        let listed: Vec<(&str, Report)> = g
+            .members
             .iter()
-            .filter_map(|p| budget.get(p).copied())
-            .min()
-            .unwrap_or(1);
-        let bounds = plan_waves(&r.name, &names, max);
+            .filter_map(|m| Some((m.as_str(), reports.get(m)?.on(&r.rendering))))
+            .collect();
+        let names: Vec<(&str, &[String])> = listed
+            .iter()
+            .map(|(m, _)| (*m, g.policies.as_slice()))
+            .collect();
+        let bounds = plan_waves_within(&r.name, &names, budget);
         let open = match &r.through {
             Through::Nothing => 0,
             Through::Key(t) => bounds.partition_point(|b| b <= t),
             Through::Everything => bounds.len(),
         };
-        let keyed = members
+        let members = listed
             .iter()
-            .map(|(m, rep)| (order_key(&r.name, m), rep.on(&r.rendering)))
+            .map(|(m, report)| Member {
+                key: order_key(&r.name, m),
+                report: *report,
+                policies: g.policies.as_slice(),
+            })
             .collect();
         let waves = Waves {
-            rollout: r.clone(),
+            // (Named by its group, so that `advance` takes groups in a steady order.)
+            rollout: Rollout {
+                name: group.clone(),
+                ..r.clone()
+            },
             bounds,
             open,
         };
-        under_way.push((name.clone(), waves, keyed));
+        under_way.push((r.name.clone(), group.clone(), waves, members));
     }
     let progress: Vec<Progress<'_, String>> = under_way
         .iter()
-        .map(|(name, waves, members)| Progress {
-            waves,
-            policies: &shared.groups[name].policies,
-            members,
-        })
+        .map(|(_, _, waves, members)| Progress { waves, members })
         .collect();
     let opened = advance(&progress, budget);
-    for ((name, waves, _), open) in under_way.iter().zip(opened) {
-        let w = Waves {
-            open,
-            ..waves.clone()
+    for ((rollout, group, waves, _), open) in under_way.iter().zip(opened) {
+        // Waves over no member (none runs a shared object yet) open at once.
+        let through = if waves.bounds.is_empty() {
+            Through::Everything
+        } else {
+            Waves {
+                open,
+                ..waves.clone()
+            }
+            .published()
+            .through
         };
-        if let Some((r, _)) = next.get_mut(name) {
-            // Waves over no member (none runs a shared object yet) open at once.
-            *r = if w.bounds.is_empty() {
-                Rollout {
-                    through: Through::Everything,
-                    ..w.rollout
-                }
-            } else {
-                w.published()
-            };
+        let entry = out
+            .rollouts
+            .get_mut(rollout)
+            .and_then(|r| r.groups.iter_mut().find(|g| &g.group == group));
+        if let Some(e) = entry {
+            e.through = RolloutGroup::through_text(&through);
         }
     }
-    // A finished rollout every member reports applied forgets what it left.
-    for (r, members) in next.values_mut() {
-        let done = r.through == Through::Everything
-            && !r.rolled_back
-            && members
-                .iter()
-                .all(|(_, rep)| rep.on(&r.rendering) == Report::Applied);
-        if done && r.previous.is_some() {
-            r.previous = None;
+    // A group with nothing to keep runs the new rendering at once.
+    for spec in out.rollouts.values_mut().filter(|r| !r.rolled_back) {
+        for g in spec.groups.iter_mut().filter(|g| g.previous.is_none()) {
+            g.through = Some("*".into());
         }
-    }
-    NetworkFleetSpec {
-        policies: index,
-        groups: next
-            .values()
-            .map(|(r, _)| FleetGroup::from_rollout(r))
-            .collect(),
     }
 }
 
-/// A new rollout of group `group` to rendering `to` from `from` (none, or `to` itself:
-/// every member runs `to` at once).
-fn start(group: &str, to: &str, from: Option<String>) -> Rollout {
-    let previous = from.filter(|f| f != to);
-    Rollout {
-        // Named by its group and rendering: each rollout orders its waves anew.
-        name: format!("{group}.{to}"),
-        group: group.to_owned(),
-        rendering: to.to_owned(),
-        through: if previous.is_some() {
-            Through::Nothing
-        } else {
-            Through::Everything
-        },
-        previous,
-        rolled_back: false,
+/// Each rollout's members (of the groups it is the newest rollout of) that run shared
+/// objects, with their report on their group's new rendering.
+fn members(
+    shared: &Shared,
+    published: &Published,
+    reports: &BTreeMap<String, Reported>,
+) -> BTreeMap<String, Vec<Report>> {
+    let current = published.current();
+    let mut out: BTreeMap<String, Vec<Report>> = BTreeMap::new();
+    for (name, group) in &shared.groups {
+        let Some(r) = current.get(name).filter(|r| !r.name.is_empty()) else {
+            continue;
+        };
+        let list = out.entry(r.name.clone()).or_default();
+        list.extend(
+            group
+                .members
+                .iter()
+                .filter_map(|m| Some(reports.get(m)?.on(&r.rendering))),
+        );
     }
+    out
+}
+
+/// Folds the finished rollouts into the fleet and drops them: every wave open and
+/// every member reporting the new rendering (a rollout that is the newest of no group
+/// any more is dropped as it is).
+fn fold(shared: &Shared, out: &mut Published, reports: &BTreeMap<String, Reported>) {
+    let members = members(shared, out, reports);
+    let current = out.current();
+    let mut done = Vec::new();
+    for (name, spec) in &out.rollouts {
+        let newest: Vec<&RolloutGroup> = spec
+            .groups
+            .iter()
+            .filter(|g| current.get(&g.group).is_some_and(|r| &r.name == name))
+            .collect();
+        let finished = !spec.rolled_back
+            && newest.iter().all(|g| g.through.as_deref() == Some("*"))
+            && members
+                .get(name)
+                .is_none_or(|m| m.iter().all(|r| *r == Report::Applied));
+        if newest.is_empty() || finished {
+            let settled = newest.into_iter().filter(|_| finished).map(|g| FleetGroup {
+                group: g.group.clone(),
+                rendering: g.rendering.clone(),
+            });
+            done.push((name.clone(), spec.sequence, settled.collect::<Vec<_>>()));
+        }
+    }
+    for (name, sequence, settled) in done {
+        out.rollouts.remove(&name);
+        for g in settled {
+            out.fleet.groups.retain(|s| s.group != g.group);
+            out.fleet.groups.push(g);
+        }
+        out.fleet.sequence = out.fleet.sequence.max(sequence);
+    }
+    out.fleet.groups.sort_by(|a, b| a.group.cmp(&b.group));
 }
 
 /// The rendering a group last ran everywhere: the new one of a finished rollout, else
@@ -203,9 +329,9 @@ fn stable(r: &Rollout) -> String {
 }
 
 /// The rendering most `members` report they run (ties: the first by name).
-fn most_run(members: &[(String, &Reported)]) -> Option<String> {
+fn most_run(members: &[&Reported]) -> Option<String> {
     let mut count: BTreeMap<&str, usize> = BTreeMap::new();
-    for (_, r) in members {
+    for r in members {
         if let Some(a) = r.applied.as_deref() {
             *count.entry(a).or_default() += 1;
         }
@@ -222,8 +348,8 @@ fn most_run(members: &[(String, &Reported)]) -> Option<String> {
 pub(crate) struct Prepared {
     /// Groups and renderings.
     pub(crate) shared: Shared,
-    /// The fleet to publish.
-    pub(crate) fleet: NetworkFleetSpec,
+    /// The fleet and the rollouts to publish.
+    pub(crate) published: Published,
     /// Nodes whose NodeNetworkConfig is shared after this pass, with its spec (their own
     /// items).
     pub(crate) own: BTreeMap<String, NodeNetworkConfigSpec>,
@@ -243,7 +369,7 @@ pub(crate) fn prepare(
     routing: &Routing,
     job_items: &BTreeMap<String, JobItems>,
     index: Vec<FleetPolicy>,
-    current: Option<&NetworkFleetSpec>,
+    before: &Published,
     existing: &dyn Fn(&str) -> Option<Arc<NodeNetworkConfig>>,
 ) -> Prepared {
     let shared = super::shared::shared(routing, job_items);
@@ -269,12 +395,8 @@ pub(crate) fn prepare(
             reports.insert(node.clone(), r);
         }
     }
-    let fleet = plan(&shared, index, current, &reports, &budget);
-    let rollouts: BTreeMap<&str, Rollout> = fleet
-        .groups
-        .iter()
-        .filter_map(|g| Some((g.group.as_str(), g.rollout("").ok()?)))
-        .collect();
+    let published = plan(&shared, index, before, &reports, &budget);
+    let rollouts = published.current();
     let mut out = Prepared::default();
     for (node, part) in &shared.nodes {
         let Some(d) = shared.groups[&part.group].rendering.as_deref() else {
@@ -315,7 +437,7 @@ pub(crate) fn prepare(
         }
     }
     out.shared = shared;
-    out.fleet = fleet;
+    out.published = published;
     out
 }
 
@@ -335,15 +457,6 @@ fn full_revision(
     }
     let (probes, rollback) = routing.node_probes(node);
     Some(super::node_spec(full, probes, rollback).revision)
-}
-
-/// The renderings `fleet` refers to (what must exist; any other may be deleted).
-pub(crate) fn referenced(fleet: &NetworkFleetSpec) -> BTreeSet<String> {
-    fleet
-        .groups
-        .iter()
-        .flat_map(|g| std::iter::once(g.rendering.clone()).chain(g.previous.clone()))
-        .collect()
 }
 
 #[cfg(test)]

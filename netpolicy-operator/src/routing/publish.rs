@@ -1,9 +1,11 @@
 //! Writes the shared objects a routing pass prepared ([`super::fleet::prepare`]; issue
-//! 68): the renderings the fleet refers to that are not stored yet, then the fleet when
-//! it changed, then deletes the renderings it no longer refers to (one collection
-//! delete). In that order: an
-//! agent never reads a fleet naming a rendering that is not there, and a rendering goes
-//! only once nothing names it. A pass that found nothing new writes nothing.
+//! 68): the renderings they name that are not stored yet, then the rollouts that are
+//! new or moved on, then the fleet when it changed, then deletes the rollouts folded
+//! into it, then the renderings nothing names (one collection delete, once no rollout
+//! is under way). In that order: an agent never reads a rollout or a fleet naming a
+//! rendering that is not there, never finds its group without a rendering between a
+//! rollout's folding and its deletion, and a rendering goes only once nothing names
+//! it. A pass that found nothing new writes nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,11 +19,14 @@ use kube::{
 use tracing::{debug, info};
 
 use super::{
-    fleet::{Prepared, referenced},
+    fleet::{Prepared, Published},
     shared::{part_name, parts},
 };
 use crate::{
-    api::{FLEET_NAME, NetworkFleet, NetworkFleetSpec, NodeNetworkRendering, RENDERING_LABEL},
+    api::{
+        FLEET_NAME, NetworkFleet, NetworkRollout, NodeNetworkRendering, RENDERING_LABEL,
+        group_label,
+    },
     k8s::{FIELD_MANAGER, MANAGED_BY, sent::digest},
 };
 
@@ -32,37 +37,79 @@ pub(crate) const MAX_PART_BYTES: usize = 64 * 1024 - 1024;
 /// What writes the shared objects, and the caches it compares with.
 pub(crate) struct Publisher {
     pub(crate) fleets: Api<NetworkFleet>,
+    pub(crate) rollouts: Api<NetworkRollout>,
     pub(crate) renderings: Api<NodeNetworkRendering>,
     pub(crate) fleet_store: Store<NetworkFleet>,
+    pub(crate) rollout_store: Store<NetworkRollout>,
     pub(crate) rendering_store: Store<PartialObjectMeta<NodeNetworkRendering>>,
-    /// The last fleet sent and the cached version it went over (not sent again until
-    /// the cache moves).
+    /// The last fleet and rollouts sent and the cached version each went over (not sent
+    /// again until the cache moves).
     pub(crate) sent: crate::k8s::Sent,
     /// Renderings whose deletion was asked for, until the cache no longer has them.
     pub(crate) deleted: std::sync::Mutex<BTreeSet<String>>,
+    /// Rollouts whose deletion was asked for, until the cache no longer has them.
+    pub(crate) deleted_rollouts: std::sync::Mutex<BTreeSet<String>>,
 }
 
 impl Publisher {
-    /// The fleet as stored.
-    pub(crate) fn current(&self) -> Option<NetworkFleetSpec> {
-        self.stored_fleet().map(|f| f.spec)
-    }
-
-    fn stored_fleet(&self) -> Option<NetworkFleet> {
-        self.fleet_store
+    /// The fleet and the rollouts as stored.
+    pub(crate) fn current(&self) -> Published {
+        let fleet = self
+            .fleet_store
             .state()
             .iter()
             .find(|f| f.name_any() == FLEET_NAME)
-            .map(|f| NetworkFleet::clone(f))
+            .map(|f| f.spec.clone())
+            .unwrap_or_default();
+        let rollouts = self
+            .rollout_store
+            .state()
+            .iter()
+            .filter(|r| r.metadata.deletion_timestamp.is_none())
+            .map(|r| (r.name_any(), r.spec.clone()))
+            .collect();
+        Published { fleet, rollouts }
+    }
+
+    /// Applies `object` (named `name`, of `api`) by server-side apply when it differs
+    /// from `stored` (with its cached version) and was not sent over that version
+    /// already; whether it was written.
+    async fn apply<K>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        object: &K,
+        stored: Option<(bool, Option<String>)>,
+    ) -> Result<bool, kube::Error>
+    where
+        K: kube::Resource<DynamicType = ()>
+            + serde::Serialize
+            + serde::de::DeserializeOwned
+            + Clone
+            + std::fmt::Debug,
+    {
+        let (same, over) = stored.unwrap_or((false, None));
+        let key = format!("{}/{name}", K::kind(&()));
+        let what = digest(&serde_json::to_string(object).unwrap_or_default());
+        if same || self.sent.unseen(&key, what, over.as_deref()) {
+            return Ok(false);
+        }
+        let ap = PatchParams::apply(FIELD_MANAGER).force();
+        if let Err(e) = api.patch(name, &ap, &Patch::Apply(object)).await {
+            self.sent.forget(&key);
+            return Err(e);
+        }
+        self.sent.record(&key, what, over.as_deref());
+        Ok(true)
     }
 
     /// Writes what `p` needs, new rendering parts `concurrency` at a time; returns how
     /// many writes it made.
     ///
     /// # Errors
-    /// The first refused write: nothing after it is sent (a fleet is not published
+    /// The first refused write: nothing after it is sent (a rollout is not published
     /// over a rendering that failed to be written; renderings are not deleted while the
-    /// fleet that stops naming them is not stored).
+    /// objects that stop naming them are not stored).
     pub(crate) async fn publish(
         &self,
         p: &Prepared,
@@ -74,7 +121,7 @@ impl Publisher {
             .iter()
             .map(|o| o.name_any())
             .collect();
-        let needed = referenced(&p.fleet);
+        let needed = p.published.referenced();
         let mut writes = 0;
         let pp = PostParams {
             field_manager: Some(FIELD_MANAGER.to_owned()),
@@ -84,7 +131,7 @@ impl Publisher {
         let mut missing = Vec::new();
         for name in &needed {
             let Some(spec) = p.shared.renderings.get(name) else {
-                continue; // Named by the fleet before: stored then.
+                continue; // Named before: stored then.
             };
             for part in parts(name, spec, MAX_PART_BYTES) {
                 let object = part_name(name, part.part, part.parts);
@@ -118,45 +165,87 @@ impl Publisher {
         for r in created {
             writes += usize::from(r?);
         }
-        // The fleet, when it differs from the stored one and this very fleet was not
-        // sent over the stored version already (the cache not showing it yet).
-        let stored_fleet = self.stored_fleet();
-        let over = stored_fleet
-            .as_ref()
-            .and_then(|f| f.metadata.resource_version.clone());
-        let what = digest(&serde_json::to_string(&p.fleet).unwrap_or_default());
-        if stored_fleet.map(|f| f.spec) != Some(p.fleet.clone())
-            && !self.sent.unseen(FLEET_NAME, what, over.as_deref())
-        {
-            let mut f = NetworkFleet::new(FLEET_NAME, p.fleet.clone());
-            f.metadata.labels = Some(BTreeMap::from([(
-                MANAGED_BY.0.to_owned(),
-                MANAGED_BY.1.to_owned(),
-            )]));
-            let ap = PatchParams::apply(FIELD_MANAGER).force();
-            if let Err(e) = self.fleets.patch(FLEET_NAME, &ap, &Patch::Apply(&f)).await {
-                self.sent.forget(FLEET_NAME);
-                return Err(e);
+        // The rollouts that are new or moved on, labelled with each group they move
+        // (an agent watches its group's only).
+        let stored_rollouts: BTreeMap<String, (NetworkRollout, Option<String>)> = self
+            .rollout_store
+            .state()
+            .iter()
+            .map(|r| {
+                (
+                    r.name_any(),
+                    (NetworkRollout::clone(r), r.resource_version()),
+                )
+            })
+            .collect();
+        for (name, spec) in &p.published.rollouts {
+            let mut labels = BTreeMap::from([(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned())]);
+            labels.extend(
+                spec.groups
+                    .iter()
+                    .map(|g| (group_label(&g.group), "true".to_owned())),
+            );
+            let mut o = NetworkRollout::new(name, spec.clone());
+            o.metadata.labels = Some(labels);
+            let stored = stored_rollouts
+                .get(name)
+                .map(|(r, v)| (r.spec == *spec && r.labels() == o.labels(), v.clone()));
+            if self.apply(&self.rollouts, name, &o, stored).await? {
+                writes += 1;
+                let open = spec.groups.iter().filter(|g| g.through.is_some()).count();
+                info!(rollout = %name, groups = spec.groups.len(), open, "NetworkRollout published");
             }
-            self.sent.record(FLEET_NAME, what, over.as_deref());
+        }
+        // The fleet, when it differs from the stored one.
+        let fleet = &p.published.fleet;
+        let stored_fleet = self
+            .fleet_store
+            .state()
+            .iter()
+            .find(|f| f.name_any() == FLEET_NAME)
+            .map(|f| (f.spec == *fleet, f.resource_version()));
+        let mut f = NetworkFleet::new(FLEET_NAME, fleet.clone());
+        f.metadata.labels = Some(BTreeMap::from([(
+            MANAGED_BY.0.to_owned(),
+            MANAGED_BY.1.to_owned(),
+        )]));
+        if self
+            .apply(&self.fleets, FLEET_NAME, &f, stored_fleet)
+            .await?
+        {
             writes += 1;
             info!(
-                groups = p.fleet.groups.len(),
+                groups = fleet.groups.len(),
                 renderings = needed.len(),
                 "NetworkFleet published"
             );
         }
-        // Renderings nothing names any more: one request for all of them (a
-        // collection delete by label), once no rollout is under way (groups finish at
-        // different passes: one delete per edit, not one per group).
-        let under_way = p
-            .fleet
-            .groups
+        // The rollouts folded into it (or moved on by newer ones).
+        let gone: BTreeSet<String> = stored_rollouts
             .iter()
-            .any(|g| g.through.as_deref() != Some("*"));
-        if under_way {
+            .filter(|(name, (r, _))| {
+                !p.published.rollouts.contains_key(*name)
+                    && r.metadata.deletion_timestamp.is_none()
+                    && r.labels().get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1)
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in Self::not_asked(&self.deleted_rollouts, gone) {
+            match self.rollouts.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {
+                    writes += 1;
+                    debug!(rollout = %name, "NetworkRollout finished: deleted");
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if !p.published.rollouts.is_empty() {
             return Ok(writes);
         }
+        // Renderings nothing names any more: one request for all of them (a
+        // collection delete by label), once no rollout is under way (rollouts finish at
+        // different passes: one delete per quiet spell, not one per rollout).
         let unnamed: BTreeSet<String> = self
             .rendering_store
             .state()
@@ -171,17 +260,7 @@ impl Publisher {
             })
             .filter_map(|o| o.labels().get(RENDERING_LABEL).cloned())
             .collect();
-        // Those asked for already and still in the cache are not asked for again.
-        let unnamed = {
-            let mut asked = self
-                .deleted
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            asked.retain(|r| unnamed.contains(r));
-            let new: BTreeSet<String> = unnamed.difference(&asked).cloned().collect();
-            asked.extend(new.iter().cloned());
-            new
-        };
+        let unnamed = Self::not_asked(&self.deleted, unnamed);
         if !unnamed.is_empty() {
             let names: Vec<&str> = unnamed.iter().map(String::as_str).collect();
             let lp = ListParams::default().labels(&format!(
@@ -207,5 +286,21 @@ impl Publisher {
             }
         }
         Ok(writes)
+    }
+
+    /// Of `names` (deletions this pass would ask for), those not in `asked` (asked
+    /// for already: one still in the cache after its deletion was asked for is not
+    /// asked again); names not given any more are forgotten.
+    fn not_asked(
+        asked: &std::sync::Mutex<BTreeSet<String>>,
+        names: BTreeSet<String>,
+    ) -> BTreeSet<String> {
+        let mut asked = asked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        asked.retain(|r| names.contains(r));
+        let new: BTreeSet<String> = names.difference(&asked).cloned().collect();
+        asked.extend(new.iter().cloned());
+        new
     }
 }

@@ -2,11 +2,8 @@ use std::collections::BTreeMap;
 
 use netpolicy_core::fleet::order_key;
 
-use super::{Reported, plan, referenced};
-use crate::{
-    api::NetworkFleetSpec,
-    routing::shared::{Group, Shared},
-};
+use super::{Published, Reported, plan};
+use crate::routing::shared::{Group, Shared};
 
 const CC: &str = "ClusterConfig/default";
 
@@ -36,34 +33,50 @@ fn all(n: usize, applied: Option<&str>) -> BTreeMap<String, Reported> {
         .collect()
 }
 
-/// What `node`'s agent runs by `fleet` (as `fleet::choose` finds it for its group).
-fn runs(fleet: &NetworkFleetSpec, node: &str) -> Option<String> {
-    let r = fleet.groups[0].rollout("g").ok()?;
+/// What `node` of group `group` runs by `p` (as `fleet::choose` finds it for its group).
+fn runs_in(p: &Published, group: &str, node: &str) -> Option<String> {
+    let r = p.current().remove(group)?;
     r.rendering_for(&order_key(&r.name, node))
         .map(str::to_owned)
+}
+
+fn runs(p: &Published, node: &str) -> Option<String> {
+    runs_in(p, "g", node)
 }
 
 fn budget(max: usize) -> BTreeMap<String, usize> {
     BTreeMap::from([(CC.to_owned(), max)])
 }
 
-/// Steps of the world: the operator plans, then each agent applies what the fleet gives
-/// it as `apply` says (`Some(true)`: applies, `Some(false)`: its probes fail, `None`: it
-/// lags this step); returns each fleet published with the reports it was planned from.
+/// The one rollout under way.
+fn only(p: &Published) -> &crate::api::NetworkRolloutSpec {
+    assert_eq!(p.rollouts.len(), 1, "{p:?}");
+    p.rollouts.values().next().unwrap()
+}
+
+/// Steps of the world: the operator plans, then each agent applies what it is given as
+/// `apply` says (`Some(true)`: applies, `Some(false)`: its probes fail, `None`: it lags
+/// this step); returns each publication with the reports it was planned from.
 fn run(
     shared: &Shared,
-    mut fleet: NetworkFleetSpec,
+    mut p: Published,
     reports: &mut BTreeMap<String, Reported>,
-    max: usize,
+    budget: &BTreeMap<String, usize>,
     steps: usize,
     apply: impl Fn(usize, &str) -> Option<bool>,
-) -> Vec<(NetworkFleetSpec, BTreeMap<String, Reported>)> {
+) -> Vec<(Published, BTreeMap<String, Reported>)> {
     let mut out = Vec::new();
     for step in 0..steps {
-        fleet = plan(shared, Vec::new(), Some(&fleet), reports, &budget(max));
-        out.push((fleet.clone(), reports.clone()));
+        p = plan(shared, Vec::new(), &p, reports, budget);
+        out.push((p.clone(), reports.clone()));
         for (node, rep) in reports.iter_mut() {
-            let Some(want) = runs(&fleet, node) else {
+            let group = shared
+                .groups
+                .iter()
+                .find(|(_, g)| g.members.contains(node))
+                .map(|(n, _)| n.clone())
+                .unwrap_or_default();
+            let Some(want) = runs_in(&p, &group, node) else {
                 continue;
             };
             match apply(step, node) {
@@ -80,63 +93,164 @@ fn run(
 
 #[test]
 fn a_first_fleet_runs_what_the_nodes_run_and_an_edit_rolls_out_in_waves_within_the_budget() {
-    // Twenty nodes already on r1: the first fleet has nothing to roll out.
+    // Twenty nodes already on r1: nothing to roll out, r1 is settled at once.
     let mut reports = all(20, Some("r1"));
     let first = plan(
         &world(20, Some("r1")),
         Vec::new(),
-        None,
+        &Published::default(),
         &reports,
         &budget(5),
     );
-    let g = &first.groups[0];
-    assert_eq!(
-        (
-            g.rendering.as_str(),
-            g.previous.as_deref(),
-            g.through.as_deref()
-        ),
-        ("r1", None, Some("*"))
-    );
+    assert!(first.rollouts.is_empty(), "{first:?}");
+    assert_eq!(first.fleet.groups[0].rendering, "r1");
+    assert_eq!(first.fleet.sequence, 1);
     // The ClusterConfig changes: r2, five nodes at a time; agents lag (odd nodes apply
     // only on odd steps).
     let shared = world(20, Some("r2"));
-    let fleets = run(&shared, first, &mut reports, 5, 40, |step, node| {
-        let odd = node.ends_with(['1', '3', '5', '7', '9']);
-        (!odd || step % 2 == 1).then_some(true)
-    });
-    for (f, before) in &fleets {
-        // Told to run r2 and not reporting it (yet) when the fleet is published.
+    let steps = run(
+        &shared,
+        first,
+        &mut reports,
+        &budget(5),
+        40,
+        |step, node| {
+            let odd = node.ends_with(['1', '3', '5', '7', '9']);
+            (!odd || step % 2 == 1).then_some(true)
+        },
+    );
+    for (p, before) in &steps {
+        // Told to run r2 and not reporting it (yet) when it is published.
         let moving = before
             .iter()
             .filter(|(n, r)| {
-                runs(f, n).as_deref() == Some("r2") && r.applied.as_deref() != Some("r2")
+                runs(p, n).as_deref() == Some("r2") && r.applied.as_deref() != Some("r2")
             })
             .count();
         assert!(
             moving <= 5,
             "at most five nodes on their way at once: {moving}"
         );
+        // Every step is one rollout (rollout-2) or none: the fleet keeps r1 until it
+        // is folded in.
+        for (name, r) in &p.rollouts {
+            assert_eq!((name.as_str(), r.sequence), ("rollout-2", 2));
+        }
     }
-    let last = &fleets.last().unwrap().0;
+    let last = &steps.last().unwrap().0;
     assert!(
         reports.values().all(|r| r.applied.as_deref() == Some("r2")),
         "{reports:?}"
     );
-    let g = &last.groups[0];
+    assert!(last.rollouts.is_empty(), "folded in");
     assert_eq!(
-        (g.previous.as_deref(), g.through.as_deref()),
-        (None, Some("*")),
-        "r1 forgotten"
+        (last.fleet.groups[0].rendering.as_str(), last.fleet.sequence),
+        ("r2", 2)
     );
-    // Four waves of five: three keys, then every node.
-    let waves: std::collections::BTreeSet<&Option<String>> =
-        fleets.iter().map(|(f, _)| &f.groups[0].through).collect();
-    assert_eq!(waves.len(), 4, "through moved wave by wave: {waves:?}");
-    // Quiet: nothing new, the same fleet.
-    let again = plan(&shared, Vec::new(), Some(last), &reports, &budget(5));
+    // Four waves of five: three keys, then every node; then folded.
+    let through: std::collections::BTreeSet<Option<String>> = steps
+        .iter()
+        .filter_map(|(p, _)| {
+            p.rollouts
+                .values()
+                .next()
+                .map(|r| r.groups[0].through.clone())
+        })
+        .collect();
+    assert_eq!(through.len(), 4, "through moved wave by wave: {through:?}");
+    // Quiet: nothing new, the same objects.
+    let again = plan(&shared, Vec::new(), last, &reports, &budget(5));
     assert_eq!(&again, last);
-    assert_eq!(referenced(last), ["r2".to_owned()].into());
+    assert_eq!(last.referenced(), ["r2".to_owned()].into());
+}
+
+#[test]
+fn one_change_over_many_groups_is_one_rollout_and_one_write_a_wave() {
+    // Ten groups of ten under the ClusterConfig, each with a NodeConfig of its own
+    // (maxUnavailable 1 each), the ClusterConfig's budget 10.
+    let mut shared = Shared::default();
+    let mut budget = budget(10);
+    for g in 0..10 {
+        let nc = format!("NodeConfig/nc{g}");
+        budget.insert(nc.clone(), 1);
+        shared.groups.insert(
+            format!("g{g}"),
+            Group {
+                policies: vec![CC.into(), nc],
+                rendering: Some(format!("a{g}")),
+                members: (0..10).map(|i| format!("n{g}-{i}")).collect(),
+            },
+        );
+    }
+    let mut reports: BTreeMap<String, Reported> = shared
+        .groups
+        .values()
+        .flat_map(|g| {
+            g.members.iter().map(move |m| {
+                let r = Reported {
+                    applied: g.rendering.clone(),
+                    failed: None,
+                };
+                (m.clone(), r)
+            })
+        })
+        .collect();
+    let first = plan(
+        &shared,
+        Vec::new(),
+        &Published::default(),
+        &reports,
+        &budget,
+    );
+    for g in shared.groups.values_mut() {
+        g.rendering = g.rendering.as_ref().map(|r| r.replace('a', "b"));
+    }
+    let steps = run(&shared, first.clone(), &mut reports, &budget, 60, |_, _| {
+        Some(true)
+    });
+    // One rollout, whatever the number of groups; one `through` a wave.
+    let names: std::collections::BTreeSet<&String> =
+        steps.iter().flat_map(|(p, _)| p.rollouts.keys()).collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    let mut writes = 0;
+    let mut prev: Option<&Published> = Some(&first);
+    for (p, before) in &steps {
+        // Every policy within its budget.
+        for (policy, max) in &budget {
+            let down = shared
+                .groups
+                .iter()
+                .filter(|(_, g)| g.policies.contains(policy))
+                .flat_map(|(n, g)| g.members.iter().map(move |m| (n, m)))
+                .filter(|(n, m)| {
+                    let want = runs_in(p, n, m);
+                    want.as_deref() != before[*m].applied.as_deref()
+                })
+                .count();
+            assert!(down <= *max, "{policy}: {down} moving, max {max}");
+        }
+        if let Some(q) = prev {
+            writes += usize::from(q.fleet != p.fleet)
+                + p.rollouts
+                    .iter()
+                    .filter(|(n, r)| q.rollouts.get(*n) != Some(r))
+                    .count()
+                + q.rollouts
+                    .keys()
+                    .filter(|n| !p.rollouts.contains_key(*n))
+                    .count();
+        }
+        prev = Some(p);
+    }
+    assert!(
+        reports
+            .values()
+            .all(|r| r.applied.as_deref().is_some_and(|a| a.starts_with('b')))
+    );
+    // Ten waves in every group at once (each NodeConfig's budget is 1, the
+    // ClusterConfig's 10): one create (with the first waves open), nine writes that
+    // open the next wave of every group, the fleet, the delete.
+    assert_eq!(writes, 12, "writes");
 }
 
 #[test]
@@ -145,22 +259,21 @@ fn a_failed_probe_halts_the_rollout_where_it_stands() {
     let first = plan(
         &world(20, Some("r1")),
         Vec::new(),
-        None,
+        &Published::default(),
         &reports,
         &budget(5),
     );
     let shared = world(20, Some("r2"));
     // The first node of the rollout's order fails; every other applies at once.
-    let name = "g.r2";
     let mut keys: Vec<_> = (0..20)
-        .map(|i| order_key(name, &format!("n{i:02}")))
+        .map(|i| order_key("rollout-2", &format!("n{i:02}")))
         .collect();
     keys.sort();
     let failing = keys[0].node.clone();
-    let fleets = run(&shared, first, &mut reports, 5, 20, |_, node| {
+    let steps = run(&shared, first, &mut reports, &budget(5), 20, |_, node| {
         Some(node != failing)
     });
-    let last = &fleets.last().unwrap().0;
+    let last = &steps.last().unwrap().0;
     let on_r2 = reports
         .values()
         .filter(|r| r.applied.as_deref() == Some("r2"))
@@ -168,11 +281,11 @@ fn a_failed_probe_halts_the_rollout_where_it_stands() {
     assert_eq!(on_r2, 4, "the first wave's other four only");
     assert_eq!(reports[&failing].failed.as_deref(), Some("r2"));
     assert_eq!(
-        last.groups[0].previous.as_deref(),
+        only(last).groups[0].previous.as_deref(),
         Some("r1"),
         "r1 is kept to run"
     );
-    assert_eq!(referenced(last), ["r1".to_owned(), "r2".to_owned()].into());
+    assert_eq!(last.referenced(), ["r1".to_owned(), "r2".to_owned()].into());
 }
 
 #[test]
@@ -181,32 +294,44 @@ fn an_edit_mid_rollout_starts_over_from_what_the_group_last_ran_everywhere() {
     let first = plan(
         &world(20, Some("r1")),
         Vec::new(),
-        None,
+        &Published::default(),
         &reports,
         &budget(5),
     );
-    let fleets = run(&world(20, Some("r2")), first, &mut reports, 5, 1, |_, _| {
-        Some(true)
-    });
-    let mid = &fleets.last().unwrap().0;
+    let steps = run(
+        &world(20, Some("r2")),
+        first,
+        &mut reports,
+        &budget(5),
+        1,
+        |_, _| Some(true),
+    );
+    let mid = &steps.last().unwrap().0;
     assert!(
-        mid.groups[0].through.as_deref().is_some_and(|t| t != "*"),
+        only(mid).groups[0]
+            .through
+            .as_deref()
+            .is_some_and(|t| t != "*"),
         "one wave open"
     );
     let next = plan(
         &world(20, Some("r3")),
         Vec::new(),
-        Some(mid),
+        mid,
         &reports,
         &budget(5),
     );
-    let g = &next.groups[0];
+    // The new rollout (rollout-3) decides for the group; rollout-2 moves no group any
+    // more and goes.
+    let r = only(&next);
+    assert_eq!(r.sequence, 3);
+    let g = &r.groups[0];
     assert_eq!(
         (g.rendering.as_str(), g.previous.as_deref()),
         ("r3", Some("r1"))
     );
-    // Its first wave opens: the five nodes on r2 count against the budget until they
-    // are back... they report r2, not r3: the budget is full.
+    // Its first wave: the five nodes on r2 count against the budget until they are
+    // back... they report r2, not r3: the budget is full.
     let on_r3 = (0..20)
         .filter(|i| runs(&next, &format!("n{i:02}")).as_deref() == Some("r3"))
         .count();
@@ -218,41 +343,37 @@ fn a_new_group_rolls_out_from_what_its_members_ran_and_a_held_group_keeps_its_en
     // Nodes that moved in from another group report its rendering.
     let mut reports = all(10, Some("r-other"));
     reports.get_mut("n00").unwrap().applied = None;
-    let f = plan(
+    let p = plan(
         &world(10, Some("r-new")),
         Vec::new(),
-        None,
+        &Published::default(),
         &reports,
         &budget(2),
     );
-    let g = &f.groups[0];
+    let g = &only(&p).groups[0];
     assert_eq!(
         (g.rendering.as_str(), g.previous.as_deref()),
         ("r-new", Some("r-other"))
     );
     let moving = (0..10)
-        .filter(|i| runs(&f, &format!("n{i:02}")).as_deref() == Some("r-new"))
+        .filter(|i| runs(&p, &format!("n{i:02}")).as_deref() == Some("r-new"))
         .count();
     assert_eq!(moving, 2, "one wave of two");
-    // A group no node reports on (no agent runs a shared object yet): every member at once.
-    let f = plan(
+    // A group no node reports on (no agent runs a shared object yet): every member at
+    // once, settled in the fleet without a rollout.
+    let p = plan(
         &world(10, Some("r-new")),
         Vec::new(),
-        None,
+        &Published::default(),
         &BTreeMap::new(),
         &budget(2),
     );
-    assert_eq!(f.groups[0].through.as_deref(), Some("*"));
+    assert!(p.rollouts.is_empty());
+    assert_eq!(p.fleet.groups[0].rendering, "r-new");
     // Its policies conflict now: the entry stays as it was.
-    let held = plan(&world(10, None), Vec::new(), Some(&f), &reports, &budget(2));
-    assert_eq!(held.groups, f.groups);
+    let held = plan(&world(10, None), Vec::new(), &p, &reports, &budget(2));
+    assert_eq!(held, p);
     // Gone (no member): its entry goes.
-    let gone = plan(
-        &Shared::default(),
-        Vec::new(),
-        Some(&f),
-        &reports,
-        &budget(2),
-    );
-    assert!(gone.groups.is_empty());
+    let gone = plan(&Shared::default(), Vec::new(), &p, &reports, &budget(2));
+    assert!(gone.fleet.groups.is_empty() && gone.rollouts.is_empty());
 }
