@@ -170,6 +170,7 @@ pub(crate) fn setup(
             trench_conflicts: BTreeMap::new(),
             recorder: crate::k8s::recorder(client),
             sent: crate::k8s::Sent::default(),
+            written_at: std::sync::Mutex::default(),
         },
         routing: Routing::new(),
         job_items: BTreeMap::new(),
@@ -215,15 +216,18 @@ impl Job for RoutingJob {
         self.too_large_facts(&mut facts);
         self.report_metrics(&facts);
         let applied = self.applied_nodes();
-        self.status
+        // (Progress held back is written when it is due: a pass then.)
+        let due = self
+            .status
             .write_all(&self.stores.ccs, &self.stores.ncs, &applied, &facts)
             .await?;
         self.status
             .trench_events(&self.stores.traffic.trenches, &facts)
             .await;
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(Next::Resync),
+        match (failed, due) {
+            (Some(e), _) => Err(e),
+            (None, Some(due)) => Ok(Next::After(due)),
+            (None, None) => Ok(Next::Resync),
         }
     }
 }

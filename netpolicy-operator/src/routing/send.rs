@@ -118,6 +118,44 @@ pub(super) struct StatusWriter {
     pub(super) recorder: crate::k8s::events::Recorder,
     /// Status writes not seen back yet: not sent again while the cache stays behind.
     pub(super) sent: crate::k8s::Sent,
+    /// When each policy's status was last written (`Kind/name`): a change of its
+    /// counts alone waits until [`PROGRESS_EVERY`] has passed since.
+    pub(super) written_at: std::sync::Mutex<BTreeMap<String, std::time::Instant>>,
+}
+
+/// How often a policy's progress alone (`appliedNodes`, `pendingNodes` and the count in
+/// `Ready`'s message while it applies) is written: every agent's report changes it, and
+/// at 2,000 nodes writing each made most of a cluster-wide edit's operator writes
+/// (issue 68). A change of a condition, its conflicts, its generation or its selected
+/// nodes is written at once.
+pub(super) const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The earlier of two due times (`None`: not due).
+fn earliest(
+    a: Option<std::time::Duration>,
+    b: Option<std::time::Duration>,
+) -> Option<std::time::Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Whether `next` differs from `current` only in its progress: the counts of applied
+/// and pending nodes and `Ready`'s message (the same status, reason and transition).
+pub(super) fn progress_only(current: &PolicyStatus, next: &PolicyStatus) -> bool {
+    let strip = |s: &PolicyStatus| {
+        let mut s = s.clone();
+        s.applied_nodes = 0;
+        s.pending_nodes = 0;
+        for c in &mut s.conditions {
+            if c.type_ == crate::api::conditions::READY {
+                c.message.clear();
+            }
+        }
+        s
+    };
+    strip(current) == strip(next)
 }
 
 impl StatusWriter {
@@ -152,22 +190,25 @@ impl StatusWriter {
         self.trench_conflicts = now;
     }
 
-    /// Computes every policy's status and writes those that changed.
+    /// Computes every policy's status and writes those that changed; returns how long
+    /// until a progress change held back is due (`None`: none is).
     ///
     /// # Guarantees
     /// A policy whose status is unchanged is not written (no `lastTransitionTime`
-    /// bump); a quiet cluster costs no write.
+    /// bump); a quiet cluster costs no write. A change of progress alone is written at
+    /// most every [`PROGRESS_EVERY`] per policy, and within it.
     pub(super) async fn write_all(
         &self,
         ccs: &Store<ClusterConfig>,
         ncs: &Store<NodeConfig>,
         applied: &BTreeSet<String>,
         facts: &BTreeMap<String, PolicyFacts>,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<Option<std::time::Duration>, kube::Error> {
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::now(),
         );
         let none = PolicyFacts::default();
+        let mut due = None;
         for cc in ccs.state() {
             let f = facts
                 .get(&format!("ClusterConfig/{}", cc.name_any()))
@@ -175,7 +216,8 @@ impl StatusWriter {
             let n = f.matched.iter().filter(|n| applied.contains(*n)).count();
             let current = cc.status.clone().unwrap_or_default();
             let next = policy_status(&current, cc.metadata.generation, f, n, &now);
-            self.write(&self.ccs, cc.as_ref(), &current, next).await?;
+            let wait = self.write(&self.ccs, cc.as_ref(), &current, next).await?;
+            due = earliest(due, wait);
         }
         for nc in ncs.state() {
             let f = facts
@@ -184,9 +226,10 @@ impl StatusWriter {
             let n = f.matched.iter().filter(|n| applied.contains(*n)).count();
             let current = nc.status.clone().unwrap_or_default();
             let next = policy_status(&current, nc.metadata.generation, f, n, &now);
-            self.write(&self.ncs, nc.as_ref(), &current, next).await?;
+            let wait = self.write(&self.ncs, nc.as_ref(), &current, next).await?;
+            due = earliest(due, wait);
         }
-        Ok(())
+        Ok(due)
     }
 
     async fn write<K>(
@@ -195,14 +238,29 @@ impl StatusWriter {
         obj: &K,
         current: &PolicyStatus,
         next: PolicyStatus,
-    ) -> Result<(), kube::Error>
+    ) -> Result<Option<std::time::Duration>, kube::Error>
     where
         K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
     {
         if next == *current {
-            return Ok(());
+            return Ok(None);
         }
         let name = obj.name_any();
+        let key = format!("{}/{name}", K::kind(&()));
+        let at = std::time::Instant::now();
+        if progress_only(current, &next) {
+            let last = self
+                .written_at
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&key)
+                .copied();
+            if let Some(wait) = last.and_then(|t| PROGRESS_EVERY.checked_sub(at.duration_since(t)))
+                && !wait.is_zero()
+            {
+                return Ok(Some(wait));
+            }
+        }
         self.recorder
             .tell_all(obj, super::status::policy_events(current, &next))
             .await;
@@ -212,8 +270,12 @@ impl StatusWriter {
             .await?
         {
             debug!(name, "policy status written");
+            self.written_at
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(key, at);
         }
-        Ok(())
+        Ok(None)
     }
 }
 
@@ -223,4 +285,49 @@ where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
     store.get(&ObjectRef::new(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::routing::status::policy_status;
+
+    fn at(t: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t.parse().unwrap())
+    }
+
+    #[test]
+    fn progress_alone_is_told_apart_from_a_condition_that_changes() {
+        let facts = PolicyFacts {
+            matched: (0..10).map(|i| format!("n{i}")).collect::<BTreeSet<_>>(),
+            ..PolicyFacts::default()
+        };
+        let t0 = at("2026-01-01T00:00:00Z");
+        let applied = policy_status(&PolicyStatus::default(), Some(1), &facts, 10, &t0);
+        let three = policy_status(&applied, Some(2), &facts, 3, &t0);
+        let four = policy_status(&three, Some(2), &facts, 4, &at("2026-01-01T00:00:05Z"));
+        let done = policy_status(&four, Some(2), &facts, 10, &at("2026-01-01T00:00:09Z"));
+        assert!(!progress_only(&applied, &three), "Applied -> Applying");
+        assert!(progress_only(&three, &four), "3 of 10 -> 4 of 10");
+        assert!(!progress_only(&four, &done), "Applying -> Applied");
+        let more = PolicyFacts {
+            matched: (0..11).map(|i| format!("n{i}")).collect::<BTreeSet<_>>(),
+            ..facts
+        };
+        let selected = policy_status(&four, Some(2), &more, 4, &t0);
+        assert!(!progress_only(&four, &selected), "a node more selected");
+        assert_eq!(
+            earliest(Some(std::time::Duration::from_secs(3)), None),
+            Some(std::time::Duration::from_secs(3))
+        );
+        assert_eq!(
+            earliest(
+                Some(std::time::Duration::from_secs(3)),
+                Some(std::time::Duration::from_secs(2))
+            ),
+            Some(std::time::Duration::from_secs(2))
+        );
+    }
 }
