@@ -429,6 +429,59 @@ pub fn advance<P: Ord + Clone>(
     rollouts: &[Progress<'_, P>],
     max: &BTreeMap<P, usize>,
 ) -> Vec<usize> {
+    advance_within(rollouts, max, &vec![usize::MAX; rollouts.len()])
+}
+
+/// [`advance`] with the groups of one change kept in step: a group's wave `w + 1`
+/// opens only once every group of the same change (`change[i]` names the change of
+/// `rollouts[i]`) that still has a wave to finish has all its waves up to `w` applied;
+/// first waves open as the budgets allow. The groups a change moves then open their
+/// next waves together, on the report that finishes the slowest group's wave: one write
+/// of the change's rollout object opens a wave of every group, however many groups it
+/// moves (each opening its own as its members reported cost one write per group and
+/// wave). A group held back takes nothing from the budgets, so it never keeps the group
+/// it waits for from opening. Budgets, halts and rollbacks are as [`advance`] says.
+/// A `change` shorter than `rollouts` leaves the groups it does not name unheld.
+pub fn advance_in_step<P: Ord + Clone, C: Ord>(
+    rollouts: &[Progress<'_, P>],
+    change: &[C],
+    max: &BTreeMap<P, usize>,
+) -> Vec<usize> {
+    let applied: Vec<usize> = rollouts.iter().map(applied_through).collect();
+    // Per change: the fewest waves applied all through by a group with waves to finish.
+    let mut floor: BTreeMap<&C, usize> = BTreeMap::new();
+    for ((g, c), done) in rollouts.iter().zip(change).zip(&applied) {
+        if !g.waves.rollout.rolled_back && *done < g.waves.bounds.len() {
+            let f = floor.entry(c).or_insert(usize::MAX);
+            *f = (*f).min(*done);
+        }
+    }
+    let limit: Vec<usize> = (0..rollouts.len())
+        .map(|i| {
+            change
+                .get(i)
+                .and_then(|c| floor.get(c))
+                .map_or(usize::MAX, |f| f.saturating_add(1))
+        })
+        .collect();
+    advance_within(rollouts, max, &limit)
+}
+
+/// How many of a group's waves are open with every member in them `Applied`.
+fn applied_through<P>(g: &Progress<'_, P>) -> usize {
+    g.members
+        .iter()
+        .filter(|m| m.report != Report::Applied)
+        .map(|m| wave_of(&m.key, &g.waves.bounds))
+        .fold(g.waves.open, usize::min)
+}
+
+/// [`advance`], opening no more than `limit[i]` waves of `rollouts[i]`.
+fn advance_within<P: Ord + Clone>(
+    rollouts: &[Progress<'_, P>],
+    max: &BTreeMap<P, usize>,
+    limit: &[usize],
+) -> Vec<usize> {
     let is_open = |g: &Progress<'_, P>, key: &OrderKey| {
         !g.waves.rollout.rolled_back && wave_of(key, &g.waves.bounds) < g.waves.open
     };
@@ -455,7 +508,10 @@ pub fn advance<P: Ord + Clone>(
     for i in order {
         let g = &rollouts[i];
         let w = g.waves.open;
-        if g.waves.rollout.rolled_back || w >= g.waves.bounds.len() {
+        if g.waves.rollout.rolled_back
+            || w >= g.waves.bounds.len()
+            || w >= limit.get(i).copied().unwrap_or(usize::MAX)
+        {
             continue;
         }
         // The wave's members per policy.

@@ -235,6 +235,9 @@ type RolloutWorld = (
     Option<usize>,
 );
 
+/// A group of one change: its waves, its members' keys and reports, its policies.
+type InStep<'a> = (Waves, Vec<(OrderKey, Report)>, &'a [usize]);
+
 fn rollout_world() -> impl Strategy<Value = RolloutWorld> {
     let max = prop::collection::vec(1..4usize, 3);
     let groups = prop::collection::vec(
@@ -423,5 +426,89 @@ proptest! {
         }
         prop_assert!(waves.complete());
         prop_assert!(members.iter().all(|m| m.1 == Report::Applied));
+    }
+
+    /// One change's groups, each with its own waves, kept in step by
+    /// `advance_in_step`: every policy stays within its budget, the change completes
+    /// (a held group never starves the group it waits for, however tight the budgets),
+    /// and no group opens a wave past one more than any group of the change with waves
+    /// left has applied all through.
+    #[test]
+    fn one_change_keeps_its_groups_in_step_within_every_budget(
+        (max, groups, coin, _) in rollout_world()
+    ) {
+        let max: BTreeMap<usize, usize> = max.into_iter().enumerate().collect();
+        let mut all: Vec<InStep<'_>> = Vec::new();
+        for (i, (policies, n)) in groups.iter().enumerate() {
+            let names: Vec<(String, &[usize])> =
+                (0..*n).map(|k| (format!("g{i}-n{k}"), policies.as_slice())).collect();
+            let bounds = plan_waves_within("rollout-3", &names, &max);
+            let members = names.iter().map(|(n, _)| (order_key("rollout-3", n), Report::Pending)).collect();
+            let rollout = Rollout {
+                name: format!("g{i}"),
+                group: format!("g{i}"),
+                rendering: "new".into(),
+                previous: Some("old".into()),
+                through: Through::Nothing,
+                rolled_back: false,
+            };
+            all.push((Waves { rollout, bounds, open: 0 }, members, policies.as_slice()));
+        }
+        let change = vec!["rollout-3"; all.len()];
+        let mut coin = coin.into_iter().cycle();
+        for _ in 0..400 {
+            let listed: Vec<Vec<Member<'_, usize>>> = all
+                .iter()
+                .map(|(_, ms, policies)| {
+                    ms.iter().map(|(key, report)| Member { key: key.clone(), report: *report, policies }).collect()
+                })
+                .collect();
+            let progress: Vec<Progress<'_, usize>> = all
+                .iter()
+                .zip(&listed)
+                .map(|((waves, _, _), members)| Progress { waves, members })
+                .collect();
+            let opened = advance_in_step(&progress, &change, &max);
+            drop(progress);
+            for ((waves, _, _), open) in all.iter_mut().zip(opened) {
+                prop_assert!(open >= waves.open, "a wave closed");
+                waves.open = open;
+            }
+            for (p, cap) in &max {
+                let down: usize = all
+                    .iter()
+                    .filter(|(_, _, policies)| policies.contains(p))
+                    .map(|(w, ms, _)| {
+                        ms.iter().filter(|m| wave_of(&m.0, &w.bounds) < w.open && m.1 != Report::Applied).count()
+                    })
+                    .sum();
+                prop_assert!(down <= *cap, "policy {}: {} unavailable, max {}", p, down, cap);
+            }
+            let done = |w: &Waves, ms: &[(OrderKey, Report)]| {
+                ms.iter().filter(|m| m.1 != Report::Applied).map(|m| wave_of(&m.0, &w.bounds)).fold(w.open, usize::min)
+            };
+            let floor = all
+                .iter()
+                .map(|(w, ms, _)| (done(w, ms), w.bounds.len()))
+                .filter(|(d, len)| d < len)
+                .map(|(d, _)| d)
+                .min();
+            if let Some(f) = floor {
+                for (w, _, _) in &all {
+                    prop_assert!(w.open <= (f + 1).max(1), "a group ran ahead: {} open, {} applied by the slowest", w.open, f);
+                }
+            }
+            for (w, ms, _) in &mut all {
+                for m in ms.iter_mut() {
+                    if wave_of(&m.0, &w.bounds) < w.open && coin.next().unwrap_or(true) {
+                        m.1 = Report::Applied;
+                    }
+                }
+            }
+        }
+        for (w, ms, _) in &all {
+            prop_assert!(w.complete(), "the change did not complete");
+            prop_assert!(ms.iter().all(|m| m.1 == Report::Applied));
+        }
     }
 }

@@ -7,11 +7,12 @@
 //!   cut short starts over from that one). A group seen for the first time moves from
 //!   what most of its members report they run (nodes that moved in from other groups),
 //!   or, when none reports one, to every member at once.
-//! - A rollout's waves are cut over the members of every group it moves that run
-//!   shared objects, within each policy's `maxUnavailable`
-//!   ([`netpolicy_core::fleet::plan_waves_within`]), and opened by
-//!   [`netpolicy_core::fleet::advance`] on their reports; a member whose probes failed
-//!   halts its policies. Opening a wave is one write of the rollout's `through`.
+//! - Each group's waves are cut over its members that run shared objects, within each
+//!   policy's `maxUnavailable` ([`netpolicy_core::fleet::plan_waves_within`]), and
+//!   opened by [`netpolicy_core::fleet::advance_in_step`] on their reports: the groups
+//!   of one rollout open their next waves together, once each has applied its open
+//!   ones, so opening a wave is one write of the rollout (every group's `through`)
+//!   whatever its group count; a member whose probes failed halts its policies.
 //! - A rollout every wave of which is open and on which every member reports the new
 //!   rendering is folded into the fleet (its groups' settled renderings) and deleted;
 //!   the renderings it left may then be deleted.
@@ -23,7 +24,8 @@ use std::{
 };
 
 use netpolicy_core::fleet::{
-    Member, Progress, Report, Rollout, Through, Waves, advance, order_key, plan_waves_within,
+    Member, Progress, Report, Rollout, Through, Waves, advance_in_step, order_key,
+    plan_waves_within,
 };
 
 use super::{Routing, shared::Shared};
@@ -172,8 +174,8 @@ pub(crate) fn plan(
 
 /// Opens the waves the reports allow: each group's waves are cut over its members that
 /// run shared objects (the group is moved by the newest rollout that names it) within
-/// its policies' budgets, and opened by [`advance`] on their reports, every group of
-/// every rollout sharing the policies' budgets.
+/// its policies' budgets, and opened by [`advance_in_step`] on their reports, every group
+/// of every rollout sharing the policies' budgets, the groups of one rollout in step.
 fn open_waves(
     shared: &Shared,
     out: &mut Published,
@@ -228,7 +230,9 @@ fn open_waves(
         .iter()
         .map(|(_, _, waves, members)| Progress { waves, members })
         .collect();
-    let opened = advance(&progress, budget);
+    // The groups of one rollout open their waves together: one write of it a wave.
+    let change: Vec<&str> = under_way.iter().map(|(r, ..)| r.as_str()).collect();
+    let opened = advance_in_step(&progress, &change, budget);
     for ((rollout, group, waves, _), open) in under_way.iter().zip(opened) {
         // Waves over no member (none runs a shared object yet) open at once.
         let through = if waves.bounds.is_empty() {
