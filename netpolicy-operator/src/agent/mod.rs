@@ -115,6 +115,12 @@ pub struct AgentOptions {
     /// chart keeps it on the node (`/var/lib/netpolicy`).
     #[arg(long, env = "NETPOLICY_STATE_FILE", value_name = "PATH")]
     pub state_file: Option<PathBuf>,
+    /// Milliseconds over which the agents of one wave spread their reports of a newly
+    /// applied shared rendering: each waits its own share (from its node name) after
+    /// applying, so a wave's status patches do not reach the API server in one burst.
+    /// A failure is reported at once. 0: no wait.
+    #[arg(long, default_value_t = 500, value_name = "MS")]
+    pub report_spread_ms: u64,
 }
 
 /// `IP:PORT`, `[IPv6]:PORT` or `IPv6:PORT` (the last colon parts the port).
@@ -489,6 +495,8 @@ struct Ctx {
     state_file: Option<PathBuf>,
     /// This node's name (the state file says whose it is).
     node: String,
+    /// `--report-spread-ms`.
+    report_spread: Duration,
 }
 
 impl Ctx {
@@ -510,6 +518,7 @@ impl Ctx {
             },
             state_file: opts.state_file.clone(),
             node: opts.node.clone(),
+            report_spread: Duration::from_millis(opts.report_spread_ms),
         }
     }
 
@@ -667,6 +676,9 @@ async fn pass(
     }
     if next == current {
         return Ok(None);
+    }
+    if reports_new_rendering(&current, &next) {
+        tokio::time::sleep(report_delay(&node, ctx.report_spread)).await;
     }
     crate::k8s::apply_status(api, FIELD_MANAGER, &node, &next)
         .await
@@ -911,6 +923,45 @@ mod tests {
         assert_eq!(
             (whole.applied_rendering, whole.failed_rendering),
             (None, None)
+        );
+    }
+
+    #[test]
+    fn a_wave_reports_its_new_rendering_spread_and_a_failure_at_once() {
+        let spread = Duration::from_millis(500);
+        let delays: Vec<Duration> = (0..1000)
+            .map(|i| report_delay(&format!("node-{i:04}"), spread))
+            .collect();
+        assert!(delays.iter().all(|d| *d < spread), "within the spread");
+        // Spread over it, not bunched: each fifth of it holds some of a wave's agents.
+        let fifths: std::collections::BTreeSet<u128> =
+            delays.iter().map(|d| d.as_millis() / 100).collect();
+        assert_eq!(fifths, (0..5).collect::<std::collections::BTreeSet<u128>>());
+        // The same node waits the same (a restarted agent keeps its place).
+        assert_eq!(report_delay("node-0007", spread), delays[7]);
+        assert_eq!(report_delay("node-0007", Duration::ZERO), Duration::ZERO);
+        let was = NodeNetworkConfigStatus {
+            applied_rendering: Some("r-a".into()),
+            ..NodeNetworkConfigStatus::default()
+        };
+        let new = NodeNetworkConfigStatus {
+            applied_rendering: Some("r-b".into()),
+            ..was.clone()
+        };
+        assert!(reports_new_rendering(&was, &new));
+        assert!(!reports_new_rendering(&new, &new), "nothing new");
+        let failed = NodeNetworkConfigStatus {
+            failed_rendering: Some("r-c".into()),
+            ..was.clone()
+        };
+        assert!(
+            !reports_new_rendering(&was, &failed),
+            "a failure is told at once"
+        );
+        let whole = NodeNetworkConfigStatus::default();
+        assert!(
+            !reports_new_rendering(&was, &whole),
+            "a per-node object: no rendering"
         );
     }
 

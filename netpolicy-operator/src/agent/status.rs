@@ -357,3 +357,31 @@ pub(crate) fn shared_status(
         PassOutcome::Applied(..) | PassOutcome::Invalid(_) => {}
     }
 }
+
+/// How long this node's agent waits before it reports a newly applied rendering: a
+/// fixed share of `spread` taken from its name (FNV-1a), so the agents of one wave,
+/// which apply the same rendering at the same moment, send their status patches spread
+/// over `spread` instead of in one burst. The kernel is already changed by then; only
+/// the report waits. A failure (`failedRendering`) is never delayed: it halts the
+/// rollout. Zero `spread`: no wait.
+pub(crate) fn report_delay(node: &str, spread: std::time::Duration) -> std::time::Duration {
+    let millis = u64::try_from(spread.as_millis()).unwrap_or(u64::MAX);
+    if millis == 0 {
+        return std::time::Duration::ZERO;
+    }
+    let hash = node.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    std::time::Duration::from_millis(hash % millis)
+}
+
+/// Whether `next` reports a rendering applied that `current` did not: the one status
+/// write [`report_delay`] spreads.
+pub(crate) fn reports_new_rendering(
+    current: &NodeNetworkConfigStatus,
+    next: &NodeNetworkConfigStatus,
+) -> bool {
+    next.applied_rendering.is_some()
+        && next.applied_rendering != current.applied_rendering
+        && next.failed_rendering.is_none()
+}
