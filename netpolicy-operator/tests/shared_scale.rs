@@ -22,7 +22,8 @@
 //! the audit log), the bytes it sent (the API server's `apiserver_request_body_size_bytes`),
 //! the time until a quarter of the nodes (the default `maxUnavailable`'s first wave) run
 //! the edit, the growth of etcd's database (`etcd_mvcc_db_total_size_in_bytes`), and the
-//! operator's peak memory (`NETPOLICY_SCALE_MODES=shared` or `per-node` runs one). Each mode prints the line
+//! operator's peak memory (`NETPOLICY_SCALE_MODES=shared` or `per-node` runs one).
+//! Each mode prints the line
 //! `cluster-wide edit: W writes, B bytes, first wave applied in T s, etcd S MiB, operator R MiB`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -477,11 +478,12 @@ async fn a_cluster_wide_edit_per_node_and_with_shared_renderings() {
         "{n} nodes, a {ROUTES}-route ClusterConfig, {POOLS} NodeConfigs ({POOLS} distinct configurations)"
     );
     // `NETPOLICY_SCALE_MODES=shared` (or `per-node`) runs one mode only.
-    let only = std::env::var("NETPOLICY_SCALE_MODES").unwrap_or_default();
-    let modes: Vec<bool> = [false, true]
-        .into_iter()
-        .filter(|s| only.is_empty() || only.contains(if *s { "shared" } else { "per-node" }))
-        .collect();
+    let modes: Vec<bool> = match std::env::var("NETPOLICY_SCALE_MODES").as_deref() {
+        Err(_) | Ok("") => vec![false, true],
+        Ok("shared") => vec![true],
+        Ok("per-node") => vec![false],
+        Ok(other) => panic!("NETPOLICY_SCALE_MODES={other:?}: want shared or per-node"),
+    };
     let mut rows = Vec::new();
     for shared in modes {
         let c = edit_costs(n, shared).await;

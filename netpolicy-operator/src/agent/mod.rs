@@ -674,18 +674,7 @@ async fn pass(
     if let PassOutcome::Invalid(e) = &outcome {
         warn!(node, "invalid NodeNetworkConfig (nothing changed): {e}");
     }
-    if next == current {
-        return Ok(None);
-    }
-    if reports_new_rendering(&current, &next) {
-        tokio::time::sleep(report_delay(&node, ctx.report_spread)).await;
-    }
-    crate::k8s::apply_status(api, FIELD_MANAGER, &node, &next)
-        .await
-        .map_err(|source| Error::Kube {
-            what: "writing status".into(),
-            source,
-        })
+    write_status(api, &node, &current, &next, ctx.report_spread).await
 }
 
 /// Gives up the left-behind `items` that are still netpolicy's; returns those the kernel

@@ -359,7 +359,7 @@ pub(crate) fn shared_status(
 }
 
 /// How long this node's agent waits before it reports a newly applied rendering: a
-/// fixed share of `spread` taken from its name (FNV-1a), so the agents of one wave,
+/// fixed share of `spread` taken from its name (`fnv1a`), so the agents of one wave,
 /// which apply the same rendering at the same moment, send their status patches spread
 /// over `spread` instead of in one burst. The kernel is already changed by then; only
 /// the report waits. A failure (`failedRendering`) is never delayed: it halts the
@@ -369,10 +369,7 @@ pub(crate) fn report_delay(node: &str, spread: std::time::Duration) -> std::time
     if millis == 0 {
         return std::time::Duration::ZERO;
     }
-    let hash = node.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    std::time::Duration::from_millis(hash % millis)
+    std::time::Duration::from_millis(netpolicy_core::hash::fnv1a(&[node]) % millis)
 }
 
 /// Whether `next` reports a rendering applied that `current` did not: the one status
@@ -384,4 +381,28 @@ pub(crate) fn reports_new_rendering(
     next.applied_rendering.is_some()
         && next.applied_rendering != current.applied_rendering
         && next.failed_rendering.is_none()
+}
+
+/// Writes `next` as the node's status when it differs from `current` (a pass that found
+/// nothing new writes nothing); a newly applied rendering after the node's share of
+/// `spread` ([`report_delay`]). The object as written; `None`: nothing to write.
+pub(crate) async fn write_status(
+    api: &kube::Api<crate::api::NodeNetworkConfig>,
+    node: &str,
+    current: &NodeNetworkConfigStatus,
+    next: &NodeNetworkConfigStatus,
+    spread: std::time::Duration,
+) -> crate::error::Result<Option<crate::api::NodeNetworkConfig>> {
+    if next == current {
+        return Ok(None);
+    }
+    if reports_new_rendering(current, next) {
+        tokio::time::sleep(report_delay(node, spread)).await;
+    }
+    crate::k8s::apply_status(api, super::FIELD_MANAGER, node, next)
+        .await
+        .map_err(|source| crate::error::Error::Kube {
+            what: "writing status".into(),
+            source,
+        })
 }

@@ -115,21 +115,33 @@ impl Publisher {
         p: &Prepared,
         concurrency: usize,
     ) -> Result<usize, kube::Error> {
+        let needed = p.published.referenced();
+        let mut writes = self.create_renderings(p, &needed, concurrency).await?;
+        writes += self.apply_rollouts(p).await?;
+        writes += self.apply_fleet(p, needed.len()).await?;
+        writes += self.delete_folded(p).await?;
+        if p.published.rollouts.is_empty() {
+            writes += self.delete_unnamed(&needed).await?;
+        }
+        Ok(writes)
+    }
+
+    /// Creates the parts of the renderings in `needed` that are not stored,
+    /// `concurrency` at a time (independent objects); how many were created.
+    async fn create_renderings(
+        &self,
+        p: &Prepared,
+        needed: &BTreeSet<String>,
+        concurrency: usize,
+    ) -> Result<usize, kube::Error> {
         let stored: BTreeSet<String> = self
             .rendering_store
             .state()
             .iter()
             .map(|o| o.name_any())
             .collect();
-        let needed = p.published.referenced();
-        let mut writes = 0;
-        let pp = PostParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-            ..PostParams::default()
-        };
-        // The missing parts, `concurrency` at a time (independent objects).
         let mut missing = Vec::new();
-        for name in &needed {
+        for name in needed {
             let Some(spec) = p.shared.renderings.get(name) else {
                 continue; // Named before: stored then.
             };
@@ -146,6 +158,10 @@ impl Publisher {
                 missing.push(o);
             }
         }
+        let pp = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PostParams::default()
+        };
         let created: Vec<Result<bool, kube::Error>> = futures::stream::iter(missing)
             .map(|o| {
                 let pp = &pp;
@@ -162,12 +178,17 @@ impl Publisher {
             .buffer_unordered(concurrency.max(1))
             .collect()
             .await;
+        let mut writes = 0;
         for r in created {
             writes += usize::from(r?);
         }
-        // The rollouts that are new or moved on, labelled with each group they move
-        // (an agent watches its group's only).
-        let stored_rollouts: BTreeMap<String, (NetworkRollout, Option<String>)> = self
+        Ok(writes)
+    }
+
+    /// Applies the rollouts that are new or moved on, labelled with each group they
+    /// move (an agent watches its group's only); how many were written.
+    async fn apply_rollouts(&self, p: &Prepared) -> Result<usize, kube::Error> {
+        let stored: BTreeMap<String, (NetworkRollout, Option<String>)> = self
             .rollout_store
             .state()
             .iter()
@@ -178,6 +199,7 @@ impl Publisher {
                 )
             })
             .collect();
+        let mut writes = 0;
         for (name, spec) in &p.published.rollouts {
             let mut labels = BTreeMap::from([(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned())]);
             labels.extend(
@@ -187,18 +209,22 @@ impl Publisher {
             );
             let mut o = NetworkRollout::new(name, spec.clone());
             o.metadata.labels = Some(labels);
-            let stored = stored_rollouts
+            let was = stored
                 .get(name)
                 .map(|(r, v)| (r.spec == *spec && r.labels() == o.labels(), v.clone()));
-            if self.apply(&self.rollouts, name, &o, stored).await? {
+            if self.apply(&self.rollouts, name, &o, was).await? {
                 writes += 1;
                 let open = spec.groups.iter().filter(|g| g.through.is_some()).count();
                 info!(rollout = %name, groups = spec.groups.len(), open, "NetworkRollout published");
             }
         }
-        // The fleet, when it differs from the stored one.
+        Ok(writes)
+    }
+
+    /// Applies the fleet when it differs from the stored one; 1 when it was written.
+    async fn apply_fleet(&self, p: &Prepared, renderings: usize) -> Result<usize, kube::Error> {
         let fleet = &p.published.fleet;
-        let stored_fleet = self
+        let stored = self
             .fleet_store
             .state()
             .iter()
@@ -209,27 +235,31 @@ impl Publisher {
             MANAGED_BY.0.to_owned(),
             MANAGED_BY.1.to_owned(),
         )]));
-        if self
-            .apply(&self.fleets, FLEET_NAME, &f, stored_fleet)
-            .await?
-        {
-            writes += 1;
+        let written = self.apply(&self.fleets, FLEET_NAME, &f, stored).await?;
+        if written {
             info!(
                 groups = fleet.groups.len(),
-                renderings = needed.len(),
-                "NetworkFleet published"
+                renderings, "NetworkFleet published"
             );
         }
-        // The rollouts folded into it (or moved on by newer ones).
-        let gone: BTreeSet<String> = stored_rollouts
+        Ok(usize::from(written))
+    }
+
+    /// Deletes the stored rollouts `p` no longer has (folded into the fleet, or moved
+    /// on by newer ones); how many deletes were sent.
+    async fn delete_folded(&self, p: &Prepared) -> Result<usize, kube::Error> {
+        let gone: BTreeSet<String> = self
+            .rollout_store
+            .state()
             .iter()
-            .filter(|(name, (r, _))| {
-                !p.published.rollouts.contains_key(*name)
+            .filter(|r| {
+                !p.published.rollouts.contains_key(&r.name_any())
                     && r.metadata.deletion_timestamp.is_none()
-                    && r.labels().get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1)
+                    && managed(r.labels())
             })
-            .map(|(name, _)| name.clone())
+            .map(|r| r.name_any())
             .collect();
+        let mut writes = 0;
         for name in Self::not_asked(&self.deleted_rollouts, gone) {
             match self.rollouts.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {
@@ -240,52 +270,47 @@ impl Publisher {
                 Err(e) => return Err(e),
             }
         }
-        if !p.published.rollouts.is_empty() {
-            return Ok(writes);
-        }
-        // Renderings nothing names any more: one request for all of them (a
-        // collection delete by label), once no rollout is under way (rollouts finish at
-        // different passes: one delete per quiet spell, not one per rollout).
+        Ok(writes)
+    }
+
+    /// Deletes the renderings nothing in `needed` names: one request for all of them (a
+    /// collection delete by label). Called once no rollout is under way (rollouts
+    /// finish at different passes: one delete per quiet spell, not one per rollout).
+    async fn delete_unnamed(&self, needed: &BTreeSet<String>) -> Result<usize, kube::Error> {
         let unnamed: BTreeSet<String> = self
             .rendering_store
             .state()
             .iter()
-            .filter(|o| {
-                let labels = o.labels();
-                labels.get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1)
-                    && labels
-                        .get(RENDERING_LABEL)
-                        .is_some_and(|r| !needed.contains(r))
-                    && o.metadata.deletion_timestamp.is_none()
-            })
+            .filter(|o| managed(o.labels()) && o.metadata.deletion_timestamp.is_none())
             .filter_map(|o| o.labels().get(RENDERING_LABEL).cloned())
+            .filter(|r| !needed.contains(r))
             .collect();
         let unnamed = Self::not_asked(&self.deleted, unnamed);
-        if !unnamed.is_empty() {
-            let names: Vec<&str> = unnamed.iter().map(String::as_str).collect();
-            let lp = ListParams::default().labels(&format!(
-                "{}={},{RENDERING_LABEL} in ({})",
-                MANAGED_BY.0,
-                MANAGED_BY.1,
-                names.join(",")
-            ));
-            match self
-                .renderings
-                .delete_collection(&DeleteParams::default(), &lp)
-                .await
-            {
-                Ok(_) => {
-                    writes += 1;
-                    debug!(
-                        renderings = unnamed.len(),
-                        "renderings no group runs: deleted"
-                    );
-                }
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(e),
-            }
+        if unnamed.is_empty() {
+            return Ok(0);
         }
-        Ok(writes)
+        let names: Vec<&str> = unnamed.iter().map(String::as_str).collect();
+        let lp = ListParams::default().labels(&format!(
+            "{}={},{RENDERING_LABEL} in ({})",
+            MANAGED_BY.0,
+            MANAGED_BY.1,
+            names.join(",")
+        ));
+        match self
+            .renderings
+            .delete_collection(&DeleteParams::default(), &lp)
+            .await
+        {
+            Ok(_) => {
+                debug!(
+                    renderings = unnamed.len(),
+                    "renderings no group runs: deleted"
+                );
+                Ok(1)
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(0),
+            Err(e) => Err(e),
+        }
     }
 
     /// Of `names` (deletions this pass would ask for), those not in `asked` (asked
@@ -303,4 +328,9 @@ impl Publisher {
         asked.extend(new.iter().cloned());
         new
     }
+}
+
+/// Whether `labels` say netpolicy made the object.
+fn managed(labels: &BTreeMap<String, String>) -> bool {
+    labels.get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1)
 }
