@@ -10,12 +10,12 @@
 //!   selector ([`PolicySelector`]: a policy's identity and selector, none of its items):
 //!   small, and the same for every node.
 //! - **Waves.** A rollout ([`Rollout`], one per group it moves; every group one change
-//!   moves shares its name and its waves) sends the new renderings out in waves. A
-//!   node's place in a rollout is its [`order_key`] (a hash of the rollout's name and
-//!   the node's name, then the name): the operator sorts the members of every group the
-//!   change moves by it and cuts waves within each policy's budget
-//!   ([`plan_waves_within`]; [`plan_waves`] for one budget; kept in its [`Waves`]), and
-//!   publishes only the last key of the last open wave ([`Rollout::through`]). A node
+//!   moves shares its name) sends the new renderings out in waves. A node's place in a
+//!   rollout is its [`order_key`] (a hash of the rollout's name and the node's name,
+//!   then the name): the operator sorts a group's members by it and cuts waves within
+//!   each policy's budget ([`plan_waves_within`]; [`plan_waves`] for one budget; kept in
+//!   its [`Waves`]), and publishes only the last key of the group's last open wave
+//!   ([`Rollout::through`]). A node
 //!   runs the new rendering when its own key is not above it: no member list and no
 //!   wave list, so the rollout object does not grow with the group. Opening a wave or
 //!   rolling back is one small write of [`Rollout::through`] or
@@ -24,7 +24,9 @@
 //! [`choose`] is the agent's choice; [`assign`] is the operator's full computation over
 //! every node; they agree for every node (a property test holds them to it). [`advance`]
 //! opens waves on the members' reports within each policy's `maxUnavailable` and halts a
-//! policy on a failure (a simulated property test holds it to both).
+//! policy on a failure (a simulated property test holds it to both);
+//! [`advance_in_step`] also keeps the groups of one change in step, so that one write
+//! opens a wave of all of them.
 //!
 //! Pure: values in, values out.
 //!
