@@ -478,6 +478,11 @@ impl NetworkRolloutSpec {
 /// the rollouts (`(name, spec)`), newest first, then the fleet's settled renderings.
 /// The agent passes its own group's rollouts; the operator passes all of them.
 ///
+/// A rollout the fleet has not folded in yet (`spec.sequence` above the fleet's) still
+/// counts after its delete is seen: the operator deletes it only once the fleet that
+/// folds it is written, but a reader watching both may see the delete first (the
+/// agent's `FleetView` keeps it until then).
+///
 /// # Errors
 /// [`FleetError`] naming the rollout whose `through` does not parse.
 pub fn current_rollouts<'a>(

@@ -70,6 +70,29 @@ fn node_config(pool: &str, via: &str) -> serde_json::Value {
     })
 }
 
+/// `ip monitor route` in each namespace, listening once this returns.
+async fn monitor_routes(nets: &[TestNamespace]) -> Vec<std::process::Child> {
+    let monitors = nets
+        .iter()
+        .map(|ns| {
+            std::process::Command::new("ip")
+                .args(["-n", ns.name(), "monitor", "route"])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    monitors
+}
+
+/// What a monitor heard, once stopped.
+fn heard(mut m: std::process::Child) -> String {
+    let _ = m.kill();
+    let out = m.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
     let mut nets = Vec::new();
@@ -141,17 +164,7 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
     // The upgrade in place: the kernel's route notifications from here until every node
     // runs its shared object. A foreign route added and removed first shows the
     // monitors hear.
-    let monitors: Vec<std::process::Child> = nets
-        .iter()
-        .map(|ns| {
-            std::process::Command::new("ip")
-                .args(["-n", ns.name(), "monitor", "route"])
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let monitors = monitor_routes(&nets).await;
     for ns in &nets {
         ns.ip(&["route", "add", "10.99.0.0/16", "dev", "v0", "table", "100"])
             .unwrap();
@@ -184,10 +197,8 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
     .await;
     // A resync of every agent on its shared object, then what the kernels said.
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-    for (mut m, ns) in monitors.into_iter().zip(&nets) {
-        let _ = m.kill();
-        let out = m.wait_with_output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
+    for (m, ns) in monitors.into_iter().zip(&nets) {
+        let text = heard(m);
         assert!(
             text.contains("10.99.0.0/16"),
             "{}: the monitor heard nothing: {text}",
@@ -242,6 +253,10 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
         .map(|o| (o.name_any(), o.metadata.generation))
         .collect();
 
+    // The kernels' route notifications from the edit to the end: once a node runs the
+    // edit it never goes back (a rollout deleted before the fleet that folds it is
+    // seen must not send it to the old settled rendering).
+    let monitors = monitor_routes(&nets).await;
     // The edit: one route's gateway.
     ncs.patch(
         "edge",
@@ -342,11 +357,55 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
         fleet_version,
         "a quiet fleet is not written"
     );
-    let now: Vec<Option<String>> = nncs(&client, &names)
-        .await
+    let quiet = nncs(&client, &names).await;
+    let now: Vec<Option<String>> = quiet
         .iter()
         .map(|o| o.metadata.resource_version.clone())
         .collect();
-    assert_eq!(now, versions, "quiet nodes: no spec or status write");
+    // Who wrote, when and what, for a node that was written.
+    let written: Vec<String> = quiet
+        .iter()
+        .zip(&versions)
+        .filter(|(o, v)| o.metadata.resource_version != **v)
+        .map(|(o, _)| {
+            let managers: Vec<String> = o
+                .metadata
+                .managed_fields
+                .iter()
+                .flatten()
+                .map(|m| {
+                    format!(
+                        "{:?} {:?} {:?} {:?}",
+                        m.manager, m.operation, m.subresource, m.time
+                    )
+                })
+                .collect();
+            format!("{}: {managers:?} status {:?}", o.name_any(), o.status)
+        })
+        .collect();
+    assert_eq!(
+        now, versions,
+        "quiet nodes: no spec or status write: {written:#?}"
+    );
     assert_eq!(renderings(&client).await, BTreeSet::from([r2]));
+    for (m, ns) in monitors.into_iter().zip(&nets) {
+        let text = heard(m);
+        let added: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("10.20.0.0/16") && !l.starts_with("Deleted"))
+            .collect();
+        assert!(
+            added.iter().any(|l| l.contains("via 192.0.2.2")),
+            "{}: the monitor did not hear the edit: {text}",
+            ns.name()
+        );
+        assert!(
+            added
+                .iter()
+                .skip_while(|l| !l.contains("via 192.0.2.2"))
+                .all(|l| l.contains("via 192.0.2.2")),
+            "{}: the node went back to the old rendering after the edit: {text}",
+            ns.name()
+        );
+    }
 }

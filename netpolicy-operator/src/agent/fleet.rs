@@ -15,7 +15,7 @@
 //! A group with neither a rollout nor a settled rendering keeps the rendering the node
 //! last ran.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use futures::{StreamExt, stream::BoxStream};
 use kube::{
@@ -124,6 +124,12 @@ pub(crate) struct FleetView {
     listed: Option<String>,
     /// Rollouts of a list in progress.
     listing: Option<BTreeMap<String, NetworkRolloutSpec>>,
+    /// Rollouts deleted (or missing from a list) that the fleet this agent has seen has
+    /// not folded in yet (its `sequence` is lower): kept in [`Self::rollouts`] until it
+    /// has ([`Self::forget_folded`]). The operator deletes a rollout only after the fleet
+    /// that folds it is written, but the two arrive on different watches: taking the
+    /// delete first would send the node back to the group's old settled rendering.
+    unfolded: BTreeSet<String>,
     /// Renderings read, by name, with the order they were last used in.
     renderings: BTreeMap<String, (u64, Joined)>,
     used: u64,
@@ -157,6 +163,7 @@ impl FleetView {
             rollouts: BTreeMap::new(),
             listed: None,
             listing: None,
+            unfolded: BTreeSet::new(),
             renderings: BTreeMap::new(),
             used: 0,
             running: None,
@@ -191,7 +198,11 @@ impl FleetView {
     pub(crate) fn on(&mut self, ev: &Changed) -> bool {
         let changed = match ev {
             Changed::Node(e) => self.on_node(e),
-            Changed::Fleet(e) => self.on_fleet(e),
+            Changed::Fleet(e) => {
+                let changed = self.on_fleet(e);
+                self.forget_folded();
+                changed
+            }
             Changed::Rollout(g, e) => return self.on_rollout(g, e),
         };
         if changed {
@@ -234,9 +245,22 @@ impl FleetView {
                 false
             }
             Event::InitDone => {
-                let listed = self.listing.take().unwrap_or_default();
-                let changed = self.listed.as_deref() != Some(group) || listed != self.rollouts;
-                self.rollouts = listed;
+                let mut listed = self.listing.take().unwrap_or_default();
+                if self.listed.as_deref() == Some(group) {
+                    // A watch listed again: what went while it was away is deleted.
+                    for (name, spec) in &self.rollouts {
+                        if !listed.contains_key(name) {
+                            listed.insert(name.clone(), spec.clone());
+                            self.unfolded.insert(name.clone());
+                        }
+                    }
+                } else {
+                    self.unfolded.clear();
+                }
+                self.unfolded.retain(|n| listed.contains_key(n));
+                let before = std::mem::replace(&mut self.rollouts, listed);
+                self.forget_folded();
+                let changed = self.listed.as_deref() != Some(group) || before != self.rollouts;
                 self.listed = Some(group.to_owned());
                 changed
             }
@@ -248,8 +272,32 @@ impl FleetView {
                 self.rollouts.insert(r.name_any(), r.spec.clone());
                 true
             }
-            Event::Delete(r) => self.rollouts.remove(&r.name_any()).is_some(),
+            Event::Delete(r) => {
+                if !self.rollouts.contains_key(&r.name_any()) {
+                    return false;
+                }
+                self.unfolded.insert(r.name_any());
+                let before = self.rollouts.len();
+                self.forget_folded();
+                self.rollouts.len() != before
+            }
         }
+    }
+
+    /// Drops the deleted rollouts the fleet has folded in (its `sequence` reached
+    /// theirs): from now on the fleet's settled rendering says what they said.
+    fn forget_folded(&mut self) {
+        let Some(folded) = self.fleet.as_ref().map(|f| f.sequence) else {
+            return; // No fleet known: it cannot have folded them.
+        };
+        let rollouts = &mut self.rollouts;
+        self.unfolded.retain(|name| {
+            let keep = rollouts.get(name).is_some_and(|r| r.sequence > folded);
+            if !keep {
+                rollouts.remove(name);
+            }
+            keep
+        });
     }
 
     /// What the last pass ran, if any.
@@ -503,8 +551,51 @@ mod tests {
             Event::Apply(rollout(Some("bad")))
         )));
         assert!(v.pick().unwrap_err().contains("spec.groups[0].through"));
-        // Deleted (folded into the fleet): the settled rendering again.
-        assert!(v.on(&Changed::Rollout(edge(), Event::Delete(rollout(None)))));
+        assert!(v.on(&Changed::Rollout(edge(), Event::Apply(rollout(Some("*"))))));
+        // Deleted before this agent saw the fleet that folds it in (the two come on
+        // different watches): the node stays on the new rendering, not the old settled
+        // one; the fleet that folds it takes over.
+        assert!(!v.on(&Changed::Rollout(edge(), Event::Delete(rollout(None)))));
+        assert_eq!(v.pick(), Ok(Some("r-new".into())), "not folded yet");
+        let mut folded = fleet();
+        folded.sequence = 2;
+        folded.groups[0].rendering = "r-new".into();
+        assert!(v.on(&Changed::Fleet(Event::Apply(NetworkFleet::new(
+            "default",
+            folded.clone()
+        )))));
+        assert!(v.rollouts.is_empty(), "folded in: forgotten");
+        assert_eq!(v.pick(), Ok(Some("r-new".into())));
+        // The other order: the fleet first, then the delete of what it folded.
+        let mut next = rollout(Some("*"));
+        next.spec.sequence = 3;
+        next.metadata.name = Some("rollout-3".into());
+        assert!(v.on(&Changed::Rollout(edge(), Event::Apply(next.clone()))));
+        folded.sequence = 3;
+        assert!(v.on(&Changed::Fleet(Event::Apply(NetworkFleet::new(
+            "default",
+            folded.clone()
+        )))));
+        assert!(v.on(&Changed::Rollout(edge(), Event::Delete(next.clone()))));
+        assert!(v.rollouts.is_empty());
+        // A rollout gone while the watch was away (a list without it) is deleted too:
+        // kept until the fleet folds it.
+        let mut gone = rollout(Some("*"));
+        gone.spec.sequence = 4;
+        gone.metadata.name = Some("rollout-4".into());
+        assert!(v.on(&Changed::Rollout(edge(), Event::Apply(gone.clone()))));
+        assert!(!listed(&mut v, &edge(), &[]), "relisted without it: kept");
+        assert_eq!(v.pick(), Ok(Some("r-new".into())));
+        folded.sequence = 4;
+        v.on(&Changed::Fleet(Event::Apply(NetworkFleet::new(
+            "default", folded,
+        ))));
+        assert!(v.rollouts.is_empty(), "folded in: forgotten");
+        // Back to the first fleet for the rest.
+        assert!(v.on(&Changed::Fleet(Event::Apply(NetworkFleet::new(
+            "default",
+            fleet()
+        )))));
         assert_eq!(v.pick(), Ok(Some("r-old".into())));
         // Another group (no label): the rollout watch must list it first, and events of
         // the group it left are not taken.
