@@ -166,10 +166,13 @@ pub struct PolicyStatus {
     pub matched_nodes: i64,
     /// Selected nodes whose agent reports the NodeNetworkConfig revision the policies
     /// want applied (a node whose change waits for its rollout wave is not counted: its
-    /// agent still runs the old revision).
+    /// agent still runs the old revision). With shared renderings, a node moving to its
+    /// group's new rendering counts for each policy whose items the rendering it runs
+    /// has as they are now: another policy's change leaves this count alone.
     #[serde(default)]
     pub applied_nodes: i64,
-    /// Selected nodes whose change waits for its rollout wave.
+    /// Selected nodes whose change waits for its rollout wave (with shared renderings:
+    /// a change of this policy's items).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub pending_nodes: i64,
     /// `Ready` (valid, conflict-free, applied on every selected node), `Conflict` and

@@ -113,6 +113,20 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
                 .unwrap();
         nodes.create(&PostParams::default(), &node).await.unwrap();
     }
+    // A ClusterConfig beside the NodeConfig: the NodeConfig's edit below leaves its
+    // items as they are, so its status must not move while the edit rolls out.
+    let ccs: Api<netpolicy_operator::api::ClusterConfig> = Api::all(client.clone());
+    ccs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "netpolicy.io/v1alpha1", "kind": "ClusterConfig",
+            "metadata": {"name": "default"},
+            "spec": {"routes": [{"to": "10.30.0.0/16", "via": "192.0.2.1", "table": 100}]},
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
     let ncs: Api<netpolicy_operator::api::NodeConfig> = Api::all(client.clone());
     ncs.create(
         &PostParams::default(),
@@ -248,6 +262,17 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
             }
         })
     };
+    // The ClusterConfig says every node applied it; from here its status stays.
+    eventually("the ClusterConfig is applied on every node", 30, || async {
+        ccs.get("default").await.unwrap().status.is_some_and(|s| {
+            s.applied_nodes == 3
+                && s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+    })
+    .await;
+    let cc_version = ccs.get("default").await.unwrap().metadata.resource_version;
     let generations: BTreeMap<String, Option<i64>> = first
         .iter()
         .map(|o| (o.name_any(), o.metadata.generation))
@@ -356,6 +381,12 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
             .resource_version,
         fleet_version,
         "a quiet fleet is not written"
+    );
+    let cc = ccs.get("default").await.unwrap();
+    assert_eq!(
+        cc.metadata.resource_version, cc_version,
+        "the ClusterConfig the edit left as it was: its status not written ({:?})",
+        cc.status
     );
     let quiet = nncs(&client, &names).await;
     let now: Vec<Option<String>> = quiet

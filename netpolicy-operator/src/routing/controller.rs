@@ -37,7 +37,7 @@ use tracing::{debug, info, warn};
 use super::rollout::NodeState;
 use super::send::get;
 use super::writes::Verb;
-use super::{PolicyFacts, Routing};
+use super::{PolicyFacts, Routing, status::Applied};
 use crate::k8s::traffic::TrafficStores;
 use crate::{
     api::{
@@ -93,6 +93,11 @@ pub(crate) struct RoutingJob {
     publisher: Option<super::publish::Publisher>,
     /// Shared nodes that report their group's rendering applied (shared renderings).
     on_target: BTreeSet<String>,
+    /// Shared nodes that report another rendering applied, with the policies whose
+    /// items it has as their target has them ([`super::fleet::Prepared::steady`]).
+    steady: BTreeMap<String, BTreeSet<String>>,
+    /// The renderings' prints ([`super::fleet::PrintCache`]).
+    prints: super::fleet::PrintCache,
 }
 
 /// The routing job and what wakes it.
@@ -184,6 +189,8 @@ pub(crate) fn setup(
         metrics: shared.metrics.of::<super::metrics::Metrics>(),
         publisher,
         on_target: BTreeSet::new(),
+        steady: BTreeMap::new(),
+        prints: super::fleet::PrintCache::new(),
     };
     inputs.setup(job)
 }
@@ -212,7 +219,12 @@ impl Job for RoutingJob {
             }
         }
         let mut facts = self.routing.facts();
-        rollout_facts(&mut facts, &self.pending, &self.stores.nncs);
+        super::rollout::rollout_facts(
+            &mut facts,
+            &self.pending,
+            &self.steady,
+            &self.stores.nncs.state(),
+        );
         self.too_large_facts(&mut facts);
         self.report_metrics(&facts);
         let applied = self.applied_nodes();
@@ -237,35 +249,41 @@ impl RoutingJob {
     /// `appliedNodes` and `Ready` count: the cached object's revision is the one its
     /// agent applied, no change of the node waits for its rollout wave (its applied
     /// config is the old one), and no write the cache has not seen yet was sent for it
-    /// (the cache would still show the old revision, applied).
-    fn applied_nodes(&self) -> BTreeSet<String> {
-        self.stores
-            .nncs
-            .state()
-            .iter()
-            .filter(|o| {
-                let name = o.name_any();
-                let state = NodeState::of(Some(o));
-                let applied = if o.spec.shared {
-                    // Its own items applied, under its group's rendering.
-                    state.has_agent
-                        && !state.in_flight
-                        && !state.degraded
-                        && self.on_target.contains(&name)
-                } else {
-                    o.status
-                        .as_ref()
-                        .and_then(|s| s.applied_revision.as_deref())
-                        == Some(o.spec.revision.as_str())
-                };
-                applied
-                    && !self.pending.contains(&name)
-                    && !self
-                        .sent
-                        .waits(&name, o.metadata.resource_version.as_deref())
-            })
-            .map(|o| o.name_any())
-            .collect()
+    /// (the cache would still show the old revision, applied). A shared node whose
+    /// group is moving to another rendering counts for the policies whose items the
+    /// rendering it runs has as they are now ([`Applied::some`]).
+    fn applied_nodes(&self) -> Applied {
+        let mut out = Applied::default();
+        for o in self.stores.nncs.state() {
+            let name = o.name_any();
+            let state = NodeState::of(Some(&o));
+            if self
+                .sent
+                .waits(&name, o.metadata.resource_version.as_deref())
+            {
+                continue;
+            }
+            if o.spec.shared {
+                // Its own items applied, under its group's rendering.
+                if !state.has_agent || state.in_flight || state.degraded {
+                    continue;
+                }
+                if self.on_target.contains(&name) && !self.pending.contains(&name) {
+                    out.all.insert(name);
+                } else if let Some(policies) = self.steady.get(&name) {
+                    out.some.insert(name, policies.clone());
+                }
+            } else if o
+                .status
+                .as_ref()
+                .and_then(|s| s.applied_revision.as_deref())
+                == Some(o.spec.revision.as_str())
+                && !self.pending.contains(&name)
+            {
+                out.all.insert(name);
+            }
+        }
+        out
     }
 
     /// NodeNetworkConfigs by state and every policy's rollout, for `/metrics` (what the
@@ -412,44 +430,6 @@ fn applied_fingerprint(o: &NodeNetworkConfig) -> String {
     )
 }
 
-/// Adds what the rollout knows to the policies' facts: the nodes waiting for their
-/// wave, and the nodes that rolled their current revision back (with the agent's
-/// reason), to every policy that selects them.
-fn rollout_facts(
-    facts: &mut BTreeMap<String, PolicyFacts>,
-    pending: &BTreeSet<String>,
-    nncs: &Store<NodeNetworkConfig>,
-) {
-    let mut degraded: BTreeMap<String, String> = BTreeMap::new();
-    for o in nncs.state() {
-        if !NodeState::of(Some(&o)).degraded {
-            continue;
-        }
-        let why = o
-            .status
-            .as_ref()
-            .and_then(|s| {
-                s.conditions
-                    .iter()
-                    .find(|c| c.type_ == crate::api::conditions::DEGRADED)
-            })
-            .map(|c| c.message.clone())
-            .unwrap_or_default();
-        degraded.insert(o.name_any(), why);
-    }
-    if pending.is_empty() && degraded.is_empty() {
-        return;
-    }
-    for f in facts.values_mut() {
-        f.pending = f.matched.intersection(pending).cloned().collect();
-        f.degraded = f
-            .matched
-            .iter()
-            .filter_map(|n| degraded.get(n).map(|why| format!("node {n}: {why}")))
-            .collect();
-    }
-}
-
 impl RoutingJob {
     /// Brings the changed objects (all of them on a full pass) into `routing` and the
     /// job items; returns the nodes whose NodeNetworkConfig may differ (with those that
@@ -576,7 +556,7 @@ impl RoutingJob {
     /// the nodes an agent reported on are compared again. Returns what was prepared
     /// (`None` without shared renderings) and how many writes were made.
     async fn publish_shared(
-        &self,
+        &mut self,
         changes: &Changes,
         dirty: &mut BTreeSet<String>,
     ) -> Result<(Option<super::fleet::Prepared>, usize), JobError> {
@@ -591,6 +571,7 @@ impl RoutingJob {
             fleet_index(&self.routing, &self.stores.ncs),
             &p.current(),
             &|n| get(nncs, n),
+            &mut self.prints,
         );
         let written = p.publish(&prepared, self.write_concurrency).await?;
         Ok((Some(prepared), written))
@@ -651,6 +632,7 @@ impl RoutingJob {
         if let Some(p) = prepared {
             pending.extend(p.waiting);
             self.on_target = p.on_target;
+            self.steady = p.steady;
         }
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         // A write already sent over the version the cache still holds is not sent

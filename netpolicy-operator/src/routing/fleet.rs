@@ -28,7 +28,10 @@ use netpolicy_core::fleet::{
     plan_waves_within,
 };
 
-use super::{Routing, shared::Shared};
+use super::{
+    Routing,
+    shared::{Prints, Shared},
+};
 use crate::{
     api::{
         FleetGroup, FleetPolicy, NetworkFleetSpec, NetworkRolloutSpec, NodeNetworkConfig,
@@ -362,7 +365,16 @@ pub(crate) struct Prepared {
     pub(crate) waiting: BTreeSet<String>,
     /// Of those, the nodes that report their group's rendering applied.
     pub(crate) on_target: BTreeSet<String>,
+    /// Of those, the nodes that report another rendering applied, with the policies of
+    /// their group whose items it has as the group's rendering has them
+    /// ([`Prints::same_for`]): for those policies the node is applied (a change of one
+    /// policy moves only its own progress).
+    pub(crate) steady: BTreeMap<String, BTreeSet<String>>,
 }
+
+/// The prints of the renderings nodes run and go to, by name (kept across passes:
+/// renderings never change; one no node runs or goes to is dropped).
+pub(crate) type PrintCache = BTreeMap<String, Prints>;
 
 /// The shared objects of `routing`'s nodes: `current` moved on by the agents' reports
 /// (their NodeNetworkConfigs, `existing`). A node's object becomes shared when its agent
@@ -375,6 +387,7 @@ pub(crate) fn prepare(
     index: Vec<FleetPolicy>,
     before: &Published,
     existing: &dyn Fn(&str) -> Option<Arc<NodeNetworkConfig>>,
+    prints: &mut PrintCache,
 ) -> Prepared {
     let shared = super::shared::shared(routing, job_items);
     let budget: BTreeMap<String, usize> = routing
@@ -400,6 +413,12 @@ pub(crate) fn prepare(
         }
     }
     let published = plan(&shared, index, before, &reports, &budget);
+    // Every rendering's prints while it is a target: kept for as long as nodes run it.
+    let mut keep = std::mem::take(prints);
+    for (name, s) in &shared.renderings {
+        keep.entry(name.clone())
+            .or_insert_with(|| Prints::of(&s.rendered, &s.probes, s.rollback_seconds));
+    }
     let rollouts = published.current();
     let mut out = Prepared::default();
     for (node, part) in &shared.nodes {
@@ -436,13 +455,50 @@ pub(crate) fn prepare(
         if runs != Some(d) {
             out.waiting.insert(node.clone());
         }
-        if o.spec.shared && st.applied_rendering.as_deref() == Some(d) {
-            out.on_target.insert(node.clone());
+        match st.applied_rendering.as_deref() {
+            Some(a) if o.spec.shared && a == d => {
+                out.on_target.insert(node.clone());
+            }
+            Some(a) if o.spec.shared => {
+                let same = steady_policies(&shared, &part.group, a, d, &keep);
+                out.steady.insert(node.clone(), same);
+            }
+            _ => {}
         }
     }
+    // Renderings no node runs or goes to any more are forgotten.
+    keep.retain(|name, _| {
+        shared.renderings.contains_key(name)
+            || reports.values().any(|r| r.applied.as_deref() == Some(name))
+    });
+    *prints = keep;
     out.shared = shared;
     out.published = published;
     out
+}
+
+/// The policies of `group` whose items rendering `applied` has as `target` has them.
+/// Prints are made while a rendering is a target and kept while a node runs it; a
+/// rendering this operator process never made (an earlier process rolled it out) has
+/// none: its nodes count for no policy until they run their target, as they did
+/// without prints (conservative; nothing is read to find out).
+fn steady_policies(
+    shared: &Shared,
+    group: &str,
+    applied: &str,
+    target: &str,
+    prints: &PrintCache,
+) -> BTreeSet<String> {
+    let (Some(a), Some(t)) = (prints.get(applied), prints.get(target)) else {
+        return BTreeSet::new();
+    };
+    shared.groups.get(group).map_or_else(BTreeSet::new, |g| {
+        g.policies
+            .iter()
+            .filter(|p| a.same_for(t, p))
+            .cloned()
+            .collect()
+    })
 }
 
 /// The revision of the whole per-node spec `node` gets (what a settled node reports

@@ -1,13 +1,16 @@
 //! Safe rollout of ClusterConfig and NodeConfig changes (docs/guides/routing.md, safe
 //! rollout). Pure: a policy's rollout settings and probes, what a node's
 //! NodeNetworkConfig carries of them, a node's rollout state from its
-//! NodeNetworkConfig, and which waiting nodes may take their change now
-//! (`netpolicy_core::rollout` decides; this module feeds it from Kubernetes objects).
+//! NodeNetworkConfig, which waiting nodes may take their change now
+//! (`netpolicy_core::rollout` decides; this module feeds it from Kubernetes objects), and
+//! what a policy's status takes from the rollout ([`rollout_facts`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use kube::ResourceExt;
 use netpolicy_core::rollout::{Budget, DEFAULT_MAX_UNAVAILABLE, MaxUnavailable, Waiting, admit};
 
+use super::PolicyFacts;
 use crate::{
     api::{NodeNetworkConfig, ProbeSpec, RolloutSpec},
     k8s::InputError,
@@ -228,6 +231,53 @@ pub(crate) fn gate<'a>(
     (go, budgets)
 }
 
+/// Adds what the rollout knows to the policies' facts: the nodes waiting for their
+/// wave, and the nodes that rolled their current revision back (with the agent's
+/// reason), to every policy that selects them.
+pub(crate) fn rollout_facts(
+    facts: &mut BTreeMap<String, PolicyFacts>,
+    pending: &BTreeSet<String>,
+    steady: &BTreeMap<String, BTreeSet<String>>,
+    nncs: &[std::sync::Arc<NodeNetworkConfig>],
+) {
+    let mut degraded: BTreeMap<String, String> = BTreeMap::new();
+    for o in nncs {
+        if !NodeState::of(Some(o)).degraded {
+            continue;
+        }
+        let why = o
+            .status
+            .as_ref()
+            .and_then(|s| {
+                s.conditions
+                    .iter()
+                    .find(|c| c.type_ == crate::api::conditions::DEGRADED)
+            })
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        degraded.insert(o.name_any(), why);
+    }
+    if pending.is_empty() && degraded.is_empty() {
+        return;
+    }
+    for (policy, f) in facts.iter_mut() {
+        // A node whose wave is still closed waits for this policy only if its
+        // rendering changes this policy's items.
+        let waits = |n: &&String| !steady.get(*n).is_some_and(|p| p.contains(policy));
+        f.pending = f
+            .matched
+            .intersection(pending)
+            .filter(waits)
+            .cloned()
+            .collect();
+        f.degraded = f
+            .matched
+            .iter()
+            .filter_map(|n| degraded.get(n).map(|why| format!("node {n}: {why}")))
+            .collect();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::NodeState;
@@ -264,5 +314,49 @@ mod tests {
             NodeState::of(Some(&nnc(Some("r1"), Some("r0")))).word(),
             "progressing"
         );
+    }
+
+    /// A node whose closed wave changes another policy's items only does not wait for
+    /// this one; a node that rolled back is degraded for every policy that selects it.
+    #[test]
+    fn a_node_waits_only_for_the_policies_its_wave_changes() {
+        use std::collections::{BTreeMap, BTreeSet};
+
+        use super::{super::PolicyFacts, rollout_facts};
+        let set = |l: &[&str]| -> BTreeSet<String> { l.iter().map(|s| (*s).to_owned()).collect() };
+        let mut facts: BTreeMap<String, PolicyFacts> = ["ClusterConfig/default", "NodeConfig/a"]
+            .into_iter()
+            .map(|p| {
+                let f = PolicyFacts {
+                    matched: set(&["n1", "n2", "n3"]),
+                    ..PolicyFacts::default()
+                };
+                (p.to_owned(), f)
+            })
+            .collect();
+        let steady = BTreeMap::from([("n1".to_owned(), set(&["NodeConfig/a"]))]);
+        let mut rolled_back = nnc(Some("r1"), Some("r2"));
+        rolled_back.metadata.name = Some("n3".into());
+        let mut degraded = rolled_back.status.clone().unwrap_or_default();
+        degraded
+            .conditions
+            .push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: crate::api::conditions::DEGRADED.into(),
+                status: "True".into(),
+                reason: "ProbeFailed".into(),
+                message: "ping 192.0.2.1 failed".into(),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+                observed_generation: None,
+            });
+        rolled_back.status = Some(degraded);
+        let nncs = [std::sync::Arc::new(rolled_back)];
+        rollout_facts(&mut facts, &set(&["n1", "n2"]), &steady, &nncs);
+        assert_eq!(facts["ClusterConfig/default"].pending, set(&["n1", "n2"]));
+        assert_eq!(facts["NodeConfig/a"].pending, set(&["n2"]));
+        for f in facts.values() {
+            assert_eq!(f.degraded, ["node n3: ping 192.0.2.1 failed"]);
+        }
     }
 }

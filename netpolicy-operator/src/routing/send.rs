@@ -3,10 +3,7 @@
 //! the policies' statuses and conflict Events. The controller decides, this file calls
 //! the API server.
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    sync::Arc,
-};
+use std::{collections::BTreeMap, sync::Arc};
 
 use kube::{
     Api, Resource, ResourceExt,
@@ -201,7 +198,7 @@ impl StatusWriter {
         &self,
         ccs: &Store<ClusterConfig>,
         ncs: &Store<NodeConfig>,
-        applied: &BTreeSet<String>,
+        applied: &super::status::Applied,
         facts: &BTreeMap<String, PolicyFacts>,
     ) -> Result<Option<std::time::Duration>, kube::Error> {
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
@@ -210,20 +207,18 @@ impl StatusWriter {
         let none = PolicyFacts::default();
         let mut due = None;
         for cc in ccs.state() {
-            let f = facts
-                .get(&format!("ClusterConfig/{}", cc.name_any()))
-                .unwrap_or(&none);
-            let n = f.matched.iter().filter(|n| applied.contains(*n)).count();
+            let key = format!("ClusterConfig/{}", cc.name_any());
+            let f = facts.get(&key).unwrap_or(&none);
+            let n = applied.count(&key, &f.matched);
             let current = cc.status.clone().unwrap_or_default();
             let next = policy_status(&current, cc.metadata.generation, f, n, &now);
             let wait = self.write(&self.ccs, cc.as_ref(), &current, next).await?;
             due = earliest(due, wait);
         }
         for nc in ncs.state() {
-            let f = facts
-                .get(&format!("NodeConfig/{}", nc.name_any()))
-                .unwrap_or(&none);
-            let n = f.matched.iter().filter(|n| applied.contains(*n)).count();
+            let key = format!("NodeConfig/{}", nc.name_any());
+            let f = facts.get(&key).unwrap_or(&none);
+            let n = applied.count(&key, &f.matched);
             let current = nc.status.clone().unwrap_or_default();
             let next = policy_status(&current, nc.metadata.generation, f, n, &now);
             let wait = self.write(&self.ncs, nc.as_ref(), &current, next).await?;

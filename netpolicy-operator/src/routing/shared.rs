@@ -235,6 +235,66 @@ pub(crate) fn part_name(name: &str, part: u32, parts: u32) -> String {
     }
 }
 
+/// What each policy gives a rendering, as fingerprints: two renderings with the same
+/// print of policy `P` carry the same items of `P` (and, in `common`, the same probes,
+/// `rollbackSeconds` and hard-synced tables, which no one policy owns). A node that
+/// reports one of them applied has everything `P` asks of it in its kernel, whichever
+/// of the two is its target: that is how a policy's `appliedNodes` stays still while
+/// another policy's change rolls over its nodes (issue 68).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Prints {
+    /// The probes, `rollbackSeconds` and hard-synced tables.
+    common: u64,
+    /// Each policy (`Kind/name`) with an item in the rendering: its items, in order.
+    policies: BTreeMap<String, u64>,
+}
+
+impl Prints {
+    /// The prints of a rendering: its items, probes and `rollbackSeconds`.
+    pub(crate) fn of(
+        rendered: &RenderedSpec,
+        probes: &[crate::api::ProbeSpec],
+        rollback_seconds: Option<u32>,
+    ) -> Self {
+        let mut texts: BTreeMap<String, String> = BTreeMap::new();
+        let mut add = |kind: &str, item: String, sources: &[SourceRef]| {
+            for s in sources {
+                let t = texts.entry(format!("{}/{}", s.kind, s.name)).or_default();
+                t.push_str(kind);
+                t.push_str(&item);
+                t.push('\n');
+            }
+        };
+        for s in &rendered.vlans {
+            add("vlan", text(s), &s.sources);
+        }
+        for s in &rendered.routes {
+            add("route", text(s), &s.sources);
+        }
+        for s in &rendered.addresses {
+            add("address", text(s), &s.sources);
+        }
+        for s in &rendered.rules {
+            add("rule", text(s), &s.sources);
+        }
+        let common = serde_json::to_string(&(probes, rollback_seconds, &rendered.table_hard_sync))
+            .unwrap_or_default();
+        Self {
+            common: netpolicy_core::hash::fnv1a(&[&common]),
+            policies: texts
+                .into_iter()
+                .map(|(k, t)| (k, netpolicy_core::hash::fnv1a(&[&t])))
+                .collect(),
+        }
+    }
+
+    /// Whether `policy` gives `self` and `other` the same items (and the two the same
+    /// probes, `rollbackSeconds` and hard-synced tables).
+    pub(crate) fn same_for(&self, other: &Self, policy: &str) -> bool {
+        self.common == other.common && self.policies.get(policy) == other.policies.get(policy)
+    }
+}
+
 /// A spec's canonical text (what its rendering is named by).
 pub(crate) fn canonical(spec: &NodeNetworkConfigSpec) -> String {
     serde_json::to_string(spec).unwrap_or_default()

@@ -33,6 +33,29 @@ pub(crate) struct PolicyFacts {
     pub(crate) too_large: Vec<String>,
 }
 
+/// Which nodes count as applied for a policy's `appliedNodes` and `Ready`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Applied {
+    /// Nodes that applied everything they are given.
+    pub(crate) all: BTreeSet<String>,
+    /// Nodes that did not, with the policies whose items they have applied as they
+    /// are now (shared renderings: another policy's change is rolling over them;
+    /// [`super::fleet::Prepared::steady`]).
+    pub(crate) some: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl Applied {
+    /// Whether `node` has applied what `policy` (`Kind/name`) gives it.
+    pub(crate) fn has(&self, policy: &str, node: &str) -> bool {
+        self.all.contains(node) || self.some.get(node).is_some_and(|p| p.contains(policy))
+    }
+
+    /// How many of `matched` have applied what `policy` gives them.
+    pub(crate) fn count(&self, policy: &str, matched: &BTreeSet<String>) -> usize {
+        matched.iter().filter(|n| self.has(policy, n)).count()
+    }
+}
+
 /// Adds the conflicts of held nodes to the facts of every source they name.
 pub(super) fn add_conflicts<'a>(
     out: &mut BTreeMap<String, PolicyFacts>,

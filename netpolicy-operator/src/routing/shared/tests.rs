@@ -429,3 +429,69 @@ fn a_rendering_over_the_limit_is_cut_into_parts_that_join_back_to_it() {
         );
     }
 }
+
+/// An edit of one policy changes only its own prints in the renderings it moves: the
+/// others' items are the same in the old and the new rendering (their nodes stay
+/// applied for them); probes and hard-synced tables, which no one policy owns, count
+/// for every policy.
+#[test]
+fn a_policys_print_moves_only_with_its_own_items() {
+    use super::Prints;
+    let prints = |routing: &Routing| -> BTreeMap<Vec<String>, Prints> {
+        let s = shared(routing, &BTreeMap::new());
+        s.groups
+            .values()
+            .filter_map(|g| {
+                let spec = &s.renderings[g.rendering.as_ref()?];
+                let p = Prints::of(&spec.rendered, &spec.probes, spec.rollback_seconds);
+                Some((g.policies.clone(), p))
+            })
+            .collect()
+    };
+    let (mut routing, _) = world();
+    let before = prints(&routing);
+    // (A new generation: the engine takes a policy again only when it moved.)
+    let generation = |mut o: ClusterConfig, g: i64| {
+        o.metadata.generation = Some(g);
+        o
+    };
+    routing.cluster_config("default", Some(&generation(cluster_config(41), 2)));
+    let after = prints(&routing);
+    let cc = "ClusterConfig/default";
+    let edge = "NodeConfig/edge";
+    let mut checked = 0;
+    for (policies, old) in &before {
+        let new = &after[policies];
+        assert!(!old.same_for(new, cc), "{policies:?}: the edited policy");
+        for p in policies.iter().filter(|p| *p != cc) {
+            assert!(old.same_for(new, p), "{policies:?}: {p} was not edited");
+            checked += 1;
+        }
+        assert!(old.same_for(old, cc));
+    }
+    assert!(
+        checked >= 3,
+        "groups with a NodeConfig beside the edited one"
+    );
+    // The edge NodeConfig's route moves: its groups' prints of it move, not the
+    // ClusterConfig's.
+    let mut edited = node_config("edge", "role", "edge", "172.16.3.0/24", Some(60));
+    edited.metadata.generation = Some(2);
+    routing.node_config("edge", Some(&edited));
+    let moved = prints(&routing);
+    for (policies, old) in &after {
+        let new = &moved[policies];
+        assert_eq!(!old.same_for(new, edge), policies.iter().any(|p| p == edge));
+        assert!(old.same_for(new, cc), "{policies:?}");
+    }
+    // The probes count for every policy (a rollback time or a probe is every policy's).
+    let mut probes = generation(cluster_config(41), 3);
+    probes.spec.probes.clear();
+    routing.cluster_config("default", Some(&probes));
+    let without = prints(&routing);
+    let (policies, old) = moved
+        .iter()
+        .find(|(p, _)| p.iter().any(|p| p == edge))
+        .unwrap();
+    assert!(!old.same_for(&without[policies], edge));
+}
