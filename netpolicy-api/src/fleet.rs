@@ -6,8 +6,8 @@
 //! rendering. A node's [`NodeNetworkConfig`](crate::NodeNetworkConfig) then carries
 //! only its own items (`spec.shared: true`): its agent finds its group from its Node's
 //! labels and the fleet's policies, reads the rollouts of that group only (by their
-//! [`group_label`]), picks its rendering with [`netpolicy_core::fleet::choose`] over
-//! [`current_rollouts`], reads that rendering's parts ([`join`]) and lays its own items
+//! [`group_label`]; kept by [`SeenRollouts`]), picks its rendering with
+//! [`netpolicy_core::fleet::choose`] over [`current_rollouts`], reads that rendering's parts ([`join`]) and lays its own items
 //! over it ([`NodeNetworkConfigSpec::effective`](crate::NodeNetworkConfigSpec::effective)).
 //! A cluster-wide edit then costs one rendering per distinct configuration, one
 //! rollout, and one small write per wave, not one object per node.
@@ -81,6 +81,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::ProbeSpec;
+
+mod seen;
+pub use seen::SeenRollouts;
 
 /// The label every part of a rendering carries, valued with the rendering's name: an
 /// agent lists a rendering's parts by it.
@@ -481,7 +484,7 @@ impl NetworkRolloutSpec {
 /// A rollout the fleet has not folded in yet (`spec.sequence` above the fleet's) still
 /// counts after its delete is seen: the operator deletes it only once the fleet that
 /// folds it is written, but a reader watching both may see the delete first (the
-/// agent's `FleetView` keeps it until then).
+/// reader's [`SeenRollouts`] keeps it until then).
 ///
 /// # Errors
 /// [`FleetError`] naming the rollout whose `through` does not parse.

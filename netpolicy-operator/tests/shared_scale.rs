@@ -12,7 +12,7 @@
 //! configurations. A simulated agent per node, in this process, with the real agent's
 //! four watches (its NodeNetworkConfig, its Node's metadata, the NetworkFleet, the
 //! NetworkRollouts of its group by label) and the library's own selection
-//! (`fleet::choose`, `current_rollouts`, `join`, `NodeNetworkConfigSpec::effective`),
+//! (`fleet::choose`, `SeenRollouts`, `join`, `NodeNetworkConfigSpec::effective`),
 //! reading its rendering by label as the agent does, and a no-op kernel: it reports the
 //! revision it would run in its status (one merge patch when that changes).
 //!
@@ -46,8 +46,8 @@ use kube::{
 };
 use netpolicy_operator::api::{
     ClusterConfig, Joined, NetworkFleet, NetworkFleetSpec, NetworkRollout, NetworkRolloutSpec,
-    NodeNetworkConfig, NodeNetworkConfigSpec, NodeNetworkRendering, RENDERING_LABEL, crds,
-    current_rollouts, group_label, join,
+    NodeNetworkConfig, NodeNetworkConfigSpec, NodeNetworkRendering, RENDERING_LABEL, SeenRollouts,
+    crds, group_label, join,
     netpolicy_core::{fleet::choose, selector::Labels},
 };
 use serde_json::json;
@@ -112,7 +112,8 @@ async fn agent(client: Client, node: String, fleet: Fleet) {
     let rollout_api: Api<NetworkRollout> = Api::all(client.clone());
     let mut group: Option<String> = None;
     let mut listed: Option<String> = None;
-    let mut of_group: BTreeMap<String, NetworkRolloutSpec> = BTreeMap::new();
+    let mut of_group = SeenRollouts::default();
+    let mut listing: BTreeMap<String, NetworkRolloutSpec> = BTreeMap::new();
     let mut rollouts = stream::pending::<watcher::Result<watcher::Event<NetworkRollout>>>().boxed();
     let renderings: Api<NodeNetworkRendering> = Api::all(client.clone());
     let (mut nnc, mut spec, mut labels): (
@@ -136,25 +137,31 @@ async fn agent(client: Client, node: String, fleet: Fleet) {
                 None => return,
             },
             ev = fleets.next() => match ev {
-                Some(Ok(watcher::Event::Apply(f) | watcher::Event::InitApply(f))) => spec = Some(f.spec),
+                Some(Ok(watcher::Event::Apply(f) | watcher::Event::InitApply(f))) => {
+                    of_group.fleet_seen(Some(&f.spec));
+                    spec = Some(f.spec);
+                }
                 Some(_) => continue,
                 None => return,
             },
             Some(ev) = rollouts.next() => match ev {
                 Ok(watcher::Event::Init) => {
-                    of_group.clear();
+                    listing.clear();
                     continue;
                 }
                 Ok(watcher::Event::InitApply(r)) => {
-                    of_group.insert(r.name_any(), r.spec);
+                    listing.insert(r.name_any(), r.spec);
                     continue;
                 }
-                Ok(watcher::Event::InitDone) => listed.clone_from(&group),
+                Ok(watcher::Event::InitDone) => {
+                    of_group.listed(std::mem::take(&mut listing), spec.as_ref());
+                    listed.clone_from(&group);
+                }
                 Ok(watcher::Event::Apply(r)) => {
-                    of_group.insert(r.name_any(), r.spec);
+                    of_group.applied(&r.name_any(), &r.spec);
                 }
                 Ok(watcher::Event::Delete(r)) => {
-                    of_group.remove(&r.name_any());
+                    of_group.deleted(&r.name_any(), spec.as_ref());
                 }
                 Err(_) => continue,
             },
@@ -176,9 +183,7 @@ async fn agent(client: Client, node: String, fleet: Fleet) {
             if listed != group {
                 continue;
             }
-            let Ok(current) =
-                current_rollouts(Some(f), of_group.iter().map(|(n, r)| (n.as_str(), r)))
-            else {
+            let Ok(current) = of_group.current(Some(f)) else {
                 continue;
             };
             let Some(name) = choose(&node, l, &f.index(), &current).rendering else {

@@ -15,7 +15,7 @@
 //! A group with neither a rollout nor a settled rendering keeps the rendering the node
 //! last ran.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use futures::{StreamExt, stream::BoxStream};
 use kube::{
@@ -29,7 +29,7 @@ use tracing::{info, warn};
 
 use crate::api::{
     FLEET_NAME, Joined, NetworkFleet, NetworkFleetSpec, NetworkRollout, NetworkRolloutSpec,
-    NodeNetworkConfig, NodeNetworkRendering, RENDERING_LABEL, current_rollouts, group_label, join,
+    NodeNetworkConfig, NodeNetworkRendering, RENDERING_LABEL, SeenRollouts, group_label, join,
 };
 
 type NodeMeta = PartialObjectMeta<k8s_openapi::api::core::v1::Node>;
@@ -118,18 +118,13 @@ pub(crate) struct FleetView {
     group: Option<String>,
     /// Where the rollout watch is told the group to follow.
     follow: Option<tokio::sync::watch::Sender<Option<String>>>,
-    /// The rollouts of the group listed last ([`Self::listed`]), by name.
-    rollouts: BTreeMap<String, NetworkRolloutSpec>,
+    /// The rollouts of the group listed last ([`Self::listed`]), as the fleet needs
+    /// them: one deleted before this agent saw the fleet that folds it still counts.
+    rollouts: SeenRollouts,
     /// The group whose rollouts were listed (`None`: none yet).
     listed: Option<String>,
     /// Rollouts of a list in progress.
     listing: Option<BTreeMap<String, NetworkRolloutSpec>>,
-    /// Rollouts deleted (or missing from a list) that the fleet this agent has seen has
-    /// not folded in yet (its `sequence` is lower): kept in [`Self::rollouts`] until it
-    /// has ([`Self::forget_folded`]). The operator deletes a rollout only after the fleet
-    /// that folds it is written, but the two arrive on different watches: taking the
-    /// delete first would send the node back to the group's old settled rendering.
-    unfolded: BTreeSet<String>,
     /// Renderings read, by name, with the order they were last used in.
     renderings: BTreeMap<String, (u64, Joined)>,
     used: u64,
@@ -160,10 +155,9 @@ impl FleetView {
             fleet: None,
             group: None,
             follow: None,
-            rollouts: BTreeMap::new(),
+            rollouts: SeenRollouts::default(),
             listed: None,
             listing: None,
-            unfolded: BTreeSet::new(),
             renderings: BTreeMap::new(),
             used: 0,
             running: None,
@@ -200,7 +194,7 @@ impl FleetView {
             Changed::Node(e) => self.on_node(e),
             Changed::Fleet(e) => {
                 let changed = self.on_fleet(e);
-                self.forget_folded();
+                self.rollouts.fleet_seen(self.fleet.as_ref());
                 changed
             }
             Changed::Rollout(g, e) => return self.on_rollout(g, e),
@@ -245,59 +239,18 @@ impl FleetView {
                 false
             }
             Event::InitDone => {
-                let mut listed = self.listing.take().unwrap_or_default();
-                if self.listed.as_deref() == Some(group) {
-                    // A watch listed again: what went while it was away is deleted.
-                    for (name, spec) in &self.rollouts {
-                        if !listed.contains_key(name) {
-                            listed.insert(name.clone(), spec.clone());
-                            self.unfolded.insert(name.clone());
-                        }
-                    }
-                } else {
-                    self.unfolded.clear();
+                let listed = self.listing.take().unwrap_or_default();
+                if self.listed.as_deref() != Some(group) {
+                    self.rollouts.clear();
                 }
-                self.unfolded.retain(|n| listed.contains_key(n));
-                let before = std::mem::replace(&mut self.rollouts, listed);
-                self.forget_folded();
-                let changed = self.listed.as_deref() != Some(group) || before != self.rollouts;
+                let changed = self.rollouts.listed(listed, self.fleet.as_ref());
+                let first = self.listed.as_deref() != Some(group);
                 self.listed = Some(group.to_owned());
-                changed
+                changed || first
             }
-            Event::Apply(r) => {
-                let spec = Some(&r.spec);
-                if self.rollouts.get(&r.name_any()) == spec {
-                    return false;
-                }
-                self.rollouts.insert(r.name_any(), r.spec.clone());
-                true
-            }
-            Event::Delete(r) => {
-                if !self.rollouts.contains_key(&r.name_any()) {
-                    return false;
-                }
-                self.unfolded.insert(r.name_any());
-                let before = self.rollouts.len();
-                self.forget_folded();
-                self.rollouts.len() != before
-            }
+            Event::Apply(r) => self.rollouts.applied(&r.name_any(), &r.spec),
+            Event::Delete(r) => self.rollouts.deleted(&r.name_any(), self.fleet.as_ref()),
         }
-    }
-
-    /// Drops the deleted rollouts the fleet has folded in (its `sequence` reached
-    /// theirs): from now on the fleet's settled rendering says what they said.
-    fn forget_folded(&mut self) {
-        let Some(folded) = self.fleet.as_ref().map(|f| f.sequence) else {
-            return; // No fleet known: it cannot have folded them.
-        };
-        let rollouts = &mut self.rollouts;
-        self.unfolded.retain(|name| {
-            let keep = rollouts.get(name).is_some_and(|r| r.sequence > folded);
-            if !keep {
-                rollouts.remove(name);
-            }
-            keep
-        });
     }
 
     /// What the last pass ran, if any.
@@ -383,11 +336,10 @@ impl FleetView {
                 "the NetworkRollouts of group {group} are not listed yet"
             ));
         }
-        let rollouts = current_rollouts(
-            Some(fleet),
-            self.rollouts.iter().map(|(n, r)| (n.as_str(), r)),
-        )
-        .map_err(|e| e.to_string())?;
+        let rollouts = self
+            .rollouts
+            .current(Some(fleet))
+            .map_err(|e| e.to_string())?;
         let choice = choose(&self.node, labels, &fleet.index(), &rollouts);
         Ok(choice.rendering.or_else(|| self.running.clone()))
     }
