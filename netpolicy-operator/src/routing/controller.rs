@@ -153,6 +153,7 @@ pub(crate) fn setup(
         sent: crate::k8s::Sent::default(),
         deleted: std::sync::Mutex::default(),
         deleted_rollouts: std::sync::Mutex::default(),
+        created: std::sync::Mutex::default(),
     });
     let job = RoutingJob {
         inputs: inputs.kinds(),

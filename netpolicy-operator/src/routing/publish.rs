@@ -49,6 +49,8 @@ pub(crate) struct Publisher {
     pub(crate) deleted: std::sync::Mutex<BTreeSet<String>>,
     /// Rollouts whose deletion was asked for, until the cache no longer has them.
     pub(crate) deleted_rollouts: std::sync::Mutex<BTreeSet<String>>,
+    /// Rendering parts created, until the cache has them.
+    pub(crate) created: std::sync::Mutex<BTreeSet<String>>,
 }
 
 impl Publisher {
@@ -158,31 +160,48 @@ impl Publisher {
                 missing.push(o);
             }
         }
+        // Created by an earlier pass and not in the cache yet: not sent again (the
+        // cache lags the creates of a large change by seconds).
+        let names: BTreeSet<String> = missing.iter().map(ResourceExt::name_any).collect();
+        let new = Self::not_asked(&self.created, names);
+        missing.retain(|o| new.contains(&o.name_any()));
         let pp = PostParams {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PostParams::default()
         };
-        let created: Vec<Result<bool, kube::Error>> = futures::stream::iter(missing)
+        let created: Vec<(String, Result<bool, kube::Error>)> = futures::stream::iter(missing)
             .map(|o| {
                 let pp = &pp;
                 async move {
-                    match self.renderings.create(pp, &o).await {
+                    let r = match self.renderings.create(pp, &o).await {
                         Ok(_) => Ok(true),
                         // Written before, not in the cache yet: the same content (its
                         // name is its content); no write made.
                         Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
                         Err(e) => Err(e),
-                    }
+                    };
+                    (o.name_any(), r)
                 }
             })
             .buffer_unordered(concurrency.max(1))
             .collect()
             .await;
         let mut writes = 0;
-        for r in created {
-            writes += usize::from(r?);
+        let mut failed = None;
+        for (name, r) in created {
+            match r {
+                Ok(w) => writes += usize::from(w),
+                Err(e) => {
+                    // Asked again by the next pass.
+                    self.created
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .remove(&name);
+                    failed.get_or_insert(e);
+                }
+            }
         }
-        Ok(writes)
+        failed.map_or(Ok(writes), Err)
     }
 
     /// Applies the rollouts that are new or moved on, labelled with each group they
@@ -313,9 +332,9 @@ impl Publisher {
         }
     }
 
-    /// Of `names` (deletions this pass would ask for), those not in `asked` (asked
-    /// for already: one still in the cache after its deletion was asked for is not
-    /// asked again); names not given any more are forgotten.
+    /// Of `names` (deletions, or creates, this pass would ask for), those not in
+    /// `asked` (asked for already: one the cache has not caught up with is not asked
+    /// again); names not given any more are forgotten.
     fn not_asked(
         asked: &std::sync::Mutex<BTreeSet<String>>,
         names: BTreeSet<String>,
