@@ -115,17 +115,34 @@ pub(super) struct StatusWriter {
     pub(super) recorder: crate::k8s::events::Recorder,
     /// Status writes not seen back yet: not sent again while the cache stays behind.
     pub(super) sent: crate::k8s::Sent,
-    /// When each policy's status was last written (`Kind/name`): a change of its
-    /// counts alone waits until [`PROGRESS_EVERY`] has passed since.
-    pub(super) written_at: std::sync::Mutex<BTreeMap<String, std::time::Instant>>,
+    /// When each policy's status was last written (`Kind/name`), and how many writes
+    /// of its progress alone came in a row since another change: a change of its counts
+    /// alone waits [`progress_wait`] since.
+    pub(super) written_at: std::sync::Mutex<BTreeMap<String, (std::time::Instant, u32)>>,
 }
 
-/// How often a policy's progress alone (`appliedNodes`, `pendingNodes` and the count in
-/// `Ready`'s message while it applies) is written: every agent's report changes it, and
-/// at 2,000 nodes writing each made most of a cluster-wide edit's operator writes
-/// (issue 68). A change of a condition, its conflicts, its generation or its selected
-/// nodes is written at once.
+/// How soon a policy's progress alone (`appliedNodes`, `pendingNodes` and the count in
+/// `Ready`'s message while it applies) is written after its last write: every agent's
+/// report changes it, and at 2,000 nodes writing each made most of a cluster-wide
+/// edit's operator writes (issue 68). A change of a condition, its conflicts, its
+/// generation or its selected nodes is written at once.
 pub(super) const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The longest wait between two writes of progress alone.
+pub(super) const PROGRESS_AT_MOST: std::time::Duration = std::time::Duration::from_secs(320);
+
+/// How long a policy's progress alone waits after its last status write, when `streak`
+/// writes of progress alone came in a row since another change: [`PROGRESS_EVERY`],
+/// doubled with each (10, 20, 40 … s, at most [`PROGRESS_AT_MOST`]). A rollout of `T`
+/// seconds then writes its progress about `log2(T / 10)` times (then once every 320 s),
+/// not `T / 10`: the operator's writes for an edit stay near the renderings and waves it
+/// needs however long the rollout takes. Live counts are in `/metrics` (`netpolicy_policy_pending_nodes`) and in
+/// each node's NodeNetworkConfig.
+pub(super) fn progress_wait(streak: u32) -> std::time::Duration {
+    PROGRESS_EVERY
+        .checked_mul(1_u32.checked_shl(streak).unwrap_or(u32::MAX))
+        .map_or(PROGRESS_AT_MOST, |w| w.min(PROGRESS_AT_MOST))
+}
 
 /// The earlier of two due times (`None`: not due).
 fn earliest(
@@ -243,18 +260,19 @@ impl StatusWriter {
         let name = obj.name_any();
         let key = format!("{}/{name}", K::kind(&()));
         let at = std::time::Instant::now();
-        if progress_only(current, &next) {
-            let last = self
-                .written_at
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .get(&key)
-                .copied();
-            if let Some(wait) = last.and_then(|t| PROGRESS_EVERY.checked_sub(at.duration_since(t)))
-                && !wait.is_zero()
-            {
-                return Ok(Some(wait));
-            }
+        let progress = progress_only(current, &next);
+        let last = self
+            .written_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&key)
+            .copied();
+        if progress
+            && let Some(wait) =
+                last.and_then(|(t, streak)| progress_wait(streak).checked_sub(at.duration_since(t)))
+            && !wait.is_zero()
+        {
+            return Ok(Some(wait));
         }
         self.recorder
             .tell_all(obj, super::status::policy_events(current, &next))
@@ -265,10 +283,14 @@ impl StatusWriter {
             .await?
         {
             debug!(name, "policy status written");
+            let streak = match last {
+                Some((_, n)) if progress => n.saturating_add(1),
+                _ => 0,
+            };
             self.written_at
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(key, at);
+                .insert(key, (at, streak));
         }
         Ok(None)
     }
@@ -291,6 +313,27 @@ mod tests {
 
     fn at(t: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t.parse().unwrap())
+    }
+
+    #[test]
+    fn progress_waits_double_with_each_write_of_progress_alone_up_to_a_limit() {
+        let s = |n| progress_wait(n).as_secs();
+        assert_eq!(
+            (s(0), s(1), s(2), s(3), s(4), s(5)),
+            (10, 20, 40, 80, 160, 320)
+        );
+        assert_eq!((s(6), s(31), s(32), s(u32::MAX)), (320, 320, 320, 320));
+        // A rollout of T seconds, its progress written as soon as it may: log2(T / 10)
+        // times up to 310 s, then once every 320 s.
+        let writes = |t: u64| {
+            let (mut at, mut n) = (0, 0);
+            while at + s(n) < t {
+                at += s(n);
+                n += 1;
+            }
+            n
+        };
+        assert_eq!((writes(51), writes(300), writes(3_000)), (2, 4, 13));
     }
 
     #[test]
