@@ -1653,6 +1653,26 @@ fn segment(test: &str) -> Option<Segment> {
         switch.ip(&["link", "set", port, "master", "br0", "up"]);
         ns.ip(&["link", "set", end, "up"]);
     }
+    // The segment carries frames once every end has carrier and both bridge ports
+    // forward. The kernel takes carrier changes up later (linkwatch, up to a second on
+    // a busy machine): a probe sent before then is dropped at a port still disabled, and
+    // a test would see a free address where the other host holds it.
+    let ready = || {
+        let up = |ns: &Netns, dev: &str| ns.ip(&["-d", "link", "show", dev]).contains("LOWER_UP");
+        let forwards = |port: &str| {
+            let out = switch.ip(&["-d", "link", "show", port]);
+            out.contains("LOWER_UP") && out.contains("bridge_slave state forwarding")
+        };
+        up(&a, "a0") && up(&b, "b0") && forwards("sa") && forwards("sb")
+    };
+    let start = std::time::Instant::now();
+    while !ready() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "{test}: the segment's links are not up and forwarding after 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     Some(Segment {
         a,
         b,

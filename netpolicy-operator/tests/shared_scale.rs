@@ -358,6 +358,7 @@ async fn edit_costs(n: usize, shared: bool) -> Cost {
     let writes_before = cp.all_writes().len();
     let db = common::etcd_metric(&cp.etcd, "etcd_mvcc_db_total_size_in_bytes");
     let cpu = common::control_plane_cpu(cp);
+    let rss_at_edit = common::rss_kib(pid) / 1024;
     let edit = Instant::now();
     ccs.patch("default", &ap, &Patch::Apply(cluster_config(NEW_VIA)))
         .await
@@ -449,6 +450,14 @@ async fn edit_costs(n: usize, shared: bool) -> Cost {
         v.sort();
         v.join(", ")
     };
+    // The peak is over the whole run (the objects' creation and the move to shared
+    // objects included); what the operator holds around the edit, apart.
+    println!(
+        "[{}] operator memory: {rss_at_edit} MiB at the edit, {} MiB after it, {} MiB peak",
+        mode(shared),
+        common::rss_kib(pid) / 1024,
+        common::peak_rss_kib(pid) / 1024
+    );
     let cost = Cost {
         writes: operator_writes.len(),
         bytes: sent,
