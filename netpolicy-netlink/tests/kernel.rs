@@ -1503,17 +1503,23 @@ fn keeping(ns: &Netns, desired: &RoutingConfig) -> std::sync::mpsc::Receiver<(St
     rx
 }
 
-/// Waits (at most 5 s) for `restored`; how long it took, for the output.
-fn until_restored(what: &str, restored: &dyn Fn() -> bool) -> std::time::Duration {
+/// Waits (at most `secs`, polling every 2 ms) until `done`; how long it took. Fails
+/// naming `what` and `not`.
+fn until(what: &str, not: &str, secs: u64, done: &dyn Fn() -> bool) -> std::time::Duration {
     let start = std::time::Instant::now();
-    while !restored() {
+    while !done() {
         assert!(
-            start.elapsed() < std::time::Duration::from_secs(5),
-            "{what}: not restored within 5 s"
+            start.elapsed() < std::time::Duration::from_secs(secs),
+            "{what}: {not} within {secs} s"
         );
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
-    let took = start.elapsed();
+    start.elapsed()
+}
+
+/// Waits (at most 5 s) for `restored`; how long it took, for the output.
+fn until_restored(what: &str, restored: &dyn Fn() -> bool) -> std::time::Duration {
+    let took = until(what, "not restored", 5, restored);
     eprintln!("{what}: restored after {took:?} (including `ip` polls)");
     took
 }
@@ -1665,14 +1671,12 @@ fn segment(test: &str) -> Option<Segment> {
         };
         up(&a, "a0") && up(&b, "b0") && forwards("sa") && forwards("sb")
     };
-    let start = std::time::Instant::now();
-    while !ready() {
-        assert!(
-            start.elapsed() < std::time::Duration::from_secs(10),
-            "{test}: the segment's links are not up and forwarding after 10 s"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    until(
+        test,
+        "the segment's links are not up and forwarding",
+        10,
+        &ready,
+    );
     Some(Segment {
         a,
         b,
