@@ -10,6 +10,8 @@
 //!   nodes); every kernel gets the change; the rollout is folded into the fleet and
 //!   deleted, and the rendering left behind is deleted once every node runs the new one.
 //! - Quiet: over several resyncs, no spec, fleet, rollout or rendering is written.
+//! - A node that joins starts on a shared object (its first write) while every agent
+//!   reads shared renderings, and on a whole one while an older agent is about.
 //!
 //! Its own control plane: the fleet is one object per cluster, and other tests' operators
 //! write whole per-node objects.
@@ -418,7 +420,7 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
         now, versions,
         "quiet nodes: no spec or status write: {written:#?}"
     );
-    assert_eq!(renderings(&client).await, BTreeSet::from([r2]));
+    assert_eq!(renderings(&client).await, BTreeSet::from([r2.clone()]));
     for (m, ns) in monitors.into_iter().zip(&nets) {
         let text = heard(m);
         let added: Vec<&str> = text
@@ -439,4 +441,92 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
             ns.name()
         );
     }
+
+    // A node that joins once every agent reads shared renderings starts on a shared
+    // object: its first write (generation 1) is shared, and its kernel gets the group's
+    // rendering.
+    let Some(ns3) = TestNamespace::new("shared renderings 3").unwrap() else {
+        return;
+    };
+    let joined = "shared-3".to_owned();
+    let node =
+        serde_json::from_value(json!({"metadata": {"name": joined, "labels": {"pool": "edge"}}}))
+            .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let _agent3 = common::agent(
+        &cp.kubeconfig,
+        &joined,
+        ns3.name(),
+        &cp.dir.join(format!("agent-{joined}.log")),
+    );
+    eventually(
+        "the node that joined runs its group's rendering",
+        60,
+        || async {
+            ns3.ip(&["route", "show", "table", "100"])
+                .unwrap_or_default()
+                .contains("10.20.0.0/16 via 192.0.2.2 dev v0")
+                && nncs(&client, std::slice::from_ref(&joined))
+                    .await
+                    .iter()
+                    .any(|o| {
+                        o.status
+                            .as_ref()
+                            .and_then(|s| s.applied_rendering.as_deref())
+                            == Some(r2.as_str())
+                    })
+        },
+    )
+    .await;
+    let o = &nncs(&client, std::slice::from_ref(&joined)).await[0];
+    assert!(
+        o.spec.shared && o.metadata.generation == Some(1),
+        "{joined}: its first object is shared (never a whole copy): shared {} generation {:?}",
+        o.spec.shared,
+        o.metadata.generation
+    );
+    // An older agent (it reports applied, not `sharedRenderings`) on one node: a node
+    // that joins then gets a whole object, which any agent reads.
+    let old = "shared-old".to_owned();
+    let node =
+        serde_json::from_value(json!({"metadata": {"name": old, "labels": {"pool": "edge"}}}))
+            .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let nnc_api: Api<NodeNetworkConfig> = Api::all(client.clone());
+    eventually("the older agent's node has an object", 30, || async {
+        nnc_api.get_opt(&old).await.unwrap().is_some()
+    })
+    .await;
+    let o = nnc_api.get(&old).await.unwrap();
+    nnc_api
+        .patch_status(
+            &old,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "observedGeneration": o.metadata.generation,
+                "appliedRevision": o.spec.revision,
+            }})),
+        )
+        .await
+        .unwrap();
+    let late = "shared-late".to_owned();
+    let node =
+        serde_json::from_value(json!({"metadata": {"name": late, "labels": {"pool": "edge"}}}))
+            .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    eventually("the node that joined after has an object", 30, || async {
+        nnc_api.get_opt(&late).await.unwrap().is_some()
+    })
+    .await;
+    let o = nnc_api.get(&late).await.unwrap();
+    assert!(
+        !o.spec.shared
+            && o.spec
+                .rendered
+                .routes
+                .iter()
+                .any(|r| r.item.via.as_deref() == Some("192.0.2.2")),
+        "{late}: with an older agent about, a node that joins gets its whole config: {:?}",
+        o.spec
+    );
 }

@@ -93,8 +93,12 @@ struct Runs {
 
 type Fleet = Arc<Mutex<BTreeMap<String, Runs>>>;
 
+/// When agents heard a rollout written (each event), to tell the operator's share of
+/// the first wave (edit → a rollout heard) from the agents' (→ the wave applied).
+type Heard = Arc<Mutex<Vec<Instant>>>;
+
 /// One node's simulated agent: the real agent's watches and selection, a no-op kernel.
-async fn agent(client: Client, node: String, fleet: Fleet) {
+async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
     let by_name = watcher::Config::default().fields(&format!("metadata.name={node}"));
     let nncs: Api<NodeNetworkConfig> = Api::all(client.clone());
     let mut own = watcher(nncs.clone(), by_name.clone())
@@ -122,8 +126,11 @@ async fn agent(client: Client, node: String, fleet: Fleet) {
         Option<Labels>,
     ) = (None, None, None);
     let mut read: Option<Joined> = None;
+    // A resync, as the agent's: a status write refused under load is tried again.
+    let mut resync = tokio::time::interval(Duration::from_secs(20));
     loop {
         tokio::select! {
+            _ = resync.tick() => {}
             ev = own.next() => match ev {
                 Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))) => nnc = Some(o),
                 Some(_) => continue,
@@ -158,6 +165,7 @@ async fn agent(client: Client, node: String, fleet: Fleet) {
                     listed.clone_from(&group);
                 }
                 Ok(watcher::Event::Apply(r)) => {
+                    heard.lock().unwrap().push(Instant::now());
                     of_group.applied(&r.name_any(), &r.spec);
                 }
                 Ok(watcher::Event::Delete(r)) => {
@@ -297,12 +305,14 @@ async fn edit_costs(n: usize, shared: bool) -> Cost {
         t.elapsed().as_secs_f64()
     );
     let fleet: Fleet = Arc::default();
+    let heard: Heard = Arc::default();
     let agents: Vec<_> = (0..n)
         .map(|i| {
             tokio::spawn(agent(
                 client.clone(),
                 format!("node-{i:05}"),
                 Arc::clone(&fleet),
+                Arc::clone(&heard),
             ))
         })
         .collect();
@@ -450,6 +460,23 @@ async fn edit_costs(n: usize, shared: bool) -> Cost {
         v.sort();
         v.join(", ")
     };
+    // The first wave's two shares: the operator's (edit → the first rollout an agent
+    // heard) and the agents' (→ a quarter of the nodes run the edit).
+    let rollout_heard = heard
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|t| **t > edit)
+        .min()
+        .map(|t| t.duration_since(edit));
+    if let (Some(h), Some(w)) = (rollout_heard, first_wave) {
+        println!(
+            "[{}] first wave: a rollout heard {:.1} s after the edit, the wave applied {:.1} s after that",
+            mode(shared),
+            h.as_secs_f64(),
+            w.saturating_sub(h).as_secs_f64()
+        );
+    }
     // The peak is over the whole run (the objects' creation and the move to shared
     // objects included); what the operator holds around the edit, apart.
     println!(

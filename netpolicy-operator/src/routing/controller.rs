@@ -566,12 +566,15 @@ impl RoutingJob {
         };
         dirty.extend(changes.of(APPLIED).map(|k| k.name.clone()));
         let nncs = &self.stores.nncs;
+        let fresh_shared =
+            super::fleet::agents_read_shared(nncs.state().iter().map(|o| o.as_ref()));
         let prepared = super::fleet::prepare(
             &self.routing,
             &self.job_items,
             fleet_index(&self.routing, &self.stores.ncs),
             &p.current(),
             &|n| get(nncs, n),
+            fresh_shared,
             &mut self.prints,
         );
         let written = p.publish(&prepared, self.write_concurrency).await?;

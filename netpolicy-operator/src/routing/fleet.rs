@@ -381,12 +381,16 @@ pub(crate) type PrintCache = BTreeMap<String, Prints>;
 /// reads shared renderings, it is not a node of its own ([`super::shared::NodePart::whole`]),
 /// its group has a rendering, and either it is shared already or it has settled on
 /// exactly what the fleet gives it (so that the move changes nothing on the node).
+/// With `fresh_shared` (every agent that reported reads shared renderings:
+/// [`agents_read_shared`]), a node without an object yet starts on a shared one when
+/// its group is settled: one write and no whole copy for a node that joins.
 pub(crate) fn prepare(
     routing: &Routing,
     job_items: &BTreeMap<String, JobItems>,
     index: Vec<FleetPolicy>,
     before: &Published,
     existing: &dyn Fn(&str) -> Option<Arc<NodeNetworkConfig>>,
+    fresh_shared: bool,
     prints: &mut PrintCache,
 ) -> Prepared {
     let shared = super::shared::shared(routing, job_items);
@@ -425,14 +429,26 @@ pub(crate) fn prepare(
         let Some(d) = shared.groups[&part.group].rendering.as_deref() else {
             continue;
         };
-        let Some(o) = existing(node) else {
-            continue;
-        };
-        let st = o.status.clone().unwrap_or_default();
         let runs = rollouts
             .get(part.group.as_str())
             .and_then(|r| r.rendering_for(&order_key(&r.name, node)));
-        if part.whole || !st.shared_renderings || runs.is_none() {
+        let Some(o) = existing(node) else {
+            // A node that joins: shared from its first object when its agent will read
+            // it and its group is settled (else whole, as a new node always gets its
+            // config at once, and moved later).
+            if fresh_shared && !part.whole && runs == Some(d) {
+                let mut spec = super::node_spec(part.own.clone(), Vec::new(), None);
+                spec.shared = true;
+                out.own.insert(node.clone(), spec);
+            }
+            continue;
+        };
+        let st = o.status.clone().unwrap_or_default();
+        // A shared object no agent reported on yet (a node that joined) stays shared:
+        // an agent that does not read it reports without `sharedRenderings`.
+        let reads_shared = st.shared_renderings
+            || (o.spec.shared && !super::rollout::NodeState::of(Some(&o)).has_agent);
+        if part.whole || !reads_shared || runs.is_none() {
             continue;
         }
         if !o.spec.shared {
@@ -475,6 +491,19 @@ pub(crate) fn prepare(
     out.shared = shared;
     out.published = published;
     out
+}
+
+/// Whether every agent that reported on its node object (`objects`) reads shared
+/// renderings (`status.sharedRenderings`): then a node that joins runs the same agent
+/// and can start on a shared object. An older agent anywhere (an upgrade rolling
+/// through the agents' DaemonSet) keeps new nodes on whole objects until it is gone.
+pub(crate) fn agents_read_shared<'a>(
+    objects: impl IntoIterator<Item = &'a NodeNetworkConfig>,
+) -> bool {
+    objects.into_iter().all(|o| {
+        !super::rollout::NodeState::of(Some(o)).has_agent
+            || o.status.as_ref().is_some_and(|s| s.shared_renderings)
+    })
 }
 
 /// The policies of `group` whose items rendering `applied` has as `target` has them.

@@ -377,3 +377,30 @@ fn a_new_group_rolls_out_from_what_its_members_ran_and_a_held_group_keeps_its_en
     let gone = plan(&Shared::default(), Vec::new(), &p, &reports, &budget(2));
     assert!(gone.fleet.groups.is_empty() && gone.rollouts.is_empty());
 }
+
+/// A node object with `status` (JSON), as the cache holds it.
+fn object(name: &str, status: serde_json::Value) -> crate::api::NodeNetworkConfig {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "netpolicy.io/v1alpha1", "kind": "NodeNetworkConfig",
+        "metadata": {"name": name},
+        "spec": {"revision": "r1", "rendered": {}},
+        "status": status,
+    }))
+    .unwrap()
+}
+
+#[test]
+fn new_nodes_start_shared_only_while_every_reporting_agent_reads_shared_renderings() {
+    use super::agents_read_shared;
+    let new = object(
+        "a",
+        serde_json::json!({"appliedRevision": "r1", "sharedRenderings": true}),
+    );
+    let no_agent = object("b", serde_json::json!({}));
+    let older = object("c", serde_json::json!({"appliedRevision": "r1"}));
+    let older_failed = object("d", serde_json::json!({"failedRevision": "r1"}));
+    assert!(agents_read_shared([]), "no agent yet: a fresh install");
+    assert!(agents_read_shared([&new, &no_agent]));
+    assert!(!agents_read_shared([&new, &older]));
+    assert!(!agents_read_shared([&no_agent, &older_failed]));
+}
