@@ -331,7 +331,8 @@ pub struct NodeNetworkConfigStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removed_foreign: Vec<String>,
     /// Addresses added without a duplicate address check, each with why the ARP probe
-    /// could not run (`address 192.0.2.7/24 dev eth1: eth1 is down`; no `CAP_NET_RAW`):
+    /// could not run (`address 192.0.2.7/24 dev eth1: eth1 is down`; `eth1 has no
+    /// carrier`; no `CAP_NET_RAW`):
     /// another host on the segment may use them. Cleared for an address once a probe of
     /// it runs, or it is no longer desired.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

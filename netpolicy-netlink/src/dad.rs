@@ -52,8 +52,8 @@ pub enum Probe {
     /// Nothing to probe: the interface does not use ARP (loopback, `NOARP`, no hardware
     /// address), so no other host can answer for the address there.
     NoArp(String),
-    /// The probe could not run, and why (no interface, the link down, no
-    /// `CAP_NET_RAW` for the packet socket): the address was not checked.
+    /// The probe could not run, and why (no interface, the link down or without
+    /// carrier, no `CAP_NET_RAW` for the packet socket): the address was not checked.
     NotProbed(String),
 }
 
@@ -128,6 +128,12 @@ fn probe_link(iface: &NetworkInterface, ips: &[Ipv4Addr], window: Duration) -> V
     }
     if !iface.is_up() {
         return not(format!("{} is down", iface.name));
+    }
+    // Up without carrier (its peer or cable gone, or carrier not taken up by the kernel
+    // yet on a fresh link): the probes would go nowhere, and every address would look
+    // free.
+    if !iface.is_running() {
+        return not(format!("{} has no carrier", iface.name));
     }
     let config = Config {
         read_timeout: Some(Duration::from_millis(10)),

@@ -1643,7 +1643,7 @@ fn keep_sets_a_vlan_someone_set_down_up_again_with_its_routes() {
 struct Segment {
     a: Netns,
     b: Netns,
-    _switch: Netns,
+    switch: Netns,
 }
 
 fn segment(test: &str) -> Option<Segment> {
@@ -1677,11 +1677,7 @@ fn segment(test: &str) -> Option<Segment> {
         10,
         &ready,
     );
-    Some(Segment {
-        a,
-        b,
-        _switch: switch,
-    })
+    Some(Segment { a, b, switch })
 }
 
 /// The outcome of the pass's add of address `addr` (`10.88.0.2/24`).
@@ -1812,6 +1808,28 @@ fn an_address_on_a_link_that_is_down_is_added_unprobed_and_says_why() {
     assert_eq!(
         outcome("10.87.0.3/24").to_string(),
         "added without a duplicate check: a0 is down"
+    );
+}
+
+#[test]
+fn an_address_on_a_link_without_carrier_is_added_unprobed_not_called_free() {
+    let Some(seg) = segment("no carrier") else {
+        return;
+    };
+    // The other host holds the address, but a0's bridge port goes down: a0 stays up
+    // without carrier, and a probe could not reach anyone.
+    seg.b.ip(&["addr", "add", "10.85.0.3/24", "dev", "b0"]);
+    seg.switch.ip(&["link", "set", "sa", "down"]);
+    until("no carrier", "a0 still has carrier", 10, &|| {
+        seg.a.ip(&["link", "show", "a0"]).contains("NO-CARRIER")
+    });
+    let desired = config(json!({"addresses": [{"dev": "a0", "address": "10.85.0.3/24"}]}));
+    let report = seg.a.adapter().reconcile(&desired, false).unwrap();
+    assert_eq!(
+        add_outcome(&report, "10.85.0.3/24"),
+        Outcome::Unprobed {
+            why: "a0 has no carrier".into()
+        }
     );
 }
 
