@@ -24,7 +24,11 @@
 //! the edit, the growth of etcd's database (`etcd_mvcc_db_total_size_in_bytes`), and the
 //! operator's peak memory (`NETPOLICY_SCALE_MODES=shared` or `per-node` runs one).
 //! Each mode prints the line
-//! `cluster-wide edit: W writes, B bytes, first wave applied in T s, etcd S MiB, operator R MiB`.
+//! `cluster-wide edit: W writes, B bytes, first wave applied in T s, etcd S MiB, operator R MiB`,
+//! and with shared renderings the first wave's two shares (the edit until an agent hears
+//! the rollout, then until the wave runs it) and who used the CPU meanwhile. Build the
+//! test with `--release` (as above): the simulated agents then cost what the agent's
+//! code costs, not a debug build's (2.0 s of CPU in the first wave against 7.5 s).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
