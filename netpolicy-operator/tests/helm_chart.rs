@@ -204,6 +204,17 @@ fn the_agent_cleans_up_on_uninstall_unless_told_not_to() {
 }
 
 #[test]
+fn the_agents_report_spread_is_a_chart_value() {
+    let args = |docs: &[Value]| container_args(docs, "DaemonSet");
+    let default = render("np", &[]);
+    assert!(args(&default).contains(&"--report-spread-ms=500".to_owned()));
+    let wide = render("np", &["--set", "agent.reportSpreadMs=5000"]);
+    assert!(args(&wide).contains(&"--report-spread-ms=5000".to_owned()));
+    let none = render("np", &["--set", "agent.reportSpreadMs=0"]);
+    assert!(args(&none).contains(&"--report-spread-ms=0".to_owned()));
+}
+
+#[test]
 fn node_cleanup_on_deletion_is_the_operators_flag_not_the_uninstall_switch() {
     let args = |docs: &[Value]| container_args(docs, "Deployment");
     let on = render("np", &[]);
