@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use futures::StreamExt;
 use kube::{
     Api, ResourceExt,
-    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, ListParams, Patch, PatchParams},
     core::PartialObjectMeta,
     runtime::reflector::Store,
 };
@@ -168,15 +168,10 @@ impl Publisher {
         let names: BTreeSet<String> = missing.iter().map(ResourceExt::name_any).collect();
         let new = Self::not_asked(&self.created, names);
         missing.retain(|o| new.contains(&o.name_any()));
-        let pp = PostParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-            ..PostParams::default()
-        };
         let created: Vec<(String, Result<bool, kube::Error>)> = futures::stream::iter(missing)
             .map(|o| {
-                let pp = &pp;
                 async move {
-                    let r = match self.renderings.create(pp, &o).await {
+                    let r = match self.create_part(&o).await {
                         Ok(_) => Ok(true),
                         // Written before, not in the cache yet: the same content (its
                         // name is its content); no write made.
@@ -329,6 +324,28 @@ impl Publisher {
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(0),
             Err(e) => Err(e),
         }
+    }
+
+    /// Creates rendering part `o`. Without strict field checks (`fieldValidation=Ignore`:
+    /// the body is serialized from our own types, so it has no unknown or duplicate
+    /// field for the API server to look for) and without parsing the answer, which is the
+    /// object just sent (60 KB for 500 routes). An error status is an error as from
+    /// [`Api::create`].
+    async fn create_part(&self, o: &NodeNetworkRendering) -> Result<(), kube::Error> {
+        let body = serde_json::to_vec(o).map_err(kube::Error::SerdeError)?;
+        let uri = format!(
+            "{}?fieldManager={FIELD_MANAGER}&fieldValidation=Ignore",
+            self.renderings.resource_url()
+        );
+        let req = http::Request::post(uri)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .map_err(kube::Error::HttpError)?;
+        let client = self.renderings.clone().into_client();
+        client
+            .request::<serde::de::IgnoredAny>(req)
+            .await
+            .map(|_| ())
     }
 
     /// Deletes the renderings `lp` selects, asking for the deleted objects' metadata
