@@ -11,7 +11,8 @@
 //!   deleted, and the rendering left behind is deleted once every node runs the new one.
 //! - Quiet: over several resyncs, no spec, fleet, rollout or rendering is written.
 //! - A node that joins starts on a shared object (its first write) while every agent
-//!   reads shared renderings, and on a whole one while an older agent is about.
+//!   reads shared renderings; an older agent's node gets a whole object, and while it is
+//!   about a node that joins gets a whole one too.
 //!
 //! Its own control plane: the fleet is one object per cluster, and other tests' operators
 //! write whole per-node objects.
@@ -46,6 +47,15 @@ async fn nncs(client: &Client, names: &[String]) -> Vec<NodeNetworkConfig> {
         out.extend(api.get_opt(n).await.unwrap());
     }
     out
+}
+
+/// Creates Node `name` in pool `edge`.
+async fn add_node(client: &Client, name: &str) {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let node =
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": {"pool": "edge"}}}))
+            .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
 }
 
 /// Our renderings' names (`netpolicy.io/rendering` of each part).
@@ -108,12 +118,8 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
     let client = cp.client().await;
     netpolicy_testenv::install_crds(&client, crds()).await;
     let names: Vec<String> = (0..3).map(|i| format!("shared-{i}")).collect();
-    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
     for n in &names {
-        let node =
-            serde_json::from_value(json!({"metadata": {"name": n, "labels": {"pool": "edge"}}}))
-                .unwrap();
-        nodes.create(&PostParams::default(), &node).await.unwrap();
+        add_node(&client, n).await;
     }
     // A ClusterConfig beside the NodeConfig: the NodeConfig's edit below leaves its
     // items as they are, so its status must not move while the edit rolls out.
@@ -449,10 +455,7 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
         return;
     };
     let joined = "shared-3".to_owned();
-    let node =
-        serde_json::from_value(json!({"metadata": {"name": joined, "labels": {"pool": "edge"}}}))
-            .unwrap();
-    nodes.create(&PostParams::default(), &node).await.unwrap();
+    add_node(&client, &joined).await;
     let _agent3 = common::agent(
         &cp.kubeconfig,
         &joined,
@@ -488,10 +491,7 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
     // An older agent (it reports applied, not `sharedRenderings`) on one node: a node
     // that joins then gets a whole object, which any agent reads.
     let old = "shared-old".to_owned();
-    let node =
-        serde_json::from_value(json!({"metadata": {"name": old, "labels": {"pool": "edge"}}}))
-            .unwrap();
-    nodes.create(&PostParams::default(), &node).await.unwrap();
+    add_node(&client, &old).await;
     let nnc_api: Api<NodeNetworkConfig> = Api::all(client.clone());
     eventually("the older agent's node has an object", 30, || async {
         nnc_api.get_opt(&old).await.unwrap().is_some()
@@ -509,11 +509,13 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
         )
         .await
         .unwrap();
+    // The operator has heard it once it gives that agent a whole object (what it reads).
+    eventually("the older agent's node gets a whole object", 30, || async {
+        !nnc_api.get(&old).await.unwrap().spec.shared
+    })
+    .await;
     let late = "shared-late".to_owned();
-    let node =
-        serde_json::from_value(json!({"metadata": {"name": late, "labels": {"pool": "edge"}}}))
-            .unwrap();
-    nodes.create(&PostParams::default(), &node).await.unwrap();
+    add_node(&client, &late).await;
     eventually("the node that joined after has an object", 30, || async {
         nnc_api.get_opt(&late).await.unwrap().is_some()
     })

@@ -371,7 +371,6 @@ async fn edit_costs(n: usize, shared: bool) -> Cost {
     let bytes = common::body_bytes(&client).await;
     let writes_before = cp.all_writes().len();
     let db = common::etcd_metric(&cp.etcd, "etcd_mvcc_db_total_size_in_bytes");
-    let cpu = common::control_plane_cpu(cp);
     let rss_at_edit = common::rss_kib(pid) / 1024;
     // Who used the 2 cores until the first wave: the API server, etcd, the operator,
     // and this process (the simulated agents).
@@ -385,6 +384,7 @@ async fn edit_costs(n: usize, shared: bool) -> Cost {
         ]
     };
     let cpu_at_edit = cpus();
+    let cpu = (cpu_at_edit[0], cpu_at_edit[1]);
     let mut cpu_first_wave = None;
     let edit = Instant::now();
     ccs.patch("default", &ap, &Patch::Apply(cluster_config(NEW_VIA)))

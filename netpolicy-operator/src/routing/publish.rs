@@ -351,7 +351,7 @@ impl Publisher {
     /// Deletes the renderings `lp` selects, asking for the deleted objects' metadata
     /// only: the API server answers a collection delete with every object it deleted,
     /// which for the renderings a cluster-wide edit leaves is their whole content (6 MB
-    /// at 100 groups of 500 routes, ~100 MiB once parsed).
+    /// at 100 groups of 500 routes, ~75 MiB once parsed).
     async fn delete_collection(&self, lp: &ListParams) -> Result<(), kube::Error> {
         let mut req = kube::core::Request::new(self.renderings.resource_url())
             .delete_collection(&DeleteParams::default(), lp)
