@@ -134,6 +134,24 @@ pub struct NodeNetworkRenderingSpec {
     /// Seconds the agent has to pass the probes (part 0 only; absent: 30).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_seconds: Option<u32>,
+    /// The layers the rendering's items start with (part 0 only), in order: renderings
+    /// of their own (`l-<16 hex digits>`, named by their content, stored and labelled
+    /// as any rendering is) holding items many renderings share, such as a
+    /// ClusterConfig's. Stored once however many renderings name them, so that an edit
+    /// of one policy writes its items once, not once per group; a reader reads each
+    /// once ([`Joined::lay`]). A layer has no layers, probes or tables of its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<String>,
+}
+
+/// The label prefix of a rendering's parts that name a layer: each carries
+/// `layer.netpolicy.io/<layer>: "true"` for each of its layers ([`layer_label`]), so
+/// that what a rendering needs is known from its objects' metadata.
+pub const LAYER_LABEL_PREFIX: &str = "layer.netpolicy.io/";
+
+/// The label a part of a rendering laid over `layer` carries (its value is `true`).
+pub fn layer_label(layer: &str) -> String {
+    format!("{LAYER_LABEL_PREFIX}{layer}")
 }
 
 /// A whole rendering: its parts joined.
@@ -147,6 +165,9 @@ pub struct Joined {
     pub probes: Vec<ProbeSpec>,
     /// Its `rollbackSeconds`.
     pub rollback_seconds: Option<u32>,
+    /// The layers its items start with ([`NodeNetworkRenderingSpec::layers`]): not in
+    /// `rendered` until [`Joined::lay`] puts them there.
+    pub layers: Vec<String>,
 }
 
 /// Why parts do not make a whole rendering.
@@ -174,6 +195,16 @@ pub enum JoinError {
         part: u32,
         /// How many there are.
         parts: u32,
+    },
+    /// A layer the rendering names is not given, or is not a layer.
+    #[error("rendering {rendering}: layer {layer}: {message}")]
+    Layer {
+        /// The rendering.
+        rendering: String,
+        /// The layer.
+        layer: String,
+        /// What is wrong (`not read`).
+        message: String,
     },
 }
 
@@ -228,17 +259,14 @@ pub fn join<'a>(
             return Err(inconsistent(p.part, message));
         }
         if p.part == 0 {
+            out.layers.clone_from(&p.layers);
             out.probes.clone_from(&p.probes);
             out.rollback_seconds = p.rollback_seconds;
             out.rendered
                 .table_hard_sync
                 .clone_from(&p.rendered.table_hard_sync);
         }
-        let r = &p.rendered;
-        out.rendered.vlans.extend(r.vlans.iter().cloned());
-        out.rendered.routes.extend(r.routes.iter().cloned());
-        out.rendered.addresses.extend(r.addresses.iter().cloned());
-        out.rendered.rules.extend(r.rules.iter().cloned());
+        out.rendered.extend(&p.rendered);
     }
     let have = u32::try_from(parts.len()).unwrap_or(u32::MAX);
     if have < total {
@@ -249,6 +277,55 @@ pub fn join<'a>(
         });
     }
     Ok(out)
+}
+
+impl Joined {
+    /// The rendering as its nodes run it: the items of its layers (each joined from its
+    /// own parts; `layer` finds one by name), in order, then its own. A rendering
+    /// without layers is returned as it is.
+    ///
+    /// # Errors
+    /// [`JoinError::Layer`] when `layer` does not find a layer the rendering names, or
+    /// the one it finds is another rendering or names layers, probes or tables of its
+    /// own: the agent keeps what it runs.
+    pub fn lay<'a>(&self, layer: impl Fn(&str) -> Option<&'a Joined>) -> Result<Self, JoinError> {
+        if self.layers.is_empty() {
+            return Ok(self.clone());
+        }
+        let mut out = Self {
+            rendering: self.rendering.clone(),
+            rendered: RenderedSpec {
+                table_hard_sync: self.rendered.table_hard_sync.clone(),
+                ..RenderedSpec::default()
+            },
+            probes: self.probes.clone(),
+            rollback_seconds: self.rollback_seconds,
+            layers: self.layers.clone(),
+        };
+        for name in &self.layers {
+            let bad = |message: &str| JoinError::Layer {
+                rendering: self.rendering.clone(),
+                layer: name.clone(),
+                message: message.to_owned(),
+            };
+            let l = layer(name).ok_or_else(|| bad("not read"))?;
+            if l.rendering != *name {
+                return Err(bad(&format!("the layer given is {}", l.rendering)));
+            }
+            if !l.layers.is_empty()
+                || !l.probes.is_empty()
+                || l.rollback_seconds.is_some()
+                || !l.rendered.table_hard_sync.is_empty()
+            {
+                return Err(bad(
+                    "a layer has no layers, probes, rollbackSeconds or tables of its own",
+                ));
+            }
+            out.rendered.extend(&l.rendered);
+        }
+        out.rendered.extend(&self.rendered);
+        Ok(out)
+    }
 }
 
 /// What every agent reads to find its group and what a group runs when no rollout
@@ -605,6 +682,55 @@ mod tests {
             join("r-1", [&a, &b, &fewer]),
             Err(JoinError::Inconsistent { part: 2, .. })
         ));
+    }
+
+    #[test]
+    fn a_rendering_runs_its_layers_items_in_order_then_its_own() {
+        let layer = |name: &str, to: &str| {
+            let mut p = part(0, 1, to);
+            p.rendering = name.into();
+            p.rendered.table_hard_sync.clear();
+            p.rollback_seconds = None;
+            join(name, [&p]).expect("a layer of one part")
+        };
+        let (a, b) = (layer("l-a", "10.8.0.0/16"), layer("l-b", "10.9.0.0/16"));
+        let mut own = part(0, 1, "10.0.0.0/8");
+        own.layers = vec!["l-b".into(), "l-a".into()];
+        let j = join("r-1", [&own]).expect("complete");
+        assert_eq!(j.layers, ["l-b", "l-a"]);
+        let find = |n: &str| [&a, &b].into_iter().find(|l| l.rendering == n);
+        let laid = j.lay(find).expect("both layers read");
+        let to: Vec<&str> = laid
+            .rendered
+            .routes
+            .iter()
+            .map(|r| r.item.to.as_str())
+            .collect();
+        assert_eq!(to, ["10.9.0.0/16", "10.8.0.0/16", "10.0.0.0/8"]);
+        assert_eq!(
+            (laid.rendered.table_hard_sync, laid.rollback_seconds),
+            (vec![100], Some(9))
+        );
+        // Without its layers a rendering is not run smaller.
+        let only_a = |n: &str| (n == "l-a").then_some(&a);
+        assert_eq!(
+            j.lay(only_a),
+            Err(JoinError::Layer {
+                rendering: "r-1".into(),
+                layer: "l-b".into(),
+                message: "not read".into()
+            })
+        );
+        // A layer is not a rendering with probes, tables or layers of its own.
+        let mut deep = b.clone();
+        deep.layers = vec!["l-a".into()];
+        let nested = |n: &str| if n == "l-b" { Some(&deep) } else { find(n) };
+        assert!(matches!(j.lay(nested), Err(JoinError::Layer { layer, .. }) if layer == "l-b"));
+        let whole = join("r-1", [&part(0, 1, "10.0.0.0/8")]).expect("complete");
+        let other = |n: &str| find(n);
+        assert!(
+            matches!(j.lay(|n| if n == "l-a" { Some(&whole) } else { other(n) }), Err(JoinError::Layer { layer, .. }) if layer == "l-a")
+        );
     }
 
     #[test]

@@ -109,6 +109,12 @@ pub fn rendering_name(canonical: &str) -> String {
     format!("r-{:016x}", fnv1a(&[canonical]))
 }
 
+/// The content address of a layer (items many renderings share, stored once): `l-` and
+/// 16 hex digits of a hash of its canonical text.
+pub fn layer_name(canonical: &str) -> String {
+    format!("l-{:016x}", fnv1a(&[canonical]))
+}
+
 /// The policies (of `index`) that select a node with `labels`, by identity, sorted.
 pub fn selecting<'a, L: LabelLookup + ?Sized>(
     labels: &L,

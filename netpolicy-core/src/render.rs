@@ -131,6 +131,15 @@ pub struct SourcedSpec<T> {
 }
 
 impl RenderedSpec {
+    /// Appends `more`'s vlans, routes, addresses and rules to this one's (its tables
+    /// are not taken): how a rendering's parts and layers join.
+    pub fn extend(&mut self, more: &Self) {
+        self.vlans.extend(more.vlans.iter().cloned());
+        self.routes.extend(more.routes.iter().cloned());
+        self.addresses.extend(more.addresses.iter().cloned());
+        self.rules.extend(more.rules.iter().cloned());
+    }
+
     /// A shared rendering with one node's own items over it (the node agent model:
     /// [`crate::fleet`]): an own item equal to a shared one replaces it (its sources are
     /// the node's), the others follow the shared ones; the hard-synced tables are the

@@ -58,17 +58,40 @@ async fn add_node(client: &Client, name: &str) {
     nodes.create(&PostParams::default(), &node).await.unwrap();
 }
 
-/// Our renderings' names (`netpolicy.io/rendering` of each part).
-async fn renderings(client: &Client) -> BTreeSet<String> {
+/// Our rendering parts' names and uids, with the rendering or layer each is of.
+async fn stored(client: &Client) -> Vec<(String, String, String)> {
     let api: Api<NodeNetworkRendering> = Api::all(client.clone());
     api.list(&ListParams::default())
         .await
         .unwrap()
         .items
         .iter()
-        .map(|r| r.spec.rendering.clone())
+        .map(|r| {
+            let uid = r.uid().unwrap_or_default();
+            (r.spec.rendering.clone(), r.name_any(), uid)
+        })
         .collect()
 }
+
+/// Our renderings' names (`spec.rendering` of each part; layers aside).
+async fn renderings(client: &Client) -> BTreeSet<String> {
+    let all = stored(client).await.into_iter();
+    all.map(|(r, _, _)| r)
+        .filter(|r| r.starts_with("r-"))
+        .collect()
+}
+
+/// Our layers' objects, each with its uid (a layer made again has another).
+async fn layers(client: &Client) -> BTreeMap<String, String> {
+    let all = stored(client).await.into_iter();
+    all.filter(|(r, _, _)| r.starts_with("l-"))
+        .map(|(_, name, uid)| (name, uid))
+        .collect()
+}
+
+/// The ClusterConfig's blackhole routes in table 101: 120 of them, more than a layer's
+/// least size, so that every rendering is laid over one layer of them.
+const BLACKHOLES: usize = 120;
 
 fn node_config(pool: &str, via: &str) -> serde_json::Value {
     json!({
@@ -129,7 +152,11 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
         &serde_json::from_value(json!({
             "apiVersion": "netpolicy.io/v1alpha1", "kind": "ClusterConfig",
             "metadata": {"name": "default"},
-            "spec": {"routes": [{"to": "10.30.0.0/16", "via": "192.0.2.1", "table": 100}]},
+            "spec": {"routes": std::iter::once(
+                json!({"to": "10.30.0.0/16", "via": "192.0.2.1", "table": 100}),
+            ).chain((0..BLACKHOLES).map(|i| {
+                json!({"to": format!("10.31.{i}.0/24"), "type": "blackhole", "table": 101})
+            })).collect::<Vec<_>>()},
         }))
         .unwrap(),
     )
@@ -156,10 +183,15 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
         .collect();
     let kernels = |via: &str| {
         let want = format!("10.20.0.0/16 via {via} dev v0");
+        let last = format!("blackhole 10.31.{}.0/24", BLACKHOLES - 1);
         nets.iter().all(|ns| {
             ns.ip(&["route", "show", "table", "100"])
                 .unwrap_or_default()
                 .contains(&want)
+                && ns
+                    .ip(&["route", "show", "table", "101"])
+                    .unwrap_or_default()
+                    .contains(&last)
         })
     };
     // Before: the operator without shared renderings, whole per-node objects.
@@ -228,7 +260,7 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
         );
         let touched: Vec<&str> = text
             .lines()
-            .filter(|l| l.contains("10.20.0.0/16"))
+            .filter(|l| l.contains("10.20.0.0/16") || l.contains("10.31."))
             .collect();
         assert_eq!(
             touched,
@@ -253,6 +285,17 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
             o.spec.rendered.routes
         );
     }
+    // The ClusterConfig's blackholes are one layer, which the rendering names.
+    let layers1 = layers(&client).await;
+    assert_eq!(layers1.len(), 1, "one layer of one part: {layers1:?}");
+    let r1_part = Api::<NodeNetworkRendering>::all(client.clone())
+        .get(&r1)
+        .await
+        .unwrap();
+    assert_eq!(
+        r1_part.spec.layers,
+        layers1.keys().cloned().collect::<Vec<_>>()
+    );
     // Every version of every rollout, from here on.
     let fleets: Api<NetworkFleet> = Api::all(client.clone());
     let rollouts: Api<NetworkRollout> = Api::all(client.clone());
@@ -335,6 +378,11 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
         || async { renderings(&client).await == BTreeSet::from([r2.clone()]) },
     )
     .await;
+    assert_eq!(
+        layers(&client).await,
+        layers1,
+        "the NodeConfig's edit neither made the layer again nor deleted it with the old rendering"
+    );
     eventually(
         "the rollout is folded into the fleet and deleted",
         30,

@@ -12,8 +12,9 @@
 //! configurations. A simulated agent per node, in this process, with the real agent's
 //! four watches (its NodeNetworkConfig, its Node's metadata, the NetworkFleet, the
 //! NetworkRollouts of its group by label) and the library's own selection
-//! (`fleet::choose`, `SeenRollouts`, `join`, `NodeNetworkConfigSpec::effective`),
-//! reading its rendering by label as the agent does, and a no-op kernel: it reports the
+//! (`fleet::choose`, `SeenRollouts`, `join`, `Joined::lay`,
+//! `NodeNetworkConfigSpec::effective`), reading its rendering and its layers by label
+//! as the agent does, and a no-op kernel: it reports the
 //! revision it would run in its status (one merge patch when that changes).
 //!
 //! Each mode on a control plane of its own, the same workload: the operator's default
@@ -130,6 +131,7 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
         Option<Labels>,
     ) = (None, None, None);
     let mut read: Option<Joined> = None;
+    let mut layers: BTreeMap<String, Joined> = BTreeMap::new();
     // A resync, as the agent's: a status write refused under load is tried again.
     let mut resync = tokio::time::interval(Duration::from_secs(20));
     loop {
@@ -201,15 +203,23 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
             let Some(name) = choose(&node, l, &f.index(), &current).rendering else {
                 continue;
             };
+            // The rendering and its layers, each read once by its label, as the agent.
             if read.as_ref().is_none_or(|j| j.rendering != name) {
-                let lp = ListParams::default().labels(&format!("{RENDERING_LABEL}={name}"));
-                let Ok(parts) = renderings.list(&lp).await else {
+                let Some(j) = read_rendering(&renderings, &name).await else {
                     continue;
                 };
-                let Ok(j) = join(&name, parts.items.iter().map(|p| &p.spec)) else {
+                layers.retain(|l, _| j.layers.contains(l));
+                for l in &j.layers {
+                    if !layers.contains_key(l)
+                        && let Some(layer) = read_rendering(&renderings, l).await
+                    {
+                        layers.insert(l.clone(), layer);
+                    }
+                }
+                let Ok(laid) = j.lay(|l| layers.get(l)) else {
                     continue;
                 };
-                read = Some(j);
+                read = Some(laid);
             }
             let Some(j) = &read else { continue };
             (o.spec.effective(j), Some(j.rendering.clone()))
@@ -251,6 +261,13 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
             r.edited = Some(Instant::now());
         }
     }
+}
+
+/// Rendering or layer `name` from its parts, listed by their label.
+async fn read_rendering(api: &Api<NodeNetworkRendering>, name: &str) -> Option<Joined> {
+    let lp = ListParams::default().labels(&format!("{RENDERING_LABEL}={name}"));
+    let parts = api.list(&lp).await.ok()?;
+    join(name, parts.items.iter().map(|p| &p.spec)).ok()
 }
 
 /// What one mode's edit cost.

@@ -174,6 +174,7 @@ fn names_follow_content_not_order() {
     assert_ne!(group_name(["NodeConfig/b"]), group_name(["NodeConfig/c"]));
     // FNV-1a's published vector for "a": the name is the same on every platform.
     assert_eq!(rendering_name("a"), "r-af63dc4c8601ec8c");
+    assert_eq!(layer_name("a"), "l-af63dc4c8601ec8c");
 }
 
 #[test]

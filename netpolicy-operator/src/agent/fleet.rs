@@ -1,7 +1,8 @@
 //! What a shared NodeNetworkConfig (`spec.shared`, issue 68) runs: the agent's own
 //! choice of its group's rendering ([`netpolicy_core::fleet::choose`], from its Node's
-//! labels, the NetworkFleet and its group's NetworkRollouts), the rendering read once by
-//! its label (renderings never change), and the node's own items laid over it
+//! labels, the NetworkFleet and its group's NetworkRollouts), the rendering and its
+//! layers each read once by its label (they never change), and the node's own items
+//! laid over them
 //! ([`crate::api::NodeNetworkConfigSpec::effective`]).
 //!
 //! The agent watches three things, none of which grows with the node count: its Node's
@@ -95,9 +96,9 @@ fn follow_rollouts(
     (group_tx, stream.boxed())
 }
 
-/// Renderings kept after they were read (the current one and those a rollback or the
-/// next wave would want).
-const KEEP: usize = 4;
+/// Renderings and layers kept after they were read (the current one with its layers,
+/// and those a rollback or the next wave would want).
+const KEEP: usize = 8;
 
 /// What the agent knows of the shared objects.
 #[derive(Debug)]
@@ -360,40 +361,62 @@ impl FleetView {
             }
             Err(why) => return self.wait(why),
         };
-        self.used += 1;
-        let used = self.used;
-        if let Some((at, _)) = self.renderings.get_mut(&name) {
-            *at = used;
-        } else {
-            let lp = ListParams::default().labels(&format!("{RENDERING_LABEL}={name}"));
-            let parts = match self.api.list(&lp).await {
-                Ok(l) => l.items,
-                Err(e) => return self.wait(format!("reading rendering {name}: {e}")),
-            };
-            let joined = match join(&name, parts.iter().map(|p| &p.spec)) {
-                Ok(j) => j,
-                Err(e) => return self.wait(e.to_string()),
-            };
-            info!(rendering = %name, parts = parts.len(), "rendering read");
-            self.renderings.insert(name.clone(), (used, joined));
-            while self.renderings.len() > KEEP {
-                let oldest = self
-                    .renderings
-                    .iter()
-                    .min_by_key(|(_, (at, _))| *at)
-                    .map(|(n, _)| n.clone());
-                if let Some(n) = oldest {
-                    self.renderings.remove(&n);
-                }
+        if let Err(why) = self.read(&name).await {
+            return self.wait(why);
+        }
+        let layers = self
+            .renderings
+            .get(&name)
+            .map(|(_, j)| j.layers.clone())
+            .unwrap_or_default();
+        for layer in &layers {
+            if let Err(why) = self.read(layer).await {
+                return self.wait(why);
             }
         }
-        let Some((_, joined)) = self.renderings.get(&name) else {
-            return self.wait(format!("rendering {name}: not kept"));
+        let laid = match self.renderings.get(&name) {
+            Some((_, joined)) => joined.lay(|n| self.renderings.get(n).map(|(_, j)| j)),
+            None => return self.wait(format!("rendering {name}: not kept")),
+        };
+        // The least recently used go, never what this pass read.
+        while self.renderings.len() > KEEP {
+            let oldest = self
+                .renderings
+                .iter()
+                .min_by_key(|(_, (at, _))| *at)
+                .map(|(n, _)| n.clone());
+            if let Some(n) = oldest {
+                self.renderings.remove(&n);
+            }
+        }
+        let joined = match laid {
+            Ok(j) => j,
+            Err(e) => return self.wait(e.to_string()),
         };
         self.told = None;
         let mut out = nnc.clone();
-        out.spec = nnc.spec.effective(joined);
+        out.spec = nnc.spec.effective(&joined);
         Effective::Run(Box::new(out), Some(name))
+    }
+
+    /// Rendering or layer `name`, read (once, by its label: it never changes) and kept
+    /// as the last used; why not when it cannot be read whole.
+    async fn read(&mut self, name: &str) -> Result<(), String> {
+        self.used += 1;
+        let used = self.used;
+        if let Some((at, _)) = self.renderings.get_mut(name) {
+            *at = used;
+            return Ok(());
+        }
+        let lp = ListParams::default().labels(&format!("{RENDERING_LABEL}={name}"));
+        let parts = match self.api.list(&lp).await {
+            Ok(l) => l.items,
+            Err(e) => return Err(format!("reading rendering {name}: {e}")),
+        };
+        let joined = join(name, parts.iter().map(|p| &p.spec)).map_err(|e| e.to_string())?;
+        info!(rendering = %name, parts = parts.len(), layers = joined.layers.len(), "rendering read");
+        self.renderings.insert(name.to_owned(), (used, joined));
+        Ok(())
     }
 
     fn wait(&mut self, why: String) -> Effective {

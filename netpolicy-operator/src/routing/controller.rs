@@ -154,6 +154,7 @@ pub(crate) fn setup(
         deleted: std::sync::Mutex::default(),
         deleted_rollouts: std::sync::Mutex::default(),
         created: std::sync::Mutex::default(),
+        laid: std::sync::Mutex::default(),
     });
     let job = RoutingJob {
         inputs: inputs.kinds(),

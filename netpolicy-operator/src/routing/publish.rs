@@ -20,12 +20,12 @@ use tracing::{debug, info};
 
 use super::{
     fleet::{Prepared, Published},
-    shared::{part_name, parts},
+    shared::{LAYER_MIN_BYTES, layout, part_name},
 };
 use crate::{
     api::{
-        FLEET_NAME, NetworkFleet, NetworkRollout, NodeNetworkRendering, RENDERING_LABEL,
-        group_label,
+        FLEET_NAME, LAYER_LABEL_PREFIX, NetworkFleet, NetworkRollout, NodeNetworkRendering,
+        NodeNetworkRenderingSpec, RENDERING_LABEL, group_label, layer_label,
     },
     k8s::{FIELD_MANAGER, MANAGED_BY, sent::digest},
 };
@@ -54,6 +54,18 @@ pub(crate) struct Publisher {
     pub(crate) deleted_rollouts: std::sync::Mutex<BTreeSet<String>>,
     /// Rendering parts created, until the cache has them.
     pub(crate) created: std::sync::Mutex<BTreeSet<String>>,
+    /// How each rendering a pass needed is stored (renderings never change: laid out
+    /// once, not on every pass).
+    pub(crate) laid: std::sync::Mutex<BTreeMap<String, Laid>>,
+}
+
+/// The objects a rendering is stored as, and its layers ([`layout`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Laid {
+    /// Its parts' and its layers' parts' object names.
+    objects: Vec<String>,
+    /// Its layers.
+    layers: Vec<String>,
 }
 
 impl Publisher {
@@ -131,8 +143,9 @@ impl Publisher {
         Ok(writes)
     }
 
-    /// Creates the parts of the renderings in `needed` that are not stored,
-    /// `concurrency` at a time (independent objects); how many were created.
+    /// Creates the parts of the renderings in `needed` that are not stored, and of
+    /// their layers, `concurrency` at a time (independent objects); how many were
+    /// created. A layer two renderings share is created once.
     async fn create_renderings(
         &self,
         p: &Prepared,
@@ -145,24 +158,7 @@ impl Publisher {
             .iter()
             .map(|o| o.name_any())
             .collect();
-        let mut missing = Vec::new();
-        for name in needed {
-            let Some(spec) = p.shared.renderings.get(name) else {
-                continue; // Named before: stored then.
-            };
-            for part in parts(name, spec, MAX_PART_BYTES) {
-                let object = part_name(name, part.part, part.parts);
-                if stored.contains(&object) {
-                    continue;
-                }
-                let mut o = NodeNetworkRendering::new(&object, part);
-                o.metadata.labels = Some(BTreeMap::from([
-                    (RENDERING_LABEL.to_owned(), name.clone()),
-                    (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
-                ]));
-                missing.push(o);
-            }
-        }
+        let mut missing = self.missing(p, needed, &stored);
         // Created by an earlier pass and not in the cache yet: not sent again (the
         // cache lags the creates of a large change by seconds).
         let names: BTreeSet<String> = missing.iter().map(ResourceExt::name_any).collect();
@@ -200,6 +196,61 @@ impl Publisher {
             }
         }
         failed.map_or(Ok(writes), Err)
+    }
+
+    /// The objects of the renderings in `needed` (and of their layers) that are not in
+    /// `stored`, each once, laying out those not laid out yet.
+    fn missing(
+        &self,
+        p: &Prepared,
+        needed: &BTreeSet<String>,
+        stored: &BTreeSet<String>,
+    ) -> Vec<NodeNetworkRendering> {
+        let mut missing: BTreeMap<String, NodeNetworkRendering> = BTreeMap::new();
+        let mut laid = self
+            .laid
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        laid.retain(|r, _| needed.contains(r));
+        for name in needed {
+            let Some(spec) = p.shared.renderings.get(name) else {
+                continue; // Named before: stored then.
+            };
+            if laid
+                .get(name)
+                .is_some_and(|l| l.objects.iter().all(|o| stored.contains(o)))
+            {
+                continue;
+            }
+            let l = layout(name, spec, MAX_PART_BYTES, LAYER_MIN_BYTES);
+            let mut objects = Vec::new();
+            let mut add = |of: &str, part: &NodeNetworkRenderingSpec, layers: &[String]| {
+                let object = part_name(of, part.part, part.parts);
+                objects.push(object.clone());
+                if stored.contains(&object) || missing.contains_key(&object) {
+                    return;
+                }
+                let mut labels = BTreeMap::from([
+                    (RENDERING_LABEL.to_owned(), of.to_owned()),
+                    (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
+                ]);
+                labels.extend(layers.iter().map(|l| (layer_label(l), "true".to_owned())));
+                let mut o = NodeNetworkRendering::new(&object, part.clone());
+                o.metadata.labels = Some(labels);
+                missing.insert(object, o);
+            };
+            let layers: Vec<String> = l.layers.iter().map(|(n, _)| n.clone()).collect();
+            for (layer, parts) in &l.layers {
+                for part in parts {
+                    add(layer, part, &[]);
+                }
+            }
+            for part in &l.parts {
+                add(name, part, &layers);
+            }
+            laid.insert(name.clone(), Laid { objects, layers });
+        }
+        missing.into_values().collect()
     }
 
     /// Applies the rollouts that are new or moved on, labelled with each group they
@@ -294,9 +345,36 @@ impl Publisher {
     /// collection delete by label). Called once no rollout is under way (rollouts
     /// finish at different passes: one delete per quiet spell, not one per rollout).
     async fn delete_unnamed(&self, needed: &BTreeSet<String>) -> Result<usize, kube::Error> {
-        let unnamed: BTreeSet<String> = self
-            .rendering_store
-            .state()
+        let state = self.rendering_store.state();
+        // The layers of the renderings needed, as this process laid them out and as
+        // their stored parts' labels say (a rendering named before this process).
+        let mut needed = needed.clone();
+        let laid = self
+            .laid
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|(r, _)| needed.contains(*r))
+            .flat_map(|(_, l)| l.layers.clone())
+            .collect::<Vec<String>>();
+        let labelled = state
+            .iter()
+            .filter(|o| {
+                o.labels()
+                    .get(RENDERING_LABEL)
+                    .is_some_and(|r| needed.contains(r))
+            })
+            .flat_map(|o| {
+                o.labels()
+                    .keys()
+                    .filter_map(|k| k.strip_prefix(LAYER_LABEL_PREFIX))
+                    .map(str::to_owned)
+                    .collect::<Vec<String>>()
+            })
+            .collect::<Vec<String>>();
+        needed.extend(laid);
+        needed.extend(labelled);
+        let unnamed: BTreeSet<String> = state
             .iter()
             .filter(|o| managed(o.labels()) && o.metadata.deletion_timestamp.is_none())
             .filter_map(|o| o.labels().get(RENDERING_LABEL).cloned())

@@ -161,9 +161,11 @@ fn group_rendering(routing: &Routing, policies: &[String]) -> Option<RenderedSpe
 /// tables, and each part as many whole items as fit, in order; joined
 /// ([`crate::api::join`]) the parts are the rendering. An item larger than a part alone
 /// gets a part of its own (over `max`: the write says so, as for a node today).
+/// `layers` are named on the first part ([`layout`]).
 pub(crate) fn parts(
     name: &str,
     spec: &NodeNetworkConfigSpec,
+    layers: &[String],
     max: usize,
 ) -> Vec<NodeNetworkRenderingSpec> {
     let len = |v: &NodeNetworkRenderingSpec| serde_json::to_vec(v).map_or(0, |b| b.len());
@@ -186,6 +188,7 @@ pub(crate) fn parts(
             Vec::new()
         },
         rollback_seconds: if first { spec.rollback_seconds } else { None },
+        layers: if first { layers.to_vec() } else { Vec::new() },
     };
     // `"addresses":[]` is left out of an empty part's text but not of a part with one.
     const ADDRESSES_KEY: usize = r#","addresses":[]"#.len();
@@ -223,6 +226,103 @@ pub(crate) fn parts(
         p.parts = total;
     }
     out
+}
+
+/// A rendering's items of one source set (the same policies gave them) that take at
+/// least this many bytes of JSON are stored as a layer of their own
+/// ([`crate::api::NodeNetworkRenderingSpec::layers`]); smaller sets stay in the
+/// rendering's own parts. A layer is one more object to create and to read, worth it
+/// when many renderings share it: a ClusterConfig's 500 routes (60 KB) are then written
+/// once per edit, not once per group, and an agent whose group moves on reads only
+/// what changed.
+pub(crate) const LAYER_MIN_BYTES: usize = 8 * 1024;
+
+/// How a rendering is stored: its own parts (the first names the layers) and its
+/// layers, each by name with its parts.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Layout {
+    pub(crate) parts: Vec<NodeNetworkRenderingSpec>,
+    pub(crate) layers: Vec<(String, Vec<NodeNetworkRenderingSpec>)>,
+}
+
+/// Rendering `name` as it is stored: the items of each source set of at least
+/// `layer_min` bytes in a layer named by its content (the same items in two renderings
+/// make one layer), in the order of their sources; the other items, the probes,
+/// `rollbackSeconds` and hard-synced tables in its own parts. Every object is at most
+/// `max` bytes ([`parts`]). Joined and laid ([`crate::api::Joined::lay`]), it has the
+/// rendering's items: the layers' first, each in the order the rendering has them.
+pub(crate) fn layout(
+    name: &str,
+    spec: &NodeNetworkConfigSpec,
+    max: usize,
+    layer_min: usize,
+) -> Layout {
+    fn key(sources: &[SourceRef]) -> String {
+        let s: Vec<String> = sources
+            .iter()
+            .map(|s| format!("{}/{}", s.kind, s.name))
+            .collect();
+        s.join(",")
+    }
+    let mut sizes: BTreeMap<String, usize> = BTreeMap::new();
+    macro_rules! size {
+        ($list:ident) => {
+            for s in &spec.rendered.$list {
+                *sizes.entry(key(&s.sources)).or_default() +=
+                    serde_json::to_vec(s).map_or(0, |b| b.len()) + 1;
+            }
+        };
+    }
+    size!(vlans);
+    size!(routes);
+    size!(addresses);
+    size!(rules);
+    let mut layers: BTreeMap<String, RenderedSpec> = sizes
+        .into_iter()
+        .filter(|(_, n)| *n >= layer_min)
+        .map(|(k, _)| (k, RenderedSpec::default()))
+        .collect();
+    let mut own = RenderedSpec {
+        table_hard_sync: spec.rendered.table_hard_sync.clone(),
+        ..RenderedSpec::default()
+    };
+    macro_rules! split {
+        ($list:ident) => {
+            for s in &spec.rendered.$list {
+                match layers.get_mut(&key(&s.sources)) {
+                    Some(l) => l.$list.push(s.clone()),
+                    None => own.$list.push(s.clone()),
+                }
+            }
+        };
+    }
+    split!(vlans);
+    split!(routes);
+    split!(addresses);
+    split!(rules);
+    let layers: Vec<(String, Vec<NodeNetworkRenderingSpec>)> = layers
+        .into_values()
+        .map(|rendered| {
+            let layer = fleet::layer_name(&serde_json::to_string(&rendered).unwrap_or_default());
+            let spec = NodeNetworkConfigSpec {
+                rendered,
+                ..NodeNetworkConfigSpec::default()
+            };
+            let parts = parts(&layer, &spec, &[], max);
+            (layer, parts)
+        })
+        .collect();
+    let names: Vec<String> = layers.iter().map(|(n, _)| n.clone()).collect();
+    let own = NodeNetworkConfigSpec {
+        rendered: own,
+        probes: spec.probes.clone(),
+        rollback_seconds: spec.rollback_seconds,
+        ..NodeNetworkConfigSpec::default()
+    };
+    Layout {
+        parts: parts(name, &own, &names, max),
+        layers,
+    }
 }
 
 /// The object name of part `part` of `parts` of rendering `name`: the rendering's own

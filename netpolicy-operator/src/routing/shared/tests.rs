@@ -389,7 +389,7 @@ fn a_rendering_over_the_limit_is_cut_into_parts_that_join_back_to_it() {
     );
     // Every limit in a span, so that some part ends within a few bytes of it.
     for max in 3_000..3_400 {
-        for p in super::parts("r-x", &whole, max) {
+        for p in super::parts("r-x", &whole, &[], max) {
             assert!(
                 bytes(&p) <= max,
                 "max {max}: a part has {} bytes",
@@ -398,7 +398,7 @@ fn a_rendering_over_the_limit_is_cut_into_parts_that_join_back_to_it() {
         }
     }
     for max in [4_096, 16_384, 65_536, 1 << 20] {
-        let parts = super::parts("r-x", &whole, max);
+        let parts = super::parts("r-x", &whole, &[], max);
         assert_eq!(
             parts.len() == 1,
             bytes(&whole) <= max,
@@ -494,4 +494,112 @@ fn a_policys_print_moves_only_with_its_own_items() {
         .find(|(p, _)| p.iter().any(|p| p == edge))
         .unwrap();
     assert!(!old.same_for(&without[policies], edge));
+}
+
+/// Sorted texts of a rendering's items with their sources (order aside).
+fn items(r: &RenderedSpec) -> Vec<String> {
+    fn all<T: Serialize>(kind: &str, l: &[SourcedSpec<T>], out: &mut Vec<String>) {
+        out.extend(
+            l.iter()
+                .map(|s| format!("{kind} {}", serde_json::to_string(s).unwrap_or_default())),
+        );
+    }
+    let mut out = Vec::new();
+    all("vlan", &r.vlans, &mut out);
+    all("route", &r.routes, &mut out);
+    all("address", &r.addresses, &mut out);
+    all("rule", &r.rules, &mut out);
+    out.sort();
+    out
+}
+
+/// Two groups that share a ClusterConfig of 600 routes store its items once: one layer
+/// of the same name in both renderings, each object under the limit, and each
+/// rendering's parts laid over the layer give its items back; with no layer size
+/// reached, a rendering is its parts alone, as before layers.
+#[test]
+fn a_large_policys_items_are_one_layer_that_renderings_share_and_join_back() {
+    use super::{LAYER_MIN_BYTES, layout};
+    let mut routing = Routing::new();
+    for (n, zone) in [("n1", "a"), ("n2", "b")] {
+        routing.node(
+            n,
+            Some(&Labels::from([("zone".to_owned(), zone.to_owned())])),
+        );
+    }
+    routing.cluster_config("default", Some(&cluster_config(600)));
+    for zone in ["a", "b"] {
+        let nc = node_config(
+            zone,
+            "zone",
+            zone,
+            &format!("172.16.{}.0/24", zone.len()),
+            None,
+        );
+        routing.node_config(zone, Some(&nc));
+    }
+    let shared = shared(&routing, &BTreeMap::new());
+    assert_eq!(shared.renderings.len(), 2, "one rendering a zone");
+    let max = 16_384;
+    let mut layer_names = BTreeSet::new();
+    for (name, whole) in &shared.renderings {
+        let l = layout(name, whole, max, LAYER_MIN_BYTES);
+        assert_eq!(
+            l.layers.len(),
+            1,
+            "{name}: the ClusterConfig's items are a layer"
+        );
+        layer_names.insert(l.layers[0].0.clone());
+        for p in l.parts.iter().chain(l.layers.iter().flat_map(|(_, p)| p)) {
+            let bytes = serde_json::to_vec(p).map_or(0, |b| b.len());
+            assert!(
+                bytes <= max,
+                "{name}: {} part {} has {bytes} bytes",
+                p.rendering,
+                p.part
+            );
+        }
+        assert!(
+            l.parts
+                .iter()
+                .flat_map(|p| &p.rendered.routes)
+                .all(|r| r.sources.iter().all(|s| s.kind == "NodeConfig")),
+            "{name}: its own parts keep only the NodeConfig's items"
+        );
+        let (layer, layer_parts) = &l.layers[0];
+        assert!(layer_parts.len() > 1, "600 routes are cut into parts");
+        let laid_over =
+            crate::api::join(layer, layer_parts.iter().rev()).expect("the layer is whole");
+        let joined = crate::api::join(name, l.parts.iter().rev()).expect("the parts are whole");
+        assert_eq!(
+            joined.layers,
+            std::slice::from_ref(layer),
+            "the first part names the layer"
+        );
+        let laid = joined
+            .lay(|n| (n == layer).then_some(&laid_over))
+            .expect("the layer is read");
+        assert_eq!(
+            items(&laid.rendered),
+            items(&whole.rendered),
+            "{name}: the same items"
+        );
+        assert_eq!(
+            (
+                &laid.rendered.table_hard_sync,
+                &laid.probes,
+                laid.rollback_seconds
+            ),
+            (
+                &whole.rendered.table_hard_sync,
+                &whole.probes,
+                whole.rollback_seconds
+            ),
+        );
+        // Below the layer size, a rendering is stored as before layers.
+        let flat = layout(name, whole, max, usize::MAX);
+        assert!(flat.layers.is_empty());
+        assert_eq!(flat.parts, super::parts(name, whole, &[], max));
+    }
+    assert_eq!(layer_names.len(), 1, "both renderings name the same layer");
 }
