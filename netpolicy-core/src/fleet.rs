@@ -115,6 +115,21 @@ pub fn layer_name(canonical: &str) -> String {
     format!("l-{:016x}", fnv1a(&[canonical]))
 }
 
+/// How long node `node`'s agent waits before it reports a newly applied rendering: a
+/// fixed share of `spread` taken from its name (`fnv1a`), so the agents of one wave,
+/// which apply the same rendering at the same moment, send their status patches spread
+/// over `spread` instead of in one burst (the agent's `--report-spread-ms`; a custom
+/// agent or a simulated one waits the same). The kernel is already changed by then;
+/// only the report waits. A failure is never delayed: it halts the rollout. Zero
+/// `spread`: no wait.
+pub fn report_delay(node: &str, spread: std::time::Duration) -> std::time::Duration {
+    let millis = u64::try_from(spread.as_millis()).unwrap_or(u64::MAX);
+    if millis == 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::from_millis(fnv1a(&[node]) % millis)
+}
+
 /// The policies (of `index`) that select a node with `labels`, by identity, sorted.
 pub fn selecting<'a, L: LabelLookup + ?Sized>(
     labels: &L,

@@ -14,8 +14,10 @@
 //! NetworkRollouts of its group by label) and the library's own selection
 //! (`fleet::choose`, `SeenRollouts`, `join`, `Joined::lay`,
 //! `NodeNetworkConfigSpec::effective`), reading its rendering and its layers by label
-//! as the agent does, and a no-op kernel: it reports the
-//! revision it would run in its status (one merge patch when that changes).
+//! as the agent does, and a no-op kernel: it reports the revision it would run in its
+//! status (one merge patch when that changes; a newly applied rendering after the
+//! node's share of the default 500 ms report spread, `fleet::report_delay`, as the
+//! agent).
 //!
 //! Each mode on a control plane of its own, the same workload: the operator's default
 //! (one NodeNetworkConfig per node) and `--shared-renderings=true`. Measured from the
@@ -53,11 +55,16 @@ use netpolicy_operator::api::{
     ClusterConfig, Joined, NetworkFleet, NetworkFleetSpec, NetworkRollout, NetworkRolloutSpec,
     NodeNetworkConfig, NodeNetworkConfigSpec, NodeNetworkRendering, RENDERING_LABEL, SeenRollouts,
     crds, group_label, join,
-    netpolicy_core::{fleet::choose, selector::Labels},
+    netpolicy_core::{
+        fleet::{choose, report_delay},
+        selector::Labels,
+    },
 };
 use serde_json::json;
 
 const ROUTES: usize = 500;
+/// The agents' `--report-spread-ms` (the chart's `agent.reportSpreadMs`) by default.
+const REPORT_SPREAD: Duration = Duration::from_millis(500);
 const POOLS: usize = 100;
 const CONCURRENCY: usize = 48;
 /// The route the edit changes, and its new gateway.
@@ -237,6 +244,11 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
             && st.shared_renderings
             && st.observed_generation == o.metadata.generation;
         if !done {
+            // A newly applied rendering is reported after the node's share of the
+            // chart's default `--report-spread-ms`, as the agent does.
+            if rendering.is_some() && st.applied_rendering != rendering {
+                tokio::time::sleep(report_delay(&node, REPORT_SPREAD)).await;
+            }
             let patch = json!({"status": {
                 "observedGeneration": o.metadata.generation,
                 "appliedRevision": runs.revision,

@@ -358,19 +358,7 @@ pub(crate) fn shared_status(
     }
 }
 
-/// How long this node's agent waits before it reports a newly applied rendering: a
-/// fixed share of `spread` taken from its name (`fnv1a`), so the agents of one wave,
-/// which apply the same rendering at the same moment, send their status patches spread
-/// over `spread` instead of in one burst. The kernel is already changed by then; only
-/// the report waits. A failure (`failedRendering`) is never delayed: it halts the
-/// rollout. Zero `spread`: no wait.
-pub(crate) fn report_delay(node: &str, spread: std::time::Duration) -> std::time::Duration {
-    let millis = u64::try_from(spread.as_millis()).unwrap_or(u64::MAX);
-    if millis == 0 {
-        return std::time::Duration::ZERO;
-    }
-    std::time::Duration::from_millis(netpolicy_core::hash::fnv1a(&[node]) % millis)
-}
+pub(crate) use netpolicy_core::fleet::report_delay;
 
 /// Whether `next` reports a rendering applied that `current` did not: the one status
 /// write [`report_delay`] spreads.
