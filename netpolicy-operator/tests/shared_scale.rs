@@ -19,6 +19,11 @@
 //! node's share of the default 500 ms report spread, `fleet::report_delay`, as the
 //! agent).
 //!
+//! `NETPOLICY_SCALE_AGENTS_PER_CONNECTION=20` makes the simulated agents' watches and
+//! requests streams of shared HTTP/2 connections (20 agents a connection): kube's client
+//! speaks HTTP/1.1, a connection per watch, and 10,000 agents' 40,000 watches are more
+//! connections than the API server's 20,000 open files here.
+//!
 //! Each mode on a control plane of its own, the same workload: the operator's default
 //! (one NodeNetworkConfig per node) and `--shared-renderings=true`. Measured from the
 //! edit of one ClusterConfig route until every node runs it: the operator's writes (from
@@ -339,10 +344,29 @@ async fn edit_costs(n: usize, shared: bool) -> Cost {
     );
     let fleet: Fleet = Arc::default();
     let heard: Heard = Arc::default();
+    // `NETPOLICY_SCALE_AGENTS_PER_CONNECTION=k`: the agents' requests and watches are
+    // streams of HTTP/2 connections, k agents a connection (k ≤ 20: four watches each
+    // and their requests under the 100 streams a connection carries here; at 40 a
+    // connection, a fifth of the watches waited for a stream that never came); unset,
+    // one kube client (HTTP/1.1, a connection per watch, as each real agent has) for
+    // all of them.
+    let per: Option<usize> = std::env::var("NETPOLICY_SCALE_AGENTS_PER_CONNECTION")
+        .ok()
+        .map(|v| {
+            v.parse()
+                .expect("NETPOLICY_SCALE_AGENTS_PER_CONNECTION: a number")
+        });
+    let mut clients = Vec::new();
+    if let Some(k) = per {
+        for _ in 0..n.div_ceil(k.max(1)) {
+            clients.push(netpolicy_testenv::http2_client(&cp.kubeconfig).await);
+        }
+    }
     let agents: Vec<_> = (0..n)
         .map(|i| {
+            let client = per.map_or_else(|| client.clone(), |k| clients[i / k.max(1)].clone());
             tokio::spawn(agent(
-                client.clone(),
+                client,
                 format!("node-{i:05}"),
                 Arc::clone(&fleet),
                 Arc::clone(&heard),

@@ -595,6 +595,44 @@ pub async fn token_client(kubeconfig: &Path, token: &str) -> Client {
     Client::try_from(config).unwrap_or_else(|e| panic!("client: {e}"))
 }
 
+/// A client of the cluster in `kubeconfig` whose requests are streams of one HTTP/2
+/// connection. kube's own client speaks HTTP/1.1, where each watch holds a connection of
+/// its own: a harness of thousands of simulated agents with four watches each runs out
+/// of the API server's open files (20,000 here) before anything else. One connection
+/// carries at most 100 streams at once here (more wait for one to end, and a watch
+/// does not end): give one client at most ~80 watches and their requests.
+///
+/// # Panics
+/// When the kubeconfig cannot be read or gives no TLS configuration.
+pub async fn http2_client(kubeconfig: &Path) -> Client {
+    use kube::client::ConfigExt;
+    let config = config_of(kubeconfig).await;
+    let tls = config
+        .rustls_client_config()
+        .unwrap_or_else(|e| panic!("TLS of {}: {e}", kubeconfig.display()));
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http2()
+        .wrap_connector(http);
+    let hyper = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build::<_, kube::client::Body>(https);
+    let auth = config
+        .auth_layer()
+        .unwrap_or_else(|e| panic!("credentials of {}: {e}", kubeconfig.display()));
+    let service = tower::ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(auth)
+        .map_err(|e: hyper_util::client::legacy::Error| {
+            Box::new(e) as Box<dyn std::error::Error + Send + Sync>
+        })
+        .service(hyper);
+    Client::new(service, config.default_namespace)
+}
+
 /// Installs `crds` with server-side apply (idempotent; safe to call from every test)
 /// and waits until each is Established.
 ///
