@@ -82,7 +82,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::ProbeSpec;
 
+mod delta;
 mod seen;
+pub use delta::{LayerDelta, delta_name, layer_address};
 pub use seen::SeenRollouts;
 
 /// The label every part of a rendering carries, valued with the rendering's name: an
@@ -142,6 +144,14 @@ pub struct NodeNetworkRenderingSpec {
     /// once ([`Joined::lay`]). A layer has no layers, probes or tables of its own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub layers: Vec<String>,
+    /// A delta object's changes (`d-<16 hex digits>`, named after the layer they lead
+    /// to: [`delta_name`]): the layer `to` as the changes from the layer `from` it
+    /// replaced. Written with a new layer when its changes are small; an agent that
+    /// holds `from` reads this instead of the layer whole and checks the result against
+    /// the layer's name ([`Joined::from_delta`]). Deleted with the renderings nothing
+    /// names once no rollout is under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta: Option<LayerDelta>,
 }
 
 /// The label prefix of a rendering's parts that name a layer: each carries
@@ -195,6 +205,14 @@ pub enum JoinError {
         part: u32,
         /// How many there are.
         parts: u32,
+    },
+    /// A layer's delta does not lead to it from the layer given ([`Joined::from_delta`]).
+    #[error("layer {layer}: delta: {message}")]
+    Delta {
+        /// The layer the delta is said to lead to.
+        layer: String,
+        /// What is wrong.
+        message: String,
     },
     /// A layer the rendering names is not given, or is not a layer.
     #[error("rendering {rendering}: layer {layer}: {message}")]

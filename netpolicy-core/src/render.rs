@@ -8,6 +8,9 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod delta;
+pub use delta::{DeltaError, ListDelta, RenderedDelta, Run};
+
 use crate::{
     merge::{LayeredConfig, MergedConfig, Source, Sourced},
     model::{HostAddress, Route, RoutingConfig, Rule, RuleAction, Vlan},

@@ -10,6 +10,9 @@
 //!   nodes); every kernel gets the change; the rollout is folded into the fleet and
 //!   deleted, and the rendering left behind is deleted once every node runs the new one.
 //! - Quiet: over several resyncs, no spec, fleet, rollout or rendering is written.
+//! - An edit of one route of the ClusterConfig's layer: each agent builds the new layer
+//!   from the old one and the delta the operator wrote (not read whole), and its kernel
+//!   changes that one route only; the old layer and the delta go with the rollout.
 //! - A node that joins starts on a shared object (its first write) while every agent
 //!   reads shared renderings; an older agent's node gets a whole object, and while it is
 //!   about a node that joins gets a whole one too.
@@ -58,6 +61,14 @@ async fn add_node(client: &Client, name: &str) {
     nodes.create(&PostParams::default(), &node).await.unwrap();
 }
 
+/// The rendering `o`'s agent reports applied.
+fn applied(o: &NodeNetworkConfig) -> String {
+    o.status
+        .as_ref()
+        .and_then(|s| s.applied_rendering.clone())
+        .unwrap()
+}
+
 /// Our rendering parts' names and uids, with the rendering or layer each is of.
 async fn stored(client: &Client) -> Vec<(String, String, String)> {
     let api: Api<NodeNetworkRendering> = Api::all(client.clone());
@@ -92,6 +103,16 @@ async fn layers(client: &Client) -> BTreeMap<String, String> {
 /// The ClusterConfig's blackhole routes in table 101: 120 of them, more than a layer's
 /// least size, so that every rendering is laid over one layer of them.
 const BLACKHOLES: usize = 120;
+
+/// The ClusterConfig's routes; `moved`: its blackhole 10.31.5.0/24 is 10.31.250.0/24.
+fn cluster_routes(moved: Option<()>) -> Vec<serde_json::Value> {
+    std::iter::once(json!({"to": "10.30.0.0/16", "via": "192.0.2.1", "table": 100}))
+        .chain((0..BLACKHOLES).map(|i| {
+            let third = if i == 5 && moved.is_some() { 250 } else { i };
+            json!({"to": format!("10.31.{third}.0/24"), "type": "blackhole", "table": 101})
+        }))
+        .collect()
+}
 
 fn node_config(pool: &str, via: &str) -> serde_json::Value {
     json!({
@@ -152,11 +173,7 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
         &serde_json::from_value(json!({
             "apiVersion": "netpolicy.io/v1alpha1", "kind": "ClusterConfig",
             "metadata": {"name": "default"},
-            "spec": {"routes": std::iter::once(
-                json!({"to": "10.30.0.0/16", "via": "192.0.2.1", "table": 100}),
-            ).chain((0..BLACKHOLES).map(|i| {
-                json!({"to": format!("10.31.{i}.0/24"), "type": "blackhole", "table": 101})
-            })).collect::<Vec<_>>()},
+            "spec": {"routes": cluster_routes(None)},
         }))
         .unwrap(),
     )
@@ -270,13 +287,7 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
         );
     }
     let first: Vec<NodeNetworkConfig> = nncs(&client, &names).await;
-    let r1 = first[0]
-        .status
-        .as_ref()
-        .unwrap()
-        .applied_rendering
-        .clone()
-        .unwrap();
+    let r1 = applied(&first[0]);
     for o in &first {
         assert!(
             o.spec.rendered.routes.is_empty(),
@@ -365,13 +376,7 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
             o.name_any()
         );
     }
-    let r2 = after[0]
-        .status
-        .as_ref()
-        .unwrap()
-        .applied_rendering
-        .clone()
-        .unwrap();
+    let r2 = applied(&after[0]);
     eventually(
         "the rendering no node runs any more is deleted",
         30,
@@ -495,6 +500,72 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
             ns.name()
         );
     }
+
+    // An edit of one route of the ClusterConfig's layer: a new layer, and the delta to
+    // it from the old one, which each agent builds it from (the one route read, not the
+    // layer whole; the result checked against the layer's name). Each kernel changes
+    // that one route and no other of the layer's.
+    let mut monitors = monitor_routes(&nets).await;
+    ccs.patch(
+        "default",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"routes": cluster_routes(Some(()))}})),
+    )
+    .await
+    .unwrap();
+    eventually(
+        "every kernel has the moved blackhole, every node reports a new rendering",
+        60,
+        || async {
+            let moved = nets.iter().all(|ns| {
+                let t = ns
+                    .ip(&["route", "show", "table", "101"])
+                    .unwrap_or_default();
+                t.contains("blackhole 10.31.250.0/24") && !t.contains("blackhole 10.31.5.0/24")
+            });
+            moved
+                && nncs(&client, &names).await.iter().all(|o| {
+                    o.status
+                        .as_ref()
+                        .and_then(|s| s.applied_rendering.as_deref())
+                        .is_some_and(|r| r != r2)
+                })
+        },
+    )
+    .await;
+    for (n, ns) in names.iter().zip(&nets) {
+        let log = std::fs::read_to_string(cp.dir.join(format!("agent-{n}.log"))).unwrap();
+        assert!(
+            log.contains("layer built from its delta"),
+            "{n}: the agent read the new layer whole: {log}"
+        );
+        let text = heard(monitors.remove(0));
+        let touched: Vec<&str> = text.lines().filter(|l| l.contains("10.31.")).collect();
+        assert_eq!(
+            touched.len(),
+            2,
+            "{}: the old blackhole deleted and the new one added, no other: {text}",
+            ns.name()
+        );
+    }
+    let r2 = applied(&nncs(&client, &names).await[0]);
+    eventually(
+        "the old rendering, the old layer and the delta are deleted once the rollout is done",
+        30,
+        || async {
+            let left: BTreeSet<String> = stored(&client)
+                .await
+                .into_iter()
+                .map(|(r, _, _)| r)
+                .collect();
+            left.len() == 2
+                && left.contains(&r2)
+                && left
+                    .iter()
+                    .any(|r| r.starts_with("l-") && !layers1.contains_key(r))
+        },
+    )
+    .await;
 
     // A node that joins once every agent reads shared renderings starts on a shared
     // object: its first write (generation 1) is shared, and its kernel gets the group's

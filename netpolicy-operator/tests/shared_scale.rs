@@ -14,10 +14,12 @@
 //! NetworkRollouts of its group by label) and the library's own selection
 //! (`fleet::choose`, `SeenRollouts`, `join`, `Joined::lay`,
 //! `NodeNetworkConfigSpec::effective`), reading its rendering and its layers by label
-//! as the agent does, and a no-op kernel: it reports the revision it would run in its
-//! status (one merge patch when that changes; a newly applied rendering after the
-//! node's share of the default 500 ms report spread, `fleet::report_delay`, as the
-//! agent).
+//! as the agent does (a new layer from its delta, `Joined::from_delta`, when it holds
+//! the layer the delta is from), laying a rendering once, and a no-op kernel: it
+//! applies what it would run at once (the moment counted as applied) and reports its
+//! revision in its status (one merge patch when that changes; a newly applied rendering
+//! after the node's share of the default 500 ms report spread, `fleet::report_delay`,
+//! as the agent: the report is off the critical path, and printed apart).
 //!
 //! `NETPOLICY_SCALE_AGENTS_PER_CONNECTION=20` makes the simulated agents' watches and
 //! requests streams of shared HTTP/2 connections (20 agents a connection): kube's client
@@ -28,8 +30,8 @@
 //! (one NodeNetworkConfig per node) and `--shared-renderings=true`. Measured from the
 //! edit of one ClusterConfig route until every node runs it: the operator's writes (from
 //! the audit log), the bytes it sent (the API server's `apiserver_request_body_size_bytes`),
-//! the time until a quarter of the nodes (the default `maxUnavailable`'s first wave) run
-//! the edit, the growth of etcd's database (`etcd_mvcc_db_total_size_in_bytes`), and the
+//! the time until a quarter of the nodes (the default `maxUnavailable`'s first wave) have
+//! applied the edit (and, apart, until their statuses say so), the growth of etcd's database (`etcd_mvcc_db_total_size_in_bytes`), and the
 //! operator's peak memory (`NETPOLICY_SCALE_MODES=shared` or `per-node` runs one).
 //! Each mode prints the line
 //! `cluster-wide edit: W writes, B bytes, first wave applied in T s, etcd S MiB, operator R MiB`,
@@ -59,7 +61,7 @@ use kube::{
 use netpolicy_operator::api::{
     ClusterConfig, Joined, NetworkFleet, NetworkFleetSpec, NetworkRollout, NetworkRolloutSpec,
     NodeNetworkConfig, NodeNetworkConfigSpec, NodeNetworkRendering, RENDERING_LABEL, SeenRollouts,
-    crds, group_label, join,
+    crds, delta_name, group_label, join,
     netpolicy_core::{
         fleet::{choose, report_delay},
         selector::Labels,
@@ -104,8 +106,10 @@ struct Runs {
     /// It reported the revision of its object's current spec (or of its rendering
     /// under it) applied.
     settled: bool,
-    /// It runs the edit, since when.
+    /// It runs the edit (its no-op kernel has it), since when.
     edited: Option<Instant>,
+    /// Its status says so (after its report delay), since when.
+    reported: Option<Instant>,
 }
 
 type Fleet = Arc<Mutex<BTreeMap<String, Runs>>>;
@@ -142,7 +146,10 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
         Option<NetworkFleetSpec>,
         Option<Labels>,
     ) = (None, None, None);
+    let mut index = Vec::new();
     let mut read: Option<Joined> = None;
+    type Ran = ((Option<String>, Option<String>), String, bool);
+    let mut ran: Option<Ran> = None;
     let mut layers: BTreeMap<String, Joined> = BTreeMap::new();
     // A resync, as the agent's: a status write refused under load is tried again.
     let mut resync = tokio::time::interval(Duration::from_secs(20));
@@ -164,6 +171,8 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
             ev = fleets.next() => match ev {
                 Some(Ok(watcher::Event::Apply(f) | watcher::Event::InitApply(f))) => {
                     of_group.fleet_seen(Some(&f.spec));
+                    // The policy index, made once per fleet (as the agent).
+                    index = f.spec.index();
                     spec = Some(f.spec);
                 }
                 Some(_) => continue,
@@ -192,8 +201,8 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
                 Err(_) => continue,
             },
         }
-        if let (Some(l), Some(f)) = (&labels, &spec) {
-            let g = choose(&node, l, &f.index(), &[]).group;
+        if let (Some(l), Some(_)) = (&labels, &spec) {
+            let g = choose(&node, l, &index, &[]).group;
             if group.as_ref() != Some(&g) {
                 let cfg = watcher::Config::default().labels(&group_label(&g));
                 rollouts = watcher(rollout_api.clone(), cfg).default_backoff().boxed();
@@ -202,7 +211,7 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
             }
         }
         let Some(o) = nnc.clone() else { continue };
-        let (runs, rendering): (NodeNetworkConfigSpec, Option<String>) = if o.spec.shared {
+        let rendering: Option<String> = if o.spec.shared {
             let (Some(l), Some(f)) = (&labels, &spec) else {
                 continue;
             };
@@ -212,7 +221,7 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
             let Ok(current) = of_group.current(Some(f)) else {
                 continue;
             };
-            let Some(name) = choose(&node, l, &f.index(), &current).rendering else {
+            let Some(name) = choose(&node, l, &index, &current).rendering else {
                 continue;
             };
             // The rendering and its layers, each read once by its label, as the agent.
@@ -220,34 +229,73 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
                 let Some(j) = read_rendering(&renderings, &name).await else {
                     continue;
                 };
-                layers.retain(|l, _| j.layers.contains(l));
+                // A layer from its delta when this agent holds the layer the delta is
+                // from, as the agent; else whole.
+                let mut new_layers = BTreeMap::new();
                 for l in &j.layers {
-                    if !layers.contains_key(l)
-                        && let Some(layer) = read_rendering(&renderings, l).await
-                    {
-                        layers.insert(l.clone(), layer);
+                    if let Some(layer) = layers.get(l) {
+                        new_layers.insert(l.clone(), layer.clone());
+                        continue;
+                    }
+                    let delta = if layers.is_empty() {
+                        None
+                    } else {
+                        renderings.get_opt(&delta_name(l)).await.ok().flatten()
+                    };
+                    let built = delta.as_ref().and_then(|d| {
+                        let d = d.spec.delta.as_ref()?;
+                        let base = layers.get(&d.from).filter(|_| d.to == *l)?;
+                        Joined::from_delta(d, base).ok()
+                    });
+                    if let Some(layer) = built {
+                        new_layers.insert(l.clone(), layer);
+                    } else if let Some(layer) = read_rendering(&renderings, l).await {
+                        new_layers.insert(l.clone(), layer);
                     }
                 }
+                layers = new_layers;
                 let Ok(laid) = j.lay(|l| layers.get(l)) else {
                     continue;
                 };
                 read = Some(laid);
             }
             let Some(j) = &read else { continue };
-            (o.spec.effective(j), Some(j.rendering.clone()))
+            Some(j.rendering.clone())
         } else {
-            (o.spec.clone(), None)
+            None
+        };
+        // What it runs, computed again only when its rendering or its object changed
+        // (as the agent lays a rendering once).
+        let key = (rendering.clone(), o.metadata.resource_version.clone());
+        if ran.as_ref().is_none_or(|(k, _, _)| *k != key) {
+            let runs: NodeNetworkConfigSpec = match (&rendering, &read) {
+                (Some(_), Some(j)) => o.spec.effective(j),
+                _ => o.spec.clone(),
+            };
+            let edited = runs
+                .rendered
+                .routes
+                .iter()
+                .any(|r| r.item.to == EDITED && r.item.via.as_deref() == Some(NEW_VIA));
+            ran = Some((key, runs.revision, edited));
+        }
+        let Some((_, revision, edited)) = ran.clone() else {
+            continue;
         };
         let st = o.status.clone().unwrap_or_default();
-        let edited = runs
-            .rendered
-            .routes
-            .iter()
-            .any(|r| r.item.to == EDITED && r.item.via.as_deref() == Some(NEW_VIA));
-        let done = st.applied_revision.as_deref() == Some(runs.revision.as_str())
+        let done = st.applied_revision.as_deref() == Some(revision.as_str())
             && st.applied_rendering == rendering
             && st.shared_renderings
             && st.observed_generation == o.metadata.generation;
+        // Applied: the agent changes its kernel before it reports (the report waits its
+        // share of the spread, off the critical path).
+        if edited {
+            let mut all = fleet.lock().unwrap();
+            let r = all.entry(node.clone()).or_default();
+            if r.edited.is_none() {
+                r.edited = Some(Instant::now());
+            }
+        }
         if !done {
             // A newly applied rendering is reported after the node's share of the
             // chart's default `--report-spread-ms`, as the agent does.
@@ -256,7 +304,7 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
             }
             let patch = json!({"status": {
                 "observedGeneration": o.metadata.generation,
-                "appliedRevision": runs.revision,
+                "appliedRevision": revision,
                 "appliedRendering": rendering,
                 "sharedRenderings": true,
                 "conditions": [{"type": "Applied", "status": "True", "reason": "Applied",
@@ -274,8 +322,8 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
         let r = all.entry(node.clone()).or_default();
         r.shared = o.spec.shared;
         r.settled = true;
-        if edited && r.edited.is_none() {
-            r.edited = Some(Instant::now());
+        if edited && r.reported.is_none() {
+            r.reported = Some(Instant::now());
         }
     }
 }
@@ -445,18 +493,25 @@ async fn edit_costs(n: usize, shared: bool) -> Cost {
         .unwrap();
     let first_quarter = n.div_ceil(4);
     let (mut first_wave, mut all_done) = (None, None);
+    let mut first_reported = None;
     while all_done.is_none() {
-        let times: Vec<Instant> = fleet
-            .lock()
-            .unwrap()
-            .values()
-            .filter_map(|r| r.edited)
-            .collect();
+        let (times, reports): (Vec<Instant>, Vec<Instant>) = {
+            let all = fleet.lock().unwrap();
+            (
+                all.values().filter_map(|r| r.edited).collect(),
+                all.values().filter_map(|r| r.reported).collect(),
+            )
+        };
         if times.len() >= first_quarter && first_wave.is_none() {
             let mut t = times.clone();
             t.sort();
             first_wave = Some(t[first_quarter - 1].duration_since(edit));
             cpu_first_wave = Some(cpus());
+        }
+        if reports.len() >= first_quarter && first_reported.is_none() {
+            let mut t = reports;
+            t.sort();
+            first_reported = Some(t[first_quarter - 1].duration_since(edit));
         }
         if times.len() == n {
             all_done = times.iter().max().map(|t| t.duration_since(edit));
@@ -546,6 +601,13 @@ async fn edit_costs(n: usize, shared: bool) -> Cost {
             mode(shared),
             h.as_secs_f64(),
             w.saturating_sub(h).as_secs_f64()
+        );
+    }
+    if let Some(r) = first_reported {
+        println!(
+            "[{}] first wave reported (the statuses of a quarter of the nodes say so) {:.1} s after the edit",
+            mode(shared),
+            r.as_secs_f64()
         );
     }
     if let Some(c) = cpu_first_wave {

@@ -25,12 +25,16 @@ use kube::{
     core::PartialObjectMeta,
     runtime::{WatchStreamExt, watcher, watcher::Event},
 };
-use netpolicy_core::{fleet::choose, selector::Labels};
+use netpolicy_core::{
+    fleet::{PolicySelector, choose},
+    selector::Labels,
+};
 use tracing::{info, warn};
 
 use crate::api::{
     FLEET_NAME, Joined, NetworkFleet, NetworkFleetSpec, NetworkRollout, NetworkRolloutSpec,
-    NodeNetworkConfig, NodeNetworkRendering, RENDERING_LABEL, SeenRollouts, group_label, join,
+    NodeNetworkConfig, NodeNetworkRendering, RENDERING_LABEL, SeenRollouts, delta_name,
+    group_label, join,
 };
 
 type NodeMeta = PartialObjectMeta<k8s_openapi::api::core::v1::Node>;
@@ -115,6 +119,9 @@ pub(crate) struct FleetView {
     labels: Option<Labels>,
     /// The NetworkFleet (`None`: not seen yet, or deleted).
     fleet: Option<NetworkFleetSpec>,
+    /// The fleet's policy index ([`NetworkFleetSpec::index`]), made when the fleet
+    /// changes rather than on every pick.
+    index: Vec<PolicySelector>,
     /// The node's group, once its labels and the fleet are known.
     group: Option<String>,
     /// Where the rollout watch is told the group to follow.
@@ -129,6 +136,9 @@ pub(crate) struct FleetView {
     /// Renderings read, by name, with the order they were last used in.
     renderings: BTreeMap<String, (u64, Joined)>,
     used: u64,
+    /// The last rendering laid over its layers ([`Joined::lay`]): a pass on the same
+    /// rendering does not lay it again.
+    laid: Option<Joined>,
     /// The rendering the node runs (what a group without a rendering keeps).
     running: Option<String>,
     /// The last reason a shared object was not applied (logged once).
@@ -154,6 +164,7 @@ impl FleetView {
             ran: None,
             labels: None,
             fleet: None,
+            index: Vec::new(),
             group: None,
             follow: None,
             rollouts: SeenRollouts::default(),
@@ -161,6 +172,7 @@ impl FleetView {
             listing: None,
             renderings: BTreeMap::new(),
             used: 0,
+            laid: None,
             running: None,
             told: None,
         }
@@ -208,10 +220,10 @@ impl FleetView {
 
     /// The node's group from its labels and the fleet; the rollout watch follows it.
     fn regroup(&mut self) {
-        let (Some(labels), Some(fleet)) = (&self.labels, &self.fleet) else {
+        let (Some(labels), Some(_)) = (&self.labels, &self.fleet) else {
             return;
         };
-        let group = choose(&self.node, labels, &fleet.index(), &[]).group;
+        let group = choose(&self.node, labels, &self.index, &[]).group;
         if self.group.as_ref() == Some(&group) {
             return;
         }
@@ -311,6 +323,10 @@ impl FleetView {
         if self.fleet == next {
             return false;
         }
+        self.index = next
+            .as_ref()
+            .map(NetworkFleetSpec::index)
+            .unwrap_or_default();
         self.fleet = next;
         true
     }
@@ -341,7 +357,7 @@ impl FleetView {
             .rollouts
             .current(Some(fleet))
             .map_err(|e| e.to_string())?;
-        let choice = choose(&self.node, labels, &fleet.index(), &rollouts);
+        let choice = choose(&self.node, labels, &self.index, &rollouts);
         Ok(choice.rendering.or_else(|| self.running.clone()))
     }
 
@@ -370,12 +386,15 @@ impl FleetView {
             .map(|(_, j)| j.layers.clone())
             .unwrap_or_default();
         for layer in &layers {
-            if let Err(why) = self.read(layer).await {
+            if let Err(why) = self.read_layer(layer).await {
                 return self.wait(why);
             }
         }
         let laid = match self.renderings.get(&name) {
-            Some((_, joined)) => joined.lay(|n| self.renderings.get(n).map(|(_, j)| j)),
+            _ if self.laid.as_ref().is_some_and(|j| j.rendering == name) => Ok(None),
+            Some((_, joined)) => joined
+                .lay(|n| self.renderings.get(n).map(|(_, j)| j))
+                .map(Some),
             None => return self.wait(format!("rendering {name}: not kept")),
         };
         // The least recently used go, never what this pass read.
@@ -389,13 +408,17 @@ impl FleetView {
                 self.renderings.remove(&n);
             }
         }
-        let joined = match laid {
-            Ok(j) => j,
+        match laid {
+            Ok(Some(j)) => self.laid = Some(j),
+            Ok(None) => {}
             Err(e) => return self.wait(e.to_string()),
+        }
+        let Some(joined) = &self.laid else {
+            return self.wait(format!("rendering {name}: not laid"));
         };
         self.told = None;
         let mut out = nnc.clone();
-        out.spec = nnc.spec.effective(&joined);
+        out.spec = nnc.spec.effective(joined);
         Effective::Run(Box::new(out), Some(name))
     }
 
@@ -417,6 +440,46 @@ impl FleetView {
         info!(rendering = %name, parts = parts.len(), layers = joined.layers.len(), "rendering read");
         self.renderings.insert(name.to_owned(), (used, joined));
         Ok(())
+    }
+
+    /// Layer `name`: built from its delta ([`delta_name`]) when this agent holds the
+    /// layer the delta is from (a few items read instead of the layer whole, checked
+    /// against the layer's content address by [`Joined::from_delta`]); else read whole.
+    async fn read_layer(&mut self, name: &str) -> Result<(), String> {
+        let holds_a_layer = self.renderings.keys().any(|k| k.starts_with("l-"));
+        if !self.renderings.contains_key(name)
+            && holds_a_layer
+            && let Some(layer) = self.built_from_delta(name).await
+        {
+            self.used += 1;
+            self.renderings.insert(name.to_owned(), (self.used, layer));
+            return Ok(());
+        }
+        self.read(name).await
+    }
+
+    /// Layer `name` from its delta and the layer it is from, when there is one and this
+    /// agent holds that layer; `None` otherwise (the layer is then read whole).
+    async fn built_from_delta(&self, name: &str) -> Option<Joined> {
+        let object = match self.api.get_opt(&delta_name(name)).await {
+            Ok(o) => o?,
+            Err(e) => {
+                warn!(layer = %name, "reading the layer's delta: {e}; reading the layer whole");
+                return None;
+            }
+        };
+        let delta = object.spec.delta.as_ref().filter(|d| d.to == name)?;
+        let (_, base) = self.renderings.get(&delta.from)?;
+        match Joined::from_delta(delta, base) {
+            Ok(layer) => {
+                info!(layer = %name, from = %delta.from, "layer built from its delta");
+                Some(layer)
+            }
+            Err(e) => {
+                warn!("{e}; reading the layer whole");
+                None
+            }
+        }
     }
 
     fn wait(&mut self, why: String) -> Effective {

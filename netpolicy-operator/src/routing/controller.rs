@@ -98,6 +98,9 @@ pub(crate) struct RoutingJob {
     steady: BTreeMap<String, BTreeSet<String>>,
     /// The renderings' prints ([`super::fleet::PrintCache`]).
     prints: super::fleet::PrintCache,
+    /// The groups and renderings of the last pass ([`super::shared::shared`]), kept
+    /// until an input changes.
+    shared_cache: Option<Arc<super::shared::Shared>>,
 }
 
 /// The routing job and what wakes it.
@@ -155,6 +158,7 @@ pub(crate) fn setup(
         deleted_rollouts: std::sync::Mutex::default(),
         created: std::sync::Mutex::default(),
         laid: std::sync::Mutex::default(),
+        last_layers: std::sync::Mutex::default(),
     });
     let job = RoutingJob {
         inputs: inputs.kinds(),
@@ -193,6 +197,7 @@ pub(crate) fn setup(
         on_target: BTreeSet::new(),
         steady: BTreeMap::new(),
         prints: super::fleet::PrintCache::new(),
+        shared_cache: None,
     };
     inputs.setup(job)
 }
@@ -204,6 +209,9 @@ impl Job for RoutingJob {
 
     async fn pass(&mut self, changes: &Changes) -> Result<Next, JobError> {
         let inputs = changes.full || self.inputs.touched(changes);
+        if inputs {
+            self.shared_cache = None;
+        }
         // Nodes waiting for their wave move on when an agent reports progress; with
         // shared renderings, reports also open the fleet's waves and move nodes to
         // shared objects.
@@ -566,12 +574,27 @@ impl RoutingJob {
             return Ok((None, 0));
         };
         dirty.extend(changes.of(APPLIED).map(|k| k.name.clone()));
+        // The groups and renderings change only with the inputs: a pass on agents'
+        // reports alone (a rollout's waves) reuses them instead of merging and
+        // serializing every group's rendering again.
+        let shared = match &self.shared_cache {
+            Some(s) => Arc::clone(s),
+            None => {
+                let s = Arc::new(super::shared::shared(&self.routing, &self.job_items));
+                self.shared_cache = Some(Arc::clone(&s));
+                s
+            }
+        };
         let nncs = &self.stores.nncs;
         let fresh_shared =
             super::fleet::agents_read_shared(nncs.state().iter().map(|o| o.as_ref()));
+        let rendered = super::fleet::Rendered {
+            routing: &self.routing,
+            job_items: &self.job_items,
+            shared,
+        };
         let prepared = super::fleet::prepare(
-            &self.routing,
-            &self.job_items,
+            rendered,
             fleet_index(&self.routing, &self.stores.ncs),
             &p.current(),
             &|n| get(nncs, n),

@@ -353,8 +353,9 @@ fn most_run(members: &[&Reported]) -> Option<String> {
 /// objects (each with its own items' spec).
 #[derive(Debug, Default)]
 pub(crate) struct Prepared {
-    /// Groups and renderings.
-    pub(crate) shared: Shared,
+    /// Groups and renderings ([`super::shared::shared`] of the same routing and job
+    /// items: the caller keeps it while they do not change).
+    pub(crate) shared: Arc<Shared>,
     /// The fleet and the rollouts to publish.
     pub(crate) published: Published,
     /// Nodes whose NodeNetworkConfig is shared after this pass, with its spec (their own
@@ -372,6 +373,15 @@ pub(crate) struct Prepared {
     pub(crate) steady: BTreeMap<String, BTreeSet<String>>,
 }
 
+/// What a routing pass rendered: the engine, other jobs' items on each node, and the
+/// groups and renderings of both ([`super::shared::shared`], which the caller keeps
+/// while they do not change).
+pub(crate) struct Rendered<'a> {
+    pub(crate) routing: &'a Routing,
+    pub(crate) job_items: &'a BTreeMap<String, JobItems>,
+    pub(crate) shared: Arc<Shared>,
+}
+
 /// The prints of the renderings nodes run and go to, by name (kept across passes:
 /// renderings never change; one no node runs or goes to is dropped).
 pub(crate) type PrintCache = BTreeMap<String, Prints>;
@@ -385,15 +395,18 @@ pub(crate) type PrintCache = BTreeMap<String, Prints>;
 /// [`agents_read_shared`]), a node without an object yet starts on a shared one when
 /// its group is settled: one write and no whole copy for a node that joins.
 pub(crate) fn prepare(
-    routing: &Routing,
-    job_items: &BTreeMap<String, JobItems>,
+    rendered: Rendered<'_>,
     index: Vec<FleetPolicy>,
     before: &Published,
     existing: &dyn Fn(&str) -> Option<Arc<NodeNetworkConfig>>,
     fresh_shared: bool,
     prints: &mut PrintCache,
 ) -> Prepared {
-    let shared = super::shared::shared(routing, job_items);
+    let Rendered {
+        routing,
+        job_items,
+        shared,
+    } = rendered;
     let budget: BTreeMap<String, usize> = routing
         .policy_keys()
         .into_iter()

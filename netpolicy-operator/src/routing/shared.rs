@@ -189,6 +189,7 @@ pub(crate) fn parts(
         },
         rollback_seconds: if first { spec.rollback_seconds } else { None },
         layers: if first { layers.to_vec() } else { Vec::new() },
+        delta: None,
     };
     // `"addresses":[]` is left out of an empty part's text but not of a part with one.
     const ADDRESSES_KEY: usize = r#","addresses":[]"#.len();
