@@ -134,6 +134,9 @@ async fn monitor_routes(nets: &[TestNamespace]) -> Vec<std::process::Child> {
             std::process::Command::new("ip")
                 .args(["-n", ns.name(), "monitor", "route"])
                 .stdout(std::process::Stdio::piped())
+                // Not the test's stderr: a monitor a failed assertion leaves running
+                // must not hold the output of `cargo test | ...` open.
+                .stderr(std::process::Stdio::null())
                 .spawn()
                 .unwrap()
         })

@@ -240,7 +240,10 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
                     let delta = if layers.is_empty() {
                         None
                     } else {
-                        renderings.get_opt(&delta_name(l)).await.ok().flatten()
+                        let lp = ListParams::default()
+                            .labels(&format!("{RENDERING_LABEL}={}", delta_name(l)));
+                        let found = renderings.list(&lp).await.ok();
+                        found.and_then(|f| f.items.into_iter().next())
                     };
                     let built = delta.as_ref().and_then(|d| {
                         let d = d.spec.delta.as_ref()?;

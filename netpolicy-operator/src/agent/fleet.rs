@@ -461,8 +461,10 @@ impl FleetView {
     /// Layer `name` from its delta and the layer it is from, when there is one and this
     /// agent holds that layer; `None` otherwise (the layer is then read whole).
     async fn built_from_delta(&self, name: &str) -> Option<Joined> {
-        let object = match self.api.get_opt(&delta_name(name)).await {
-            Ok(o) => o?,
+        // By its label, as renderings are read (the agent's role lists them).
+        let lp = ListParams::default().labels(&format!("{RENDERING_LABEL}={}", delta_name(name)));
+        let object = match self.api.list(&lp).await {
+            Ok(l) => l.items.into_iter().next()?,
             Err(e) => {
                 warn!(layer = %name, "reading the layer's delta: {e}; reading the layer whole");
                 return None;
