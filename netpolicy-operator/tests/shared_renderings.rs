@@ -542,18 +542,6 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
             log.contains("layer built from its delta"),
             "{n}: the agent read the new layer whole: {log}"
         );
-        // Both the group's new rendering and the delta came by the group's watch before
-        // the wave opened: the wave read neither.
-        assert!(
-            log.contains("rendering held from the group's watch"),
-            "{n}: the agent read its new rendering: {log}"
-        );
-        assert!(
-            log.lines()
-                .filter(|l| l.contains("layer built from its delta"))
-                .all(|l| l.contains("delta=held")),
-            "{n}: the agent read the delta its group's watch should have given it: {log}"
-        );
         let text = heard(monitors.remove(0));
         let touched: Vec<&str> = text.lines().filter(|l| l.contains("10.31.")).collect();
         assert_eq!(

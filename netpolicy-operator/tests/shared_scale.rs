@@ -10,11 +10,10 @@
 //! Workload: `NETPOLICY_SCALE_NODES` Nodes (default 2,000) over 100 pools, a
 //! ClusterConfig of 500 routes and 100 NodeConfigs (one per pool): 100 distinct
 //! configurations. A simulated agent per node, in this process, with the real agent's
-//! five watches (its NodeNetworkConfig, its Node's metadata, the NetworkFleet, the
-//! NetworkRollouts and the NodeNetworkRenderings of its group by label) and the
-//! library's own selection (`fleet::choose`, `SeenRollouts`, `join`, `Joined::lay`,
-//! `NodeNetworkConfigSpec::effective`), holding its group's renderings and their new
-//! layers' deltas from its watch and reading by label what it does not hold (a layer)
+//! four watches (its NodeNetworkConfig, its Node's metadata, the NetworkFleet, the
+//! NetworkRollouts of its group by label) and the library's own selection
+//! (`fleet::choose`, `SeenRollouts`, `join`, `Joined::lay`,
+//! `NodeNetworkConfigSpec::effective`), reading its rendering and its layers by label
 //! as the agent does (a new layer from its delta, `Joined::from_delta`, when it holds
 //! the layer the delta is from), laying a rendering once, and a no-op kernel: it
 //! applies what it would run at once (the moment counted as applied) and reports its
@@ -22,9 +21,9 @@
 //! after the node's share of the default 500 ms report spread, `fleet::report_delay`,
 //! as the agent: the report is off the critical path, and printed apart).
 //!
-//! `NETPOLICY_SCALE_AGENTS_PER_CONNECTION=16` makes the simulated agents' watches and
-//! requests streams of shared HTTP/2 connections (16 agents a connection): kube's client
-//! speaks HTTP/1.1, a connection per watch, and 10,000 agents' 50,000 watches are more
+//! `NETPOLICY_SCALE_AGENTS_PER_CONNECTION=20` makes the simulated agents' watches and
+//! requests streams of shared HTTP/2 connections (20 agents a connection): kube's client
+//! speaks HTTP/1.1, a connection per watch, and 10,000 agents' 40,000 watches are more
 //! connections than the API server's 20,000 open files here.
 //!
 //! Each mode on a control plane of its own, the same workload: the operator's default
@@ -61,8 +60,8 @@ use kube::{
 };
 use netpolicy_operator::api::{
     ClusterConfig, Joined, NetworkFleet, NetworkFleetSpec, NetworkRollout, NetworkRolloutSpec,
-    NodeNetworkConfig, NodeNetworkConfigSpec, NodeNetworkRendering, NodeNetworkRenderingSpec,
-    RENDERING_LABEL, SeenRollouts, crds, delta_name, group_label, join,
+    NodeNetworkConfig, NodeNetworkConfigSpec, NodeNetworkRendering, RENDERING_LABEL, SeenRollouts,
+    crds, delta_name, group_label, join,
     netpolicy_core::{
         fleet::{choose, report_delay},
         selector::Labels,
@@ -142,12 +141,6 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
     let mut listing: BTreeMap<String, NetworkRolloutSpec> = BTreeMap::new();
     let mut rollouts = stream::pending::<watcher::Result<watcher::Event<NetworkRollout>>>().boxed();
     let renderings: Api<NodeNetworkRendering> = Api::all(client.clone());
-    // The renderings of its group and their new layers' deltas (by their label), held
-    // as the agent holds them: a wave that opens reads neither.
-    let mut of_group_renderings =
-        stream::pending::<watcher::Result<watcher::Event<NodeNetworkRendering>>>().boxed();
-    let mut watched: BTreeMap<String, NodeNetworkRenderingSpec> = BTreeMap::new();
-    let mut watching: BTreeMap<String, NodeNetworkRenderingSpec> = BTreeMap::new();
     let (mut nnc, mut spec, mut labels): (
         Option<NodeNetworkConfig>,
         Option<NetworkFleetSpec>,
@@ -207,33 +200,12 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
                 }
                 Err(_) => continue,
             },
-            Some(ev) = of_group_renderings.next() => {
-                match ev {
-                    Ok(watcher::Event::Init) => watching.clear(),
-                    Ok(watcher::Event::InitApply(o)) => {
-                        watching.insert(o.name_any(), o.spec);
-                    }
-                    Ok(watcher::Event::InitDone) => watched = std::mem::take(&mut watching),
-                    Ok(watcher::Event::Apply(o)) => {
-                        watched.insert(o.name_any(), o.spec);
-                    }
-                    Ok(watcher::Event::Delete(o)) => {
-                        watched.remove(&o.name_any());
-                    }
-                    Err(_) => {}
-                }
-                continue;
-            }
         }
         if let (Some(l), Some(_)) = (&labels, &spec) {
             let g = choose(&node, l, &index, &[]).group;
             if group.as_ref() != Some(&g) {
                 let cfg = watcher::Config::default().labels(&group_label(&g));
-                rollouts = watcher(rollout_api.clone(), cfg.clone())
-                    .default_backoff()
-                    .boxed();
-                of_group_renderings = watcher(renderings.clone(), cfg).default_backoff().boxed();
-                watched.clear();
+                rollouts = watcher(rollout_api.clone(), cfg).default_backoff().boxed();
                 group = Some(g);
                 of_group.clear();
             }
@@ -252,18 +224,10 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
             let Some(name) = choose(&node, l, &index, &current).rendering else {
                 continue;
             };
-            // The rendering held from the group's watch, else read once by its label,
-            // and its layers, as the agent.
+            // The rendering and its layers, each read once by its label, as the agent.
             if read.as_ref().is_none_or(|j| j.rendering != name) {
-                let held = join(&name, watched.values().filter(|p| p.rendering == name)).ok();
-                let j = match held {
-                    Some(j) => j,
-                    None => {
-                        let Some(j) = read_rendering(&renderings, &name).await else {
-                            continue;
-                        };
-                        j
-                    }
+                let Some(j) = read_rendering(&renderings, &name).await else {
+                    continue;
                 };
                 // A layer from its delta when this agent holds the layer the delta is
                 // from, as the agent; else whole.
@@ -275,16 +239,14 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
                     }
                     let delta = if layers.is_empty() {
                         None
-                    } else if let Some(held) = watched.get(&delta_name(l)) {
-                        Some(held.clone())
                     } else {
                         let lp = ListParams::default()
                             .labels(&format!("{RENDERING_LABEL}={}", delta_name(l)));
                         let found = renderings.list(&lp).await.ok();
-                        found.and_then(|f| f.items.into_iter().next().map(|o| o.spec))
+                        found.and_then(|f| f.items.into_iter().next())
                     };
                     let built = delta.as_ref().and_then(|d| {
-                        let d = d.delta.as_ref()?;
+                        let d = d.spec.delta.as_ref()?;
                         let base = layers.get(&d.from).filter(|_| d.to == *l)?;
                         Joined::from_delta(d, base).ok()
                     });
@@ -434,7 +396,7 @@ async fn edit_costs(n: usize, shared: bool) -> Cost {
     let fleet: Fleet = Arc::default();
     let heard: Heard = Arc::default();
     // `NETPOLICY_SCALE_AGENTS_PER_CONNECTION=k`: the agents' requests and watches are
-    // streams of HTTP/2 connections, k agents a connection (k ≤ 16: five watches each
+    // streams of HTTP/2 connections, k agents a connection (k ≤ 20: four watches each
     // and their requests under the 100 streams a connection carries here; at 40 a
     // connection, a fifth of the watches waited for a stream that never came); unset,
     // one kube client (HTTP/1.1, a connection per watch, as each real agent has) for

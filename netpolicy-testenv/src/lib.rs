@@ -597,7 +597,7 @@ pub async fn token_client(kubeconfig: &Path, token: &str) -> Client {
 
 /// A client of the cluster in `kubeconfig` whose requests are streams of one HTTP/2
 /// connection. kube's own client speaks HTTP/1.1, where each watch holds a connection of
-/// its own: a harness of thousands of simulated agents with five watches each runs out
+/// its own: a harness of thousands of simulated agents with four watches each runs out
 /// of the API server's open files (20,000 here) before anything else. One connection
 /// carries at most 100 streams at once here (more wait for one to end, and a watch
 /// does not end): give one client at most ~80 watches and their requests.

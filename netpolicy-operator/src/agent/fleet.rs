@@ -5,15 +5,11 @@
 //! laid over them
 //! ([`crate::api::NodeNetworkConfigSpec::effective`]).
 //!
-//! The agent watches four things, none of which grows with the node count: its Node's
-//! metadata and the NetworkFleet, each by name, and the NetworkRollouts and the
-//! NodeNetworkRenderings labelled with its own group ([`crate::api::group_label`]): a
-//! wave of a change that moves other groups never reaches it. The renderings its group
-//! runs or will run and the deltas of their new layers arrive by that watch before the
-//! rollout that names them, so a wave that opens finds them held and makes no read (the
-//! layers they share are not labelled: a layer is built from its delta or read once).
-//! Its group follows from its labels and the fleet's policies; when it changes, both
-//! group watches are started again on the new group.
+//! The agent watches three things, none of which grows with the node count: its Node's
+//! metadata and the NetworkFleet, each by name, and the NetworkRollouts labelled with its
+//! own group ([`crate::api::group_label`]): a wave of a change that moves other groups
+//! never reaches it. Its group follows from its labels and the fleet's policies; when it
+//! changes, the rollout watch is started again on the new group.
 //!
 //! Until the agent knows its labels, the fleet, its group's rollouts and the rendering,
 //! a shared object is not applied: the node keeps what it runs (the last good config).
@@ -37,27 +33,25 @@ use tracing::{info, warn};
 
 use crate::api::{
     FLEET_NAME, Joined, NetworkFleet, NetworkFleetSpec, NetworkRollout, NetworkRolloutSpec,
-    NodeNetworkConfig, NodeNetworkRendering, NodeNetworkRenderingSpec, RENDERING_LABEL,
-    SeenRollouts, delta_name, group_label, join,
+    NodeNetworkConfig, NodeNetworkRendering, RENDERING_LABEL, SeenRollouts, delta_name,
+    group_label, join,
 };
 
 type NodeMeta = PartialObjectMeta<k8s_openapi::api::core::v1::Node>;
 
 /// A change of what a shared object's pick reads: the agent's Node (metadata), the
-/// NetworkFleet, or a NetworkRollout or a NodeNetworkRendering of the group its watches
-/// follow.
+/// NetworkFleet, or a NetworkRollout of the group its watch follows.
 #[derive(Debug)]
 pub(crate) enum Changed {
     Node(Event<NodeMeta>),
     Fleet(Event<NetworkFleet>),
     Rollout(String, Event<NetworkRollout>),
-    Rendering(String, Box<Event<NodeNetworkRendering>>),
 }
 
-/// The NetworkRollouts and NodeNetworkRenderings of one group at a time: a task that
-/// watches those labelled with the group it is given (and starts again when it is given
-/// another), sending their events tagged with the group.
-fn follow_group(
+/// The NetworkRollouts of one group at a time: a task that watches those labelled with
+/// the group it is given (and starts again when it is given another), sending their
+/// events tagged with the group.
+fn follow_rollouts(
     client: &kube::Client,
 ) -> (
     tokio::sync::watch::Sender<Option<String>>,
@@ -65,22 +59,14 @@ fn follow_group(
 ) {
     let (group_tx, mut group_rx) = tokio::sync::watch::channel(None::<String>);
     let (tx, rx) = tokio::sync::mpsc::channel(64);
-    let rollouts = Api::<NetworkRollout>::all(client.clone());
-    let renderings = Api::<NodeNetworkRendering>::all(client.clone());
+    let api = Api::<NetworkRollout>::all(client.clone());
     tokio::spawn(async move {
         loop {
             let group = group_rx.borrow_and_update().clone();
             let mut events = match &group {
                 Some(g) => {
                     let cfg = watcher::Config::default().labels(&group_label(g));
-                    let (rg, ng) = (g.clone(), g.clone());
-                    let r = watcher(rollouts.clone(), cfg.clone())
-                        .default_backoff()
-                        .map(move |e| e.map(|e| Changed::Rollout(rg.clone(), e)));
-                    let n = watcher(renderings.clone(), cfg)
-                        .default_backoff()
-                        .map(move |e| e.map(|e| Changed::Rendering(ng.clone(), Box::new(e))));
-                    futures::stream::select(r, n).boxed()
+                    watcher(api.clone(), cfg).default_backoff().boxed()
                 }
                 None => futures::stream::pending().boxed(),
             };
@@ -93,13 +79,13 @@ fn follow_group(
                         break;
                     }
                     ev = events.next() => {
-                        let sent = match ev {
-                            Some(Ok(ev)) => tx.send(ev).await.is_ok(),
-                            Some(Err(e)) => {
-                                warn!(error = %e, "NetworkRollout or NodeNetworkRendering watch error (retrying)");
+                        let sent = match (ev, &group) {
+                            (Some(Ok(ev)), Some(g)) => tx.send(Changed::Rollout(g.clone(), ev)).await.is_ok(),
+                            (Some(Err(e)), _) => {
+                                warn!(error = %e, "NetworkRollout watch error (retrying)");
                                 true
                             }
-                            None => true,
+                            _ => true,
                         };
                         if !sent {
                             return; // The agent stopped.
@@ -147,11 +133,6 @@ pub(crate) struct FleetView {
     listed: Option<String>,
     /// Rollouts of a list in progress.
     listing: Option<BTreeMap<String, NetworkRolloutSpec>>,
-    /// The rendering objects labelled with the group (its renderings' parts and their
-    /// new layers' deltas), by object name, as its watch has them.
-    watched: BTreeMap<String, NodeNetworkRenderingSpec>,
-    /// Those of a list in progress.
-    watching: Option<BTreeMap<String, NodeNetworkRenderingSpec>>,
     /// Renderings read, by name, with the order they were last used in.
     renderings: BTreeMap<String, (u64, Joined)>,
     used: u64,
@@ -189,8 +170,6 @@ impl FleetView {
             rollouts: SeenRollouts::default(),
             listed: None,
             listing: None,
-            watched: BTreeMap::new(),
-            watching: None,
             renderings: BTreeMap::new(),
             used: 0,
             laid: None,
@@ -217,7 +196,7 @@ impl FleetView {
             e.map_err(|e| warn!(error = %e, "Node or NetworkFleet watch error (retrying)"))
                 .ok()
         });
-        let (follow, rollouts) = follow_group(client);
+        let (follow, rollouts) = follow_rollouts(client);
         self.follow = Some(follow);
         futures::stream::select(named, rollouts).boxed()
     }
@@ -232,11 +211,6 @@ impl FleetView {
                 changed
             }
             Changed::Rollout(g, e) => return self.on_rollout(g, e),
-            // Held for a read; what runs changes when a rollout or the fleet names it.
-            Changed::Rendering(g, e) => {
-                self.on_rendering(g, e);
-                return false;
-            }
         };
         if changed {
             self.regroup();
@@ -253,10 +227,8 @@ impl FleetView {
         if self.group.as_ref() == Some(&group) {
             return;
         }
-        info!(group = %group, "following the rollouts and renderings of this node's group");
+        info!(group = %group, "following the rollouts of this node's group");
         self.group = Some(group.clone());
-        self.watched.clear();
-        self.watching = None;
         if let Some(f) = &self.follow {
             f.send_replace(Some(group));
         }
@@ -292,34 +264,6 @@ impl FleetView {
             Event::Apply(r) => self.rollouts.applied(&r.name_any(), &r.spec),
             Event::Delete(r) => self.rollouts.deleted(&r.name_any(), self.fleet.as_ref()),
         }
-    }
-
-    /// Takes a watch event of a rendering object labelled with `group`.
-    fn on_rendering(&mut self, group: &str, ev: &Event<NodeNetworkRendering>) {
-        if self.group.as_deref() != Some(group) {
-            return; // From the watch of a group the node left.
-        }
-        match ev {
-            Event::Init => self.watching = Some(BTreeMap::new()),
-            Event::InitApply(o) => {
-                if let Some(w) = &mut self.watching {
-                    w.insert(o.name_any(), o.spec.clone());
-                }
-            }
-            Event::InitDone => self.watched = self.watching.take().unwrap_or_default(),
-            Event::Apply(o) => {
-                self.watched.insert(o.name_any(), o.spec.clone());
-            }
-            Event::Delete(o) => {
-                self.watched.remove(&o.name_any());
-            }
-        }
-    }
-
-    /// Rendering `name` whole from the group's watch, when it has every part.
-    fn held(&self, name: &str) -> Option<Joined> {
-        let parts = self.watched.values().filter(|p| p.rendering == name);
-        join(name, parts).ok()
     }
 
     /// What the last pass ran, if any.
@@ -487,11 +431,6 @@ impl FleetView {
             *at = used;
             return Ok(());
         }
-        if let Some(joined) = self.held(name) {
-            info!(rendering = %name, "rendering held from the group's watch");
-            self.renderings.insert(name.to_owned(), (used, joined));
-            return Ok(());
-        }
         let lp = ListParams::default().labels(&format!("{RENDERING_LABEL}={name}"));
         let parts = match self.api.list(&lp).await {
             Ok(l) => l.items,
@@ -520,29 +459,22 @@ impl FleetView {
     }
 
     /// Layer `name` from its delta and the layer it is from, when there is one and this
-    /// agent holds that layer; `None` otherwise (the layer is then read whole). The
-    /// delta as the group's watch has it, else read.
+    /// agent holds that layer; `None` otherwise (the layer is then read whole).
     async fn built_from_delta(&self, name: &str) -> Option<Joined> {
-        let delta_object = delta_name(name);
-        let (spec, how) = match self.watched.get(&delta_object) {
-            Some(held) => (held.clone(), "held"),
-            None => {
-                // By its label, as renderings are read (the agent's role lists them).
-                let lp = ListParams::default().labels(&format!("{RENDERING_LABEL}={delta_object}"));
-                match self.api.list(&lp).await {
-                    Ok(l) => (l.items.into_iter().next()?.spec, "read"),
-                    Err(e) => {
-                        warn!(layer = %name, "reading the layer's delta: {e}; reading the layer whole");
-                        return None;
-                    }
-                }
+        // By its label, as renderings are read (the agent's role lists them).
+        let lp = ListParams::default().labels(&format!("{RENDERING_LABEL}={}", delta_name(name)));
+        let object = match self.api.list(&lp).await {
+            Ok(l) => l.items.into_iter().next()?,
+            Err(e) => {
+                warn!(layer = %name, "reading the layer's delta: {e}; reading the layer whole");
+                return None;
             }
         };
-        let delta = spec.delta.as_ref().filter(|d| d.to == name)?;
+        let delta = object.spec.delta.as_ref().filter(|d| d.to == name)?;
         let (_, base) = self.renderings.get(&delta.from)?;
         match Joined::from_delta(delta, base) {
             Ok(layer) => {
-                info!(layer = %name, from = %delta.from, delta = %how, "layer built from its delta");
+                info!(layer = %name, from = %delta.from, "layer built from its delta");
                 Some(layer)
             }
             Err(e) => {
@@ -716,74 +648,6 @@ mod tests {
         assert_eq!(v.pick(), Ok(None), "nothing for its group, nothing run yet");
         v.running = Some("r-mine".into());
         assert_eq!(v.pick(), Ok(Some("r-mine".into())));
-    }
-
-    #[tokio::test]
-    async fn a_wave_finds_its_rendering_and_the_new_layers_delta_held_by_its_groups_watch() {
-        use crate::routing::publish::tests::{prepared, publisher};
-        let operator = publisher();
-        let before = prepared("a", |_| "192.0.2.1", None);
-        let first = operator.missing(
-            &before,
-            &before.published.referenced(),
-            &std::collections::BTreeSet::new(),
-        );
-        let stored = first.iter().map(ResourceExt::name_any).collect();
-        let after = prepared(
-            "b",
-            |i| if i == 7 { "192.0.2.2" } else { "192.0.2.1" },
-            Some("a"),
-        );
-        let second = operator.missing(&after, &after.published.referenced(), &stored);
-        let joined = |objects: &[NodeNetworkRendering], name: &str| {
-            join(
-                name,
-                objects
-                    .iter()
-                    .filter(|o| o.spec.rendering == name)
-                    .map(|o| &o.spec),
-            )
-            .unwrap()
-        };
-        // An agent of group g1 that holds the first layer (read once when it started),
-        // and what the watch of g1's label gives it of the change, as the API server
-        // would select it.
-        let mut v = view();
-        v.group = Some("g1".into());
-        let old_layer = first
-            .iter()
-            .find(|o| o.name_any().starts_with("l-"))
-            .unwrap()
-            .spec
-            .rendering
-            .clone();
-        v.renderings
-            .insert(old_layer.clone(), (0, joined(&first, &old_layer)));
-        for o in second
-            .iter()
-            .filter(|o| o.labels().contains_key(&group_label("g1")))
-        {
-            assert!(!v.on(&Changed::Rendering(
-                "g1".into(),
-                Box::new(Event::Apply(o.clone()))
-            )));
-        }
-        // The wave opens: its rendering and the new layer, with no read (reads here
-        // go to a port nothing listens on).
-        v.read("r-g1-b").await.expect("held from the watch");
-        let layers = v.renderings["r-g1-b"].1.layers.clone();
-        assert_eq!(layers.len(), 1);
-        assert_ne!(layers[0], old_layer);
-        v.read_layer(&layers[0])
-            .await
-            .expect("built from the held delta");
-        assert_eq!(v.renderings[&layers[0]].1, joined(&second, &layers[0]));
-        // Another group's rendering is not held: it would be read (and fails here).
-        assert!(v.read("r-g2-b").await.is_err());
-        // A relist without the delta (deleted after the rollout) forgets it.
-        v.on(&Changed::Rendering("g1".into(), Box::new(Event::Init)));
-        v.on(&Changed::Rendering("g1".into(), Box::new(Event::InitDone)));
-        assert!(v.watched.is_empty());
     }
 
     #[tokio::test]

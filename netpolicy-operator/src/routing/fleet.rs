@@ -108,22 +108,6 @@ impl Published {
             .flat_map(|g| std::iter::once(g.rendering.clone()).chain(g.previous.clone()));
         settled.chain(moved).collect()
     }
-
-    /// The groups that run or may run each rendering (settled, a rollout's new or
-    /// previous): the groups whose agents watch it (a rendering's parts carry their
-    /// [`crate::api::group_label`]s).
-    pub(crate) fn users(&self) -> BTreeMap<&str, BTreeSet<&str>> {
-        let mut out: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-        for g in &self.fleet.groups {
-            out.entry(&g.rendering).or_default().insert(&g.group);
-        }
-        for g in self.rollouts.values().flat_map(|r| &r.groups) {
-            for r in std::iter::once(&g.rendering).chain(&g.previous) {
-                out.entry(r).or_default().insert(&g.group);
-            }
-        }
-        out
-    }
 }
 
 /// The shared objects for `shared`: `index` as the fleet's policies, the groups with new

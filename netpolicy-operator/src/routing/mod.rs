@@ -6,7 +6,7 @@
 pub(crate) mod controller;
 pub(crate) mod fleet;
 mod metrics;
-pub(crate) mod publish;
+mod publish;
 pub(crate) mod rollout;
 mod send;
 pub(crate) mod shared;

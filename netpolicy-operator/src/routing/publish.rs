@@ -73,30 +73,6 @@ pub(crate) struct Laid {
 }
 
 impl Publisher {
-    /// A publisher writing through `client`, comparing with the stores given, having
-    /// sent nothing yet.
-    pub(crate) fn new(
-        client: &kube::Client,
-        fleet_store: Store<NetworkFleet>,
-        rollout_store: Store<NetworkRollout>,
-        rendering_store: Store<PartialObjectMeta<NodeNetworkRendering>>,
-    ) -> Self {
-        Self {
-            fleets: Api::all(client.clone()),
-            rollouts: Api::all(client.clone()),
-            renderings: Api::all(client.clone()),
-            fleet_store,
-            rollout_store,
-            rendering_store,
-            sent: crate::k8s::Sent::default(),
-            deleted: std::sync::Mutex::default(),
-            deleted_rollouts: std::sync::Mutex::default(),
-            created: std::sync::Mutex::default(),
-            laid: std::sync::Mutex::default(),
-            last_layers: std::sync::Mutex::default(),
-        }
-    }
-
     /// The fleet and the rollouts as stored.
     pub(crate) fn current(&self) -> Published {
         let fleet = self
@@ -228,7 +204,7 @@ impl Publisher {
 
     /// The objects of the renderings in `needed` (and of their layers) that are not in
     /// `stored`, each once, laying out those not laid out yet.
-    pub(crate) fn missing(
+    fn missing(
         &self,
         p: &Prepared,
         needed: &BTreeSet<String>,
@@ -241,18 +217,6 @@ impl Publisher {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         laid.retain(|r, _| needed.contains(r));
-        // A group's agents watch the objects with its label: its renderings (small:
-        // the layers they share are not labelled) and the deltas of their new layers,
-        // so a wave that opens finds them held, not read (a read when it was missed).
-        let users = p.published.users();
-        let watched_by = |rendering: &str| -> Vec<String> {
-            users
-                .get(rendering)
-                .into_iter()
-                .flatten()
-                .map(|g| group_label(g))
-                .collect()
-        };
         let mut last = self
             .last_layers
             .lock()
@@ -280,7 +244,6 @@ impl Publisher {
                     (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
                 ]);
                 labels.extend(layers.iter().map(|l| (layer_label(l), "true".to_owned())));
-                labels.extend(watched_by(of).into_iter().map(|g| (g, "true".to_owned())));
                 let mut o = NodeNetworkRendering::new(&object, part.clone());
                 o.metadata.labels = Some(labels);
                 missing.insert(object, o);
@@ -300,19 +263,7 @@ impl Publisher {
             }
             laid.insert(name.clone(), Laid { objects, layers });
         }
-        for mut d in deltas {
-            let to = d
-                .spec
-                .delta
-                .as_ref()
-                .map(|d| d.to.clone())
-                .unwrap_or_default();
-            let groups = laid
-                .iter()
-                .filter(|(_, l)| l.layers.contains(&to))
-                .flat_map(|(r, _)| watched_by(r));
-            let labels = d.metadata.labels.get_or_insert_with(BTreeMap::new);
-            labels.extend(groups.map(|g| (g, "true".to_owned())));
+        for d in deltas {
             if !stored.contains(&d.name_any()) {
                 missing.insert(d.name_any(), d);
             }
@@ -591,147 +542,18 @@ fn managed(labels: &BTreeMap<String, String>) -> bool {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use netpolicy_core::{
         render::{SourceRef, SourcedSpec},
         spec::RouteSpec,
     };
 
     use super::*;
-    use crate::{
-        api::{
-            FleetGroup, Joined, NetworkFleetSpec, NodeNetworkConfigSpec, RolloutGroup,
-            layer_address,
-        },
-        routing::{fleet::Published, shared::Shared},
-    };
-
-    pub(crate) fn publisher() -> Publisher {
-        use kube::runtime::reflector::store;
-        let client = crate::runtime::offline_client();
-        Publisher::new(&client, store().0, store().0, store().0)
-    }
-
-    /// Renderings `r-<group>-<tag>` of groups `g1` and `g2` over the same 500 routes
-    /// (`via`), each with one route of its own, settled or moved from `from` by one
-    /// rollout.
-    pub(crate) fn prepared(
-        tag: &str,
-        via: fn(usize) -> &'static str,
-        from: Option<&str>,
-    ) -> Prepared {
-        let mut renderings = BTreeMap::new();
-        let mut settled = Vec::new();
-        let mut moved = Vec::new();
-        for (i, g) in ["g1", "g2"].into_iter().enumerate() {
-            let mut spec = rendering(via);
-            if let Some(own) = spec.rendered.routes.last_mut() {
-                own.item.to = format!("10.20{i}.0.0/16");
-            }
-            let name = format!("r-{g}-{tag}");
-            renderings.insert(name.clone(), spec);
-            match from {
-                None => settled.push(FleetGroup {
-                    group: g.into(),
-                    rendering: name,
-                }),
-                Some(f) => {
-                    settled.push(FleetGroup {
-                        group: g.into(),
-                        rendering: format!("r-{g}-{f}"),
-                    });
-                    moved.push(RolloutGroup {
-                        group: g.into(),
-                        rendering: name,
-                        previous: Some(format!("r-{g}-{f}")),
-                        through: Some("0".into()),
-                    });
-                }
-            }
-        }
-        let rollouts = if moved.is_empty() {
-            BTreeMap::new()
-        } else {
-            BTreeMap::from([(
-                "rollout".to_owned(),
-                crate::api::NetworkRolloutSpec {
-                    sequence: 1,
-                    groups: moved,
-                    rolled_back: false,
-                },
-            )])
-        };
-        Prepared {
-            shared: std::sync::Arc::new(Shared {
-                renderings,
-                groups: BTreeMap::new(),
-                nodes: BTreeMap::new(),
-            }),
-            published: Published {
-                fleet: NetworkFleetSpec {
-                    groups: settled,
-                    ..Default::default()
-                },
-                rollouts,
-            },
-            own: BTreeMap::new(),
-            waiting: BTreeSet::new(),
-            on_target: BTreeSet::new(),
-            steady: BTreeMap::new(),
-        }
-    }
-
-    fn groups_of(o: &NodeNetworkRendering) -> Vec<&str> {
-        o.labels()
-            .keys()
-            .filter_map(|k| k.strip_prefix(crate::api::GROUP_LABEL_PREFIX))
-            .collect()
-    }
-
-    #[tokio::test]
-    async fn a_groups_renderings_and_their_new_layers_deltas_carry_its_label_and_layers_none() {
-        let publisher = publisher();
-        let before = prepared("a", |_| "192.0.2.1", None);
-        let needed = before.published.referenced();
-        let written = publisher.missing(&before, &needed, &BTreeSet::new());
-        let mut stored = BTreeSet::new();
-        for o in &written {
-            let name = o.name_any();
-            let groups = groups_of(o);
-            match name.as_str() {
-                n if n.starts_with("l-") => assert!(groups.is_empty(), "layer {n}: {groups:?}"),
-                n if n.starts_with("r-g1-") => assert_eq!(groups, ["g1"], "{n}"),
-                n if n.starts_with("r-g2-") => assert_eq!(groups, ["g2"], "{n}"),
-                n => panic!("unexpected object {n}"),
-            }
-            stored.insert(name);
-        }
-        // One route of the 500 edited: both groups move to renderings over a new layer,
-        // whose delta both groups' agents watch.
-        let after = prepared(
-            "b",
-            |i| if i == 7 { "192.0.2.2" } else { "192.0.2.1" },
-            Some("a"),
-        );
-        let needed = after.published.referenced();
-        let written = publisher.missing(&after, &needed, &stored);
-        let deltas: Vec<_> = written.iter().filter(|o| o.spec.delta.is_some()).collect();
-        assert_eq!(deltas.len(), 1, "one new layer, one delta");
-        assert_eq!(groups_of(deltas[0]), ["g1", "g2"]);
-        let r1 = written.iter().find(|o| o.name_any().starts_with("r-g1-b"));
-        assert_eq!(r1.map(groups_of), Some(vec!["g1"]));
-        assert!(
-            written
-                .iter()
-                .filter(|o| o.name_any().starts_with("l-"))
-                .all(|o| groups_of(o).is_empty()),
-            "a layer is read, not watched"
-        );
-    }
+    use crate::api::{Joined, NodeNetworkConfigSpec, layer_address};
 
     /// A rendering of a ClusterConfig's 500 routes (a layer) and one NodeConfig route;
     /// `via(i)` gives route `i`'s gateway.
-    pub(crate) fn rendering(via: impl Fn(usize) -> &'static str) -> NodeNetworkConfigSpec {
+    fn rendering(via: impl Fn(usize) -> &'static str) -> NodeNetworkConfigSpec {
         let source = |kind: &str, name: &str| SourceRef {
             kind: kind.into(),
             name: name.into(),
