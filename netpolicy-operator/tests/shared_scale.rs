@@ -31,8 +31,8 @@
 //! edit of one ClusterConfig route until every node runs it: the operator's writes (from
 //! the audit log), the bytes it sent (the API server's `apiserver_request_body_size_bytes`),
 //! the time until a quarter of the nodes (the default `maxUnavailable`'s first wave) have
-//! applied the edit (and, apart, until their statuses say so), the growth of etcd's database (`etcd_mvcc_db_total_size_in_bytes`), and the
-//! operator's peak memory (`NETPOLICY_SCALE_MODES=shared` or `per-node` runs one).
+//! applied the edit (and, apart, until their statuses say so), the growth of etcd's
+//! database (`etcd_mvcc_db_total_size_in_bytes`), and the operator's peak memory (`NETPOLICY_SCALE_MODES=shared` or `per-node` runs one).
 //! Each mode prints the line
 //! `cluster-wide edit: W writes, B bytes, first wave applied in T s, etcd S MiB, operator R MiB`,
 //! and with shared renderings the first wave's two shares (the edit until an agent hears

@@ -20,7 +20,7 @@ use tracing::{debug, info};
 
 use super::{
     fleet::{Prepared, Published},
-    shared::{LAYER_MIN_BYTES, layout, part_name},
+    shared::{LAYER_MIN_BYTES, layout, part_name, source_key},
 };
 use crate::{
     api::{
@@ -493,6 +493,11 @@ fn delta_object(
     parts: &[NodeNetworkRenderingSpec],
     new: bool,
 ) -> Option<NodeNetworkRendering> {
+    // The layer its sources have last (another rendering names it too): no delta, and
+    // nothing to join.
+    if last.values().any(|(l, _)| l == name) {
+        return None;
+    }
     let joined = join(name, parts).ok()?;
     let r = &joined.rendered;
     let sources = r
@@ -502,11 +507,10 @@ fn delta_object(
         .or_else(|| r.routes.first().map(|s| &s.sources))
         .or_else(|| r.addresses.first().map(|s| &s.sources))
         .or_else(|| r.rules.first().map(|s| &s.sources))?;
-    let key: Vec<String> = sources
-        .iter()
-        .map(|s| format!("{}/{}", s.kind, s.name))
-        .collect();
-    let previous = last.insert(key.join(","), (name.to_owned(), joined.rendered.clone()));
+    let previous = last.insert(
+        source_key(sources),
+        (name.to_owned(), joined.rendered.clone()),
+    );
     let (from, old) = previous.filter(|(from, _)| new && from != name)?;
     let delta = LayerDelta {
         from,

@@ -258,13 +258,7 @@ pub(crate) fn layout(
     max: usize,
     layer_min: usize,
 ) -> Layout {
-    fn key(sources: &[SourceRef]) -> String {
-        let s: Vec<String> = sources
-            .iter()
-            .map(|s| format!("{}/{}", s.kind, s.name))
-            .collect();
-        s.join(",")
-    }
+    let key = source_key;
     let mut sizes: BTreeMap<String, usize> = BTreeMap::new();
     macro_rules! size {
         ($list:ident) => {
@@ -304,7 +298,7 @@ pub(crate) fn layout(
     let layers: Vec<(String, Vec<NodeNetworkRenderingSpec>)> = layers
         .into_values()
         .map(|rendered| {
-            let layer = fleet::layer_name(&serde_json::to_string(&rendered).unwrap_or_default());
+            let layer = crate::api::layer_address(&rendered);
             let spec = NodeNetworkConfigSpec {
                 rendered,
                 ..NodeNetworkConfigSpec::default()
@@ -324,6 +318,17 @@ pub(crate) fn layout(
         parts: parts(name, &own, &names, max),
         layers,
     }
+}
+
+/// The key of a set of sources (`ClusterConfig/default,NodeConfig/edge`): the items of
+/// one key over the layer size are a layer ([`layout`]), and a new layer of a key gets a
+/// delta from its last one.
+pub(crate) fn source_key(sources: &[SourceRef]) -> String {
+    let s: Vec<String> = sources
+        .iter()
+        .map(|s| format!("{}/{}", s.kind, s.name))
+        .collect();
+    s.join(",")
 }
 
 /// The object name of part `part` of `parts` of rendering `name`: the rendering's own
