@@ -142,23 +142,17 @@ pub(crate) fn setup(
     let traffic = TrafficStores::subscribe(informers, &mut inputs);
     // Shared renderings: the fleet and the renderings as stored (only their coming and
     // going wakes the job: a rendering never changes, the fleet is the job's own).
-    let publisher = shared_renderings.then(|| super::publish::Publisher {
-        fleets: Api::all(client.clone()),
-        rollouts: Api::all(client.clone()),
-        renderings: Api::all(client.clone()),
-        // (Their coming and going: their content is what the job itself wrote.)
-        fleet_store: inputs.read(&informers.get::<NetworkFleet>(), |_| String::new()),
-        rollout_store: inputs.read(&informers.get::<NetworkRollout>(), |_| String::new()),
-        rendering_store: inputs.read(
-            &informers.get::<kube::core::PartialObjectMeta<NodeNetworkRendering>>(),
-            |_| String::new(),
-        ),
-        sent: crate::k8s::Sent::default(),
-        deleted: std::sync::Mutex::default(),
-        deleted_rollouts: std::sync::Mutex::default(),
-        created: std::sync::Mutex::default(),
-        laid: std::sync::Mutex::default(),
-        last_layers: std::sync::Mutex::default(),
+    let publisher = shared_renderings.then(|| {
+        super::publish::Publisher::new(
+            client,
+            // (Their coming and going: their content is what the job itself wrote.)
+            inputs.read(&informers.get::<NetworkFleet>(), |_| String::new()),
+            inputs.read(&informers.get::<NetworkRollout>(), |_| String::new()),
+            inputs.read(
+                &informers.get::<kube::core::PartialObjectMeta<NodeNetworkRendering>>(),
+                |_| String::new(),
+            ),
+        )
     });
     let job = RoutingJob {
         inputs: inputs.kinds(),

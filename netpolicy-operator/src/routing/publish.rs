@@ -73,6 +73,30 @@ pub(crate) struct Laid {
 }
 
 impl Publisher {
+    /// A publisher writing through `client`, comparing with the stores given, having
+    /// sent nothing yet.
+    pub(crate) fn new(
+        client: &kube::Client,
+        fleet_store: Store<NetworkFleet>,
+        rollout_store: Store<NetworkRollout>,
+        rendering_store: Store<PartialObjectMeta<NodeNetworkRendering>>,
+    ) -> Self {
+        Self {
+            fleets: Api::all(client.clone()),
+            rollouts: Api::all(client.clone()),
+            renderings: Api::all(client.clone()),
+            fleet_store,
+            rollout_store,
+            rendering_store,
+            sent: crate::k8s::Sent::default(),
+            deleted: std::sync::Mutex::default(),
+            deleted_rollouts: std::sync::Mutex::default(),
+            created: std::sync::Mutex::default(),
+            laid: std::sync::Mutex::default(),
+            last_layers: std::sync::Mutex::default(),
+        }
+    }
+
     /// The fleet and the rollouts as stored.
     pub(crate) fn current(&self) -> Published {
         let fleet = self
