@@ -66,8 +66,9 @@ pub mod testing {
     pub use crate::route_reflector::{current, etcd, node_info};
 }
 
-/// The node agent's options (`netpolicy agent`).
-pub use agent::AgentOptions;
+/// The node agent's options (`netpolicy agent`), and how it reads a shared rendering's
+/// objects (for a custom agent reading them as the agent does).
+pub use agent::{AgentOptions, list_labelled};
 
 /// Reading manifests from disk (`netpolicy plan`'s input).
 pub use plan::manifest;

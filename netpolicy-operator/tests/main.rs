@@ -22,6 +22,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+/// The `netpolicy` binary's allocator (its default feature `mimalloc`), so that what the
+/// tests run in this process (the scale runs' simulated agents: `shared_scale`,
+/// `agent_scale`) allocates as the agent does. With glibc's malloc the 10,000 simulated
+/// agents spent over half their CPU in malloc, free and the kernel's page clearing.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod common;
 
 mod agent;

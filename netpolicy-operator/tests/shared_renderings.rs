@@ -16,6 +16,8 @@
 //! - A node that joins starts on a shared object (its first write) while every agent
 //!   reads shared renderings; an older agent's node gets a whole object, and while it is
 //!   about a node that joins gets a whole one too.
+//! - The agent's read of a rendering (`list_labelled`): from the watch cache, and from
+//!   etcd when the cached answer is refused; a rendering just written is read whole.
 //!
 //! Its own control plane: the fleet is one object per cluster, and other tests' operators
 //! write whole per-node objects.
@@ -653,4 +655,53 @@ async fn an_edit_rolls_out_in_one_rollout_and_writes_no_node_object() {
         "{late}: with an older agent about, a node that joins gets its whole config: {:?}",
         o.spec
     );
+}
+
+/// `list_labelled`, how the agent reads a rendering's objects: the API server's watch
+/// cache first, a consistent read when what the cache held is refused. A rendering
+/// written just before is read whole every time (never a part short), and a refused
+/// cached answer is read again from etcd.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rendering_just_written_is_read_whole_from_the_cache_or_etcd() {
+    use netpolicy_operator::{
+        api::{NodeNetworkRenderingSpec, RENDERING_LABEL, join},
+        list_labelled,
+    };
+    let cp = netpolicy_testenv::shared();
+    let client = cp.client().await;
+    netpolicy_testenv::install_crds(&client, crds()).await;
+    let api: Api<NodeNetworkRendering> = Api::all(client);
+    for i in 0..20 {
+        let name = cp.unique(&format!("r-list-{i}"));
+        for part in 0..2 {
+            let mut o = NodeNetworkRendering::new(
+                &format!("{name}-{part}"),
+                NodeNetworkRenderingSpec {
+                    rendering: name.clone(),
+                    part,
+                    parts: 2,
+                    ..Default::default()
+                },
+            );
+            o.metadata.labels = Some([(RENDERING_LABEL.to_owned(), name.clone())].into());
+            api.create(&PostParams::default(), &o).await.unwrap();
+        }
+        let read = list_labelled(&api, &name, |parts| {
+            join(&name, parts.iter().map(|p| &p.spec)).map(|_| parts.len())
+        })
+        .await
+        .unwrap();
+        assert_eq!(read, Ok(2), "rendering {name} read just after its write");
+        // The cached answer refused: the consistent one is what comes back.
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let read = list_labelled(&api, &name, |parts| {
+            if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                return Err(());
+            }
+            Ok(parts.len())
+        })
+        .await
+        .unwrap();
+        assert_eq!((read, calls.into_inner()), (Ok(2), 2), "{name}");
+    }
 }

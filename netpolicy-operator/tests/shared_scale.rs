@@ -18,8 +18,14 @@
 //! the layer the delta is from), laying a rendering once, and a no-op kernel: it
 //! applies what it would run at once (the moment counted as applied) and reports its
 //! revision in its status (one merge patch when that changes; a newly applied rendering
-//! after the node's share of the default 500 ms report spread, `fleet::report_delay`,
-//! as the agent: the report is off the critical path, and printed apart).
+//! after the node's share of the report spread, `fleet::report_delay`, as the agent: the
+//! report is off the critical path, and printed apart). The spread is what the chart's
+//! README gives for the node count (`agent.reportSpreadMs`: 500 ms up to 1,000 nodes,
+//! half a millisecond a node above: 5,000 at 10,000), printed with the run;
+//! `NETPOLICY_SCALE_REPORT_SPREAD_MS` measures another. At 10,000 nodes with 500 ms, a
+//! wave's 2,500 status patches came while the wave's agents still read their rendering
+//! and cost the API server the CPU they waited for (first wave 6.5 s instead of 4.7 s;
+//! benches/README.md).
 //!
 //! `NETPOLICY_SCALE_AGENTS_PER_CONNECTION=20` makes the simulated agents' watches and
 //! requests streams of shared HTTP/2 connections (20 agents a connection): kube's client
@@ -54,24 +60,36 @@ use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client, ResourceExt,
-    api::{ListParams, Patch, PatchParams, PostParams},
+    api::{Patch, PatchParams, PostParams},
     core::PartialObjectMeta,
     runtime::{WatchStreamExt, watcher},
 };
-use netpolicy_operator::api::{
-    ClusterConfig, Joined, NetworkFleet, NetworkFleetSpec, NetworkRollout, NetworkRolloutSpec,
-    NodeNetworkConfig, NodeNetworkConfigSpec, NodeNetworkRendering, RENDERING_LABEL, SeenRollouts,
-    crds, delta_name, group_label, join,
-    netpolicy_core::{
-        fleet::{choose, report_delay},
-        selector::Labels,
+use netpolicy_operator::{
+    api::{
+        ClusterConfig, Joined, NetworkFleet, NetworkFleetSpec, NetworkRollout, NetworkRolloutSpec,
+        NodeNetworkConfig, NodeNetworkConfigSpec, NodeNetworkRendering, SeenRollouts, crds,
+        delta_name, group_label, join,
+        netpolicy_core::{
+            fleet::{choose, report_delay},
+            selector::Labels,
+        },
     },
+    list_labelled,
 };
 use serde_json::json;
 
 const ROUTES: usize = 500;
-/// The agents' `--report-spread-ms` (the chart's `agent.reportSpreadMs`) by default.
-const REPORT_SPREAD: Duration = Duration::from_millis(500);
+/// The agents' `--report-spread-ms`: what the chart's README gives for the run's node
+/// count (`agent.reportSpreadMs`: its default of 500, and half a millisecond a node over
+/// 1,000 nodes: 5,000 at 10,000), `NETPOLICY_SCALE_REPORT_SPREAD_MS` to measure another.
+fn report_spread() -> Duration {
+    Duration::from_millis(
+        std::env::var("NETPOLICY_SCALE_REPORT_SPREAD_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| (nodes() as u64 / 2).max(500)),
+    )
+}
 const POOLS: usize = 100;
 const CONCURRENCY: usize = 48;
 /// The route the edit changes, and its new gateway.
@@ -240,14 +258,18 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
                     let delta = if layers.is_empty() {
                         None
                     } else {
-                        let lp = ListParams::default()
-                            .labels(&format!("{RENDERING_LABEL}={}", delta_name(l)));
-                        let found = renderings.list(&lp).await.ok();
-                        found.and_then(|f| f.items.into_iter().next())
+                        list_labelled(&renderings, &delta_name(l), |objects| {
+                            objects
+                                .iter()
+                                .find_map(|o| o.spec.delta.clone().filter(|d| d.to == *l))
+                                .ok_or(())
+                        })
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
                     };
                     let built = delta.as_ref().and_then(|d| {
-                        let d = d.spec.delta.as_ref()?;
-                        let base = layers.get(&d.from).filter(|_| d.to == *l)?;
+                        let base = layers.get(&d.from)?;
                         Joined::from_delta(d, base).ok()
                     });
                     if let Some(layer) = built {
@@ -303,7 +325,7 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
             // A newly applied rendering is reported after the node's share of the
             // chart's default `--report-spread-ms`, as the agent does.
             if rendering.is_some() && st.applied_rendering != rendering {
-                tokio::time::sleep(report_delay(&node, REPORT_SPREAD)).await;
+                tokio::time::sleep(report_delay(&node, report_spread())).await;
             }
             let patch = json!({"status": {
                 "observedGeneration": o.metadata.generation,
@@ -331,11 +353,11 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
     }
 }
 
-/// Rendering or layer `name` from its parts, listed by their label.
+/// Rendering or layer `name` from its parts, listed by their label as the agent does
+/// (`list_labelled`: the watch cache first).
 async fn read_rendering(api: &Api<NodeNetworkRendering>, name: &str) -> Option<Joined> {
-    let lp = ListParams::default().labels(&format!("{RENDERING_LABEL}={name}"));
-    let parts = api.list(&lp).await.ok()?;
-    join(name, parts.items.iter().map(|p| &p.spec)).ok()
+    let read = list_labelled(api, name, |parts| join(name, parts.iter().map(|p| &p.spec)));
+    read.await.ok()?.ok()
 }
 
 /// What one mode's edit cost.
@@ -663,7 +685,8 @@ fn mode(shared: bool) -> &'static str {
 async fn a_cluster_wide_edit_per_node_and_with_shared_renderings() {
     let n = nodes();
     println!(
-        "{n} nodes, a {ROUTES}-route ClusterConfig, {POOLS} NodeConfigs ({POOLS} distinct configurations)"
+        "{n} nodes, a {ROUTES}-route ClusterConfig, {POOLS} NodeConfigs ({POOLS} distinct configurations), agents' report spread {} ms",
+        report_spread().as_millis()
     );
     // `NETPOLICY_SCALE_MODES=shared` (or `per-node`) runs one mode only.
     let modes: Vec<bool> = match std::env::var("NETPOLICY_SCALE_MODES").as_deref() {

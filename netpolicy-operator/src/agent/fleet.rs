@@ -431,13 +431,13 @@ impl FleetView {
             *at = used;
             return Ok(());
         }
-        let lp = ListParams::default().labels(&format!("{RENDERING_LABEL}={name}"));
-        let parts = match self.api.list(&lp).await {
-            Ok(l) => l.items,
-            Err(e) => return Err(format!("reading rendering {name}: {e}")),
-        };
-        let joined = join(name, parts.iter().map(|p| &p.spec)).map_err(|e| e.to_string())?;
-        info!(rendering = %name, parts = parts.len(), layers = joined.layers.len(), "rendering read");
+        let joined = list_labelled(&self.api, name, |parts| {
+            join(name, parts.iter().map(|p| &p.spec)).map(|j| (j, parts.len()))
+        })
+        .await
+        .map_err(|e| format!("reading rendering {name}: {e}"))?;
+        let (joined, parts) = joined.map_err(|e| e.to_string())?;
+        info!(rendering = %name, parts, layers = joined.layers.len(), "rendering read");
         self.renderings.insert(name.to_owned(), (used, joined));
         Ok(())
     }
@@ -462,15 +462,22 @@ impl FleetView {
     /// agent holds that layer; `None` otherwise (the layer is then read whole).
     async fn built_from_delta(&self, name: &str) -> Option<Joined> {
         // By its label, as renderings are read (the agent's role lists them).
-        let lp = ListParams::default().labels(&format!("{RENDERING_LABEL}={}", delta_name(name)));
-        let object = match self.api.list(&lp).await {
-            Ok(l) => l.items.into_iter().next()?,
+        let found = list_labelled(&self.api, &delta_name(name), |objects| {
+            objects
+                .iter()
+                .find_map(|o| o.spec.delta.clone().filter(|d| d.to == name))
+                .ok_or(())
+        })
+        .await;
+        let delta = match found {
+            Ok(Ok(delta)) => delta,
+            Ok(Err(())) => return None,
             Err(e) => {
                 warn!(layer = %name, "reading the layer's delta: {e}; reading the layer whole");
                 return None;
             }
         };
-        let delta = object.spec.delta.as_ref().filter(|d| d.to == name)?;
+        let delta = &delta;
         let (_, base) = self.renderings.get(&delta.from)?;
         match Joined::from_delta(delta, base) {
             Ok(layer) => {
@@ -491,6 +498,31 @@ impl FleetView {
         }
         Effective::Wait
     }
+}
+
+/// The NodeNetworkRenderings labelled `netpolicy.io/rendering: <value>` (a rendering's
+/// parts, a layer's delta), given to `complete`: first as the API server's watch cache
+/// holds them (`resourceVersion=0`: no read of etcd), and only when `complete` refuses
+/// that, once more as a consistent read. Renderings and deltas never change once written
+/// (each is named by its content), so a cache behind etcd can only lack some objects,
+/// never hold other content under their names: what `complete` accepts from it is what
+/// etcd holds. One wave's agents all read the same few objects; a consistent list costs
+/// the API server a read of etcd each (issue 68, benches/README.md).
+///
+/// # Errors
+/// The consistent list's error (the cached list's only sends it to the consistent one).
+pub async fn list_labelled<T, E>(
+    api: &Api<NodeNetworkRendering>,
+    value: &str,
+    complete: impl Fn(&[NodeNetworkRendering]) -> Result<T, E>,
+) -> kube::Result<Result<T, E>> {
+    let lp = ListParams::default().labels(&format!("{RENDERING_LABEL}={value}"));
+    if let Ok(cached) = api.list(&lp.clone().match_any()).await
+        && let Ok(t) = complete(&cached.items)
+    {
+        return Ok(Ok(t));
+    }
+    Ok(complete(&api.list(&lp).await?.items))
 }
 
 #[cfg(test)]

@@ -55,6 +55,7 @@ use netpolicy_netlink::{Adapter, Namespace, Ownership};
 use tracing::{info, warn};
 
 mod fleet;
+pub use fleet::list_labelled;
 mod metrics;
 mod probation;
 mod repair;
