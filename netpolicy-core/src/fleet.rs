@@ -112,7 +112,17 @@ pub fn rendering_name(canonical: &str) -> String {
 /// The content address of a layer (items many renderings share, stored once): `l-` and
 /// 16 hex digits of a hash of its canonical text.
 pub fn layer_name(canonical: &str) -> String {
-    format!("l-{:016x}", fnv1a(&[canonical]))
+    let mut h = crate::hash::Fnv1a::default();
+    // (Writing to the hasher never fails.)
+    let _ = std::io::Write::write_all(&mut h, canonical.as_bytes());
+    layer_name_of(h)
+}
+
+/// [`layer_name`] of the text written into `hash` (a serializer's output hashed as it
+/// is written: the same name as of the whole text).
+#[must_use]
+pub fn layer_name_of(hash: crate::hash::Fnv1a) -> String {
+    format!("l-{:016x}", hash.finish())
 }
 
 /// How long node `node`'s agent waits before it reports a newly applied rendering: a

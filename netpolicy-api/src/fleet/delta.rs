@@ -8,7 +8,8 @@
 //! the layer whole.
 
 use netpolicy_core::{
-    fleet::layer_name,
+    fleet::{layer_name, layer_name_of},
+    hash::Fnv1a,
     render::{RenderedDelta, RenderedSpec},
 };
 use schemars::JsonSchema;
@@ -38,8 +39,15 @@ pub fn delta_name(layer: &str) -> String {
 
 /// The content address of a layer's items ([`layer_name`] of their canonical text):
 /// what the operator names a layer by, and what a layer built from a delta must have.
+/// The text is hashed as it is written ([`Fnv1a`]), never held: an agent checks each
+/// layer it builds from a delta (a 500-route layer is ~55 KB of text).
 pub fn layer_address(rendered: &RenderedSpec) -> String {
-    layer_name(&serde_json::to_string(rendered).unwrap_or_default())
+    let mut h = Fnv1a::default();
+    if serde_json::to_writer(&mut h, rendered).is_err() {
+        // As the text it would have been (`unwrap_or_default` of no text).
+        return layer_name("");
+    }
+    layer_name_of(h)
 }
 
 impl Joined {
@@ -126,6 +134,22 @@ mod tests {
             to: new.rendering.clone(),
             changes: old.rendered.delta_to(&new.rendered),
         }
+    }
+
+    /// A layer's address is hashed as its text is written: the name of the whole text
+    /// (the names stored so far stay the same).
+    #[test]
+    fn a_layer_address_is_the_name_of_its_text() {
+        for via in ["192.0.2.1", "192.0.2.2"] {
+            let l = layer(via);
+            let text = serde_json::to_string(&l.rendered).unwrap();
+            assert_eq!(l.rendering, layer_name(&text));
+        }
+        assert_ne!(layer("192.0.2.1").rendering, layer("192.0.2.2").rendering);
+        assert_eq!(
+            layer_address(&RenderedSpec::default()),
+            layer_name(&serde_json::to_string(&RenderedSpec::default()).unwrap())
+        );
     }
 
     #[test]

@@ -95,7 +95,7 @@ pub(crate) struct RoutingJob {
     on_target: BTreeSet<String>,
     /// Shared nodes that report another rendering applied, with the policies whose
     /// items it has as their target has them ([`super::fleet::Prepared::steady`]).
-    steady: BTreeMap<String, BTreeSet<String>>,
+    steady: BTreeMap<String, super::status::Policies>,
     /// The renderings' prints ([`super::fleet::PrintCache`]).
     prints: super::fleet::PrintCache,
     /// The groups and renderings of the last pass ([`super::shared::shared`]), kept
@@ -275,7 +275,7 @@ impl RoutingJob {
                 if self.on_target.contains(&name) && !self.pending.contains(&name) {
                     out.all.insert(name);
                 } else if let Some(policies) = self.steady.get(&name) {
-                    out.some.insert(name, policies.clone());
+                    out.some.insert(name, Arc::clone(policies));
                 }
             } else if o
                 .status

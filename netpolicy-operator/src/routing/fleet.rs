@@ -369,8 +369,9 @@ pub(crate) struct Prepared {
     /// Of those, the nodes that report another rendering applied, with the policies of
     /// their group whose items it has as the group's rendering has them
     /// ([`Prints::same_for`]): for those policies the node is applied (a change of one
-    /// policy moves only its own progress).
-    pub(crate) steady: BTreeMap<String, BTreeSet<String>>,
+    /// policy moves only its own progress). One set per group and rendering, shared by
+    /// its nodes (10,000 nodes' own copies were 5.5 MB of the operator's heap).
+    pub(crate) steady: BTreeMap<String, super::status::Policies>,
 }
 
 /// What a routing pass rendered: the engine, other jobs' items on each node, and the
@@ -438,6 +439,7 @@ pub(crate) fn prepare(
     }
     let rollouts = published.current();
     let mut out = Prepared::default();
+    let mut steady: BTreeMap<(&str, String), super::status::Policies> = BTreeMap::new();
     for (node, part) in &shared.nodes {
         let Some(d) = shared.groups[&part.group].rendering.as_deref() else {
             continue;
@@ -489,7 +491,15 @@ pub(crate) fn prepare(
                 out.on_target.insert(node.clone());
             }
             Some(a) if o.spec.shared => {
-                let same = steady_policies(&shared, &part.group, a, d, &keep);
+                let key = (part.group.as_str(), a.to_owned());
+                let same = match steady.get(&key) {
+                    Some(same) => Arc::clone(same),
+                    None => {
+                        let same = Arc::new(steady_policies(&shared, &part.group, a, d, &keep));
+                        steady.insert(key, Arc::clone(&same));
+                        same
+                    }
+                };
                 out.steady.insert(node.clone(), same);
             }
             _ => {}

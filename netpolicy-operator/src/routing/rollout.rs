@@ -237,7 +237,7 @@ pub(crate) fn gate<'a>(
 pub(crate) fn rollout_facts(
     facts: &mut BTreeMap<String, PolicyFacts>,
     pending: &BTreeSet<String>,
-    steady: &BTreeMap<String, BTreeSet<String>>,
+    steady: &BTreeMap<String, super::status::Policies>,
     nncs: &[std::sync::Arc<NodeNetworkConfig>],
 ) {
     let mut degraded: BTreeMap<String, String> = BTreeMap::new();
@@ -334,7 +334,8 @@ mod tests {
                 (p.to_owned(), f)
             })
             .collect();
-        let steady = BTreeMap::from([("n1".to_owned(), set(&["NodeConfig/a"]))]);
+        let steady =
+            BTreeMap::from([("n1".to_owned(), std::sync::Arc::new(set(&["NodeConfig/a"])))]);
         let mut rolled_back = nnc(Some("r1"), Some("r2"));
         rolled_back.metadata.name = Some("n3".into());
         let mut degraded = rolled_back.status.clone().unwrap_or_default();

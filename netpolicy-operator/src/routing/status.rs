@@ -41,8 +41,12 @@ pub(crate) struct Applied {
     /// Nodes that did not, with the policies whose items they have applied as they
     /// are now (shared renderings: another policy's change is rolling over them;
     /// [`super::fleet::Prepared::steady`]).
-    pub(crate) some: BTreeMap<String, BTreeSet<String>>,
+    pub(crate) some: BTreeMap<String, Policies>,
 }
+
+/// A set of policies (`Kind/name`) many nodes share: a rolling node's steady policies,
+/// one set per group and rendering ([`super::fleet::Prepared::steady`]).
+pub(crate) type Policies = std::sync::Arc<BTreeSet<String>>;
 
 impl Applied {
     /// Whether `node` has applied what `policy` (`Kind/name`) gives it.
