@@ -509,6 +509,25 @@ impl FleetView {
 /// etcd holds. One wave's agents all read the same few objects; a consistent list costs
 /// the API server a read of etcd each (issue 68, benches/README.md).
 ///
+/// ```no_run
+/// # async fn read(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
+/// use kube::Api;
+/// use netpolicy_operator::{
+///     api::{NodeNetworkRendering, join},
+///     list_labelled,
+/// };
+/// let api: Api<NodeNetworkRendering> = Api::all(client);
+/// let name = "r-0123456789abcdef";
+/// // Whole or not at all: a part missing from the cache sends it to etcd.
+/// let rendering = list_labelled(&api, name, |parts| {
+///     join(name, parts.iter().map(|p| &p.spec))
+/// })
+/// .await??;
+/// println!("{name}: {} routes", rendering.rendered.routes.len());
+/// # Ok(())
+/// # }
+/// ```
+///
 /// # Errors
 /// The consistent list's error (the cached list's only sends it to the consistent one).
 pub async fn list_labelled<T, E>(
