@@ -24,7 +24,7 @@
 //! half a millisecond a node above: 5,000 at 10,000), printed with the run;
 //! `NETPOLICY_SCALE_REPORT_SPREAD_MS` measures another. At 10,000 nodes with 500 ms, a
 //! wave's 2,500 status patches came while the wave's agents still read their rendering
-//! and cost the API server the CPU they waited for (first wave 6.5 s instead of 4.7 s;
+//! and cost the API server the CPU they waited for (first wave 6.5 s instead of 4.6–5.1 s;
 //! benches/README.md).
 //!
 //! `NETPOLICY_SCALE_AGENTS_PER_CONNECTION=20` makes the simulated agents' watches and
