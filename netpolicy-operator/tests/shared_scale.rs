@@ -323,7 +323,8 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
         }
         if !done {
             // A newly applied rendering is reported after the node's share of the
-            // chart's default `--report-spread-ms`, as the agent does.
+            // report spread (`report_spread`: the agents' `--report-spread-ms`), as the
+            // agent does.
             if rendering.is_some() && st.applied_rendering != rendering {
                 tokio::time::sleep(report_delay(&node, report_spread())).await;
             }
