@@ -84,7 +84,7 @@ use crate::ProbeSpec;
 
 mod delta;
 mod seen;
-pub use delta::{LayerDelta, delta_name, layer_address};
+pub use delta::{LayerDelta, delta_name, delta_to, layer_address};
 pub use seen::SeenRollouts;
 
 /// The label every part of a rendering carries, valued with the rendering's name: an

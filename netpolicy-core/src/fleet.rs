@@ -113,8 +113,7 @@ pub fn rendering_name(canonical: &str) -> String {
 /// 16 hex digits of a hash of its canonical text.
 pub fn layer_name(canonical: &str) -> String {
     let mut h = crate::hash::Fnv1a::default();
-    // (Writing to the hasher never fails.)
-    let _ = std::io::Write::write_all(&mut h, canonical.as_bytes());
+    h.update(canonical.as_bytes());
     layer_name_of(h)
 }
 

@@ -9,18 +9,14 @@
 /// assert_eq!(netpolicy_core::hash::fnv1a(&["a"]), 0xaf63_dc4c_8601_ec8c);
 /// ```
 pub fn fnv1a(parts: &[&str]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut h = Fnv1a::default();
     for (i, p) in parts.iter().enumerate() {
         if i > 0 {
-            h ^= u64::from(b',');
-            h = h.wrapping_mul(0x0100_0000_01b3);
+            h.update(b",");
         }
-        for b in p.bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
+        h.update(p.as_bytes());
     }
-    h
+    h.finish()
 }
 
 /// [`fnv1a`] of one part written in pieces, as an [`std::io::Write`]: a serializer
@@ -43,6 +39,14 @@ impl Default for Fnv1a {
 }
 
 impl Fnv1a {
+    /// `bytes` added to what is hashed.
+    pub fn update(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
     /// The hash of what was written.
     #[must_use]
     pub fn finish(self) -> u64 {
@@ -52,10 +56,7 @@ impl Fnv1a {
 
 impl std::io::Write for Fnv1a {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        for b in buf {
-            self.0 ^= u64::from(*b);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
+        self.update(buf);
         Ok(buf.len())
     }
 

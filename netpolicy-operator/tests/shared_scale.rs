@@ -68,7 +68,7 @@ use netpolicy_operator::{
     api::{
         ClusterConfig, Joined, NetworkFleet, NetworkFleetSpec, NetworkRollout, NetworkRolloutSpec,
         NodeNetworkConfig, NodeNetworkConfigSpec, NodeNetworkRendering, SeenRollouts, crds,
-        delta_name, group_label, join,
+        delta_name, delta_to, group_label, join,
         netpolicy_core::{
             fleet::{choose, report_delay},
             selector::Labels,
@@ -259,9 +259,8 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
                         None
                     } else {
                         list_labelled(&renderings, &delta_name(l), |objects| {
-                            objects
-                                .iter()
-                                .find_map(|o| o.spec.delta.clone().filter(|d| d.to == *l))
+                            delta_to(objects.iter().map(|o| &o.spec), l)
+                                .cloned()
                                 .ok_or(())
                         })
                         .await

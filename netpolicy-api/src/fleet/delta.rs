@@ -37,6 +37,17 @@ pub fn delta_name(layer: &str) -> String {
     format!("d-{}", layer.strip_prefix("l-").unwrap_or(layer))
 }
 
+/// The delta leading to `layer` among `objects` (what listing [`delta_name`] of the
+/// layer by its label gives): the agent's and a custom agent's one way to pick it.
+pub fn delta_to<'a>(
+    objects: impl IntoIterator<Item = &'a super::NodeNetworkRenderingSpec>,
+    layer: &str,
+) -> Option<&'a LayerDelta> {
+    objects
+        .into_iter()
+        .find_map(|o| o.delta.as_ref().filter(|d| d.to == layer))
+}
+
 /// The content address of a layer's items ([`layer_name`] of their canonical text):
 /// what the operator names a layer by, and what a layer built from a delta must have.
 /// The text is hashed as it is written ([`Fnv1a`]), never held: an agent checks each
@@ -150,6 +161,24 @@ mod tests {
             layer_address(&RenderedSpec::default()),
             layer_name(&serde_json::to_string(&RenderedSpec::default()).unwrap())
         );
+    }
+
+    /// Among listed objects, only a delta to the layer asked for is picked.
+    #[test]
+    fn the_delta_to_a_layer_is_the_one_leading_to_it() {
+        let (old, new, other) = (layer("192.0.2.1"), layer("192.0.2.2"), layer("192.0.2.3"));
+        let object = |d: Option<LayerDelta>| super::super::NodeNetworkRenderingSpec {
+            delta: d,
+            ..Default::default()
+        };
+        let listed = [
+            object(None),
+            object(Some(delta(&old, &other))),
+            object(Some(delta(&old, &new))),
+        ];
+        assert_eq!(delta_to(&listed, &new.rendering), Some(&delta(&old, &new)));
+        assert_eq!(delta_to(&listed[..2], &new.rendering), None);
+        assert_eq!(delta_to(&[], &new.rendering), None);
     }
 
     #[test]

@@ -33,7 +33,7 @@ use tracing::{info, warn};
 
 use crate::api::{
     FLEET_NAME, Joined, NetworkFleet, NetworkFleetSpec, NetworkRollout, NetworkRolloutSpec,
-    NodeNetworkConfig, NodeNetworkRendering, RENDERING_LABEL, SeenRollouts, delta_name,
+    NodeNetworkConfig, NodeNetworkRendering, RENDERING_LABEL, SeenRollouts, delta_name, delta_to,
     group_label, join,
 };
 
@@ -463,9 +463,8 @@ impl FleetView {
     async fn built_from_delta(&self, name: &str) -> Option<Joined> {
         // By its label, as renderings are read (the agent's role lists them).
         let found = list_labelled(&self.api, &delta_name(name), |objects| {
-            objects
-                .iter()
-                .find_map(|o| o.spec.delta.clone().filter(|d| d.to == name))
+            delta_to(objects.iter().map(|o| &o.spec), name)
+                .cloned()
                 .ok_or(())
         })
         .await;
@@ -477,9 +476,8 @@ impl FleetView {
                 return None;
             }
         };
-        let delta = &delta;
         let (_, base) = self.renderings.get(&delta.from)?;
-        match Joined::from_delta(delta, base) {
+        match Joined::from_delta(&delta, base) {
             Ok(layer) => {
                 info!(layer = %name, from = %delta.from, "layer built from its delta");
                 Some(layer)

@@ -258,12 +258,11 @@ pub(crate) fn layout(
     max: usize,
     layer_min: usize,
 ) -> Layout {
-    let key = source_key;
     let mut sizes: BTreeMap<String, usize> = BTreeMap::new();
     macro_rules! size {
         ($list:ident) => {
             for s in &spec.rendered.$list {
-                *sizes.entry(key(&s.sources)).or_default() +=
+                *sizes.entry(source_key(&s.sources)).or_default() +=
                     serde_json::to_vec(s).map_or(0, |b| b.len()) + 1;
             }
         };
@@ -284,7 +283,7 @@ pub(crate) fn layout(
     macro_rules! split {
         ($list:ident) => {
             for s in &spec.rendered.$list {
-                match layers.get_mut(&key(&s.sources)) {
+                match layers.get_mut(&source_key(&s.sources)) {
                     Some(l) => l.$list.push(s.clone()),
                     None => own.$list.push(s.clone()),
                 }
