@@ -46,7 +46,7 @@ pub struct RoutingSpec {
 }
 
 /// A VLAN sub-interface.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
     "rule": "self.id >= 1 && self.id <= 4094",
@@ -72,7 +72,7 @@ pub struct VlanSpec {
 }
 
 /// An address on a link netpolicy did not create.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AddressSpec {
     /// The link (`lo`, `eth0`); a VLAN netpolicy makes takes its addresses in
@@ -92,7 +92,7 @@ pub struct AddressSpec {
 }
 
 /// A route.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
     "rule": "!has(self.nexthops) || size(self.nexthops) == 0 || (!has(self.via) && !has(self.dev))",
@@ -133,7 +133,7 @@ pub struct RouteSpec {
 }
 
 /// One ECMP next hop.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NextHopSpec {
     /// Gateway.
@@ -148,7 +148,7 @@ pub struct NextHopSpec {
 }
 
 /// A policy routing rule.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
     "rule": "self.priority >= 1 && self.priority <= 32765",

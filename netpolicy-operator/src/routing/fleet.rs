@@ -434,8 +434,7 @@ pub(crate) fn prepare(
     // Every rendering's prints while it is a target: kept for as long as nodes run it.
     let mut keep = std::mem::take(prints);
     for (name, s) in &shared.renderings {
-        keep.entry(name.clone())
-            .or_insert_with(|| Prints::of(&s.rendered, &s.probes, s.rollback_seconds));
+        keep.entry(name.clone()).or_insert_with(|| s.prints.clone());
     }
     let rollouts = published.current();
     let mut out = Prepared::default();

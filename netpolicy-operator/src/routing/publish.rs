@@ -7,7 +7,10 @@
 //! rollout's folding and its deletion, and a rendering goes only once nothing names
 //! it. A pass that found nothing new writes nothing.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
 
 use futures::StreamExt;
 use kube::{
@@ -20,13 +23,13 @@ use tracing::{debug, info};
 
 use super::{
     fleet::{Prepared, Published},
-    shared::{LAYER_MIN_BYTES, layout, part_name, source_key},
+    shared::{layer_parts, part_name, parts, source_key},
 };
 use crate::{
     api::{
         FLEET_NAME, LAYER_LABEL_PREFIX, LayerDelta, NetworkFleet, NetworkRollout,
         NodeNetworkRendering, NodeNetworkRenderingSpec, RENDERING_LABEL, delta_name, group_label,
-        join, layer_label, render::RenderedSpec,
+        layer_label, render::RenderedSpec,
     },
     k8s::{FIELD_MANAGER, MANAGED_BY, sent::digest},
 };
@@ -60,10 +63,10 @@ pub(crate) struct Publisher {
     pub(crate) laid: std::sync::Mutex<BTreeMap<String, Laid>>,
     /// The last layer laid out for each set of sources (`ClusterConfig/default`), with
     /// its items: a new layer of the same sources gets a delta from it ([`delta_object`]).
-    pub(crate) last_layers: std::sync::Mutex<BTreeMap<String, (String, RenderedSpec)>>,
+    pub(crate) last_layers: std::sync::Mutex<BTreeMap<String, (String, Arc<RenderedSpec>)>>,
 }
 
-/// The objects a rendering is stored as, and its layers ([`layout`]).
+/// The objects a rendering is stored as, and its layers ([`super::shared::Rendering`]).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Laid {
     /// Its parts' and its layers' parts' object names.
@@ -245,8 +248,24 @@ impl Publisher {
             .last_layers
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Each layer's objects, once a pass (renderings of many groups share it).
+        let mut layer_objects: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        let mut add = |of: &str, part: &NodeNetworkRenderingSpec, layers: &[String]| {
+            let object = part_name(of, part.part, part.parts);
+            if !stored.contains(&object) && !missing.contains_key(&object) {
+                let mut labels = BTreeMap::from([
+                    (RENDERING_LABEL.to_owned(), of.to_owned()),
+                    (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
+                ]);
+                labels.extend(layers.iter().map(|l| (layer_label(l), "true".to_owned())));
+                let mut o = NodeNetworkRendering::new(&object, part.clone());
+                o.metadata.labels = Some(labels);
+                missing.insert(object.clone(), o);
+            }
+            object
+        };
         for name in needed {
-            let Some(spec) = p.shared.renderings.get(name) else {
+            let Some(r) = p.shared.renderings.get(name) else {
                 continue; // Named before: stored then.
             };
             if laid
@@ -255,35 +274,24 @@ impl Publisher {
             {
                 continue;
             }
-            let l = layout(name, spec, MAX_PART_BYTES, LAYER_MIN_BYTES);
             let mut objects = Vec::new();
-            let mut add = |of: &str, part: &NodeNetworkRenderingSpec, layers: &[String]| {
-                let object = part_name(of, part.part, part.parts);
-                objects.push(object.clone());
-                if stored.contains(&object) || missing.contains_key(&object) {
-                    return;
+            for (layer, items) in &r.layers {
+                if let Some(o) = layer_objects.get(layer.as_str()) {
+                    objects.extend(o.iter().cloned());
+                    continue;
                 }
-                let mut labels = BTreeMap::from([
-                    (RENDERING_LABEL.to_owned(), of.to_owned()),
-                    (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
-                ]);
-                labels.extend(layers.iter().map(|l| (layer_label(l), "true".to_owned())));
-                let mut o = NodeNetworkRendering::new(&object, part.clone());
-                o.metadata.labels = Some(labels);
-                missing.insert(object, o);
-            };
-            let layers: Vec<String> = l.layers.iter().map(|(n, _)| n.clone()).collect();
-            for (layer, parts) in &l.layers {
+                let parts = layer_parts(layer, items, MAX_PART_BYTES);
                 let new = !parts
                     .iter()
                     .all(|p| stored.contains(&part_name(layer, p.part, p.parts)));
-                for part in parts {
-                    add(layer, part, &[]);
-                }
-                deltas.extend(delta_object(&mut last, layer, parts, new));
+                let these: Vec<String> = parts.iter().map(|part| add(layer, part, &[])).collect();
+                objects.extend(these.iter().cloned());
+                layer_objects.insert(layer, these);
+                deltas.extend(delta_object(&mut last, layer, items, new));
             }
-            for part in &l.parts {
-                add(name, part, &layers);
+            let layers: Vec<String> = r.layers.iter().map(|(n, _)| n.clone()).collect();
+            for part in &parts(name, &r.own, &layers, MAX_PART_BYTES) {
+                objects.push(add(name, part, &layers));
             }
             laid.insert(name.clone(), Laid { objects, layers });
         }
@@ -512,37 +520,31 @@ impl Publisher {
 /// layer then read a few items instead of the whole layer (a ClusterConfig's edit of
 /// one route of 500: ~0.4 KB instead of 60 KB each).
 fn delta_object(
-    last: &mut BTreeMap<String, (String, RenderedSpec)>,
+    last: &mut BTreeMap<String, (String, Arc<RenderedSpec>)>,
     name: &str,
-    parts: &[NodeNetworkRenderingSpec],
+    items: &Arc<RenderedSpec>,
     new: bool,
 ) -> Option<NodeNetworkRendering> {
-    // The layer its sources have last (another rendering names it too): no delta, and
-    // nothing to join.
+    // The layer its sources have last (another rendering names it too): no delta.
     if last.values().any(|(l, _)| l == name) {
         return None;
     }
-    let joined = join(name, parts).ok()?;
-    let r = &joined.rendered;
-    let sources = r
+    let sources = items
         .vlans
         .first()
         .map(|s| &s.sources)
-        .or_else(|| r.routes.first().map(|s| &s.sources))
-        .or_else(|| r.addresses.first().map(|s| &s.sources))
-        .or_else(|| r.rules.first().map(|s| &s.sources))?;
-    let previous = last.insert(
-        source_key(sources),
-        (name.to_owned(), joined.rendered.clone()),
-    );
+        .or_else(|| items.routes.first().map(|s| &s.sources))
+        .or_else(|| items.addresses.first().map(|s| &s.sources))
+        .or_else(|| items.rules.first().map(|s| &s.sources))?;
+    let previous = last.insert(source_key(sources), (name.to_owned(), Arc::clone(items)));
     let (from, old) = previous.filter(|(from, _)| new && from != name)?;
     let delta = LayerDelta {
         from,
         to: name.to_owned(),
-        changes: old.delta_to(&joined.rendered),
+        changes: old.delta_to(items),
     };
     let size = serde_json::to_vec(&delta).map_or(usize::MAX, |b| b.len());
-    let whole = serde_json::to_vec(&joined.rendered).map_or(0, |b| b.len());
+    let whole = serde_json::to_vec(&**items).map_or(0, |b| b.len());
     if size > MAX_PART_BYTES || size.saturating_mul(2) > whole {
         return None;
     }
@@ -577,7 +579,10 @@ mod tests {
     };
 
     use super::*;
-    use crate::api::{Joined, NodeNetworkConfigSpec, layer_address};
+    use crate::{
+        api::{Joined, NodeNetworkConfigSpec, join, layer_address},
+        routing::shared::{LAYER_MIN_BYTES, Rendering},
+    };
 
     /// A rendering of a ClusterConfig's 500 routes (a layer) and one NodeConfig route;
     /// `via(i)` gives route `i`'s gateway.
@@ -613,14 +618,15 @@ mod tests {
         }
     }
 
-    fn layer(spec: &NodeNetworkConfigSpec) -> (String, Vec<NodeNetworkRenderingSpec>) {
-        let l = layout("r-x", spec, MAX_PART_BYTES, LAYER_MIN_BYTES);
+    /// The one layer of `spec`, with its items.
+    fn layer(spec: &NodeNetworkConfigSpec) -> (String, Arc<RenderedSpec>) {
+        let r = Rendering::of(spec, LAYER_MIN_BYTES, &mut BTreeMap::new());
         assert_eq!(
-            l.layers.len(),
+            r.layers.len(),
             1,
             "the ClusterConfig's routes are one layer"
         );
-        l.layers[0].clone()
+        r.layers[0].clone()
     }
 
     #[test]
@@ -644,8 +650,9 @@ mod tests {
         let bytes = serde_json::to_vec(&o).unwrap().len();
         assert!(bytes < 1024, "the delta object is {bytes} bytes");
         // It gives the new layer exactly, as the agent checks.
-        let old = join(&a, &a_parts).unwrap();
-        let new = join(&b, &b_parts).unwrap();
+        // (As stored, in parts, and read back.)
+        let old = join(&a, &layer_parts(&a, &a_parts, MAX_PART_BYTES)).unwrap();
+        let new = join(&b, &layer_parts(&b, &b_parts, MAX_PART_BYTES)).unwrap();
         assert_eq!(layer_address(&new.rendered), b);
         assert_eq!(Joined::from_delta(d, &old), Ok(new));
         // The same layer again (another group's rendering) or a stored one: no delta.

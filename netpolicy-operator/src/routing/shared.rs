@@ -16,14 +16,19 @@
 //!   item took an identity the policies also give, with other content) runs a
 //!   rendering of its own ([`NodePart::whole`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    hash::Hash,
+    sync::Arc,
+};
 
 use netpolicy_core::{
     fleet,
+    hash::Fnv1a,
     merge::{NodeOutcome, Source},
     render::{RenderedSpec, SourceRef, SourcedSpec},
+    spec::{AddressSpec, RouteSpec, RuleSpec, VlanSpec},
 };
-use serde::Serialize;
 
 use super::Routing;
 use crate::{
@@ -35,11 +40,120 @@ use crate::{
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
     /// Each distinct rendering, by name.
-    pub(crate) renderings: BTreeMap<String, NodeNetworkConfigSpec>,
+    pub(crate) renderings: BTreeMap<String, Rendering>,
     /// Each group, by name.
     pub(crate) groups: BTreeMap<String, Group>,
     /// Each node with a rendered outcome (a held node keeps what it runs).
     pub(crate) nodes: BTreeMap<String, NodePart>,
+}
+
+/// A rendering as the operator holds it: its layers (the items of each source set of
+/// at least [`LAYER_MIN_BYTES`], stored as objects of their own: [`layer_parts`]),
+/// each held once however many renderings have it, and the rest. A ClusterConfig's 500
+/// routes in 100 groups' renderings are one copy, not 100 (~20 MB of the operator's
+/// heap at 10,000 nodes while a rollout runs).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Rendering {
+    /// Its probes, `rollbackSeconds`, hard-synced tables, and the items in no layer.
+    pub(crate) own: NodeNetworkConfigSpec,
+    /// Its layers in the order of their sources: each one's name
+    /// ([`crate::api::layer_address`]) and items.
+    pub(crate) layers: Vec<(String, Arc<RenderedSpec>)>,
+    /// What each policy gives it (made from the whole rendering).
+    pub(crate) prints: Prints,
+}
+
+impl Rendering {
+    /// `spec` with the items of each source set of at least `layer_min` bytes of JSON
+    /// in a layer; a layer `held` has already is taken from there (and a new one put
+    /// there), so renderings with the same layer share one copy of it.
+    pub(crate) fn of(
+        spec: &NodeNetworkConfigSpec,
+        layer_min: usize,
+        held: &mut BTreeMap<String, Arc<RenderedSpec>>,
+    ) -> Self {
+        let mut sizes: BTreeMap<String, usize> = BTreeMap::new();
+        macro_rules! size {
+            ($list:ident) => {
+                for s in &spec.rendered.$list {
+                    *sizes.entry(source_key(&s.sources)).or_default() +=
+                        serde_json::to_vec(s).map_or(0, |b| b.len()) + 1;
+                }
+            };
+        }
+        size!(vlans);
+        size!(routes);
+        size!(addresses);
+        size!(rules);
+        let mut layers: BTreeMap<String, RenderedSpec> = sizes
+            .into_iter()
+            .filter(|(_, n)| *n >= layer_min)
+            .map(|(k, _)| (k, RenderedSpec::default()))
+            .collect();
+        let mut own = NodeNetworkConfigSpec {
+            revision: spec.revision.clone(),
+            rendered: RenderedSpec {
+                table_hard_sync: spec.rendered.table_hard_sync.clone(),
+                ..RenderedSpec::default()
+            },
+            probes: spec.probes.clone(),
+            rollback_seconds: spec.rollback_seconds,
+            ..NodeNetworkConfigSpec::default()
+        };
+        macro_rules! split {
+            ($list:ident) => {
+                for s in &spec.rendered.$list {
+                    match layers.get_mut(&source_key(&s.sources)) {
+                        Some(l) => l.$list.push(s.clone()),
+                        None => own.rendered.$list.push(s.clone()),
+                    }
+                }
+            };
+        }
+        split!(vlans);
+        split!(routes);
+        split!(addresses);
+        split!(rules);
+        let layers = layers
+            .into_values()
+            .map(|items| {
+                let name = crate::api::layer_address(&items);
+                let items = Arc::clone(held.entry(name.clone()).or_insert_with(|| Arc::new(items)));
+                (name, items)
+            })
+            .collect();
+        Self {
+            own,
+            layers,
+            prints: Prints::of(&spec.rendered, &spec.probes, spec.rollback_seconds),
+        }
+    }
+
+    /// Its items' lists: each layer's, then its own.
+    fn lists(&self) -> impl Iterator<Item = &RenderedSpec> {
+        self.layers
+            .iter()
+            .map(|(_, l)| &**l)
+            .chain(std::iter::once(&self.own.rendered))
+    }
+
+    /// The whole rendering as an agent joins and lays it ([`crate::api::Joined::lay`]):
+    /// its layers' items first, then its own, with its probes, `rollbackSeconds` and
+    /// hard-synced tables.
+    #[cfg(test)]
+    pub(crate) fn whole(&self) -> NodeNetworkConfigSpec {
+        let mut rendered = RenderedSpec {
+            table_hard_sync: self.own.rendered.table_hard_sync.clone(),
+            ..RenderedSpec::default()
+        };
+        for l in self.lists() {
+            rendered.extend(l);
+        }
+        NodeNetworkConfigSpec {
+            rendered,
+            ..self.own.clone()
+        }
+    }
 }
 
 /// Nodes selected by the same policies.
@@ -67,73 +181,75 @@ pub(crate) struct NodePart {
 /// The shared renderings of `routing`'s nodes, with what other jobs need on each node.
 pub(crate) fn shared(routing: &Routing, job_items: &BTreeMap<String, JobItems>) -> Shared {
     let mut out = Shared::default();
-    // Each rendering's items as text, once; and the part of nodes whose outcome is one
-    // the engine shares (no other job's items): computed once per outcome and group,
-    // not once per node.
-    let mut keyed: BTreeMap<String, Keyed> = BTreeMap::new();
-    let mut memo: std::collections::HashMap<((usize, usize), String), NodePart> =
-        std::collections::HashMap::new();
+    let mut layers = BTreeMap::new();
+    // The groups and their renderings first (one merge each), then each group's nodes
+    // against its rendering: one rendering's items are indexed at a time.
     for node in routing.nodes() {
-        let Some(NodeOutcome::Rendered(cfg)) = routing.outcome(node) else {
+        if !matches!(routing.outcome(node), Some(NodeOutcome::Rendered(_))) {
             continue;
-        };
+        }
         let policies = routing.policies_of(node);
         let group = fleet::group_name(policies.iter().map(String::as_str));
-        if !out.groups.contains_key(&group) {
+        let g = out.groups.entry(group).or_insert_with(|| {
             let (probes, rollback) = routing.node_probes(node);
             let rendering = group_rendering(routing, &policies).map(|r| {
                 let spec = super::node_spec(r, probes, rollback);
                 let name = fleet::rendering_name(&canonical(&spec));
-                out.renderings.entry(name.clone()).or_insert(spec);
+                out.renderings
+                    .entry(name.clone())
+                    .or_insert_with(|| Rendering::of(&spec, LAYER_MIN_BYTES, &mut layers));
                 name
             });
-            let g = Group {
-                policies: policies.clone(),
+            Group {
+                policies,
                 rendering,
                 members: Vec::new(),
-            };
-            out.groups.insert(group.clone(), g);
-        }
-        let Some(g) = out.groups.get_mut(&group) else {
-            continue;
-        };
-        g.members.push(node.to_owned());
-        let extra = job_items.get(node);
-        let memo_key = (cfg.memo_key(), group.clone());
-        if extra.is_none()
-            && let Some(part) = memo.get(&memo_key)
-        {
-            out.nodes.insert(node.to_owned(), part.clone());
-            continue;
-        }
-        let mut full = RenderedSpec::from_config(cfg);
-        if let Some(extra) = extra {
-            full = super::with_job_items(&full, extra).0;
-        }
-        let shared = g.rendering.as_ref().and_then(|r| {
-            let spec = out.renderings.get(r)?;
-            Some(
-                &*keyed
-                    .entry(r.clone())
-                    .or_insert_with(|| Keyed::of(&spec.rendered)),
-            )
+            }
         });
-        let part = match shared {
-            Some(s) if covers(&full, s) => NodePart {
-                group,
-                own: minus(&full, s),
-                whole: false,
-            },
-            _ => NodePart {
-                group,
-                own: full,
-                whole: true,
-            },
-        };
-        if extra.is_none() {
-            memo.insert(memo_key, part.clone());
+        g.members.push(node.to_owned());
+    }
+    // The part of nodes whose outcome is one the engine shares (no other job's items):
+    // computed once per outcome in a group, not once per node.
+    for (group, g) in &out.groups {
+        let keyed = g
+            .rendering
+            .as_ref()
+            .and_then(|r| out.renderings.get(r))
+            .map(Keyed::of);
+        let mut memo: std::collections::HashMap<(usize, usize), NodePart> =
+            std::collections::HashMap::new();
+        for node in &g.members {
+            let Some(NodeOutcome::Rendered(cfg)) = routing.outcome(node) else {
+                continue;
+            };
+            let extra = job_items.get(node);
+            if extra.is_none()
+                && let Some(part) = memo.get(&cfg.memo_key())
+            {
+                out.nodes.insert(node.clone(), part.clone());
+                continue;
+            }
+            let mut full = RenderedSpec::from_config(cfg);
+            if let Some(extra) = extra {
+                full = super::with_job_items(&full, extra).0;
+            }
+            let part = match &keyed {
+                Some(k) if k.covered_by(&full) => NodePart {
+                    group: group.clone(),
+                    own: k.not_in(&full),
+                    whole: false,
+                },
+                _ => NodePart {
+                    group: group.clone(),
+                    own: full,
+                    whole: true,
+                },
+            };
+            if extra.is_none() {
+                memo.insert(cfg.memo_key(), part.clone());
+            }
+            out.nodes.insert(node.clone(), part);
         }
-        out.nodes.insert(node.to_owned(), part);
     }
     out
 }
@@ -161,7 +277,7 @@ fn group_rendering(routing: &Routing, policies: &[String]) -> Option<RenderedSpe
 /// tables, and each part as many whole items as fit, in order; joined
 /// ([`crate::api::join`]) the parts are the rendering. An item larger than a part alone
 /// gets a part of its own (over `max`: the write says so, as for a node today).
-/// `layers` are named on the first part ([`layout`]).
+/// `layers` are named on the first part ([`Rendering::layers`]).
 pub(crate) fn parts(
     name: &str,
     spec: &NodeNetworkConfigSpec,
@@ -238,90 +354,22 @@ pub(crate) fn parts(
 /// what changed.
 pub(crate) const LAYER_MIN_BYTES: usize = 8 * 1024;
 
-/// How a rendering is stored: its own parts (the first names the layers) and its
-/// layers, each by name with its parts.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Layout {
-    pub(crate) parts: Vec<NodeNetworkRenderingSpec>,
-    pub(crate) layers: Vec<(String, Vec<NodeNetworkRenderingSpec>)>,
-}
-
-/// Rendering `name` as it is stored: the items of each source set of at least
-/// `layer_min` bytes in a layer named by its content (the same items in two renderings
-/// make one layer), in the order of their sources; the other items, the probes,
-/// `rollbackSeconds` and hard-synced tables in its own parts. Every object is at most
-/// `max` bytes ([`parts`]). Joined and laid ([`crate::api::Joined::lay`]), it has the
-/// rendering's items: the layers' first, each in the order the rendering has them.
-pub(crate) fn layout(
+/// Layer `name` (`items`) as it is stored: parts of at most `max` bytes.
+pub(crate) fn layer_parts(
     name: &str,
-    spec: &NodeNetworkConfigSpec,
+    items: &RenderedSpec,
     max: usize,
-    layer_min: usize,
-) -> Layout {
-    let mut sizes: BTreeMap<String, usize> = BTreeMap::new();
-    macro_rules! size {
-        ($list:ident) => {
-            for s in &spec.rendered.$list {
-                *sizes.entry(source_key(&s.sources)).or_default() +=
-                    serde_json::to_vec(s).map_or(0, |b| b.len()) + 1;
-            }
-        };
-    }
-    size!(vlans);
-    size!(routes);
-    size!(addresses);
-    size!(rules);
-    let mut layers: BTreeMap<String, RenderedSpec> = sizes
-        .into_iter()
-        .filter(|(_, n)| *n >= layer_min)
-        .map(|(k, _)| (k, RenderedSpec::default()))
-        .collect();
-    let mut own = RenderedSpec {
-        table_hard_sync: spec.rendered.table_hard_sync.clone(),
-        ..RenderedSpec::default()
-    };
-    macro_rules! split {
-        ($list:ident) => {
-            for s in &spec.rendered.$list {
-                match layers.get_mut(&source_key(&s.sources)) {
-                    Some(l) => l.$list.push(s.clone()),
-                    None => own.$list.push(s.clone()),
-                }
-            }
-        };
-    }
-    split!(vlans);
-    split!(routes);
-    split!(addresses);
-    split!(rules);
-    let layers: Vec<(String, Vec<NodeNetworkRenderingSpec>)> = layers
-        .into_values()
-        .map(|rendered| {
-            let layer = crate::api::layer_address(&rendered);
-            let spec = NodeNetworkConfigSpec {
-                rendered,
-                ..NodeNetworkConfigSpec::default()
-            };
-            let parts = parts(&layer, &spec, &[], max);
-            (layer, parts)
-        })
-        .collect();
-    let names: Vec<String> = layers.iter().map(|(n, _)| n.clone()).collect();
-    let own = NodeNetworkConfigSpec {
-        rendered: own,
-        probes: spec.probes.clone(),
-        rollback_seconds: spec.rollback_seconds,
+) -> Vec<NodeNetworkRenderingSpec> {
+    let spec = NodeNetworkConfigSpec {
+        rendered: items.clone(),
         ..NodeNetworkConfigSpec::default()
     };
-    Layout {
-        parts: parts(name, &own, &names, max),
-        layers,
-    }
+    parts(name, &spec, &[], max)
 }
 
 /// The key of a set of sources (`ClusterConfig/default,NodeConfig/edge`): the items of
-/// one key over the layer size are a layer ([`layout`]), and a new layer of a key gets a
-/// delta from its last one.
+/// one key over the layer size are a layer ([`Rendering::of`]), and a new layer of a
+/// key gets a delta from its last one.
 pub(crate) fn source_key(sources: &[SourceRef]) -> String {
     let s: Vec<String> = sources
         .iter()
@@ -355,41 +403,45 @@ pub(crate) struct Prints {
 }
 
 impl Prints {
-    /// The prints of a rendering: its items, probes and `rollbackSeconds`.
+    /// The prints of a rendering: its items, probes and `rollbackSeconds`. Each
+    /// policy's items are hashed as their JSON is written (no text is kept).
     pub(crate) fn of(
         rendered: &RenderedSpec,
         probes: &[crate::api::ProbeSpec],
         rollback_seconds: Option<u32>,
     ) -> Self {
-        let mut texts: BTreeMap<String, String> = BTreeMap::new();
-        let mut add = |kind: &str, item: String, sources: &[SourceRef]| {
-            for s in sources {
-                let t = texts.entry(format!("{}/{}", s.kind, s.name)).or_default();
-                t.push_str(kind);
-                t.push_str(&item);
-                t.push('\n');
+        use std::io::Write;
+        fn add<T: serde::Serialize>(
+            hashes: &mut BTreeMap<String, Fnv1a>,
+            kind: &str,
+            list: &[SourcedSpec<T>],
+        ) {
+            for s in list {
+                for source in &s.sources {
+                    let h = hashes
+                        .entry(format!("{}/{}", source.kind, source.name))
+                        .or_default();
+                    h.update(kind.as_bytes());
+                    // Writing into a hasher cannot fail.
+                    let _ = serde_json::to_writer(&mut *h, &s.item);
+                    h.update(b"\n");
+                }
             }
-        };
-        for s in &rendered.vlans {
-            add("vlan", text(s), &s.sources);
         }
-        for s in &rendered.routes {
-            add("route", text(s), &s.sources);
-        }
-        for s in &rendered.addresses {
-            add("address", text(s), &s.sources);
-        }
-        for s in &rendered.rules {
-            add("rule", text(s), &s.sources);
-        }
-        let common = serde_json::to_string(&(probes, rollback_seconds, &rendered.table_hard_sync))
-            .unwrap_or_default();
+        let mut hashes: BTreeMap<String, Fnv1a> = BTreeMap::new();
+        add(&mut hashes, "vlan", &rendered.vlans);
+        add(&mut hashes, "route", &rendered.routes);
+        add(&mut hashes, "address", &rendered.addresses);
+        add(&mut hashes, "rule", &rendered.rules);
+        let mut common = Fnv1a::default();
+        let _ = serde_json::to_writer(
+            &mut common,
+            &(probes, rollback_seconds, &rendered.table_hard_sync),
+        );
+        let _ = common.flush();
         Self {
-            common: netpolicy_core::hash::fnv1a(&[&common]),
-            policies: texts
-                .into_iter()
-                .map(|(k, t)| (k, netpolicy_core::hash::fnv1a(&[&t])))
-                .collect(),
+            common: common.finish(),
+            policies: hashes.into_iter().map(|(k, h)| (k, h.finish())).collect(),
         }
     }
 
@@ -405,72 +457,73 @@ pub(crate) fn canonical(spec: &NodeNetworkConfigSpec) -> String {
     serde_json::to_string(spec).unwrap_or_default()
 }
 
-/// A rendering's items as comparable text (sources aside), each with its sources.
+/// A rendering's items (sources aside), each with its sources, borrowed from it: what
+/// a node's items are compared with.
 #[derive(Debug, Default)]
-struct Keyed {
-    vlans: BTreeMap<String, Vec<SourceRef>>,
-    routes: BTreeMap<String, Vec<SourceRef>>,
-    addresses: BTreeMap<String, Vec<SourceRef>>,
-    rules: BTreeMap<String, Vec<SourceRef>>,
-    tables: Vec<u32>,
+struct Keyed<'a> {
+    vlans: HashMap<&'a VlanSpec, &'a [SourceRef]>,
+    routes: HashMap<&'a RouteSpec, &'a [SourceRef]>,
+    addresses: HashMap<&'a AddressSpec, &'a [SourceRef]>,
+    rules: HashMap<&'a RuleSpec, &'a [SourceRef]>,
+    tables: &'a [u32],
 }
 
-/// An item as comparable text.
-fn text<T: Serialize>(s: &SourcedSpec<T>) -> String {
-    serde_json::to_string(&s.item).unwrap_or_default()
-}
-
-impl Keyed {
-    fn of(r: &RenderedSpec) -> Self {
-        fn list<T: Serialize>(l: &[SourcedSpec<T>]) -> BTreeMap<String, Vec<SourceRef>> {
-            l.iter().map(|s| (text(s), s.sources.clone())).collect()
+impl<'a> Keyed<'a> {
+    fn of(r: &'a Rendering) -> Self {
+        fn list<'a, T: Eq + Hash>(
+            into: &mut HashMap<&'a T, &'a [SourceRef]>,
+            l: &'a [SourcedSpec<T>],
+        ) {
+            into.extend(l.iter().map(|s| (&s.item, s.sources.as_slice())));
         }
-        Self {
-            vlans: list(&r.vlans),
-            routes: list(&r.routes),
-            addresses: list(&r.addresses),
-            rules: list(&r.rules),
-            tables: r.table_hard_sync.clone(),
+        let mut k = Keyed {
+            tables: &r.own.rendered.table_hard_sync,
+            ..Keyed::default()
+        };
+        for l in r.lists() {
+            list(&mut k.vlans, &l.vlans);
+            list(&mut k.routes, &l.routes);
+            list(&mut k.addresses, &l.addresses);
+            list(&mut k.rules, &l.rules);
         }
+        k
     }
-}
 
-/// Whether `full` has every item of `shared` (sources aside) and the same hard-synced
-/// tables.
-fn covers(full: &RenderedSpec, shared: &Keyed) -> bool {
-    fn has<T: Serialize>(
-        full: &[SourcedSpec<T>],
-        shared: &BTreeMap<String, Vec<SourceRef>>,
-    ) -> bool {
-        let have: BTreeSet<String> = full.iter().map(text).collect();
-        shared.keys().all(|k| have.contains(k))
+    /// Whether `full` has every item of the rendering (sources aside) and the same
+    /// hard-synced tables.
+    fn covered_by(&self, full: &RenderedSpec) -> bool {
+        fn has<T: Eq + Hash>(full: &[SourcedSpec<T>], shared: &HashMap<&T, &[SourceRef]>) -> bool {
+            let have: HashSet<&T> = full.iter().map(|s| &s.item).collect();
+            shared.keys().all(|k| have.contains(k))
+        }
+        full.table_hard_sync == self.tables
+            && has(&full.vlans, &self.vlans)
+            && has(&full.routes, &self.routes)
+            && has(&full.addresses, &self.addresses)
+            && has(&full.rules, &self.rules)
     }
-    full.table_hard_sync == shared.tables
-        && has(&full.vlans, &shared.vlans)
-        && has(&full.routes, &shared.routes)
-        && has(&full.addresses, &shared.addresses)
-        && has(&full.rules, &shared.rules)
-}
 
-/// The items of `full` that `shared` does not have as they are there: absent, or with
-/// other sources (another job's source joined a policy's item on this node); each with
-/// its sources in `full`, which the agent takes over the rendering's.
-fn minus(full: &RenderedSpec, shared: &Keyed) -> RenderedSpec {
-    fn only<T: Serialize + Clone>(
-        full: &[SourcedSpec<T>],
-        shared: &BTreeMap<String, Vec<SourceRef>>,
-    ) -> Vec<SourcedSpec<T>> {
-        full.iter()
-            .filter(|s| shared.get(&text(s)) != Some(&s.sources))
-            .cloned()
-            .collect()
-    }
-    RenderedSpec {
-        vlans: only(&full.vlans, &shared.vlans),
-        routes: only(&full.routes, &shared.routes),
-        addresses: only(&full.addresses, &shared.addresses),
-        rules: only(&full.rules, &shared.rules),
-        table_hard_sync: Vec::new(),
+    /// The items of `full` that the rendering does not have as they are there: absent,
+    /// or with other sources (another job's source joined a policy's item on this
+    /// node); each with its sources in `full`, which the agent takes over the
+    /// rendering's.
+    fn not_in(&self, full: &RenderedSpec) -> RenderedSpec {
+        fn only<T: Eq + Hash + Clone>(
+            full: &[SourcedSpec<T>],
+            shared: &HashMap<&T, &[SourceRef]>,
+        ) -> Vec<SourcedSpec<T>> {
+            full.iter()
+                .filter(|s| shared.get(&s.item).copied() != Some(s.sources.as_slice()))
+                .cloned()
+                .collect()
+        }
+        RenderedSpec {
+            vlans: only(&full.vlans, &self.vlans),
+            routes: only(&full.routes, &self.routes),
+            addresses: only(&full.addresses, &self.addresses),
+            rules: only(&full.rules, &self.rules),
+            table_hard_sync: Vec::new(),
+        }
     }
 }
 

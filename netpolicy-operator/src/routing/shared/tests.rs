@@ -8,9 +8,9 @@ use netpolicy_core::{
 };
 use serde::Serialize;
 
-use super::{Shared, shared};
+use super::{Rendering, Shared, layer_parts, parts, shared};
 use crate::{
-    api::{ClusterConfig, NodeConfig},
+    api::{ClusterConfig, NodeConfig, NodeNetworkRenderingSpec},
     k8s::JobItems,
     routing::{Routing, node_spec, with_job_items},
 };
@@ -171,7 +171,7 @@ fn joined(shared: &Shared, node: &str) -> (RenderedSpec, Vec<u32>) {
         .rendering
         .as_ref()
         .and_then(|r| shared.renderings.get(r))
-        .map(|s| s.rendered.clone())
+        .map(|s| s.whole().rendered)
         .unwrap_or_default();
     let spec = r.overlay(&part.own);
     let tables = spec.table_hard_sync.clone();
@@ -222,7 +222,7 @@ fn every_node_runs_its_groups_rendering_and_its_own_items_which_are_todays_spec(
             .as_deref()
             .unwrap_or_default()];
         assert_eq!(
-            (&rendering.probes, rendering.rollback_seconds),
+            (&rendering.own.probes, rendering.own.rollback_seconds),
             (&probes, rollback),
             "{node}: probes"
         );
@@ -270,7 +270,7 @@ fn groups_follow_the_policies_and_only_per_node_items_stay_per_node() {
         shared
             .renderings
             .values()
-            .all(|r| r.rendered.routes.len() >= 40)
+            .all(|r| r.whole().rendered.routes.len() >= 40)
     );
     // A job's item that a policy gives too is the node's own for its sources.
     let joined = shared.nodes["n03"]
@@ -331,7 +331,11 @@ fn shared_renderings_at_10000_nodes() {
     let sizes: Vec<usize> = shared
         .renderings
         .values()
-        .map(|r| serde_json::to_vec(r).map(|v| v.len()).unwrap_or_default())
+        .map(|r| {
+            serde_json::to_vec(&r.whole())
+                .map(|v| v.len())
+                .unwrap_or_default()
+        })
         .collect();
     let rendered: usize = sizes.iter().sum();
     let largest = sizes.iter().max().copied().unwrap_or_default();
@@ -363,7 +367,7 @@ fn a_rendering_over_the_limit_is_cut_into_parts_that_join_back_to_it() {
         .renderings
         .values()
         .next()
-        .cloned()
+        .map(super::Rendering::whole)
         .unwrap_or_default();
     // Addresses too (an empty part leaves their key out of its text, a part with one has it).
     whole.rendered.addresses = (0..40)
@@ -442,9 +446,8 @@ fn a_policys_print_moves_only_with_its_own_items() {
         s.groups
             .values()
             .filter_map(|g| {
-                let spec = &s.renderings[g.rendering.as_ref()?];
-                let p = Prints::of(&spec.rendered, &spec.probes, spec.rollback_seconds);
-                Some((g.policies.clone(), p))
+                let r = &s.renderings[g.rendering.as_ref()?];
+                Some((g.policies.clone(), r.prints.clone()))
             })
             .collect()
     };
@@ -519,7 +522,6 @@ fn items(r: &RenderedSpec) -> Vec<String> {
 /// reached, a rendering is its parts alone, as before layers.
 #[test]
 fn a_large_policys_items_are_one_layer_that_renderings_share_and_join_back() {
-    use super::{LAYER_MIN_BYTES, layout};
     let mut routing = Routing::new();
     for (n, zone) in [("n1", "a"), ("n2", "b")] {
         routing.node(
@@ -542,8 +544,9 @@ fn a_large_policys_items_are_one_layer_that_renderings_share_and_join_back() {
     assert_eq!(shared.renderings.len(), 2, "one rendering a zone");
     let max = 16_384;
     let mut layer_names = BTreeSet::new();
-    for (name, whole) in &shared.renderings {
-        let l = layout(name, whole, max, LAYER_MIN_BYTES);
+    for (name, r) in &shared.renderings {
+        let whole = &r.whole();
+        let l = layout(name, r, max);
         assert_eq!(
             l.layers.len(),
             1,
@@ -597,9 +600,39 @@ fn a_large_policys_items_are_one_layer_that_renderings_share_and_join_back() {
             ),
         );
         // Below the layer size, a rendering is stored as before layers.
-        let flat = layout(name, whole, max, usize::MAX);
+        let flat = layout(
+            name,
+            &Rendering::of(whole, usize::MAX, &mut BTreeMap::new()),
+            max,
+        );
         assert!(flat.layers.is_empty());
         assert_eq!(flat.parts, super::parts(name, whole, &[], max));
     }
     assert_eq!(layer_names.len(), 1, "both renderings name the same layer");
+}
+
+/// How a rendering is stored: its own parts (the first names the layers) and its
+/// layers, each by name with its parts.
+#[derive(Debug, Clone, PartialEq)]
+struct Layout {
+    parts: Vec<NodeNetworkRenderingSpec>,
+    layers: Vec<(String, Vec<NodeNetworkRenderingSpec>)>,
+}
+
+/// Rendering `name` as it is stored: each of its layers under the layer's name (the
+/// same items in two renderings make one layer); its other items, the probes,
+/// `rollbackSeconds` and hard-synced tables in its own parts, the first naming the
+/// layers. Every object is at most `max` bytes ([`parts`]). Joined and laid
+/// ([`crate::api::Joined::lay`]), it has the rendering's items: the layers' first, each
+/// in the order the rendering has them.
+fn layout(name: &str, rendering: &Rendering, max: usize) -> Layout {
+    let names: Vec<String> = rendering.layers.iter().map(|(n, _)| n.clone()).collect();
+    Layout {
+        parts: parts(name, &rendering.own, &names, max),
+        layers: rendering
+            .layers
+            .iter()
+            .map(|(layer, items)| (layer.clone(), layer_parts(layer, items, max)))
+            .collect(),
+    }
 }
