@@ -31,6 +31,7 @@
 //!     }],
 //!     groups: vec![FleetGroup { group: group.clone(), rendering: "r-00000000000000aa".into() }],
 //!     sequence: 6,
+//!     report_spread_ms: None,
 //! };
 //! // A change on its way: no wave open yet.
 //! let rollout = NetworkRolloutSpec {
@@ -379,6 +380,13 @@ pub struct NetworkFleetSpec {
     /// The sequence of the last rollout folded in (a new rollout's is higher).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub sequence: u64,
+    /// Milliseconds over which the agents of one wave spread their reports of a newly
+    /// applied rendering: the operator sets it from the number of nodes
+    /// ([`netpolicy_core::fleet::report_spread_ms`]: 500 up to 1,000 nodes, half a
+    /// millisecond a node above). An agent started with `--report-spread-ms` uses its
+    /// own. Absent: 500.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report_spread_ms: Option<u32>,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // (serde's signature)

@@ -165,6 +165,26 @@ pub struct OrderKey {
     pub node: String,
 }
 
+/// How long, in milliseconds, the agents of a fleet of `nodes` nodes spread their
+/// reports of a newly applied rendering over (each waits its own share after applying):
+/// at least 500 ms, and half a millisecond a node above 1,000 nodes, in steps of 500 ms
+/// (a step per 1,000 nodes, so the fleet object changes once per thousand nodes joined
+/// or gone, not with every node). A wave of a quarter of 10,000 nodes then sends its
+/// 2,500 status patches over 5 s, after its applies rather than among the reads of the
+/// agents still applying.
+///
+/// ```
+/// use netpolicy_core::fleet::report_spread_ms;
+/// assert_eq!(report_spread_ms(3), 500);
+/// assert_eq!(report_spread_ms(1_000), 500);
+/// assert_eq!(report_spread_ms(1_001), 1_000);
+/// assert_eq!(report_spread_ms(10_000), 5_000);
+/// ```
+pub fn report_spread_ms(nodes: usize) -> u32 {
+    let steps = u32::try_from(nodes.div_ceil(1_000)).unwrap_or(u32::MAX);
+    steps.max(1).saturating_mul(500)
+}
+
 /// `node`'s [`OrderKey`] in the rollout named `rollout`.
 pub fn order_key(rollout: &str, node: &str) -> OrderKey {
     OrderKey {

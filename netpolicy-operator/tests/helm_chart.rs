@@ -204,10 +204,15 @@ fn the_agent_cleans_up_on_uninstall_unless_told_not_to() {
 }
 
 #[test]
-fn the_agents_report_spread_is_a_chart_value() {
+fn the_agents_report_spread_is_the_fleets_unless_the_chart_gives_one() {
     let args = |docs: &[Value]| container_args(docs, "DaemonSet");
     let default = render("np", &[]);
-    assert!(args(&default).contains(&"--report-spread-ms=500".to_owned()));
+    assert!(
+        !args(&default)
+            .iter()
+            .any(|a| a.starts_with("--report-spread-ms")),
+        "unset: the agents take the NetworkFleet's"
+    );
     let wide = render("np", &["--set", "agent.reportSpreadMs=5000"]);
     assert!(args(&wide).contains(&"--report-spread-ms=5000".to_owned()));
     let none = render("np", &["--set", "agent.reportSpreadMs=0"]);

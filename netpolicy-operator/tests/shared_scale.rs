@@ -19,10 +19,10 @@
 //! applies what it would run at once (the moment counted as applied) and reports its
 //! revision in its status (one merge patch when that changes; a newly applied rendering
 //! after the node's share of the report spread, `fleet::report_delay`, as the agent: the
-//! report is off the critical path, and printed apart). The spread is what the chart's
-//! README gives for the node count (`agent.reportSpreadMs`: 500 ms up to 1,000 nodes,
-//! half a millisecond a node above: 5,000 at 10,000), printed with the run;
-//! `NETPOLICY_SCALE_REPORT_SPREAD_MS` measures another. At 10,000 nodes with 500 ms, a
+//! report is off the critical path, and printed apart). The spread is the fleet's
+//! `reportSpreadMs`, as the agent takes it (the operator sets it from the node count:
+//! 500 ms up to 1,000 nodes, half a millisecond a node above: 5,000 at 10,000), printed
+//! with the run; `NETPOLICY_SCALE_REPORT_SPREAD_MS` measures another. At 10,000 nodes with 500 ms, a
 //! wave's 2,500 status patches came while the wave's agents still read their rendering
 //! and cost the API server the CPU they waited for (first wave 6.5 s instead of 4.6–5.1 s;
 //! benches/README.md).
@@ -79,16 +79,14 @@ use netpolicy_operator::{
 use serde_json::json;
 
 const ROUTES: usize = 500;
-/// The agents' `--report-spread-ms`: what the chart's README gives for the run's node
-/// count (`agent.reportSpreadMs`: its default of 500, and half a millisecond a node over
-/// 1,000 nodes: 5,000 at 10,000), `NETPOLICY_SCALE_REPORT_SPREAD_MS` to measure another.
-fn report_spread() -> Duration {
-    Duration::from_millis(
-        std::env::var("NETPOLICY_SCALE_REPORT_SPREAD_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| (nodes() as u64 / 2).max(500)),
-    )
+/// The agents' `--report-spread-ms` when `NETPOLICY_SCALE_REPORT_SPREAD_MS` gives one
+/// (to measure another); else each takes the fleet's `reportSpreadMs`, as the agent
+/// does (the operator sets it from the node count: 5,000 at 10,000 nodes).
+fn report_spread_given() -> Option<Duration> {
+    std::env::var("NETPOLICY_SCALE_REPORT_SPREAD_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis)
 }
 const POOLS: usize = 100;
 const CONCURRENCY: usize = 48;
@@ -322,10 +320,15 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
         }
         if !done {
             // A newly applied rendering is reported after the node's share of the
-            // report spread (`report_spread`: the agents' `--report-spread-ms`), as the
-            // agent does.
+            // report spread (the fleet's, or `report_spread_given`), as the agent does.
             if rendering.is_some() && st.applied_rendering != rendering {
-                tokio::time::sleep(report_delay(&node, report_spread())).await;
+                let spread = report_spread_given()
+                    .or_else(|| {
+                        let ms = spec.as_ref()?.report_spread_ms?;
+                        Some(Duration::from_millis(u64::from(ms)))
+                    })
+                    .unwrap_or(Duration::from_millis(500));
+                tokio::time::sleep(report_delay(&node, spread)).await;
             }
             let patch = json!({"status": {
                 "observedGeneration": o.metadata.generation,
@@ -685,8 +688,14 @@ fn mode(shared: bool) -> &'static str {
 async fn a_cluster_wide_edit_per_node_and_with_shared_renderings() {
     let n = nodes();
     println!(
-        "{n} nodes, a {ROUTES}-route ClusterConfig, {POOLS} NodeConfigs ({POOLS} distinct configurations), agents' report spread {} ms",
-        report_spread().as_millis()
+        "{n} nodes, a {ROUTES}-route ClusterConfig, {POOLS} NodeConfigs ({POOLS} distinct configurations), agents' report spread {}",
+        report_spread_given().map_or_else(
+            || format!(
+                "the fleet's ({} ms)",
+                netpolicy_core::fleet::report_spread_ms(n)
+            ),
+            |d| format!("{} ms (given)", d.as_millis())
+        )
     );
     // `NETPOLICY_SCALE_MODES=shared` (or `per-node`) runs one mode only.
     let modes: Vec<bool> = match std::env::var("NETPOLICY_SCALE_MODES").as_deref() {

@@ -24,7 +24,7 @@ use super::{FleetError, NetworkFleetSpec, NetworkRolloutSpec, current_rollouts};
 /// use netpolicy_api::{NetworkFleetSpec, NetworkRolloutSpec, SeenRollouts};
 ///
 /// let rollout = NetworkRolloutSpec { sequence: 7, groups: vec![], rolled_back: false };
-/// let mut fleet = NetworkFleetSpec { policies: vec![], groups: vec![], sequence: 6 };
+/// let mut fleet = NetworkFleetSpec { sequence: 6, ..Default::default() };
 /// let mut seen = SeenRollouts::default();
 /// seen.listed([("rollout-7".to_owned(), rollout)].into(), Some(&fleet));
 /// // The delete comes before the fleet that folds it: it still counts.
@@ -152,6 +152,7 @@ mod tests {
             policies: Vec::new(),
             groups: Vec::new(),
             sequence,
+            report_spread_ms: None,
         }
     }
 

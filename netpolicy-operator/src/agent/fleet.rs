@@ -271,6 +271,14 @@ impl FleetView {
         self.ran.as_ref().map(|(o, _)| o)
     }
 
+    /// The report spread the fleet gives (`reportSpreadMs`).
+    pub(crate) fn report_spread(&self) -> Option<std::time::Duration> {
+        self.fleet
+            .as_ref()
+            .and_then(|f| f.report_spread_ms)
+            .map(|ms| std::time::Duration::from_millis(u64::from(ms)))
+    }
+
     /// A pass ran `run` (from `rendering`, for a shared object).
     pub(crate) fn record(&mut self, run: NodeNetworkConfig, rendering: Option<String>) {
         if rendering.is_some() {
@@ -567,6 +575,7 @@ mod tests {
                 rendering: "r-old".into(),
             }],
             sequence: 1,
+            report_spread_ms: None,
         }
     }
 
@@ -610,6 +619,28 @@ mod tests {
             v.on(&Changed::Rollout(group.into(), Event::InitApply(r.clone())));
         }
         v.on(&Changed::Rollout(group.into(), Event::InitDone))
+    }
+
+    #[tokio::test]
+    async fn the_report_spread_is_the_fleets() {
+        let mut v = view();
+        assert_eq!(v.report_spread(), None, "no fleet seen");
+        assert!(v.on(&Changed::Fleet(Event::Apply(NetworkFleet::new(
+            "default",
+            fleet()
+        )))));
+        assert_eq!(v.report_spread(), None, "a fleet that gives none");
+        let wide = NetworkFleetSpec {
+            report_spread_ms: Some(5_000),
+            ..fleet()
+        };
+        assert!(
+            v.on(&Changed::Fleet(Event::Apply(NetworkFleet::new(
+                "default", wide
+            )))),
+            "a new spread is a change"
+        );
+        assert_eq!(v.report_spread(), Some(std::time::Duration::from_secs(5)));
     }
 
     #[tokio::test]

@@ -119,9 +119,11 @@ pub struct AgentOptions {
     /// Milliseconds over which the agents of one wave spread their reports of a newly
     /// applied shared rendering: each waits its own share (from its node name) after
     /// applying, so a wave's status patches do not reach the API server in one burst.
-    /// A failure is reported at once. 0: no wait.
-    #[arg(long, default_value_t = 500, value_name = "MS")]
-    pub report_spread_ms: u64,
+    /// A failure is reported at once. 0: no wait. Not given: what the NetworkFleet says
+    /// (`reportSpreadMs`, which the operator sets from the node count: 500 up to 1,000
+    /// nodes, half a millisecond a node above), else 500.
+    #[arg(long, value_name = "MS")]
+    pub report_spread_ms: Option<u64>,
 }
 
 /// `IP:PORT`, `[IPv6]:PORT` or `IPv6:PORT` (the last colon parts the port).
@@ -427,6 +429,9 @@ async fn cleanup(adapter: &Arc<Mutex<Adapter>>) -> Result<()> {
     Ok(())
 }
 
+/// The report spread of an agent given none, in a fleet that says none.
+const DEFAULT_REPORT_SPREAD: Duration = Duration::from_millis(500);
+
 /// A pass over `nnc` (what it runs: [`fleet::FleetView::what_runs`]), remembered in `watched`
 /// and `view`: whether it succeeded, and how long it took; `None`: nothing to run yet.
 async fn pass_over(
@@ -439,7 +444,11 @@ async fn pass_over(
 ) -> Option<(bool, Duration)> {
     let (run, rendering) = view.what_runs(nnc).await?;
     let start = Instant::now();
-    let ok = match pass(api, &run, adapter, ctx, rendering.as_deref()).await {
+    let spread = ctx
+        .report_spread
+        .or_else(|| view.report_spread())
+        .unwrap_or(DEFAULT_REPORT_SPREAD);
+    let ok = match pass(api, &run, adapter, ctx, rendering.as_deref(), spread).await {
         Ok(written) => {
             watched.acted = Some(generation_key(nnc));
             view.record(run, rendering);
@@ -496,8 +505,8 @@ struct Ctx {
     state_file: Option<PathBuf>,
     /// This node's name (the state file says whose it is).
     node: String,
-    /// `--report-spread-ms`.
-    report_spread: Duration,
+    /// `--report-spread-ms` (`None`: the fleet's).
+    report_spread: Option<Duration>,
 }
 
 impl Ctx {
@@ -519,7 +528,7 @@ impl Ctx {
             },
             state_file: opts.state_file.clone(),
             node: opts.node.clone(),
-            report_spread: Duration::from_millis(opts.report_spread_ms),
+            report_spread: opts.report_spread_ms.map(Duration::from_millis),
         }
     }
 
@@ -560,6 +569,7 @@ async fn pass(
     adapter: &Arc<Mutex<Adapter>>,
     ctx: &mut Ctx,
     rendering: Option<&str>,
+    report_spread: Duration,
 ) -> Result<Option<NodeNetworkConfig>> {
     let node = nnc.name_any();
     let current = nnc.status.clone().unwrap_or_default();
@@ -675,7 +685,7 @@ async fn pass(
     if let PassOutcome::Invalid(e) = &outcome {
         warn!(node, "invalid NodeNetworkConfig (nothing changed): {e}");
     }
-    write_status(api, &node, &current, &next, ctx.report_spread).await
+    write_status(api, &node, &current, &next, report_spread).await
 }
 
 /// Gives up the left-behind `items` that are still netpolicy's; returns those the kernel

@@ -114,7 +114,8 @@ impl Published {
 /// renderings moved in one new rollout, the rollouts under way moved on by the reports
 /// of their members that run shared objects (`reports`; members absent from it are
 /// gated per node) within `budget` (each policy's `maxUnavailable`, resolved), and the
-/// finished ones folded into the fleet.
+/// finished ones folded into the fleet; the agents' report spread for the number of
+/// nodes ([`netpolicy_core::fleet::report_spread_ms`]).
 pub(crate) fn plan(
     shared: &Shared,
     index: Vec<FleetPolicy>,
@@ -124,6 +125,7 @@ pub(crate) fn plan(
 ) -> Published {
     let mut out = before.clone();
     out.fleet.policies = index;
+    out.fleet.report_spread_ms = Some(netpolicy_core::fleet::report_spread_ms(shared.nodes.len()));
     // The groups whose rendering changed, each from what it last ran everywhere.
     let was = before.current();
     let mut moves = Vec::new();

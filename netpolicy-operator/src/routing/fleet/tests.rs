@@ -105,6 +105,11 @@ fn a_first_fleet_runs_what_the_nodes_run_and_an_edit_rolls_out_in_waves_within_t
     assert!(first.rollouts.is_empty(), "{first:?}");
     assert_eq!(first.fleet.groups[0].rendering, "r1");
     assert_eq!(first.fleet.sequence, 1);
+    assert_eq!(
+        first.fleet.report_spread_ms,
+        Some(500),
+        "the agents' report spread for 20 nodes"
+    );
     // The ClusterConfig changes: r2, five nodes at a time; agents lag (odd nodes apply
     // only on odd steps).
     let shared = world(20, Some("r2"));
