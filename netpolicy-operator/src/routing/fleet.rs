@@ -361,8 +361,8 @@ pub(crate) struct Prepared {
     /// The fleet and the rollouts to publish.
     pub(crate) published: Published,
     /// Nodes whose NodeNetworkConfig is shared after this pass, with its spec (their own
-    /// items).
-    pub(crate) own: BTreeMap<String, NodeNetworkConfigSpec>,
+    /// items; nodes with none share one).
+    pub(crate) own: BTreeMap<String, Arc<NodeNetworkConfigSpec>>,
     /// Of those, the nodes the fleet keeps on a rendering their group is leaving (they
     /// wait for their wave).
     pub(crate) waiting: BTreeSet<String>,
@@ -424,10 +424,10 @@ pub(crate) fn prepare(
     let mut reports = BTreeMap::new();
     for node in shared.nodes.keys() {
         if let Some(o) = existing(node).filter(|o| o.spec.shared) {
-            let st = o.status.clone().unwrap_or_default();
+            let st = o.status.as_ref();
             let r = Reported {
-                applied: st.applied_rendering,
-                failed: st.failed_rendering,
+                applied: st.and_then(|s| s.applied_rendering.clone()),
+                failed: st.and_then(|s| s.failed_rendering.clone()),
             };
             reports.insert(node.clone(), r);
         }
@@ -441,6 +441,8 @@ pub(crate) fn prepare(
     let rollouts = published.current();
     let mut out = Prepared::default();
     let mut steady: BTreeMap<(&str, String), super::status::Policies> = BTreeMap::new();
+    let mut no_own_items = None;
+    let no_status = crate::api::NodeNetworkConfigStatus::default();
     for (node, part) in &shared.nodes {
         let Some(d) = shared.groups[&part.group].rendering.as_deref() else {
             continue;
@@ -453,13 +455,12 @@ pub(crate) fn prepare(
             // it and its group is settled (else whole, as a new node always gets its
             // config at once, and moved later).
             if fresh_shared && !part.whole && runs == Some(d) {
-                let mut spec = super::node_spec(part.own.clone(), Vec::new(), None);
-                spec.shared = true;
-                out.own.insert(node.clone(), spec);
+                out.own
+                    .insert(node.clone(), shared_spec(&part.own, &mut no_own_items));
             }
             continue;
         };
-        let st = o.status.clone().unwrap_or_default();
+        let st = o.status.as_ref().unwrap_or(&no_status);
         // A shared object no agent reported on yet (a node that joined) stays shared:
         // an agent that does not read it reports without `sharedRenderings`.
         let reads_shared = st.shared_renderings
@@ -481,9 +482,8 @@ pub(crate) fn prepare(
                 continue;
             }
         }
-        let mut spec = super::node_spec(part.own.clone(), Vec::new(), None);
-        spec.shared = true;
-        out.own.insert(node.clone(), spec);
+        out.own
+            .insert(node.clone(), shared_spec(&part.own, &mut no_own_items));
         if runs != Some(d) {
             out.waiting.insert(node.clone());
         }
@@ -515,6 +515,24 @@ pub(crate) fn prepare(
     out.shared = shared;
     out.published = published;
     out
+}
+
+/// The spec of a shared object with `own` items. Most nodes have none: their spec is
+/// made once a pass (in `empty`) and shared, not made, hashed and held 10,000 times.
+fn shared_spec(
+    own: &netpolicy_core::render::RenderedSpec,
+    empty: &mut Option<Arc<NodeNetworkConfigSpec>>,
+) -> Arc<NodeNetworkConfigSpec> {
+    let make = || {
+        let mut spec = super::node_spec(own.clone(), Vec::new(), None);
+        spec.shared = true;
+        Arc::new(spec)
+    };
+    if *own == netpolicy_core::render::RenderedSpec::default() {
+        Arc::clone(empty.get_or_insert_with(make))
+    } else {
+        make()
+    }
 }
 
 /// Whether every agent that reported on its node object (`objects`) reads shared

@@ -35,7 +35,7 @@ pub(crate) struct Cluster<'a> {
     pub(crate) job_items: &'a BTreeMap<String, JobItems>,
     /// Nodes whose object is shared (issue 68), with their spec: their own items only,
     /// written at once (their group's rendering rolls out through the fleet).
-    pub(crate) own: &'a BTreeMap<String, NodeNetworkConfigSpec>,
+    pub(crate) own: &'a BTreeMap<String, std::sync::Arc<NodeNetworkConfigSpec>>,
 }
 
 /// The limits a pass writes under.
@@ -116,7 +116,7 @@ pub(crate) fn node_writes(
             continue;
         }
         let spec = match cluster.own.get(node) {
-            Some(own) => Cow::Borrowed(own),
+            Some(own) => Cow::Borrowed(&**own),
             None => spec_of(
                 routing,
                 node,
