@@ -513,7 +513,7 @@ impl Publisher {
     }
 }
 
-/// The object holding the delta to layer `name` (stored as `parts`) from the last other
+/// The object holding the delta to layer `name` (its `items`) from the last other
 /// layer laid out for the same sources, when `name` is `new` (not stored yet) and the
 /// delta is under half the layer's size (else a reader may as well read the layer);
 /// `name` is remembered as its sources' last layer either way. Agents that hold the old
