@@ -503,6 +503,15 @@ impl NetworkFleetSpec {
             .collect()
     }
 
+    /// How long the agents spread their reports of a newly applied rendering over:
+    /// `reportSpreadMs`, or [`netpolicy_core::fleet::MIN_REPORT_SPREAD_MS`] when absent.
+    pub fn report_spread(&self) -> std::time::Duration {
+        let ms = self
+            .report_spread_ms
+            .unwrap_or(netpolicy_core::fleet::MIN_REPORT_SPREAD_MS);
+        std::time::Duration::from_millis(u64::from(ms))
+    }
+
     /// Each group's settled rendering as a finished rollout.
     pub fn settled(&self) -> Vec<Rollout> {
         self.groups

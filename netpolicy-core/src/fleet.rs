@@ -165,9 +165,14 @@ pub struct OrderKey {
     pub node: String,
 }
 
+/// The least report spread ([`report_spread_ms`]), and what an agent uses when
+/// neither its own setting nor the fleet gives one.
+pub const MIN_REPORT_SPREAD_MS: u32 = 500;
+
 /// How long, in milliseconds, the agents of a fleet of `nodes` nodes spread their
 /// reports of a newly applied rendering over (each waits its own share after applying):
-/// at least 500 ms, and half a millisecond a node above 1,000 nodes, in steps of 500 ms
+/// at least [`MIN_REPORT_SPREAD_MS`] (500), and half a millisecond a node above 1,000
+/// nodes, in steps of 500 ms
 /// (a step per 1,000 nodes, so the fleet object changes once per thousand nodes joined
 /// or gone, not with every node). A wave of a quarter of 10,000 nodes then sends its
 /// 2,500 status patches over 5 s, after its applies rather than among the reads of the
@@ -182,7 +187,7 @@ pub struct OrderKey {
 /// ```
 pub fn report_spread_ms(nodes: usize) -> u32 {
     let steps = u32::try_from(nodes.div_ceil(1_000)).unwrap_or(u32::MAX);
-    steps.max(1).saturating_mul(500)
+    steps.max(1).saturating_mul(MIN_REPORT_SPREAD_MS)
 }
 
 /// `node`'s [`OrderKey`] in the rollout named `rollout`.

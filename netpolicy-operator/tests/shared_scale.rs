@@ -322,12 +322,12 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
             // A newly applied rendering is reported after the node's share of the
             // report spread (the fleet's, or `report_spread_given`), as the agent does.
             if rendering.is_some() && st.applied_rendering != rendering {
-                let spread = report_spread_given()
-                    .or_else(|| {
-                        let ms = spec.as_ref()?.report_spread_ms?;
-                        Some(Duration::from_millis(u64::from(ms)))
-                    })
-                    .unwrap_or(Duration::from_millis(500));
+                let spread = report_spread_given().unwrap_or_else(|| {
+                    spec.as_ref().map_or_else(
+                        || NetworkFleetSpec::default().report_spread(),
+                        NetworkFleetSpec::report_spread,
+                    )
+                });
                 tokio::time::sleep(report_delay(&node, spread)).await;
             }
             let patch = json!({"status": {

@@ -271,12 +271,15 @@ impl FleetView {
         self.ran.as_ref().map(|(o, _)| o)
     }
 
-    /// The report spread the fleet gives (`reportSpreadMs`).
-    pub(crate) fn report_spread(&self) -> Option<std::time::Duration> {
-        self.fleet
-            .as_ref()
-            .and_then(|f| f.report_spread_ms)
-            .map(|ms| std::time::Duration::from_millis(u64::from(ms)))
+    /// The report spread the fleet gives ([`NetworkFleetSpec::report_spread`]; no fleet
+    /// seen yet: the least).
+    pub(crate) fn report_spread(&self) -> std::time::Duration {
+        self.fleet.as_ref().map_or(
+            std::time::Duration::from_millis(u64::from(
+                netpolicy_core::fleet::MIN_REPORT_SPREAD_MS,
+            )),
+            NetworkFleetSpec::report_spread,
+        )
     }
 
     /// A pass ran `run` (from `rendering`, for a shared object).
@@ -624,12 +627,13 @@ mod tests {
     #[tokio::test]
     async fn the_report_spread_is_the_fleets() {
         let mut v = view();
-        assert_eq!(v.report_spread(), None, "no fleet seen");
+        let least = std::time::Duration::from_millis(500);
+        assert_eq!(v.report_spread(), least, "no fleet seen");
         assert!(v.on(&Changed::Fleet(Event::Apply(NetworkFleet::new(
             "default",
             fleet()
         )))));
-        assert_eq!(v.report_spread(), None, "a fleet that gives none");
+        assert_eq!(v.report_spread(), least, "a fleet that gives none");
         let wide = NetworkFleetSpec {
             report_spread_ms: Some(5_000),
             ..fleet()
@@ -640,7 +644,7 @@ mod tests {
             )))),
             "a new spread is a change"
         );
-        assert_eq!(v.report_spread(), Some(std::time::Duration::from_secs(5)));
+        assert_eq!(v.report_spread(), std::time::Duration::from_secs(5));
     }
 
     #[tokio::test]

@@ -429,9 +429,6 @@ async fn cleanup(adapter: &Arc<Mutex<Adapter>>) -> Result<()> {
     Ok(())
 }
 
-/// The report spread of an agent given none, in a fleet that says none.
-const DEFAULT_REPORT_SPREAD: Duration = Duration::from_millis(500);
-
 /// A pass over `nnc` (what it runs: [`fleet::FleetView::what_runs`]), remembered in `watched`
 /// and `view`: whether it succeeded, and how long it took; `None`: nothing to run yet.
 async fn pass_over(
@@ -444,10 +441,7 @@ async fn pass_over(
 ) -> Option<(bool, Duration)> {
     let (run, rendering) = view.what_runs(nnc).await?;
     let start = Instant::now();
-    let spread = ctx
-        .report_spread
-        .or_else(|| view.report_spread())
-        .unwrap_or(DEFAULT_REPORT_SPREAD);
+    let spread = ctx.report_spread.unwrap_or_else(|| view.report_spread());
     let ok = match pass(api, &run, adapter, ctx, rendering.as_deref(), spread).await {
         Ok(written) => {
             watched.acted = Some(generation_key(nnc));

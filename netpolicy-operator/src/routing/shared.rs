@@ -410,7 +410,6 @@ impl Prints {
         probes: &[crate::api::ProbeSpec],
         rollback_seconds: Option<u32>,
     ) -> Self {
-        use std::io::Write;
         fn add<T: serde::Serialize>(
             hashes: &mut BTreeMap<String, Fnv1a>,
             kind: &str,
@@ -434,11 +433,11 @@ impl Prints {
         add(&mut hashes, "address", &rendered.addresses);
         add(&mut hashes, "rule", &rendered.rules);
         let mut common = Fnv1a::default();
+        // Writing into a hasher cannot fail.
         let _ = serde_json::to_writer(
             &mut common,
             &(probes, rollback_seconds, &rendered.table_hard_sync),
         );
-        let _ = common.flush();
         Self {
             common: common.finish(),
             policies: hashes.into_iter().map(|(k, h)| (k, h.finish())).collect(),
