@@ -444,11 +444,11 @@ pub(crate) fn prepare(
     let mut no_own_items = None;
     let no_status = crate::api::NodeNetworkConfigStatus::default();
     for (node, part) in &shared.nodes {
-        let Some(d) = shared.groups[&part.group].rendering.as_deref() else {
+        let Some(d) = shared.groups[&*part.group].rendering.as_deref() else {
             continue;
         };
         let runs = rollouts
-            .get(part.group.as_str())
+            .get(&*part.group)
             .and_then(|r| r.rendering_for(&order_key(&r.name, node)));
         let Some(o) = existing(node) else {
             // A node that joins: shared from its first object when its agent will read
@@ -492,7 +492,7 @@ pub(crate) fn prepare(
                 out.on_target.insert(node.clone());
             }
             Some(a) if o.spec.shared => {
-                let key = (part.group.as_str(), a.to_owned());
+                let key = (&*part.group, a.to_owned());
                 let same = match steady.get(&key) {
                     Some(same) => Arc::clone(same),
                     None => {

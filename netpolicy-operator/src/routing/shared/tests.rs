@@ -165,9 +165,9 @@ fn sourced<T: Serialize>(list: &[SourcedSpec<T>]) -> BTreeMap<String, Vec<Source
 fn joined(shared: &Shared, node: &str) -> (RenderedSpec, Vec<u32>) {
     let part = &shared.nodes[node];
     if part.whole {
-        return (part.own.clone(), part.own.table_hard_sync.clone());
+        return ((*part.own).clone(), part.own.table_hard_sync.clone());
     }
-    let r = shared.groups[&part.group]
+    let r = shared.groups[&*part.group]
         .rendering
         .as_ref()
         .and_then(|r| shared.renderings.get(r))
@@ -217,7 +217,7 @@ fn every_node_runs_its_groups_rendering_and_its_own_items_which_are_todays_spec(
         assert_eq!(tables, today.rendered.table_hard_sync, "{node}: tables");
         let part = &shared.nodes[node];
         assert!(!part.whole, "{node}: its group's rendering holds for it");
-        let rendering = &shared.renderings[shared.groups[&part.group]
+        let rendering = &shared.renderings[shared.groups[&*part.group]
             .rendering
             .as_deref()
             .unwrap_or_default()];
