@@ -152,6 +152,7 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
     // changes, as the agent's.
     let rollout_api: Api<NetworkRollout> = Api::all(client.clone());
     let mut group: Option<String> = None;
+    let mut regroup = false;
     let mut listed: Option<String> = None;
     let mut of_group = SeenRollouts::default();
     let mut listing: BTreeMap<String, NetworkRolloutSpec> = BTreeMap::new();
@@ -180,6 +181,7 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
             ev = meta.next() => match ev {
                 Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))) => {
                     labels = Some(o.metadata.labels.unwrap_or_default());
+                    regroup = true;
                 }
                 Some(_) => continue,
                 None => return,
@@ -190,6 +192,7 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
                     // The policy index, made once per fleet (as the agent).
                     index = f.spec.index();
                     spec = Some(f.spec);
+                    regroup = true;
                 }
                 Some(_) => continue,
                 None => return,
@@ -217,7 +220,10 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
                 Err(_) => continue,
             },
         }
-        if let (Some(l), Some(_)) = (&labels, &spec) {
+        // Its group found again when its labels or the fleet changed, as the agent's
+        // `regroup` (not on every event).
+        if let (true, Some(l), Some(_)) = (regroup, &labels, &spec) {
+            regroup = false;
             let g = choose(&node, l, &index, &[]).group;
             if group.as_ref() != Some(&g) {
                 let cfg = watcher::Config::default().labels(&group_label(&g));
@@ -234,7 +240,8 @@ async fn agent(client: Client, node: String, fleet: Fleet, heard: Heard) {
             if listed != group {
                 continue;
             }
-            let Ok(current) = of_group.current(Some(f)) else {
+            let Some(g) = &group else { continue };
+            let Ok(current) = of_group.current_of(g, Some(f)) else {
                 continue;
             };
             let Some(name) = choose(&node, l, &index, &current).rendering else {
@@ -629,6 +636,41 @@ async fn edit_costs(n: usize, shared: bool) -> Cost {
             mode(shared),
             h.as_secs_f64(),
             w.saturating_sub(h).as_secs_f64()
+        );
+    }
+    // How the wave spread: the rollout's first version reaching the agents (every
+    // agent of a group it moves hears it, in the wave or not), and the nodes applying.
+    let at = |mut t: Vec<Instant>, share: f64| -> Option<f64> {
+        t.sort();
+        let i = ((t.len() as f64 * share).ceil() as usize).clamp(1, t.len().max(1)) - 1;
+        t.get(i).map(|t| t.duration_since(edit).as_secs_f64())
+    };
+    if let Some(w) = first_wave {
+        let heard_in_wave: Vec<Instant> = heard
+            .lock()
+            .unwrap()
+            .iter()
+            .copied()
+            .filter(|t| *t > edit && t.duration_since(edit) <= w)
+            .collect();
+        // (Every node applied by now: shares of the whole fleet.)
+        let applied: Vec<Instant> = fleet
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(|r| r.edited)
+            .collect();
+        let q = |t: &Vec<Instant>, s| at(t.clone(), s).unwrap_or(f64::NAN);
+        println!(
+            "[{}] first wave's spread: the rollout heard {} times in it (10% {:.1} s, half {:.1} s, last {:.1} s); applied on 1% of the nodes {:.1} s, 10% {:.1} s, 25% {:.1} s",
+            mode(shared),
+            heard_in_wave.len(),
+            q(&heard_in_wave, 0.1),
+            q(&heard_in_wave, 0.5),
+            q(&heard_in_wave, 1.0),
+            q(&applied, 0.01),
+            q(&applied, 0.10),
+            q(&applied, 0.25),
         );
     }
     if let Some(r) = first_reported {

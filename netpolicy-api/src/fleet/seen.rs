@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use netpolicy_core::fleet::Rollout;
 
-use super::{FleetError, NetworkFleetSpec, NetworkRolloutSpec, current_rollouts};
+use super::{
+    FleetError, NetworkFleetSpec, NetworkRolloutSpec, current_rollouts, current_rollouts_of,
+};
 
 /// The NetworkRollouts a reader has seen (an agent: those of its own group), from its
 /// watch's events, for [`current_rollouts`].
@@ -132,6 +134,23 @@ impl SeenRollouts {
     /// [`FleetError`] naming the rollout whose `through` does not parse.
     pub fn current(&self, fleet: Option<&NetworkFleetSpec>) -> Result<Vec<Rollout>, FleetError> {
         current_rollouts(fleet, self.rollouts.iter().map(|(n, r)| (n.as_str(), r)))
+    }
+
+    /// What `group` runs ([`current_rollouts_of`] over these): what an agent of that
+    /// group chooses from, each time it looks.
+    ///
+    /// # Errors
+    /// [`FleetError`] naming the rollout whose entry for `group` does not parse.
+    pub fn current_of(
+        &self,
+        group: &str,
+        fleet: Option<&NetworkFleetSpec>,
+    ) -> Result<Vec<Rollout>, FleetError> {
+        current_rollouts_of(
+            group,
+            fleet,
+            self.rollouts.iter().map(|(n, r)| (n.as_str(), r)),
+        )
     }
 }
 

@@ -111,8 +111,9 @@ fn rollouts(nodes: &[(String, Labels)], index: &[PolicySelector], plans: &[Plan]
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
-    /// The agent's choice, from its labels, the index and the rollouts, is what the
-    /// operator's computation over every node gives it.
+    /// The agent's choice, from its labels, the index and the rollouts (every group's,
+    /// or its own group's alone), is what the operator's computation over every node
+    /// gives it.
     #[test]
     fn each_agent_chooses_what_the_operator_computes_for_it((nodes, index, plans) in world()) {
         let waves = rollouts(&nodes, &index, &plans);
@@ -121,6 +122,12 @@ proptest! {
         let published: Vec<Rollout> = waves.iter().map(Waves::published).collect();
         for (name, labels) in &nodes {
             prop_assert_eq!(&choose(name, labels, &index, &published), &all[name], "node {}", name);
+            // From its own group's rollouts alone (what an agent passes, its group
+            // found with none), the same choice.
+            let group = choose(name, labels, &index, &[]).group;
+            let own: Vec<Rollout> =
+                published.iter().filter(|r| r.group == group).cloned().collect();
+            prop_assert_eq!(&choose(name, labels, &index, &own), &all[name], "node {}", name);
         }
     }
 

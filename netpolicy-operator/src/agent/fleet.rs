@@ -364,9 +364,11 @@ impl FleetView {
                 "the NetworkRollouts of group {group} are not listed yet"
             ));
         }
+        // Its group's entries only (the group `regroup` found from the same labels and
+        // fleet): the same choice, without a copy of every group's each pass.
         let rollouts = self
             .rollouts
-            .current(Some(fleet))
+            .current_of(group, Some(fleet))
             .map_err(|e| e.to_string())?;
         let choice = choose(&self.node, labels, &self.index, &rollouts);
         Ok(choice.rendering.or_else(|| self.running.clone()))
