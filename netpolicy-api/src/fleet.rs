@@ -863,14 +863,33 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_newest_rollout_naming_a_group_decides_then_the_settled_rendering() {
-        let group = |g: &str, r: &str| RolloutGroup {
+    /// A group of a rollout moving to `r` from `r-0`, `through` as far as given.
+    fn moving(g: &str, r: &str, through: Option<&str>) -> RolloutGroup {
+        RolloutGroup {
             group: g.into(),
             rendering: r.into(),
             previous: Some("r-0".into()),
-            through: Some("*".into()),
-        };
+            through: through.map(str::to_owned),
+        }
+    }
+
+    /// A fleet whose groups run what `settled` says (group, rendering).
+    fn settled_fleet(settled: &[(&str, &str)]) -> NetworkFleetSpec {
+        NetworkFleetSpec {
+            groups: settled
+                .iter()
+                .map(|(g, r)| FleetGroup {
+                    group: (*g).into(),
+                    rendering: (*r).into(),
+                })
+                .collect(),
+            ..NetworkFleetSpec::default()
+        }
+    }
+
+    #[test]
+    fn the_newest_rollout_naming_a_group_decides_then_the_settled_rendering() {
+        let group = |g: &str, r: &str| moving(g, r, Some("*"));
         let old = NetworkRolloutSpec {
             sequence: 4,
             groups: vec![group("g-1", "r-old"), group("g-2", "r-two")],
@@ -881,19 +900,7 @@ mod tests {
             groups: vec![group("g-1", "r-new")],
             rolled_back: false,
         };
-        let fleet = NetworkFleetSpec {
-            groups: vec![
-                FleetGroup {
-                    group: "g-1".into(),
-                    rendering: "r-settled".into(),
-                },
-                FleetGroup {
-                    group: "g-3".into(),
-                    rendering: "r-three".into(),
-                },
-            ],
-            ..NetworkFleetSpec::default()
-        };
+        let fleet = settled_fleet(&[("g-1", "r-settled"), ("g-3", "r-three")]);
         // Listed oldest first: the order they are given in does not matter.
         let all = current_rollouts(Some(&fleet), [("rollout-4", &old), ("rollout-5", &new)])
             .expect("valid");
@@ -910,12 +917,7 @@ mod tests {
 
     #[test]
     fn one_groups_rollouts_are_the_whole_lists_entries_of_that_group_in_order() {
-        let group = |g: &str, r: &str| RolloutGroup {
-            group: g.into(),
-            rendering: r.into(),
-            previous: Some("r-0".into()),
-            through: None,
-        };
+        let group = |g: &str, r: &str| moving(g, r, None);
         let old = NetworkRolloutSpec {
             sequence: 4,
             groups: vec![group("g-1", "r-old"), group("g-2", "r-two")],
@@ -927,19 +929,7 @@ mod tests {
             rolled_back: true,
         };
         new.groups[0].through = Some("*".into());
-        let fleet = NetworkFleetSpec {
-            groups: vec![
-                FleetGroup {
-                    group: "g-1".into(),
-                    rendering: "r-settled".into(),
-                },
-                FleetGroup {
-                    group: "g-2".into(),
-                    rendering: "r-two-settled".into(),
-                },
-            ],
-            ..NetworkFleetSpec::default()
-        };
+        let fleet = settled_fleet(&[("g-1", "r-settled"), ("g-2", "r-two-settled")]);
         let listed = [("rollout-4", &old), ("rollout-5", &new)];
         let all = current_rollouts(Some(&fleet), listed).expect("valid");
         for g in ["g-1", "g-2", "g-3", "g-4"] {

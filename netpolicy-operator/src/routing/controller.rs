@@ -752,11 +752,8 @@ impl RoutingJob {
         if let Some(e) = error {
             first_error.get_or_insert(e);
         }
-        // A write the cache has moved past (its echo, anyone's change since, the
-        // object gone) holds nothing back any more; one over the version the cache
-        // still holds (or a create while none is cached) waits for its echo. Kept for
-        // ten minutes, the 10,000 writes that made the nodes' objects were 1.3 MB of
-        // the operator's heap.
+        // A write the cache moved past (echo, change, object gone) holds nothing back;
+        // kept 10 minutes, the 10,000 creates of the nodes' objects were 1.3 MB.
         sent.retain(|n, over| {
             get(&stores.nncs, n)
                 .as_ref()
