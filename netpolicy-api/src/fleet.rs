@@ -7,8 +7,9 @@
 //! only its own items (`spec.shared: true`): its agent finds its group from its Node's
 //! labels and the fleet's policies, reads the rollouts of that group only (by their
 //! [`group_label`]; kept by [`SeenRollouts`]), picks its rendering with
-//! [`netpolicy_core::fleet::choose`] over [`current_rollouts`], reads that rendering's parts ([`join`]) and lays its own items
-//! over it ([`NodeNetworkConfigSpec::effective`](crate::NodeNetworkConfigSpec::effective)).
+//! [`netpolicy_core::fleet::choose`] over its group's entries of them
+//! ([`current_rollouts_of`]; the operator's view of every group: [`current_rollouts`]),
+//! reads that rendering's parts ([`join`]) and lays its own items over it ([`NodeNetworkConfigSpec::effective`](crate::NodeNetworkConfigSpec::effective)).
 //! A cluster-wide edit then costs one rendering per distinct configuration, one
 //! rollout, and one small write per wave, not one object per node.
 //!
@@ -17,7 +18,7 @@
 //! ```
 //! use netpolicy_api::{
 //!     FleetGroup, FleetPolicy, NetworkFleetSpec, NetworkRolloutSpec, NodeNetworkRenderingSpec,
-//!     RolloutGroup, current_rollouts, join,
+//!     RolloutGroup, current_rollouts, current_rollouts_of, join,
 //!     netpolicy_core::{fleet::{choose, group_name}, selector::Labels},
 //!     render::{RenderedSpec, SourcedSpec, SourceRef},
 //!     spec::{LabelSelector, RouteSpec},
@@ -37,7 +38,7 @@
 //! let rollout = NetworkRolloutSpec {
 //!     sequence: 7,
 //!     groups: vec![RolloutGroup {
-//!         group,
+//!         group: group.clone(),
 //!         rendering: "r-00000000000000bb".into(),
 //!         previous: Some("r-00000000000000aa".into()),
 //!         through: None,
@@ -45,7 +46,7 @@
 //!     rolled_back: false,
 //! };
 //! // The agent's choice, from its labels, the fleet and its group's rollouts.
-//! let rollouts = current_rollouts(Some(&fleet), [("rollout-7", &rollout)])?;
+//! let rollouts = current_rollouts_of(&group, Some(&fleet), [("rollout-7", &rollout)])?;
 //! let choice = choose("node-1", &Labels::new(), &fleet.index(), &rollouts);
 //! assert_eq!(choice.rendering.as_deref(), Some("r-00000000000000aa"));
 //! // Every wave open: the new rendering.
