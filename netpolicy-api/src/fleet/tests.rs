@@ -6,6 +6,14 @@ use netpolicy_core::{
 
 use super::*;
 
+/// The destinations of a joined rendering's routes, in order.
+fn route_destinations(j: &Joined) -> Vec<&str> {
+    j.rendered
+        .routes
+        .iter()
+        .map(|r| r.item.to.as_str())
+        .collect()
+}
 fn route(to: &str) -> SourcedSpec<RouteSpec> {
     SourcedSpec {
         item: RouteSpec {
@@ -43,12 +51,7 @@ fn parts_join_in_order_whatever_order_they_are_listed_in() {
         part(2, 3, "10.2.0.0/16"),
     );
     let j = join("r-1", [&c, &a, &b]).expect("complete");
-    let to: Vec<&str> = j
-        .rendered
-        .routes
-        .iter()
-        .map(|r| r.item.to.as_str())
-        .collect();
+    let to = route_destinations(&j);
     assert_eq!(to, ["10.0.0.0/8", "10.1.0.0/16", "10.2.0.0/16"]);
     assert_eq!(
         (j.rendered.table_hard_sync, j.rollback_seconds),
@@ -114,12 +117,7 @@ fn a_rendering_runs_its_layers_items_in_order_then_its_own() {
     assert_eq!(j.layers, ["l-b", "l-a"]);
     let find = |n: &str| [&a, &b].into_iter().find(|l| l.rendering == n);
     let laid = j.lay(find).expect("both layers read");
-    let to: Vec<&str> = laid
-        .rendered
-        .routes
-        .iter()
-        .map(|r| r.item.to.as_str())
-        .collect();
+    let to = route_destinations(&laid);
     assert_eq!(to, ["10.9.0.0/16", "10.8.0.0/16", "10.0.0.0/8"]);
     assert_eq!(
         (laid.rendered.table_hard_sync, laid.rollback_seconds),
